@@ -1,0 +1,1 @@
+"""SDK for writing step functions: stateless HTTP endpoints the orchestrator calls."""

@@ -1,0 +1,1 @@
+"""Resource definitions (template.yaml) and the local stack on an embedded moto."""

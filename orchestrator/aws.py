@@ -1,0 +1,45 @@
+"""The one factory for boto3 clients. It honours `AWS_ENDPOINT_URL*` (boto3 does) or an
+explicit endpoint, and supplies dummy credentials when talking to a local emulator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from orchestrator.settings import Settings
+
+__all__ = ["Clients", "make_clients"]
+
+
+@dataclass(frozen=True)
+class Clients:
+    dynamodb: Any
+    sqs: Any
+    s3: Any
+    cloudformation: Any
+
+
+def make_clients(settings: Settings, *, max_pool: int = 32) -> Clients:
+    """Build every client once; boto3 clients are thread-safe and reused across threads."""
+    kwargs: dict[str, Any] = {"region_name": settings.region}
+    if settings.endpoint_url:
+        kwargs["endpoint_url"] = settings.endpoint_url
+        # A local emulator accepts any credentials; never let boto3 go looking for real ones.
+        kwargs["aws_access_key_id"] = "local"
+        kwargs["aws_secret_access_key"] = "local"
+    config = Config(
+        max_pool_connections=max_pool,
+        retries={"mode": "standard", "max_attempts": 4},
+        connect_timeout=5,
+        read_timeout=30,
+    )
+    session = boto3.session.Session()
+    return Clients(
+        dynamodb=session.client("dynamodb", config=config, **kwargs),
+        sqs=session.client("sqs", config=config, **kwargs),
+        s3=session.client("s3", config=config, **kwargs),
+        cloudformation=session.client("cloudformation", config=config, **kwargs),
+    )

@@ -1,0 +1,104 @@
+"""Settings, built once at the edge from the environment and passed down.
+
+Every environment variable the orchestrator reads is named here and nowhere else.
+boto3 itself honours `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`, ... and the usual
+credential variables; we only pass them through."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+__all__ = ["ResourceNames", "Settings"]
+
+ENV_PREFIX = "ORCH_"
+
+
+@dataclass(frozen=True)
+class ResourceNames:
+    """Names of the tables, queues and bucket, all derived from one prefix
+    (the `Prefix` parameter of template.yaml)."""
+
+    prefix: str
+
+    @property
+    def runs_table(self) -> str:
+        return f"{self.prefix}-runs"
+
+    @property
+    def steps_table(self) -> str:
+        return f"{self.prefix}-steps"
+
+    @property
+    def dispatch_queue(self) -> str:
+        return f"{self.prefix}-dispatch"
+
+    @property
+    def timer_queue(self) -> str:
+        return f"{self.prefix}-timers"
+
+    @property
+    def dead_letter_queue(self) -> str:
+        return f"{self.prefix}-dlq"
+
+    @property
+    def blob_bucket(self) -> str:
+        return f"{self.prefix}-blobs"
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(ENV_PREFIX + name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{ENV_PREFIX}{name}={raw!r} is not a number") from exc
+
+
+@dataclass(frozen=True)
+class Settings:
+    prefix: str = "orch"
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    # Sweeper cadence and the grace after which an unclaimed dispatch counts as lost.
+    sweep_interval: float = 5.0
+    redispatch_after: float = 30.0
+    # A claimed step's lease is its timeout plus this margin.
+    lease_margin: float = 30.0
+    default_step_timeout: float = 60.0
+    # Outputs larger than this go to the blob bucket; larger than the cap fail the step.
+    inline_output_limit: int = 64 * 1024
+    output_hard_cap: int = 16 * 1024 * 1024
+    # Retention of finished runs (seconds).
+    ttl_success: float = 24 * 3600.0
+    ttl_failed: float = 30 * 24 * 3600.0
+    worker_threads: int = 8
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def names(self) -> ResourceNames:
+        return ResourceNames(self.prefix)
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        d = cls()
+        return cls(
+            prefix=env.get(ENV_PREFIX + "PREFIX", d.prefix),
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or d.region,
+            endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
+            sweep_interval=_float(env, "SWEEP_INTERVAL", d.sweep_interval),
+            redispatch_after=_float(env, "REDISPATCH_AFTER", d.redispatch_after),
+            lease_margin=_float(env, "LEASE_MARGIN", d.lease_margin),
+            default_step_timeout=_float(env, "STEP_TIMEOUT", d.default_step_timeout),
+            inline_output_limit=int(_float(env, "INLINE_OUTPUT_LIMIT", d.inline_output_limit)),
+            output_hard_cap=int(_float(env, "OUTPUT_HARD_CAP", d.output_hard_cap)),
+            ttl_success=_float(env, "TTL_SUCCESS", d.ttl_success),
+            ttl_failed=_float(env, "TTL_FAILED", d.ttl_failed),
+            worker_threads=int(_float(env, "WORKER_THREADS", d.worker_threads)),
+        )

@@ -1,0 +1,161 @@
+"""The local stack behind `orchestrator dev`: everything in one process, in order.
+
+1. the embedded AWS emulator (moto over HTTP, DynamoDB serialized), unless an endpoint
+   is configured;  2. the tables, queues and bucket, created from template.yaml through
+   CloudFormation;  3. the functions app on uvicorn;  4. the HTTP API;  5. the workers
+   and the sweeper, as threads. `stop()` undoes it in reverse."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import OrchestratorError, UsageError
+from orchestrator.settings import Settings
+
+__all__ = ["LocalStack", "StackOptions", "load_factory"]
+
+DEMO_WORKFLOW = "monthly-report"
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    manifest: Path
+    host: str = "127.0.0.1"
+    api_port: int = 8080
+    functions_app: str | None = "functions.examples.monthly_report:create_app"
+    functions_port: int = 8001
+    emulator_port: int = 4566
+    embedded_emulator: bool = True
+    workers: int = 1
+    sweep_interval: float = 5.0
+    prefix: str | None = None
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+def load_factory(spec: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"--functions {spec!r}: expected module:factory")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"--functions {spec!r}: cannot import {module_name}: {exc}") from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UsageError(f"--functions {spec!r}: {module_name} has no callable {attr}")
+    return factory  # type: ignore[no-any-return]
+
+
+class LocalStack:
+    def __init__(self, opts: StackOptions, echo: Callable[[str], None] = print) -> None:
+        self.opts = opts
+        self.echo = echo
+        self.emulator: Any = None
+        self.servers: list[Any] = []
+        self.threads: list[threading.Thread] = []
+        self.stop_event = threading.Event()
+        self.runtime: Any = None
+        self.api_url = ""
+        self.functions_url = ""
+
+    def start(self) -> None:
+        from functions.serving import BackgroundServer
+        from infra.emulator import Emulator
+        from infra.stack import deploy_data_stack
+        from orchestrator.api import create_app
+        from orchestrator.manifest import load_manifest
+        from orchestrator.runtime import Runtime
+
+        env = dict(self.opts.environ)
+        settings = Settings.from_env(env)
+        if self.opts.prefix:
+            settings = settings.with_(prefix=self.opts.prefix)
+        settings = settings.with_(sweep_interval=self.opts.sweep_interval)
+        if self.opts.embedded_emulator:
+            self.emulator = Emulator(self.opts.host, self.opts.emulator_port).start()
+            settings = settings.with_(endpoint_url=self.emulator.url)
+            self.echo(f"emulator   {self.emulator.url}   (moto: DynamoDB, SQS, S3, CloudFormation)")
+        else:
+            where = settings.endpoint_url or f"AWS ({settings.region})"
+            self.echo(f"endpoint   {where}")
+
+        if self.opts.functions_app:
+            factory = load_factory(self.opts.functions_app)
+            server = BackgroundServer(factory(), self.opts.host, self.opts.functions_port).start()
+            self.servers.append(server)
+            self.functions_url = server.url
+            env.setdefault("FUNCTIONS_URL", server.url)
+            self.echo(f"functions  {server.url}   ({self.opts.functions_app})")
+
+        manifest = load_manifest(self.opts.manifest, env)
+        from orchestrator.aws import make_clients
+
+        clients = make_clients(settings)
+        t0 = time.monotonic()
+        deploy_data_stack(clients, settings.prefix)
+        self.echo(
+            f"resources  stack {settings.prefix}-data from template.yaml "
+            f"({time.monotonic() - t0:.1f}s): tables {settings.names.runs_table}, "
+            f"{settings.names.steps_table}; queues {settings.names.dispatch_queue}, "
+            f"{settings.names.timer_queue}; bucket {settings.names.blob_bucket}"
+        )
+        self.runtime = rt = Runtime.build(settings, manifest, clients=clients)
+        api = BackgroundServer(create_app(rt), self.opts.host, self.opts.api_port).start()
+        self.servers.append(api)
+        self.api_url = api.url
+        self.echo(f"api        {api.url}")
+        for i in range(self.opts.workers):
+            w = rt.worker()
+            self._spawn(f"worker-{i}", lambda w=w: w.run(self.stop_event))
+        self._spawn("sweeper", lambda: rt.sweeper().run(self.stop_event))
+        self.echo(f"workers    {self.opts.workers} (threads: {settings.worker_threads} each); "
+                  f"sweeper every {settings.sweep_interval:g}s")
+        wf = DEMO_WORKFLOW if DEMO_WORKFLOW in manifest.workflows else next(iter(manifest.workflows),
+                                                                           None)
+        if wf:
+            self.echo("")
+            self.echo("Trigger a run:")
+            self.echo(f"  orchestrator run {wf} --url {api.url} --wait")
+            self.echo(f"  curl -s -X POST {api.url}/runs -H 'content-type: application/json' "
+                      f"-d '{{\"workflow\": \"{wf}\", \"input\": {{}}}}'")
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def run_demo(self, timeout: float = 120.0) -> str:
+        from orchestrator.render import render_run
+
+        rt = self.runtime
+        if DEMO_WORKFLOW not in rt.manifest.workflows:
+            raise UsageError(f"--demo needs a workflow named {DEMO_WORKFLOW!r} in the manifest")
+        run, _ = rt.runs.start(DEMO_WORKFLOW, {})
+        self.echo(f"\ndemo: started {run.run_id}")
+        deadline = time.monotonic() + timeout
+        view = rt.runs.view(run.run_id)
+        while view["status"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.1)
+            view = rt.runs.view(run.run_id)
+        self.echo(render_run(view))
+        status: str = view["status"]
+        return status
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(timeout=10)
+        for s in reversed(self.servers):
+            try:
+                s.stop()
+            except (OrchestratorError, RuntimeError):
+                pass
+        if self.emulator is not None:
+            self.emulator.stop()

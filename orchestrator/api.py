@@ -1,0 +1,168 @@
+"""The HTTP API (Starlette): start runs, read them, list them, cancel them.
+
+Every error is JSON `{"error": {"code", "message"}}` with a 4xx status for bad input;
+a body is size-checked before it is parsed."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from orchestrator.errors import ConditionFailed, NotFound, OrchestratorError, UsageError
+from orchestrator.runtime import Runtime
+
+__all__ = ["create_app"]
+
+MAX_BODY = 1024 * 1024
+
+
+class StartRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    workflow: str = Field(min_length=1, max_length=128)
+    input: Any = None
+    run_id: str | None = None
+
+
+class CancelRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(default="cancelled by request", max_length=1000)
+
+
+def error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def _reject_constant(value: str) -> Any:
+    raise ValueError(f"{value} is not valid JSON")
+
+
+async def read_json(request: Request) -> Any:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raise _TooLarge()
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise _TooLarge()
+    if not body:
+        return {}
+    try:
+        return json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"body: invalid JSON: {exc}") from exc
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for e in exc.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "body"
+        parts.append(f"{loc}: {e['msg']}")
+    return "; ".join(parts)
+
+
+def create_app(rt: Runtime) -> Starlette:
+    async def start_run(request: Request) -> JSONResponse:
+        doc = await read_json(request)
+        try:
+            body = StartRun.model_validate(doc)
+        except ValidationError as exc:
+            return error(422, "invalid_body", _validation_message(exc))
+        run, created = await run_in_threadpool(rt.runs.start, body.workflow, body.input,
+                                               body.run_id)
+        return JSONResponse(
+            {"run_id": run.run_id, "workflow": run.workflow, "status": run.status.value,
+             "created": created},
+            status_code=201 if created else 200,
+        )
+
+    async def get_run(request: Request) -> JSONResponse:
+        view = await run_in_threadpool(rt.runs.view, request.path_params["run_id"])
+        return JSONResponse(view)
+
+    async def list_runs(request: Request) -> JSONResponse:
+        workflow = request.query_params.get("workflow")
+        if not workflow:
+            return error(400, "missing_parameter", "query parameter 'workflow' is required")
+        try:
+            limit = int(request.query_params.get("limit", "20"))
+        except ValueError:
+            return error(400, "bad_parameter", "limit: not an integer")
+        limit = max(1, min(limit, 100))
+        cursor = request.query_params.get("cursor")
+        start = None
+        if cursor:
+            try:
+                start = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+            except ValueError:
+                return error(400, "bad_parameter", "cursor: not a cursor this API returned")
+        runs, last = await run_in_threadpool(
+            rt.store.list_runs, workflow, rt.clock(), limit=limit, start=start
+        )
+        return JSONResponse({
+            "runs": [
+                {"run_id": r.run_id, "workflow": r.workflow, "status": r.status.value,
+                 "created_at": r.created_at, "finished_at": r.finished_at}
+                for r in runs
+            ],
+            "next_cursor": base64.urlsafe_b64encode(json.dumps(last).encode()).decode()
+            if last else None,
+        })
+
+    async def cancel_run(request: Request) -> JSONResponse:
+        doc = await read_json(request)
+        try:
+            body = CancelRun.model_validate(doc)
+        except ValidationError as exc:
+            return error(422, "invalid_body", _validation_message(exc))
+        view = await run_in_threadpool(rt.runs.kill, request.path_params["run_id"], body.reason)
+        return JSONResponse(view)
+
+    async def workflows(request: Request) -> JSONResponse:
+        return JSONResponse({
+            "workflows": [
+                {"name": name, "steps": list(wf.steps), "on_failure": wf.on_failure}
+                for name, wf in rt.manifest.workflows.items()
+            ]
+        })
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    async def on_error(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, _TooLarge):
+            return error(413, "body_too_large", f"request body exceeds {MAX_BODY} bytes")
+        if isinstance(exc, NotFound):
+            return error(404, exc.code, exc.message)
+        if isinstance(exc, ConditionFailed):
+            return error(409, "conflict", exc.message)
+        if isinstance(exc, UsageError):
+            return error(400, exc.code, exc.message)
+        if isinstance(exc, OrchestratorError) and exc.retryable:
+            return error(503, exc.code, exc.message)
+        if isinstance(exc, OrchestratorError):
+            return error(400, exc.code, exc.message)
+        raise exc
+
+    routes = [
+        Route("/runs", start_run, methods=["POST"]),
+        Route("/runs", list_runs, methods=["GET"]),
+        Route("/runs/{run_id}", get_run, methods=["GET"]),
+        Route("/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
+        Route("/workflows", workflows, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+    ]
+    handlers: dict[Any, Any] = {OrchestratorError: on_error, _TooLarge: on_error}
+    return Starlette(routes=routes, exception_handlers=handlers)

@@ -1,0 +1,623 @@
+"""DynamoDB rows: every read and every conditional write of run state lives here.
+
+Each write names the state it expects (status, attempt, lease owner). A duplicate,
+late or reordered message finds that guard false and the write raises ConditionFailed,
+which callers treat as "already done by someone else". `ClientError` never leaves this
+module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from orchestrator.errors import ConditionFailed, StoreError
+from orchestrator.records import (
+    RunRecord,
+    StepRecord,
+    dumps,
+    num,
+    run_from_item,
+    run_to_item,
+    step_from_item,
+    step_to_item,
+)
+from orchestrator.settings import ResourceNames
+from orchestrator.states import RunStatus, StepStatus
+
+__all__ = ["Lease", "Store"]
+
+Item = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claim on one attempt. The row's own timeout is added to `base` in the write
+    (`lease_until = timeout + base`), so a lease always outlives the HTTP call it covers."""
+
+    owner: str
+    base: float
+
+
+@contextmanager
+def _translate(what: str) -> Iterator[None]:
+    try:
+        yield
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code == "ConditionalCheckFailedException":
+            raise ConditionFailed(f"{what}: guard did not hold") from exc
+        raise StoreError(f"{what}: {code or exc}") from exc
+    except BotoCoreError as exc:
+        raise StoreError(f"{what}: {exc}") from exc
+
+
+def _names(lease: Lease | None) -> dict[str, str]:
+    return {"#s": "status"} if lease is None else {"#s": "status", "#t": "timeout"}
+
+
+def _key(run_id: str, step: str) -> Item:
+    return {"run_id": {"S": run_id}, "step": {"S": step}}
+
+
+class Store:
+    def __init__(self, dynamodb: Any, names: ResourceNames) -> None:
+        self.ddb = dynamodb
+        self.runs = names.runs_table
+        self.steps = names.steps_table
+
+    # ---- runs ---------------------------------------------------------------------
+
+    def create_run(self, run: RunRecord) -> None:
+        with _translate(f"run {run.run_id}: create"):
+            self.ddb.put_item(
+                TableName=self.runs,
+                Item=run_to_item(run),
+                ConditionExpression="attribute_not_exists(run_id)",
+            )
+
+    def get_run(self, run_id: str, now: float, *, consistent: bool = True) -> RunRecord | None:
+        with _translate(f"run {run_id}: read"):
+            resp = self.ddb.get_item(
+                TableName=self.runs, Key={"run_id": {"S": run_id}}, ConsistentRead=consistent
+            )
+        item = resp.get("Item")
+        if not item:
+            return None
+        run = run_from_item(item)
+        # DynamoDB deletes expired rows lazily: an expired row is gone as far as we care.
+        if run.expires_at is not None and run.expires_at <= now:
+            return None
+        return run
+
+    def decrement_remaining(self, run_id: str, by: int, now: float) -> int | None:
+        """Count `by` steps as terminal. Returns the new count, or None when the run is
+        no longer running. The count is a hint that triggers the (verified) finish."""
+        try:
+            with _translate(f"run {run_id}: count"):
+                resp = self.ddb.update_item(
+                    TableName=self.runs,
+                    Key={"run_id": {"S": run_id}},
+                    UpdateExpression="ADD remaining :d SET updated_at = :now",
+                    ConditionExpression="#s = :running",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={
+                        ":d": {"N": str(-by)},
+                        ":now": num(now),
+                        ":running": {"S": RunStatus.RUNNING.value},
+                    },
+                    ReturnValues="UPDATED_NEW",
+                )
+        except ConditionFailed:
+            return None
+        return int(resp["Attributes"]["remaining"]["N"])
+
+    def fix_remaining(self, run_id: str, expected: int, actual: int) -> None:
+        with _translate(f"run {run_id}: recount"):
+            self.ddb.update_item(
+                TableName=self.runs,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression="SET remaining = :a",
+                ConditionExpression="remaining = :e AND #s = :running",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={
+                    ":a": num(actual),
+                    ":e": num(expected),
+                    ":running": {"S": RunStatus.RUNNING.value},
+                },
+            )
+
+    def mark_halted(self, run_id: str, error: dict[str, Any], now: float) -> None:
+        with _translate(f"run {run_id}: halt"):
+            self.ddb.update_item(
+                TableName=self.runs,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression="SET halted = :t, #e = if_not_exists(#e, :err), updated_at = :now",
+                ConditionExpression="#s = :running",
+                ExpressionAttributeNames={"#s": "status", "#e": "error"},
+                ExpressionAttributeValues={
+                    ":t": {"BOOL": True},
+                    ":err": {"S": dumps(error)},
+                    ":now": num(now),
+                    ":running": {"S": RunStatus.RUNNING.value},
+                },
+            )
+
+    def request_kill(self, run_id: str, reason: str, now: float) -> RunRecord:
+        with _translate(f"run {run_id}: kill"):
+            resp = self.ddb.update_item(
+                TableName=self.runs,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression="SET kill_requested = :t, kill_reason = :r, updated_at = :now",
+                ConditionExpression="#s = :running",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={
+                    ":t": {"BOOL": True},
+                    ":r": {"S": reason},
+                    ":now": num(now),
+                    ":running": {"S": RunStatus.RUNNING.value},
+                },
+                ReturnValues="ALL_NEW",
+            )
+        return run_from_item(resp["Attributes"])
+
+    def finish_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        error: dict[str, Any] | None,
+        now: float,
+        expires_at: float,
+    ) -> None:
+        values: dict[str, Any] = {
+            ":st": {"S": status.value},
+            ":now": num(now),
+            ":exp": num(expires_at),
+            ":running": {"S": RunStatus.RUNNING.value},
+        }
+        update = "SET #s = :st, finished_at = :now, updated_at = :now, expires_at = :exp"
+        if error is not None:
+            update += ", #e = if_not_exists(#e, :err)"
+            values[":err"] = {"S": dumps(error)}
+        with _translate(f"run {run_id}: finish"):
+            self.ddb.update_item(
+                TableName=self.runs,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression=update + " REMOVE active",
+                ConditionExpression="#s = :running",
+                ExpressionAttributeNames={"#s": "status", "#e": "error"}
+                if error is not None
+                else {"#s": "status"},
+                ExpressionAttributeValues=values,
+            )
+
+    def active_run_ids(self) -> list[str]:
+        ids: list[str] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.runs,
+            "IndexName": "active",
+            "KeyConditionExpression": "active = :one",
+            "ExpressionAttributeValues": {":one": {"S": "1"}},
+        }
+        while True:
+            with _translate("active runs"):
+                resp = self.ddb.query(**kwargs)
+            ids.extend(i["run_id"]["S"] for i in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return ids
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    def list_runs(
+        self, workflow: str, now: float, *, limit: int = 20, start: Item | None = None
+    ) -> tuple[list[RunRecord], Item | None]:
+        kwargs: dict[str, Any] = {
+            "TableName": self.runs,
+            "IndexName": "by-workflow",
+            "KeyConditionExpression": "workflow = :w",
+            "ExpressionAttributeValues": {":w": {"S": workflow}},
+            "ScanIndexForward": False,
+            "Limit": limit,
+        }
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        with _translate(f"runs of {workflow}"):
+            resp = self.ddb.query(**kwargs)
+        runs = [run_from_item(i) for i in resp.get("Items", [])]
+        runs = [r for r in runs if r.expires_at is None or r.expires_at > now]
+        return runs, resp.get("LastEvaluatedKey")
+
+    # ---- steps --------------------------------------------------------------------
+
+    def put_steps(self, rows: Sequence[StepRecord]) -> None:
+        """Write whole rows (new runs, and the expiry stamp of a finished run)."""
+        items = [{"PutRequest": {"Item": step_to_item(r)}} for r in rows]
+        for i in range(0, len(items), 25):
+            pending: dict[str, Any] = {self.steps: items[i : i + 25]}
+            for _ in range(10):
+                with _translate("write steps"):
+                    resp = self.ddb.batch_write_item(RequestItems=pending)
+                pending = resp.get("UnprocessedItems") or {}
+                if not pending:
+                    break
+            else:
+                raise StoreError("write steps: DynamoDB kept items unprocessed")
+
+    def create_step_if_absent(self, row: StepRecord) -> None:
+        with _translate(f"step {row.run_id}/{row.step}: create"):
+            self.ddb.put_item(
+                TableName=self.steps,
+                Item=step_to_item(row),
+                ConditionExpression="attribute_not_exists(run_id)",
+            )
+
+    def get_step(self, run_id: str, step: str) -> StepRecord | None:
+        with _translate(f"step {run_id}/{step}: read"):
+            resp = self.ddb.get_item(
+                TableName=self.steps, Key=_key(run_id, step), ConsistentRead=True
+            )
+        item = resp.get("Item")
+        return step_from_item(item) if item else None
+
+    def query_steps(self, run_id: str) -> list[StepRecord]:
+        rows: list[StepRecord] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.steps,
+            "KeyConditionExpression": "run_id = :r",
+            "ExpressionAttributeValues": {":r": {"S": run_id}},
+            "ConsistentRead": True,
+        }
+        while True:
+            with _translate(f"steps of {run_id}"):
+                resp = self.ddb.query(**kwargs)
+            rows.extend(step_from_item(i) for i in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return rows
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    def get_outputs(self, run_id: str, names: Sequence[str]) -> dict[str, StepRecord]:
+        """The rows (output columns only) of the named steps, in as few requests as
+        DynamoDB allows (100 keys per BatchGetItem)."""
+        found: dict[str, StepRecord] = {}
+        proj = "run_id, step, #s, #o, output_ref, output_size"
+        for i in range(0, len(names), 100):
+            keys = [_key(run_id, n) for n in names[i : i + 100]]
+            request: dict[str, Any] = {
+                self.steps: {
+                    "Keys": keys,
+                    "ConsistentRead": True,
+                    "ProjectionExpression": proj,
+                    "ExpressionAttributeNames": {"#s": "status", "#o": "output"},
+                }
+            }
+            for _ in range(10):
+                with _translate(f"outputs of {run_id}"):
+                    resp = self.ddb.batch_get_item(RequestItems=request)
+                for item in resp.get("Responses", {}).get(self.steps, []):
+                    row = step_from_item({"backend": {"S": ""}, "route": {"S": ""}, **item})
+                    found[row.step] = row
+                request = resp.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+        return found
+
+    def claim(
+        self, run_id: str, step: str, attempt: int, lease: Lease, now: float
+    ) -> StepRecord:
+        """Take the lease on one attempt. Exactly one caller wins per attempt."""
+        with _translate(f"step {run_id}/{step}: claim attempt {attempt}"):
+            resp = self.ddb.update_item(
+                TableName=self.steps,
+                Key=_key(run_id, step),
+                UpdateExpression=(
+                    "SET #s = :disp, lease_owner = :o, lease_until = #t + :lu,"
+                    " started_at = if_not_exists(started_at, :now), attempt_started = :now"
+                    " REMOVE due_at"
+                ),
+                ConditionExpression=(
+                    "attempt = :n AND attribute_not_exists(lease_owner)"
+                    " AND #s IN (:ready, :disp)"
+                ),
+                ExpressionAttributeNames={"#s": "status", "#t": "timeout"},
+                ExpressionAttributeValues={
+                    ":disp": {"S": StepStatus.DISPATCHED.value},
+                    ":ready": {"S": StepStatus.READY.value},
+                    ":o": {"S": lease.owner},
+                    ":lu": num(lease.base),
+                    ":now": num(now),
+                    ":n": num(attempt),
+                },
+                ReturnValues="ALL_NEW",
+            )
+        return step_from_item(resp["Attributes"])
+
+    def _promotion(
+        self, lease: Lease | None, now: float
+    ) -> tuple[str, dict[str, Any]]:
+        values: dict[str, Any] = {":one": num(1), ":now": num(now)}
+        if lease is None:
+            values[":st"] = {"S": StepStatus.READY.value}
+            return "SET #s = :st, attempt = :one, ready_at = :now", values
+        values.update(
+            {
+                ":st": {"S": StepStatus.DISPATCHED.value},
+                ":o": {"S": lease.owner},
+                ":lu": num(lease.base),
+            }
+        )
+        return (
+            "SET #s = :st, attempt = :one, ready_at = :now, lease_owner = :o,"
+            " lease_until = #t + :lu, started_at = :now, attempt_started = :now",
+            values,
+        )
+
+    def satisfy(
+        self, run_id: str, step: str, dep: str, ndeps: int, lease: Lease | None, now: float
+    ) -> StepRecord | None:
+        """Record that `dep` succeeded. Returns the row if this call promoted the step
+        (blocked -> ready, or straight to dispatched under `lease`), else None.
+
+        Adding `dep` to the `satisfied` set is idempotent, so a duplicated completion
+        counts once; the promotion is a compare-and-swap, so exactly one caller wins."""
+        key = _key(run_id, step)
+        blocked = {"S": StepStatus.BLOCKED.value}
+        if ndeps == 1:
+            # The only dependency: the update that records it is the promotion itself.
+            update, values = self._promotion(lease, now)
+            values.update({":b": blocked, ":dep": {"SS": [dep]}})
+            try:
+                with _translate(f"step {run_id}/{step}: promote"):
+                    resp = self.ddb.update_item(
+                        TableName=self.steps,
+                        Key=key,
+                        UpdateExpression=update + " ADD satisfied :dep",
+                        ConditionExpression="#s = :b",
+                        ExpressionAttributeNames=_names(lease),
+                        ExpressionAttributeValues=values,
+                        ReturnValues="ALL_NEW",
+                    )
+            except ConditionFailed:
+                return None
+            return step_from_item(resp["Attributes"])
+        try:
+            with _translate(f"step {run_id}/{step}: satisfy {dep}"):
+                resp = self.ddb.update_item(
+                    TableName=self.steps,
+                    Key=key,
+                    UpdateExpression="ADD satisfied :dep",
+                    ConditionExpression="#s = :b AND NOT contains(satisfied, :d)",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={
+                        ":b": blocked,
+                        ":dep": {"SS": [dep]},
+                        ":d": {"S": dep},
+                    },
+                    ReturnValues="ALL_NEW",
+                )
+            row = step_from_item(resp["Attributes"])
+            count, ndeps = len(row.satisfied), len(row.deps)
+        except ConditionFailed:
+            # Already counted (a duplicate) or no longer blocked. A crash may have
+            # fallen between the count and the promotion: try the promotion anyway.
+            count = ndeps
+        if count < ndeps:
+            return None
+        return self.promote(run_id, step, ndeps, lease, now)
+
+    def promote(
+        self,
+        run_id: str,
+        step: str,
+        ndeps: int,
+        lease: Lease | None,
+        now: float,
+        *,
+        all_deps: Sequence[str] | None = None,
+    ) -> StepRecord | None:
+        """blocked -> ready (or dispatched under `lease`) once every dependency counted.
+
+        The sweeper passes `all_deps` when it has seen every dependency succeed; the
+        set is then completed in the same write."""
+        update, values = self._promotion(lease, now)
+        values[":b"] = {"S": StepStatus.BLOCKED.value}
+        if all_deps is not None:
+            cond = "#s = :b"
+            update += ", satisfied = :all"
+            values[":all"] = {"SS": list(all_deps)}
+        else:
+            cond = "#s = :b AND size(satisfied) = :nd"
+            values[":nd"] = num(ndeps)
+        try:
+            with _translate(f"step {run_id}/{step}: promote"):
+                resp = self.ddb.update_item(
+                    TableName=self.steps,
+                    Key=_key(run_id, step),
+                    UpdateExpression=update,
+                    ConditionExpression=cond,
+                    ExpressionAttributeNames=_names(lease),
+                    ExpressionAttributeValues=values,
+                    ReturnValues="ALL_NEW",
+                )
+        except ConditionFailed:
+            return None
+        return step_from_item(resp["Attributes"])
+
+    def _finish_attempt(
+        self,
+        run_id: str,
+        step: str,
+        attempt: int,
+        owner: str,
+        update: str,
+        values: dict[str, Any],
+        what: str,
+        *,
+        expired_before: float | None = None,
+        names: dict[str, str] | None = None,
+    ) -> StepRecord:
+        cond = "#s = :disp AND attempt = :n AND lease_owner = :o"
+        values = {
+            **values,
+            ":disp": {"S": StepStatus.DISPATCHED.value},
+            ":n": num(attempt),
+            ":o": {"S": owner},
+        }
+        if expired_before is not None:
+            cond += " AND lease_until < :exp"
+            values[":exp"] = num(expired_before)
+        with _translate(f"step {run_id}/{step}: {what} (attempt {attempt})"):
+            resp = self.ddb.update_item(
+                TableName=self.steps,
+                Key=_key(run_id, step),
+                UpdateExpression=update,
+                ConditionExpression=cond,
+                ExpressionAttributeNames={"#s": "status", **(names or {})},
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+            )
+        return step_from_item(resp["Attributes"])
+
+    def record_success(
+        self,
+        run_id: str,
+        step: str,
+        attempt: int,
+        owner: str,
+        *,
+        output_json: str | None,
+        output_ref: str | None,
+        size: int,
+        now: float,
+    ) -> StepRecord:
+        values: dict[str, Any] = {
+            ":ok": {"S": StepStatus.SUCCESS.value},
+            ":now": num(now),
+            ":size": num(size),
+        }
+        if output_ref is not None:
+            sets = "output_ref = :ref"
+            values[":ref"] = {"S": output_ref}
+        else:
+            sets = "#out = :out"
+            values[":out"] = {"S": output_json or "null"}
+        update = (
+            f"SET #s = :ok, {sets}, output_size = :size, finished_at = :now"
+            " REMOVE lease_owner, lease_until, #err"
+        )
+        names = {"#err": "error"}
+        if output_ref is None:
+            names["#out"] = "output"
+        return self._finish_attempt(
+            run_id, step, attempt, owner, update, values, "record success", names=names
+        )
+
+    def record_retry(
+        self,
+        run_id: str,
+        step: str,
+        attempt: int,
+        owner: str,
+        *,
+        next_attempt: int,
+        due_at: float,
+        error: dict[str, Any],
+        expired_before: float | None = None,
+    ) -> StepRecord:
+        return self._finish_attempt(
+            run_id,
+            step,
+            attempt,
+            owner,
+            "SET attempt = :next, due_at = :due, ready_at = :due, #err = :err"
+            " REMOVE lease_owner, lease_until",
+            {":next": num(next_attempt), ":due": num(due_at), ":err": {"S": dumps(error)}},
+            "schedule retry",
+            expired_before=expired_before,
+            names={"#err": "error"},
+        )
+
+    def record_failure(
+        self,
+        run_id: str,
+        step: str,
+        attempt: int,
+        owner: str,
+        *,
+        error: dict[str, Any],
+        now: float,
+        expired_before: float | None = None,
+    ) -> StepRecord:
+        return self._finish_attempt(
+            run_id,
+            step,
+            attempt,
+            owner,
+            "SET #s = :failed, #err = :err, finished_at = :now REMOVE lease_owner, lease_until",
+            {
+                ":failed": {"S": StepStatus.FAILED.value},
+                ":err": {"S": dumps(error)},
+                ":now": num(now),
+            },
+            "record failure",
+            expired_before=expired_before,
+            names={"#err": "error"},
+        )
+
+    def skip(
+        self,
+        run_id: str,
+        step: str,
+        statuses: Sequence[StepStatus],
+        reason: str,
+        now: float,
+    ) -> StepRecord | None:
+        """Mark a step that has not started (no lease) as skipped; None if it has."""
+        values: dict[str, Any] = {
+            ":sk": {"S": StepStatus.SKIPPED.value},
+            ":why": {"S": dumps({"code": "skipped", "message": reason})},
+            ":now": num(now),
+        }
+        placeholders = []
+        for i, st in enumerate(statuses):
+            values[f":f{i}"] = {"S": st.value}
+            placeholders.append(f":f{i}")
+        try:
+            with _translate(f"step {run_id}/{step}: skip"):
+                resp = self.ddb.update_item(
+                    TableName=self.steps,
+                    Key=_key(run_id, step),
+                    UpdateExpression="SET #s = :sk, #err = :why, finished_at = :now"
+                    " REMOVE due_at",
+                    ConditionExpression=f"#s IN ({', '.join(placeholders)})"
+                    " AND attribute_not_exists(lease_owner)",
+                    ExpressionAttributeNames={"#s": "status", "#err": "error"},
+                    ExpressionAttributeValues=values,
+                    ReturnValues="ALL_NEW",
+                )
+        except ConditionFailed:
+            return None
+        return step_from_item(resp["Attributes"])
+
+    def touch_dispatch(self, run_id: str, step: str, attempt: int, now: float) -> bool:
+        """Stamp a re-sent dispatch so the next sweep does not send it again at once."""
+        try:
+            with _translate(f"step {run_id}/{step}: redispatch"):
+                self.ddb.update_item(
+                    TableName=self.steps,
+                    Key=_key(run_id, step),
+                    UpdateExpression="SET ready_at = :now",
+                    ConditionExpression="attempt = :n AND attribute_not_exists(lease_owner)"
+                    " AND #s IN (:ready, :disp)",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={
+                        ":now": num(now),
+                        ":n": num(attempt),
+                        ":ready": {"S": StepStatus.READY.value},
+                        ":disp": {"S": StepStatus.DISPATCHED.value},
+                    },
+                )
+        except ConditionFailed:
+            return False
+        return True

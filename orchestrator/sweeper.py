@@ -1,0 +1,145 @@
+"""The sweeper: a periodic reconciliation of every running run against its rows.
+
+It re-dispatches lost messages, takes back expired leases, finishes interrupted
+promotions, skips and halts, re-creates rows a crashed start left out and finishes runs
+whose last step landed while no one was counting. Any number may run at once: every
+repair is a conditional write."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from orchestrator.advance import Advancer, RunContext, Tally
+from orchestrator.engine import (
+    CreateStep,
+    ExpireLease,
+    Finalize,
+    Promote,
+    Redispatch,
+    Retry,
+    SkipStep,
+    SweepPolicy,
+    reconcile,
+)
+from orchestrator.errors import ConditionFailed, OrchestratorError
+from orchestrator.queue import Dispatch
+from orchestrator.runs import plan_for_run
+
+__all__ = ["SweepReport", "Sweeper"]
+
+log = logging.getLogger("orchestrator.sweeper")
+
+
+@dataclass
+class SweepReport:
+    runs: int = 0
+    redispatched: int = 0
+    leases_expired: int = 0
+    promoted: int = 0
+    skipped: int = 0
+    created: int = 0
+    finished: int = 0
+
+
+class Sweeper:
+    def __init__(
+        self,
+        advancer: Advancer,
+        *,
+        clock: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.adv = advancer
+        self.store = advancer.store
+        self.queues = advancer.queues
+        self.settings = advancer.settings
+        self.clock = clock
+        self.rand = rand
+
+    def policy(self) -> SweepPolicy:
+        # When the dispatch queue is empty, an unclaimed "ready" step cannot have a
+        # message waiting for it: it is lost, and one sweep interval is grace enough.
+        # With a backlog, messages may just be queued: wait the full grace period.
+        try:
+            idle = self.queues.backlog(self.queues.dispatch_url) == 0
+        except OrchestratorError:
+            idle = False
+        grace = self.settings.sweep_interval if idle else self.settings.redispatch_after
+        return SweepPolicy(redispatch_after=grace, settle=min(2.0, self.settings.sweep_interval))
+
+    def sweep(self) -> SweepReport:
+        report = SweepReport()
+        policy = self.policy()
+        for run_id in self.store.active_run_ids():
+            try:
+                self.sweep_run(run_id, policy, report)
+            except OrchestratorError as exc:
+                log.warning("sweep of %s failed: %s", run_id, exc)
+        return report
+
+    def sweep_run(self, run_id: str, policy: SweepPolicy, report: SweepReport) -> None:
+        now = self.clock()
+        run = self.store.get_run(run_id, now)
+        if run is None or run.status.terminal:
+            return
+        report.runs += 1
+        steps = self.store.query_steps(run_id)
+        planned = plan_for_run(run) if len(steps) < run.total else []
+        cmds = reconcile(run, steps, planned, now, policy, self.rand())
+        tally = Tally()
+        sends: list[Dispatch] = []
+        by_name = {s.step: s for s in steps}
+        ctx = RunContext.of(run)
+        for c in cmds:
+            if isinstance(c, CreateStep):
+                try:
+                    self.store.create_step_if_absent(c.record)
+                    report.created += 1
+                    if not c.record.deps:
+                        sends.append(Dispatch(run_id=run_id, step=c.record.step, attempt=1))
+                except ConditionFailed:
+                    pass
+            elif isinstance(c, SkipStep):
+                if self.store.skip(run_id, c.step, c.statuses, c.reason, now) is not None:
+                    tally.add(run_id)
+                    report.skipped += 1
+            elif isinstance(c, Promote):
+                row = by_name[c.step]
+                if self.store.promote(run_id, c.step, c.ndeps, None, now,
+                                      all_deps=list(row.deps)) is not None:
+                    sends.append(Dispatch(run_id=run_id, step=c.step, attempt=1))
+                    report.promoted += 1
+            elif isinstance(c, Redispatch):
+                if self.store.touch_dispatch(run_id, c.step, c.attempt, now):
+                    sends.append(Dispatch(run_id=run_id, step=c.step, attempt=c.attempt))
+                    report.redispatched += 1
+            elif isinstance(c, ExpireLease):
+                row = by_name[c.step]
+                if isinstance(c.decision, Retry):
+                    ok = self.adv.retry(row, c.decision, expired_before=now)
+                else:
+                    ok = self.adv.fail(row, ctx, c.decision, tally, expired_before=now)
+                report.leases_expired += int(ok)
+            elif isinstance(c, Finalize):
+                if self.adv.finish_if_done(run_id) is not None:
+                    report.finished += 1
+        if sends:
+            self.queues.dispatch(sends)
+        self.adv.flush(tally)
+
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                report = self.sweep()
+                if any((report.redispatched, report.leases_expired, report.promoted,
+                        report.created)):
+                    log.info("sweep repaired: %s", report)
+            except OrchestratorError as exc:
+                log.warning("sweep failed: %s", exc)
+            stop.wait(self.settings.sweep_interval)

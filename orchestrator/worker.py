@@ -1,0 +1,251 @@
+"""The worker: receive a dispatch, claim the attempt, call the function, record the
+result, advance the run. Stateless: any number of them may run, and any may die.
+
+A worker that promotes a dependant takes the first one straight into its own lease and
+runs it next (a chain costs no queue round-trips); the rest go to the queue for any
+worker to pick up. A worker dying mid-chain leaves a leased row that the sweeper
+re-dispatches when the lease expires."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.advance import LRU, Advancer, RunContext, Tally
+from orchestrator.engine import Fail, Outcome, OutcomeKind, Retry, Succeed, after_attempt
+from orchestrator.errors import ConditionFailed, OrchestratorError, StoreError
+from orchestrator.invoker import Call, Invoker
+from orchestrator.queue import Dispatch, Received
+from orchestrator.records import StepRecord
+from orchestrator.store import Lease
+
+__all__ = ["BackendRef", "Worker"]
+
+log = logging.getLogger("orchestrator.worker")
+
+
+@dataclass(frozen=True)
+class BackendRef:
+    url: str
+    secret: str | None = None
+
+
+class Worker:
+    def __init__(
+        self,
+        advancer: Advancer,
+        invoker: Invoker,
+        backends: Mapping[str, BackendRef],
+        *,
+        clock: Callable[[], float] = time.time,
+        rand: Callable[[], float] = random.random,
+        worker_id: str | None = None,
+    ) -> None:
+        self.adv = advancer
+        self.store = advancer.store
+        self.queues = advancer.queues
+        self.settings = advancer.settings
+        self.invoker = invoker
+        self.backends = dict(backends)
+        self.clock = clock
+        self.rand = rand
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._contexts: LRU = LRU(2048)
+        self._outputs: LRU = LRU(8192)
+        self._lock = threading.Lock()
+        self._deletes: dict[str, list[str]] = {}
+
+    # ---- one message -----------------------------------------------------------------
+
+    def lease(self) -> Lease:
+        return Lease(self.id, self.clock() + self.settings.lease_margin)
+
+    def handle(self, msg: Dispatch, receipt: Received | None = None) -> None:
+        """Claim the attempt the message names and run it (and its inline successors)."""
+        now = self.clock()
+        if msg.due_at is not None and msg.due_at > now + 0.5:
+            # A timer hop (SQS delays at most 15 minutes): send it on for the rest.
+            self.queues.timer(msg, now)
+            self._ack(receipt)
+            return
+        try:
+            row: StepRecord | None = self.store.claim(
+                msg.run_id, msg.step, msg.attempt, self.lease(), now
+            )
+        except ConditionFailed:
+            row = None  # a duplicate, a late message, or a step already taken
+        self._ack(receipt)
+        tally = Tally()
+        try:
+            while row is not None:
+                row = self.execute(row, tally)
+        finally:
+            self.adv.flush(tally)
+
+    def _ack(self, receipt: Received | None) -> None:
+        if receipt is None:
+            return
+        with self._lock:
+            self._deletes.setdefault(receipt.queue, []).append(receipt.receipt)
+
+    def flush_deletes(self) -> None:
+        with self._lock:
+            pending, self._deletes = self._deletes, {}
+        for url, receipts in pending.items():
+            try:
+                self.queues.delete(url, receipts)
+            except StoreError as exc:  # redelivery is harmless: the claim guard holds
+                log.warning("delete failed: %s", exc)
+
+    # ---- one attempt -------------------------------------------------------------------
+
+    def context(self, run_id: str) -> RunContext | None:
+        ctx: RunContext | None = self._contexts.get(run_id)
+        if ctx is None:
+            run = self.store.get_run(run_id, self.clock())
+            if run is None:
+                return None
+            ctx = RunContext.of(run)
+            with self._lock:
+                self._contexts.put(run_id, ctx)
+        return ctx
+
+    def dep_outputs(self, row: StepRecord) -> dict[str, Any] | None:
+        if not row.deps:
+            return None
+        out: dict[str, Any] = {}
+        missing = []
+        for d in row.deps:
+            key = (row.run_id, d)
+            if key in self._outputs:
+                out[d] = self._outputs[key]
+            else:
+                missing.append(d)
+        if missing:
+            for name, dep in self.store.get_outputs(row.run_id, missing).items():
+                out[name] = self.adv.load_output(dep)
+        return {d: out.get(d) for d in row.deps}
+
+    def execute(self, row: StepRecord, tally: Tally) -> StepRecord | None:
+        """Run one claimed attempt; return the next row to run inline, if any."""
+        ctx = self.context(row.run_id)
+        backend = self.backends.get(row.backend)
+        raw = b""
+        if ctx is None:
+            outcome = Outcome(OutcomeKind.PERMANENT,
+                              error={"code": "run_missing", "message": f"run {row.run_id} is gone"})
+        elif backend is None:
+            outcome = Outcome(
+                OutcomeKind.PERMANENT,
+                error={"code": "unknown_backend",
+                       "message": f"step {row.step}: backend {row.backend!r} is not configured"},
+            )
+        else:
+            try:
+                steps = self.dep_outputs(row)
+            except (OrchestratorError, ValueError) as exc:
+                outcome = Outcome(OutcomeKind.RETRYABLE,
+                                  error={"code": "inputs_unavailable", "message": str(exc)})
+            else:
+                call = Call(
+                    url=backend.url.rstrip("/") + row.route,
+                    secret=backend.secret,
+                    run_id=row.run_id,
+                    workflow=ctx.workflow,
+                    step=row.step,
+                    attempt=row.attempt,
+                    timeout=row.timeout,
+                    input=ctx.input,
+                    steps=steps,
+                    payload=row.payload,
+                )
+                result = self.invoker.invoke(call)
+                outcome, raw = result.outcome, result.raw
+        decision = after_attempt(row, outcome, self.clock(), self.rand())
+        if ctx is None:
+            ctx = RunContext(row.run_id, "", None, "halt", {})
+        if isinstance(decision, Succeed):
+            try:
+                output_json, output_ref = self.adv.store_output(row, raw)
+            except StoreError as exc:
+                err = {"code": "output_store_failed", "message": str(exc), "attempt": row.attempt}
+                retry = Retry(row.attempt + 1, self.clock() + 1.0, err)
+                if row.attempt < row.max_attempts:
+                    self.adv.retry(row, retry)
+                else:
+                    self.adv.fail(row, ctx, Fail(err), tally)
+                return None
+            res = self.adv.succeed(
+                row, ctx, output_json, output_ref, len(raw), tally, keep_one=self.lease()
+            )
+            if res is None:
+                return None
+            inline, done = res
+            if output_ref is None:
+                with self._lock:
+                    self._outputs.put((row.run_id, row.step), decision.output)
+            return inline
+        if isinstance(decision, Retry):
+            self.adv.retry(row, decision)
+        else:
+            self.adv.fail(row, ctx, decision, tally)
+        return None
+
+    # ---- the loop ----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, *, threads: int | None = None, wait: int = 2) -> None:
+        """Poll both queues until `stop` is set; run attempts on a thread pool."""
+        n = threads or self.settings.worker_threads
+        slots = threading.Semaphore(n)
+        pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="step")
+
+        def work(item: Received) -> None:
+            try:
+                if item.message is None:
+                    self._ack(item)  # not ours: nothing to do with it
+                else:
+                    self.handle(item.message, item)
+            except Exception:  # the message is redelivered; the rows stay the truth
+                log.exception("step %s failed inside the worker", item.message)
+            finally:
+                slots.release()
+
+        def poll(url: str) -> None:
+            while not stop.is_set():
+                self.flush_deletes()
+                if not slots.acquire(timeout=0.2):
+                    continue
+                free = 1
+                while free < 10 and slots.acquire(blocking=False):
+                    free += 1
+                try:
+                    got = self.queues.receive(url, max_messages=free, wait=wait)
+                except StoreError as exc:
+                    log.warning("receive failed: %s", exc)
+                    got = []
+                    stop.wait(1.0)
+                for _ in range(free - len(got)):
+                    slots.release()
+                for item in got:
+                    pool.submit(work, item)
+
+        pollers = [
+            threading.Thread(target=poll, args=(u,), name=f"poll-{i}", daemon=True)
+            for i, u in enumerate((self.queues.dispatch_url, self.queues.timer_url))
+        ]
+        for t in pollers:
+            t.start()
+        stop.wait()
+        for t in pollers:
+            t.join(timeout=wait + 5)
+        pool.shutdown(wait=True)
+        self.flush_deletes()

@@ -1,0 +1,89 @@
+"""An orchestrator assembled for a test: a fresh set of tables and queues (own prefix)
+in the shared emulator, the real Runtime, and workers/sweepers as threads."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infra.stack import deploy_data_stack
+from orchestrator.aws import Clients, make_clients
+from orchestrator.manifest import manifest_from_text
+from orchestrator.runtime import Runtime
+from orchestrator.settings import Settings
+
+
+def fresh_settings(endpoint: str, **overrides: Any) -> Settings:
+    base = Settings(
+        endpoint_url=endpoint,
+        prefix="t" + secrets.token_hex(4),
+        sweep_interval=0.5,
+        redispatch_after=2.0,
+        lease_margin=2.0,
+    )
+    return base.with_(**overrides) if overrides else base
+
+
+@dataclass
+class Harness:
+    rt: Runtime
+    threads: list[threading.Thread] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        manifest_text: str,
+        tmp: Path,
+        env: dict[str, str],
+        clients: Clients | None = None,
+    ) -> Harness:
+        clients = clients or make_clients(settings)
+        deploy_data_stack(clients, settings.prefix)
+        manifest = manifest_from_text(manifest_text, "orchestrator.yml", tmp, env)
+        return cls(Runtime.build(settings, manifest, clients=clients))
+
+    def start_workers(self, n: int = 1, threads: int = 4, **kwargs: Any) -> list[Any]:
+        workers = []
+        for _ in range(n):
+            w = self.rt.worker(**kwargs)
+            workers.append(w)
+            t = threading.Thread(
+                target=w.run, args=(self.stop,), kwargs={"threads": threads, "wait": 1}, daemon=True
+            )
+            t.start()
+            self.threads.append(t)
+        return workers
+
+    def start_sweeper(self) -> None:
+        t = threading.Thread(target=self.rt.sweeper().run, args=(self.stop,), daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def start(self, workflow: str, input: Any = None) -> str:
+        run, _ = self.rt.runs.start(workflow, input)
+        return run.run_id
+
+    def wait(self, run_id: str, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        view = self.rt.runs.view(run_id)
+        while view["status"] == "running":
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run {run_id} still running after {timeout}s: {view}")
+            time.sleep(0.05)
+            view = self.rt.runs.view(run_id)
+        return view
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=10)
+
+
+def steps_of(view: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["step"]: s for s in view["steps"]}

@@ -1,0 +1,121 @@
+"""Step functions with controllable behaviour for the integration and fault tests:
+flaky, slow, failing, large. A real Starlette app served by a real uvicorn; it records
+every call (headers included) so tests can assert what the functions actually saw."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+
+@dataclass
+class Seen:
+    route: str
+    key: str
+    attempt: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+    at: float = field(default_factory=time.time)
+
+
+@dataclass
+class Recorder:
+    calls: list[Seen] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    per_key: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def add(self, seen: Seen) -> int:
+        with self.lock:
+            self.calls.append(seen)
+            self.per_key[seen.route + seen.key] += 1
+            return self.per_key[seen.route + seen.key]
+
+    def for_step(self, run_id: str, step: str) -> list[Seen]:
+        with self.lock:
+            return [
+                c
+                for c in self.calls
+                if c.body.get("run", {}).get("run_id") == run_id and c.body["run"]["step"] == step
+            ]
+
+
+def create_app(rec: Recorder) -> Starlette:
+    async def seen(request: Request) -> tuple[dict[str, Any], int]:
+        body = json.loads(await request.body())
+        n = rec.add(
+            Seen(
+                request.url.path,
+                request.headers.get("idempotency-key", ""),
+                int(request.headers.get("x-orchestrator-attempt", "0")),
+                body,
+                dict(request.headers),
+            )
+        )
+        return body, n
+
+    async def echo(request: Request) -> Response:
+        body, _ = await seen(request)
+        return JSONResponse(
+            {
+                "step": body["run"]["step"],
+                "input": body.get("input"),
+                "steps": body.get("steps"),
+                "payload": {k: v for k, v in body.items() if k not in ("input", "steps", "run")},
+            }
+        )
+
+    async def flaky(request: Request) -> Response:
+        # Fails `fail` times (payload) with 503, then succeeds; counted per idempotency key.
+        body, n = await seen(request)
+        if n <= int(body.get("fail", 2)):
+            headers = {"Retry-After": str(body["retry_after"])} if "retry_after" in body else {}
+            return JSONResponse({"error": "upstream 503"}, status_code=503, headers=headers)
+        return JSONResponse({"ok": True, "calls": n})
+
+    async def status(request: Request) -> Response:
+        body, _ = await seen(request)
+        return JSONResponse({"error": body.get("reason", "nope")}, status_code=int(body["code"]))
+
+    async def slow(request: Request) -> Response:
+        body, _ = await seen(request)
+        await asyncio.sleep(float(body.get("seconds", 1.0)))
+        return JSONResponse({"slept": body.get("seconds", 1.0)})
+
+    async def big(request: Request) -> Response:
+        body, _ = await seen(request)
+        n = int(body.get("bytes", 100_000))
+        return JSONResponse({"blob": "x" * n, "size": n})
+
+    async def measure(request: Request) -> Response:
+        # Reports the size of what it received from its dependencies.
+        body, _ = await seen(request)
+        steps = body.get("steps") or {}
+        return JSONResponse(
+            {name: len(json.dumps(v)) for name, v in steps.items()}
+            | {
+                "blob_sizes": {
+                    n: len(v.get("blob", "")) for n, v in steps.items() if isinstance(v, dict)
+                }
+            }
+        )
+
+    return Starlette(
+        routes=[
+            Route("/echo", echo, methods=["POST"]),
+            Route("/flaky", flaky, methods=["POST"]),
+            Route("/status", status, methods=["POST"]),
+            Route("/slow", slow, methods=["POST"]),
+            Route("/big", big, methods=["POST"]),
+            Route("/measure", measure, methods=["POST"]),
+        ]
+    )

@@ -1,0 +1,205 @@
+"""The engine's pure decisions: no I/O, no clock but the one passed in."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from orchestrator.engine import (
+    CreateStep,
+    ExpireLease,
+    Fail,
+    Finalize,
+    Outcome,
+    OutcomeKind,
+    Promote,
+    Redispatch,
+    Retry,
+    SkipStep,
+    StepSpec,
+    Succeed,
+    SweepPolicy,
+    after_attempt,
+    backoff,
+    classify_response,
+    final_status,
+    parse_retry_after,
+    plan_steps,
+    reconcile,
+)
+from orchestrator.records import RunRecord, StepRecord
+from orchestrator.states import (
+    RUN_TRANSITIONS,
+    STEP_TRANSITIONS,
+    RunStatus,
+    StepStatus,
+    can_move,
+)
+
+NOW = 1_800_000_000.0
+POLICY = SweepPolicy(redispatch_after=10.0, settle=2.0)
+
+
+def diamond() -> list[StepRecord]:
+    return plan_steps(
+        "r1",
+        [
+            StepSpec("a", "fn", "/a"),
+            StepSpec("b", "fn", "/b", deps=("a",)),
+            StepSpec("c", "fn", "/c", deps=("a",)),
+            StepSpec("d", "fn", "/d", deps=("b", "c")),
+        ],
+        NOW,
+    )
+
+
+def run(**kw: object) -> RunRecord:
+    base = RunRecord("r1", "wf", RunStatus.RUNNING, None, {}, NOW, 4, 4)
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_transition_table_is_closed_and_terminals_are_final() -> None:
+    for src, dests in STEP_TRANSITIONS.items():
+        assert dests <= set(StepStatus)
+        if src.terminal:
+            assert not dests
+    for src, dests in RUN_TRANSITIONS.items():
+        assert bool(dests) == (not src.terminal)
+    # every status is reachable from blocked
+    reach, frontier = {StepStatus.BLOCKED}, [StepStatus.BLOCKED]
+    while frontier:
+        for nxt in STEP_TRANSITIONS[frontier.pop()]:
+            if nxt not in reach:
+                reach.add(nxt)
+                frontier.append(nxt)
+    assert reach == set(StepStatus)
+    assert can_move(StepStatus.BLOCKED, StepStatus.READY)
+    assert not can_move(StepStatus.SUCCESS, StepStatus.DISPATCHED)
+
+
+def test_plan_roots_ready_others_blocked_with_reverse_edges() -> None:
+    rows = {r.step: r for r in diamond()}
+    assert rows["a"].status is StepStatus.READY and rows["a"].attempt == 1
+    assert rows["b"].status is StepStatus.BLOCKED and rows["b"].attempt == 0
+    assert rows["a"].dependants == ("b", "c")
+    assert rows["d"].deps == ("b", "c")
+    assert rows["a"].max_attempts == 4  # retry.max 3 → 4 attempts
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [(200, OutcomeKind.SUCCESS), (201, OutcomeKind.SUCCESS), (400, OutcomeKind.PERMANENT),
+     (404, OutcomeKind.PERMANENT), (422, OutcomeKind.PERMANENT), (408, OutcomeKind.RETRYABLE),
+     (409, OutcomeKind.RETRYABLE), (425, OutcomeKind.RETRYABLE), (429, OutcomeKind.RETRYABLE),
+     (500, OutcomeKind.RETRYABLE), (503, OutcomeKind.RETRYABLE)],
+)
+def test_classify_status_codes(status: int, kind: OutcomeKind) -> None:
+    out = classify_response(status, {"x": 1}, retry_after=None, now=NOW, body_is_json=True)
+    assert out.kind is kind
+
+
+def test_2xx_without_json_is_a_permanent_failure() -> None:
+    out = classify_response(200, "<html>", retry_after=None, now=NOW, body_is_json=False)
+    assert out.kind is OutcomeKind.PERMANENT
+    assert out.error is not None and out.error["code"] == "invalid_output"
+
+
+def test_retry_after_seconds_and_http_date() -> None:
+    assert parse_retry_after("7", NOW) == 7.0
+    assert parse_retry_after("Thu, 01 Jan 2027 00:00:10 GMT", 1798761600.0) == 10.0
+    assert parse_retry_after("garbage", NOW) is None
+    assert parse_retry_after("-5", NOW) == 0.0
+
+
+def test_backoff_shapes_with_bounded_jitter() -> None:
+    # rand=1.0 gives the full delay, rand=0 half of it
+    assert [backoff("linear", 1.0, 100, n, 1.0) for n in (1, 2, 3)] == [1.0, 2.0, 3.0]
+    assert [backoff("exponential", 1.0, 100, n, 1.0) for n in (1, 2, 3, 4)] == [1, 2, 4, 8]
+    assert backoff("exponential", 1.0, 5.0, 10, 1.0) == 5.0  # capped
+    assert backoff("exponential", 2.0, 100, 3, 0.0) == 4.0  # half of 8
+    for r in (0.0, 0.3, 0.99):
+        assert 4.0 <= backoff("exponential", 2.0, 100, 3, r) <= 8.0
+
+
+def test_after_attempt_retries_until_exhausted() -> None:
+    row = replace(diamond()[0], attempt=1, max_attempts=3)
+    boom = Outcome(OutcomeKind.RETRYABLE, error={"code": "http_error", "status": 503})
+    d = after_attempt(row, boom, NOW, 1.0)
+    assert isinstance(d, Retry) and d.next_attempt == 2 and d.due_at == NOW + 1.0
+    d = after_attempt(replace(row, attempt=3), boom, NOW, 1.0)
+    assert isinstance(d, Fail) and d.error["exhausted"] is True and d.error["attempt"] == 3
+    perm = Outcome(OutcomeKind.PERMANENT, error={"code": "http_error", "status": 400})
+    assert isinstance(after_attempt(row, perm, NOW, 1.0), Fail)
+    ok = after_attempt(row, Outcome(OutcomeKind.SUCCESS, output={"v": 1}), NOW, 1.0)
+    assert ok == Succeed({"v": 1})
+    hinted = Outcome(OutcomeKind.RETRYABLE, error={}, retry_after=30.0)
+    d = after_attempt(row, hinted, NOW, 0.0)
+    assert isinstance(d, Retry) and d.due_at == NOW + 30.0
+
+
+def test_final_status() -> None:
+    rows = diamond()
+    assert final_status(run(), rows) is None
+    done = [replace(r, status=StepStatus.SUCCESS) for r in rows]
+    assert final_status(run(), done) is RunStatus.SUCCESS
+    failed = [*done[:3], replace(done[3], status=StepStatus.FAILED)]
+    assert final_status(run(), failed) is RunStatus.FAILED
+    assert final_status(run(kill_requested=True), done) is RunStatus.KILLED
+    assert final_status(run(halted=True), done) is RunStatus.FAILED
+
+
+def by(rows: list[StepRecord], **changes: dict[str, object]) -> list[StepRecord]:
+    return [replace(r, **changes[r.step]) if r.step in changes else r  # type: ignore[arg-type]
+            for r in rows]
+
+
+def test_reconcile_recreates_missing_rows_first() -> None:
+    rows = diamond()
+    cmds = reconcile(run(), rows[:2], rows, NOW, POLICY)
+    assert [c.record.step for c in cmds if isinstance(c, CreateStep)] == ["c", "d"]
+    assert all(isinstance(c, CreateStep) for c in cmds)
+
+
+def test_reconcile_redispatches_a_lost_message_after_the_grace() -> None:
+    rows = diamond()
+    assert reconcile(run(), rows, rows, NOW + 5, POLICY) == []
+    cmds = reconcile(run(), rows, rows, NOW + 11, POLICY)
+    assert cmds == [Redispatch("a", 1, None)]
+
+
+def test_reconcile_finishes_an_interrupted_promotion() -> None:
+    rows = by(diamond(), a={"status": StepStatus.SUCCESS, "finished_at": NOW})
+    assert reconcile(run(), rows, rows, NOW + 1, POLICY) == []  # leave it to the worker
+    cmds = reconcile(run(), rows, rows, NOW + 3, POLICY)
+    assert cmds == [Promote("b", 1), Promote("c", 1)]
+
+
+def test_reconcile_expires_a_dead_workers_lease() -> None:
+    rows = by(diamond(), a={"status": StepStatus.DISPATCHED, "lease_owner": "w1",
+                            "lease_until": NOW + 60})
+    assert reconcile(run(), rows, rows, NOW + 30, POLICY) == []
+    (cmd,) = reconcile(run(), rows, rows, NOW + 61, POLICY, rand=1.0)
+    assert isinstance(cmd, ExpireLease) and cmd.owner == "w1"
+    assert isinstance(cmd.decision, Retry) and cmd.decision.next_attempt == 2
+    assert cmd.decision.error["code"] == "lease_expired"
+
+
+def test_reconcile_skips_below_a_failure_and_stops_halted_runs() -> None:
+    rows = by(diamond(), a={"status": StepStatus.FAILED})
+    cmds = reconcile(run(), rows, rows, NOW, POLICY)
+    assert {c.step for c in cmds if isinstance(c, SkipStep)} == {"b", "c"}
+    rows = by(diamond(), a={"status": StepStatus.DISPATCHED, "lease_owner": "w",
+                            "lease_until": NOW + 100})
+    cmds = reconcile(run(halted=True), rows, rows, NOW, POLICY)
+    assert {c.step for c in cmds if isinstance(c, SkipStep)} == {"b", "c", "d"}  # not a
+
+
+def test_reconcile_finalizes_and_fixes_the_counter() -> None:
+    done = [replace(r, status=StepStatus.SUCCESS, finished_at=NOW) for r in diamond()]
+    assert reconcile(run(remaining=2), done, done, NOW + 9, POLICY) == [
+        Finalize(RunStatus.SUCCESS)]
+    rows = by(diamond(), a={"status": StepStatus.DISPATCHED, "lease_owner": "w",
+                            "lease_until": NOW + 100})
+    assert reconcile(run(remaining=1), rows, rows, NOW, POLICY) == []
+    assert reconcile(run(status=RunStatus.SUCCESS), rows, rows, NOW, POLICY) == []

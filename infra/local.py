@@ -8,7 +8,9 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -88,7 +90,14 @@ class LocalStack:
 
         if self.opts.functions_app:
             factory = load_factory(self.opts.functions_app)
-            server = BackgroundServer(factory(), self.opts.host, self.opts.functions_port).start()
+            kwargs: dict[str, Any] = {}
+            if "secret" in inspect.signature(factory).parameters:
+                # Sign every call, as in production: a fresh shared secret per stack.
+                secret = env.get("FUNCTIONS_SECRET") or secrets.token_hex(16)
+                env["FUNCTIONS_SECRET"] = secret
+                kwargs["secret"] = secret
+            server = BackgroundServer(factory(**kwargs), self.opts.host,
+                                      self.opts.functions_port).start()
             self.servers.append(server)
             self.functions_url = server.url
             env.setdefault("FUNCTIONS_URL", server.url)
@@ -112,22 +121,25 @@ class LocalStack:
         self.api_url = api.url
         self.echo(f"api        {api.url}")
         for i in range(self.opts.workers):
-            w = rt.worker()
-            self._spawn(f"worker-{i}", lambda w=w: w.run(self.stop_event))
-        self._spawn("sweeper", lambda: rt.sweeper().run(self.stop_event))
-        self.echo(f"workers    {self.opts.workers} (threads: {settings.worker_threads} each); "
-                  f"sweeper every {settings.sweep_interval:g}s")
-        wf = DEMO_WORKFLOW if DEMO_WORKFLOW in manifest.workflows else next(iter(manifest.workflows),
-                                                                           None)
+            self._spawn(f"worker-{i}", rt.worker().run, self.stop_event)
+        self._spawn("sweeper", rt.sweeper().run, self.stop_event)
+        self.echo(
+            f"workers    {self.opts.workers} (threads: {settings.worker_threads} each); "
+            f"sweeper every {settings.sweep_interval:g}s"
+        )
+        names = list(manifest.workflows)
+        wf = DEMO_WORKFLOW if DEMO_WORKFLOW in names else (names[0] if names else None)
         if wf:
             self.echo("")
             self.echo("Trigger a run:")
             self.echo(f"  orchestrator run {wf} --url {api.url} --wait")
-            self.echo(f"  curl -s -X POST {api.url}/runs -H 'content-type: application/json' "
-                      f"-d '{{\"workflow\": \"{wf}\", \"input\": {{}}}}'")
+            self.echo(
+                f"  curl -s -X POST {api.url}/runs -H 'content-type: application/json' "
+                f'-d \'{{"workflow": "{wf}", "input": {{}}}}\''
+            )
 
-    def _spawn(self, name: str, target: Callable[[], None]) -> None:
-        t = threading.Thread(target=target, name=name, daemon=True)
+    def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
         t.start()
         self.threads.append(t)
 

@@ -116,8 +116,14 @@ class Advancer:
         now = self.clock()
         try:
             done = self.store.record_success(
-                row.run_id, row.step, row.attempt, row.lease_owner or "",
-                output_json=output_json, output_ref=output_ref, size=size, now=now,
+                row.run_id,
+                row.step,
+                row.attempt,
+                row.lease_owner or "",
+                output_json=output_json,
+                output_ref=output_ref,
+                size=size,
+                now=now,
             )
         except ConditionFailed:
             return None
@@ -145,32 +151,52 @@ class Advancer:
                 sends.append(Dispatch(run_id=done.run_id, step=dep, attempt=1))
         return inline, sends
 
-    def retry(self, row: StepRecord, decision: Retry, *, expired_before: float | None = None
-              ) -> bool:
+    def retry(
+        self, row: StepRecord, decision: Retry, *, expired_before: float | None = None
+    ) -> bool:
         try:
             self.store.record_retry(
-                row.run_id, row.step, row.attempt, row.lease_owner or "",
-                next_attempt=decision.next_attempt, due_at=decision.due_at,
-                error=decision.error, expired_before=expired_before,
+                row.run_id,
+                row.step,
+                row.attempt,
+                row.lease_owner or "",
+                next_attempt=decision.next_attempt,
+                due_at=decision.due_at,
+                error=decision.error,
+                expired_before=expired_before,
             )
         except ConditionFailed:
             return False
         self.queues.timer(
-            Dispatch(run_id=row.run_id, step=row.step, attempt=decision.next_attempt,
-                     due_at=decision.due_at),
+            Dispatch(
+                run_id=row.run_id,
+                step=row.step,
+                attempt=decision.next_attempt,
+                due_at=decision.due_at,
+            ),
             self.clock(),
         )
         return True
 
     def fail(
-        self, row: StepRecord, ctx: RunContext, decision: Fail, tally: Tally,
-        *, expired_before: float | None = None,
+        self,
+        row: StepRecord,
+        ctx: RunContext,
+        decision: Fail,
+        tally: Tally,
+        *,
+        expired_before: float | None = None,
     ) -> bool:
         now = self.clock()
         try:
             failed = self.store.record_failure(
-                row.run_id, row.step, row.attempt, row.lease_owner or "",
-                error=decision.error, now=now, expired_before=expired_before,
+                row.run_id,
+                row.step,
+                row.attempt,
+                row.lease_owner or "",
+                error=decision.error,
+                now=now,
+                expired_before=expired_before,
             )
         except ConditionFailed:
             return False
@@ -183,8 +209,12 @@ class Advancer:
                 self.store.mark_halted(row.run_id, err, now)
             except ConditionFailed:
                 return True
-            self.stop_not_started(row.run_id, (StepStatus.BLOCKED, StepStatus.READY),
-                                  f"run halted: step {row.step} failed", tally)
+            self.stop_not_started(
+                row.run_id,
+                (StepStatus.BLOCKED, StepStatus.READY),
+                f"run halted: step {row.step} failed",
+                tally,
+            )
         return True
 
     def cascade_skip(self, failed: StepRecord, tally: Tally) -> None:
@@ -198,8 +228,11 @@ class Advancer:
                 continue
             seen.add(name)
             skipped = self.store.skip(
-                failed.run_id, name, (StepStatus.BLOCKED,),
-                f"dependency {failed.step} did not succeed", now,
+                failed.run_id,
+                name,
+                (StepStatus.BLOCKED,),
+                f"dependency {failed.step} did not succeed",
+                now,
             )
             if skipped is not None:
                 tally.add(failed.run_id)
@@ -212,9 +245,12 @@ class Advancer:
         now = self.clock()
         n = 0
         for s in self.store.query_steps(run_id):
-            if s.status in statuses and not s.claimed:
-                if self.store.skip(run_id, s.step, statuses, reason, now) is not None:
-                    n += 1
+            if (
+                s.status in statuses
+                and not s.claimed
+                and self.store.skip(run_id, s.step, statuses, reason, now) is not None
+            ):
+                n += 1
         tally.add(run_id, n)
         return n
 

@@ -80,11 +80,16 @@ def create_app(rt: Runtime) -> Starlette:
             body = StartRun.model_validate(doc)
         except ValidationError as exc:
             return error(422, "invalid_body", _validation_message(exc))
-        run, created = await run_in_threadpool(rt.runs.start, body.workflow, body.input,
-                                               body.run_id)
+        run, created = await run_in_threadpool(
+            rt.runs.start, body.workflow, body.input, body.run_id
+        )
         return JSONResponse(
-            {"run_id": run.run_id, "workflow": run.workflow, "status": run.status.value,
-             "created": created},
+            {
+                "run_id": run.run_id,
+                "workflow": run.workflow,
+                "status": run.status.value,
+                "created": created,
+            },
             status_code=201 if created else 200,
         )
 
@@ -111,15 +116,23 @@ def create_app(rt: Runtime) -> Starlette:
         runs, last = await run_in_threadpool(
             rt.store.list_runs, workflow, rt.clock(), limit=limit, start=start
         )
-        return JSONResponse({
-            "runs": [
-                {"run_id": r.run_id, "workflow": r.workflow, "status": r.status.value,
-                 "created_at": r.created_at, "finished_at": r.finished_at}
-                for r in runs
-            ],
-            "next_cursor": base64.urlsafe_b64encode(json.dumps(last).encode()).decode()
-            if last else None,
-        })
+        return JSONResponse(
+            {
+                "runs": [
+                    {
+                        "run_id": r.run_id,
+                        "workflow": r.workflow,
+                        "status": r.status.value,
+                        "created_at": r.created_at,
+                        "finished_at": r.finished_at,
+                    }
+                    for r in runs
+                ],
+                "next_cursor": base64.urlsafe_b64encode(json.dumps(last).encode()).decode()
+                if last
+                else None,
+            }
+        )
 
     async def cancel_run(request: Request) -> JSONResponse:
         doc = await read_json(request)
@@ -131,12 +144,14 @@ def create_app(rt: Runtime) -> Starlette:
         return JSONResponse(view)
 
     async def workflows(request: Request) -> JSONResponse:
-        return JSONResponse({
-            "workflows": [
-                {"name": name, "steps": list(wf.steps), "on_failure": wf.on_failure}
-                for name, wf in rt.manifest.workflows.items()
-            ]
-        })
+        return JSONResponse(
+            {
+                "workflows": [
+                    {"name": name, "steps": list(wf.steps), "on_failure": wf.on_failure}
+                    for name, wf in rt.manifest.workflows.items()
+                ]
+            }
+        )
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})

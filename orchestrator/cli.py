@@ -75,7 +75,7 @@ def parse_input(raw: str | None) -> Any:
         try:
             raw = Path(raw[1:]).read_text()
         except OSError as exc:
-            raise click.BadParameter(f"cannot read {raw[1:]}: {exc}", param_hint="--input")
+            raise click.BadParameter(f"cannot read {raw[1:]}: {exc}", param_hint="--input") from exc
     try:
         return json.loads(raw)
     except ValueError as exc:
@@ -121,12 +121,21 @@ def lint(manifest_path: str) -> None:
 @click.argument("workflow")
 @click.option("--input", "input_json", help="Run input as JSON (or @file.json).")
 @click.option("--run-id", help="Choose the run id (starting it twice returns the same run).")
-@click.option("--wait", is_flag=True, help="Wait for the run to finish; exit 1 unless it succeeded.")
+@click.option(
+    "--wait", is_flag=True, help="Wait for the run to finish; exit 1 unless it succeeded."
+)
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds to --wait.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @url_option
-def run(workflow: str, input_json: str | None, run_id: str | None, wait: bool, timeout: float,
-        as_json: bool, url: str) -> None:
+def run(
+    workflow: str,
+    input_json: str | None,
+    run_id: str | None,
+    wait: bool,
+    timeout: float,
+    as_json: bool,
+    url: str,
+) -> None:
     """Start a run of WORKFLOW."""
     payload = parse_input(input_json)
     api = ApiClient(url)
@@ -197,15 +206,17 @@ def show(target: str, as_json: bool, ascii_only: bool | None, url: str) -> None:
     except OrchestratorError as exc:
         exit_for(exc)
     if as_json:
-        emit({
-            "run_id": view["run_id"],
-            "workflow": view["workflow"],
-            "status": view["status"],
-            "steps": [
-                {k: s.get(k) for k in ("step", "status", "attempts", "output", "error")}
-                for s in view["steps"]
-            ],
-        })
+        emit(
+            {
+                "run_id": view["run_id"],
+                "workflow": view["workflow"],
+                "status": view["status"],
+                "steps": [
+                    {k: s.get(k) for k in ("step", "status", "attempts", "output", "error")}
+                    for s in view["steps"]
+                ],
+            }
+        )
     else:
         click.echo(render_run(view, ascii_only=ascii_only or None))
 
@@ -272,20 +283,37 @@ def sweeper(manifest_path: str, once: bool) -> None:
 @manifest_option
 @click.option("--port", default=8080, show_default=True, help="Port of the orchestrator API.")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--functions", "functions_app",
-              default="functions.examples.monthly_report:create_app", show_default=True,
-              help="module:factory of the functions app to serve ('none' to serve none).")
+@click.option(
+    "--functions",
+    "functions_app",
+    default="functions.examples.monthly_report:create_app",
+    show_default=True,
+    help="module:factory of the functions app to serve ('none' to serve none).",
+)
 @click.option("--functions-port", default=8001, show_default=True)
 @click.option("--emulator-port", default=4566, show_default=True)
-@click.option("--no-emulator", is_flag=True,
-              help="Use AWS_ENDPOINT_URL or real AWS instead of the embedded emulator.")
+@click.option(
+    "--no-emulator",
+    is_flag=True,
+    help="Use AWS_ENDPOINT_URL or real AWS instead of the embedded emulator.",
+)
 @click.option("--workers", default=1, show_default=True, help="Worker loops to run.")
 @click.option("--sweep-interval", default=5.0, show_default=True)
 @click.option("--demo", is_flag=True, help="Trigger the demo workflow and print its outcome.")
 @click.option("--exit-after-demo", is_flag=True, help="Stop once the demo run finished.")
-def dev(manifest_path: str, port: int, host: str, functions_app: str, functions_port: int,
-        emulator_port: int, no_emulator: bool, workers: int, sweep_interval: float, demo: bool,
-        exit_after_demo: bool) -> None:
+def dev(
+    manifest_path: str,
+    port: int,
+    host: str,
+    functions_app: str,
+    functions_port: int,
+    emulator_port: int,
+    no_emulator: bool,
+    workers: int,
+    sweep_interval: float,
+    demo: bool,
+    exit_after_demo: bool,
+) -> None:
     """Start the whole stack locally: emulator, tables and queues, functions, API,
     workers and sweeper. Ctrl-C stops everything."""
     from infra.local import LocalStack, StackOptions

@@ -19,9 +19,7 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)")
 _HINT = "use seconds or <number><unit> parts with units d, h, m, s, ms, e.g. 500ms, 30s, 1h30m"
 
 
-def parse_duration(
-    value: str | int | float, field: str, *, allow_zero: bool = False
-) -> float:
+def parse_duration(value: str | int | float, field: str, *, allow_zero: bool = False) -> float:
     """Seconds in `value`; `ValueError` naming the value (and `field`) if it is not a
     positive duration (zero is accepted only with `allow_zero`)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):

@@ -129,14 +129,19 @@ def classify_response(
         if not body_is_json:
             return Outcome(
                 OutcomeKind.PERMANENT,
-                error={"code": "invalid_output", "status": status,
-                       "message": "2xx response body is not JSON"},
+                error={
+                    "code": "invalid_output",
+                    "status": status,
+                    "message": "2xx response body is not JSON",
+                },
             )
         return Outcome(OutcomeKind.SUCCESS, output=body)
     err = {"code": "http_error", "status": status, "reason": _error_reason(body)}
     if 400 <= status < 500 and status not in RETRYABLE_4XX:
         return Outcome(OutcomeKind.PERMANENT, error=err)
-    return Outcome(OutcomeKind.RETRYABLE, error=err, retry_after=parse_retry_after(retry_after, now))
+    return Outcome(
+        OutcomeKind.RETRYABLE, error=err, retry_after=parse_retry_after(retry_after, now)
+    )
 
 
 def backoff(strategy: str, base: float, cap: float, attempt: int, rand: float) -> float:
@@ -145,7 +150,7 @@ def backoff(strategy: str, base: float, cap: float, attempt: int, rand: float) -
     linear: base * attempt; exponential: base * 2^(attempt-1); both capped, then
     "equal jitter" (half fixed, half random) so retries of a fan-out spread out."""
     if strategy == "exponential":
-        raw = base * (2 ** max(0, attempt - 1))
+        raw = base * float(2 ** max(0, attempt - 1))
     else:
         raw = base * max(1, attempt)
     d = min(raw, cap)
@@ -292,8 +297,11 @@ def reconcile(
     doomed: set[str] = set()
     for s in steps:
         if stopping and s.status in stop_statuses and not s.claimed:
-            cmds.append(SkipStep(s.step, stop_statuses, "run killed" if run.kill_requested
-                                 else "run halted"))
+            cmds.append(
+                SkipStep(
+                    s.step, stop_statuses, "run killed" if run.kill_requested else "run halted"
+                )
+            )
             doomed.add(s.step)
     for s in steps:
         if s.step in doomed:
@@ -306,22 +314,23 @@ def reconcile(
                 last = max((d.finished_at or 0.0) for d in dep_rows) if dep_rows else 0.0
                 if now - last >= policy.settle:
                     cmds.append(Promote(s.step, len(s.deps)))
-        elif s.status is StepStatus.READY or (
-            s.status is StepStatus.DISPATCHED and not s.claimed
-        ):
+        elif s.status is StepStatus.READY or (s.status is StepStatus.DISPATCHED and not s.claimed):
             since = max(s.due_at or 0.0, s.ready_at or 0.0)
             if now - since >= policy.redispatch_after:
                 cmds.append(Redispatch(s.step, s.attempt, s.due_at))
-        elif s.status is StepStatus.DISPATCHED and s.lease_until is not None:
-            if now > s.lease_until:
-                lost = Outcome(
-                    OutcomeKind.RETRYABLE,
-                    error={"code": "lease_expired",
-                           "message": f"worker {s.lease_owner} stopped answering"},
-                )
-                decision = after_attempt(s, lost, now, rand)
-                assert not isinstance(decision, Succeed)
-                cmds.append(ExpireLease(s.step, s.attempt, s.lease_owner or "", decision))
+        elif (
+            s.status is StepStatus.DISPATCHED and s.lease_until is not None and now > s.lease_until
+        ):
+            lost = Outcome(
+                OutcomeKind.RETRYABLE,
+                error={
+                    "code": "lease_expired",
+                    "message": f"worker {s.lease_owner} stopped answering",
+                },
+            )
+            decision = after_attempt(s, lost, now, rand)
+            assert not isinstance(decision, Succeed)
+            cmds.append(ExpireLease(s.step, s.attempt, s.lease_owner or "", decision))
     if not cmds:
         # The `remaining` counter is only a hint that triggers the finish; a decrement
         # lost with a crashed worker leaves it high, and this is where that run ends.

@@ -59,7 +59,13 @@ MAX_SPEC_BYTES = 10 * 1024 * 1024
 OPENAPI_TIMEOUT = 5.0
 _TOP_LEVEL = ("backends", "workflows")
 _MODELS: tuple[type[BaseModel], ...] = (
-    Backend, RetryPolicy, Step, Schedule, ForEach, Workflow, Manifest,
+    Backend,
+    RetryPolicy,
+    Step,
+    Schedule,
+    ForEach,
+    Workflow,
+    Manifest,
 )
 # Python field name -> YAML key, for messages (pydantic reports aliases, but a field
 # validated by name would be reported by name).
@@ -171,22 +177,34 @@ class _Loaded:
             at: YamlPath = ("workflows", name)
             used.update(step.backend for step in wf.steps.values())
             if wf.schedule is not None:
-                notes.add((*at, "schedule"), f"workflow {name!r} has a schedule; schedules "
-                          "are not active yet (trigger by hand)")
+                notes.add(
+                    (*at, "schedule"),
+                    f"workflow {name!r} has a schedule; schedules "
+                    "are not active yet (trigger by hand)",
+                )
             if wf.for_each is not None:
-                notes.add((*at, "forEach"), f"workflow {name!r}: forEach takes effect in a "
-                          "later release")
+                notes.add(
+                    (*at, "forEach"), f"workflow {name!r}: forEach takes effect in a later release"
+                )
                 if wf.for_each.query is not None:
-                    notes.add((*at, "forEach", "query"), f"workflow {name!r}: forEach.query "
-                              "cannot be executed (there is no query engine); use "
-                              "forEach.backend + forEach.route, or forEach.items")
+                    notes.add(
+                        (*at, "forEach", "query"),
+                        f"workflow {name!r}: forEach.query "
+                        "cannot be executed (there is no query engine); use "
+                        "forEach.backend + forEach.route, or forEach.items",
+                    )
             if "concurrency" in wf.model_fields_set:
-                notes.add((*at, "concurrency"), f"workflow {name!r}: concurrency takes "
-                          "effect in a later release")
+                notes.add(
+                    (*at, "concurrency"),
+                    f"workflow {name!r}: concurrency takes effect in a later release",
+                )
         for name, backend in self.manifest.backends.items():
             if backend.openapi is None and name in used:
-                notes.add(("backends", name), f"backend {name!r} declares no openapi spec, "
-                          "so the routes its steps call are not checked")
+                notes.add(
+                    ("backends", name),
+                    f"backend {name!r} declares no openapi spec, "
+                    "so the routes its steps call are not checked",
+                )
         return LintReport(self.manifest, notes.lines())
 
 
@@ -216,12 +234,19 @@ class _Loader:
         sources = _Sources(lines)
         found = _Findings(sources)
         if not isinstance(data, dict):
-            raise ManifestError([f"{self.filename}:{lines.line(())}: a manifest is a mapping "
-                                 "with backends: and workflows:"])
+            raise ManifestError(
+                [
+                    f"{self.filename}:{lines.line(())}: a manifest is a mapping "
+                    "with backends: and workflows:"
+                ]
+            )
         for key in data:
             if key not in _TOP_LEVEL:
-                found.add((key,), f"unknown top-level key {key!r}{did_you_mean(key, _TOP_LEVEL)}"
-                          f" (expected {' and '.join(_TOP_LEVEL)})")
+                found.add(
+                    (key,),
+                    f"unknown top-level key {key!r}{did_you_mean(key, _TOP_LEVEL)}"
+                    f" (expected {' and '.join(_TOP_LEVEL)})",
+                )
         raw_backends = self._section(data, "backends", found)
         raw_workflows = self._section(data, "workflows", found)
 
@@ -271,8 +296,10 @@ class _Loader:
     def _section(self, data: dict[str, Any], key: str, found: _Findings) -> dict[str, Any]:
         value = data.get(key)
         if value is None:
-            found.add((key,) if key in data else (), f"{key}: is required (a mapping of name "
-                      "-> definition)")
+            found.add(
+                (key,) if key in data else (),
+                f"{key}: is required (a mapping of name -> definition)",
+            )
             return {}
         if not isinstance(value, dict):
             found.add((key,), f"{key}: must be a mapping of name -> definition")
@@ -281,8 +308,11 @@ class _Loader:
 
     def _check_name(self, at: YamlPath, name: str, found: _Findings) -> None:
         if not NAME_PATTERN.fullmatch(name):
-            found.add(at, f"name {name!r} must start with a letter or digit and use only "
-                      "letters, digits, '_', '.' and '-' (at most 128 characters)")
+            found.add(
+                at,
+                f"name {name!r} must start with a letter or digit and use only "
+                "letters, digits, '_', '.' and '-' (at most 128 characters)",
+            )
 
     def _validate(
         self, model: type[BaseModel], raw: Any, at: YamlPath, found: _Findings
@@ -314,8 +344,11 @@ class _Loader:
                 return "${"
             body = _VAR_BODY.fullmatch(match.group("body"))
             if not match.group("close") or body is None:
-                found.add(at, f"malformed variable reference {match.group(0)!r} (write "
-                          "${NAME} or ${NAME:-default}; $${ for a literal ${)")
+                found.add(
+                    at,
+                    f"malformed variable reference {match.group(0)!r} (write "
+                    "${NAME} or ${NAME:-default}; $${ for a literal ${)",
+                )
                 return match.group(0)
             value = self.environ.get(body.group("name"))
             if value:
@@ -323,8 +356,11 @@ class _Loader:
             if body.group("default") is not None:
                 return body.group("default")
             if value is None:
-                found.add(at, f"environment variable {body.group('name')} is not set (set it, "
-                          f"or give a default: ${{{body.group('name')}:-value}})")
+                found.add(
+                    at,
+                    f"environment variable {body.group('name')} is not set (set it, "
+                    f"or give a default: ${{{body.group('name')}:-value}})",
+                )
             return ""
 
         return _VAR_REF.sub(expand, raw)
@@ -335,8 +371,11 @@ class _Loader:
         root = self.base_dir.resolve()
         target = (self.base_dir / rel).resolve()
         if not rel.strip() or not target.is_relative_to(root):
-            found.add(at, f"workflow file {rel!r} is outside the manifest's folder {root} "
-                      "(paths are relative to the manifest; '..' and symlinks may not leave it)")
+            found.add(
+                at,
+                f"workflow file {rel!r} is outside the manifest's folder {root} "
+                "(paths are relative to the manifest; '..' and symlinks may not leave it)",
+            )
             return None
         if not target.is_file():
             found.add(at, f"workflow file {rel!r} not found (looked for {target})")
@@ -366,17 +405,22 @@ class _Loader:
             if isinstance(operations, str):
                 users = ", ".join(call.label for call in calls if call.backend == name)
                 needed = f"; it is needed to check steps {users}" if users else ""
-                found.add(("backends", name, "openapi"), f"cannot read OpenAPI spec "
-                          f"{backend.openapi!r}: {operations}{needed}")
+                found.add(
+                    ("backends", name, "openapi"),
+                    f"cannot read OpenAPI spec {backend.openapi!r}: {operations}{needed}",
+                )
                 continue
             for call in calls:
                 if call.backend != name:
                     continue
                 if not any(_route_matches(call.route, op) for op in operations):
                     route, label = call.route, call.label
-                    found.add(call.path, f"step {label} calls POST {route}, which is not a POST "
-                              f"operation in backend {name!r}'s spec {backend.openapi!r}"
-                              f"{did_you_mean(route, sorted(operations))}")
+                    found.add(
+                        call.path,
+                        f"step {label} calls POST {route}, which is not a POST "
+                        f"operation in backend {name!r}'s spec {backend.openapi!r}"
+                        f"{did_you_mean(route, sorted(operations))}",
+                    )
 
     def _spec_routes(self, where: str) -> set[str] | str:
         """POST paths of the spec at `where`, or why it could not be read (cached)."""
@@ -404,15 +448,20 @@ def _raw_edges(workflow: str, raw: dict[str, Any]) -> tuple[dict[str, list[str]]
         for name, step in steps.items():
             step = step if isinstance(step, dict) else {}
             wanted = step.get("dependsOn")
-            deps[name] = [d for d in wanted if isinstance(d, str)] if isinstance(
-                wanted, list) else []
+            deps[name] = (
+                [d for d in wanted if isinstance(d, str)] if isinstance(wanted, list) else []
+            )
             callers.append((name, ("steps", name), step))
     for_each = raw.get("forEach")
     if isinstance(for_each, dict):
         callers.append(("forEach", ("forEach",), for_each))
     calls = [
-        _Call(entry["backend"], entry["route"], ("workflows", workflow, *at, "route"),
-              f"{workflow}.{label}")
+        _Call(
+            entry["backend"],
+            entry["route"],
+            ("workflows", workflow, *at, "route"),
+            f"{workflow}.{label}",
+        )
         for label, at, entry in callers
         if isinstance(entry.get("backend"), str) and isinstance(entry.get("route"), str)
     ]
@@ -511,4 +560,3 @@ def _unwrap_optional(annotation: Any) -> Any:
         args = [arg for arg in get_args(annotation) if arg is not type(None)]
         return args[0] if len(args) == 1 else annotation
     return annotation
-

@@ -344,8 +344,10 @@ def graph_problems(deps: Mapping[str, Sequence[str]]) -> list[tuple[YamlPath, st
             elif dep not in deps:
                 others = [n for n in names if n != step]
                 problems.append(
-                    (at, f"step {step!r} depends on unknown step {dep!r}"
-                     f"{did_you_mean(dep, others)}")
+                    (
+                        at,
+                        f"step {step!r} depends on unknown step {dep!r}{did_you_mean(dep, others)}",
+                    )
                 )
             seen.add(dep)
     for cycle in _cycles(deps):
@@ -378,7 +380,7 @@ def _cycles(deps: Mapping[str, Sequence[str]]) -> list[list[str]]:
                 state[path.pop()] = 2
                 stack.pop()
             elif state.get(child) == 1:
-                cycle = [*path[path.index(child):], child]
+                cycle = [*path[path.index(child) :], child]
                 if frozenset(cycle) not in seen_sets:
                     seen_sets.add(frozenset(cycle))
                     found.append(cycle)
@@ -406,7 +408,10 @@ def backend_problems(workflow: Any, backends: Sequence[str]) -> list[tuple[YamlP
     for at, backend in targets:
         if isinstance(backend, str) and backend not in backends:
             problems.append(
-                (at, f"unknown backend {backend!r}{did_you_mean(backend, backends)}"
-                 f" (declared: {', '.join(backends) or 'none'})")
+                (
+                    at,
+                    f"unknown backend {backend!r}{did_you_mean(backend, backends)}"
+                    f" (declared: {', '.join(backends) or 'none'})",
+                )
             )
     return problems

@@ -7,7 +7,7 @@ send and receive on it (measured on moto), and dispatches are the hot path."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -61,14 +61,17 @@ class Queues:
         with _translate("resolve queue URLs"):
             self.dispatch_url = sqs.get_queue_url(QueueName=names.dispatch_queue)["QueueUrl"]
             self.timer_url = sqs.get_queue_url(QueueName=names.timer_queue)["QueueUrl"]
-        # Fault injection for the chaos tests: a real filter in front of SendMessage,
-        # never a mock. Returns False to drop a message on the floor.
-        self.send_filter: Any = None
+        # Fault injection for the chaos tests: a real function in front of the real
+        # SendMessage (never a mock). It returns the messages to send: fewer to drop
+        # some, repeated ones to duplicate them.
+        self.tamper: Callable[[list[Dispatch]], list[Dispatch]] | None = None
+
+    def _tampered(self, messages: Sequence[Dispatch]) -> list[Dispatch]:
+        return list(messages) if self.tamper is None else self.tamper(list(messages))
 
     def dispatch(self, messages: Sequence[Dispatch]) -> None:
         """Enqueue dispatches, ten per request."""
-        if self.send_filter is not None:
-            messages = [m for m in messages if self.send_filter(m)]
+        messages = self._tampered(messages)
         for i in range(0, len(messages), 10):
             chunk = messages[i : i + 10]
             if len(chunk) == 1:
@@ -83,15 +86,14 @@ class Queues:
 
     def timer(self, message: Dispatch, now: float) -> None:
         """Deliver `message` at its due time (re-delayed hop by hop past 15 minutes)."""
-        if self.send_filter is not None and not self.send_filter(message):
-            return
-        delay = 0 if message.due_at is None else math.ceil(max(0.0, message.due_at - now))
-        with _translate("send timer"):
-            self.sqs.send_message(
-                QueueUrl=self.timer_url,
-                MessageBody=message.encode(),
-                DelaySeconds=min(MAX_DELAY, delay),
-            )
+        for m in self._tampered([message]):
+            delay = 0 if m.due_at is None else math.ceil(max(0.0, m.due_at - now))
+            with _translate("send timer"):
+                self.sqs.send_message(
+                    QueueUrl=self.timer_url,
+                    MessageBody=m.encode(),
+                    DelaySeconds=min(MAX_DELAY, delay),
+                )
 
     def receive(self, url: str, *, max_messages: int = 10, wait: int = 5) -> list[Received]:
         with _translate("receive"):

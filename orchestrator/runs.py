@@ -30,8 +30,9 @@ RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 MAX_INPUT_BYTES = 256 * 1024
 
 
-def definition_of(workflow: Any, backends: Mapping[str, Any], default_timeout: float
-                  ) -> dict[str, Any]:
+def definition_of(
+    workflow: Any, backends: Mapping[str, Any], default_timeout: float
+) -> dict[str, Any]:
     """The JSON form of a manifest workflow, with each step's timeout resolved."""
     steps: dict[str, Any] = {}
     for name, st in workflow.steps.items():
@@ -99,8 +100,13 @@ def topological(definition: Mapping[str, Any]) -> list[str]:
 
 def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any]) -> dict[str, Any]:
     if s is None:
-        return {"step": name, "status": StepStatus.BLOCKED.value, "attempts": 0,
-                "output": None, "error": None}
+        return {
+            "step": name,
+            "status": StepStatus.BLOCKED.value,
+            "attempts": 0,
+            "output": None,
+            "error": None,
+        }
     return {
         "step": s.step,
         "status": s.status.value,
@@ -114,8 +120,9 @@ def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any]
     }
 
 
-def run_view(run: RunRecord, steps: list[StepRecord], load: Callable[[StepRecord], Any]
-             ) -> dict[str, Any]:
+def run_view(
+    run: RunRecord, steps: list[StepRecord], load: Callable[[StepRecord], Any]
+) -> dict[str, Any]:
     by_name = {s.step: s for s in steps}
     order = topological(run.definition)
     order += [n for n in by_name if n not in order]  # steps added at run time
@@ -142,8 +149,9 @@ class RunService:
     def new_run_id(self, workflow: str, now: float) -> str:
         return f"{workflow}-{int(now * 1000)}-{secrets.token_hex(3)}"
 
-    def start(self, workflow: str, input: Any = None, run_id: str | None = None
-              ) -> tuple[RunRecord, bool]:
+    def start(
+        self, workflow: str, input: Any = None, run_id: str | None = None
+    ) -> tuple[RunRecord, bool]:
         """Start a run; returns (run, created). A caller-chosen run id that exists
         already returns the existing run (created=False)."""
         wf = self.manifest.workflows.get(workflow)

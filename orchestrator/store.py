@@ -303,9 +303,7 @@ class Store:
                     break
         return found
 
-    def claim(
-        self, run_id: str, step: str, attempt: int, lease: Lease, now: float
-    ) -> StepRecord:
+    def claim(self, run_id: str, step: str, attempt: int, lease: Lease, now: float) -> StepRecord:
         """Take the lease on one attempt. Exactly one caller wins per attempt."""
         with _translate(f"step {run_id}/{step}: claim attempt {attempt}"):
             resp = self.ddb.update_item(
@@ -317,8 +315,7 @@ class Store:
                     " REMOVE due_at"
                 ),
                 ConditionExpression=(
-                    "attempt = :n AND attribute_not_exists(lease_owner)"
-                    " AND #s IN (:ready, :disp)"
+                    "attempt = :n AND attribute_not_exists(lease_owner) AND #s IN (:ready, :disp)"
                 ),
                 ExpressionAttributeNames={"#s": "status", "#t": "timeout"},
                 ExpressionAttributeValues={
@@ -333,9 +330,7 @@ class Store:
             )
         return step_from_item(resp["Attributes"])
 
-    def _promotion(
-        self, lease: Lease | None, now: float
-    ) -> tuple[str, dict[str, Any]]:
+    def _promotion(self, lease: Lease | None, now: float) -> tuple[str, dict[str, Any]]:
         values: dict[str, Any] = {":one": num(1), ":now": num(now)}
         if lease is None:
             values[":st"] = {"S": StepStatus.READY.value}
@@ -588,8 +583,7 @@ class Store:
                 resp = self.ddb.update_item(
                     TableName=self.steps,
                     Key=_key(run_id, step),
-                    UpdateExpression="SET #s = :sk, #err = :why, finished_at = :now"
-                    " REMOVE due_at",
+                    UpdateExpression="SET #s = :sk, #err = :why, finished_at = :now REMOVE due_at",
                     ConditionExpression=f"#s IN ({', '.join(placeholders)})"
                     " AND attribute_not_exists(lease_owner)",
                     ExpressionAttributeNames={"#s": "status", "#err": "error"},

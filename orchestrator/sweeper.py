@@ -110,8 +110,10 @@ class Sweeper:
                     report.skipped += 1
             elif isinstance(c, Promote):
                 row = by_name[c.step]
-                if self.store.promote(run_id, c.step, c.ndeps, None, now,
-                                      all_deps=list(row.deps)) is not None:
+                if (
+                    self.store.promote(run_id, c.step, c.ndeps, None, now, all_deps=list(row.deps))
+                    is not None
+                ):
                     sends.append(Dispatch(run_id=run_id, step=c.step, attempt=1))
                     report.promoted += 1
             elif isinstance(c, Redispatch):
@@ -125,20 +127,19 @@ class Sweeper:
                 else:
                     ok = self.adv.fail(row, ctx, c.decision, tally, expired_before=now)
                 report.leases_expired += int(ok)
-            elif isinstance(c, Finalize):
-                if self.adv.finish_if_done(run_id) is not None:
-                    report.finished += 1
+            elif isinstance(c, Finalize) and self.adv.finish_if_done(run_id) is not None:
+                report.finished += 1
         if sends:
             self.queues.dispatch(sends)
         self.adv.flush(tally)
-
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
                 report = self.sweep()
-                if any((report.redispatched, report.leases_expired, report.promoted,
-                        report.created)):
+                if any(
+                    (report.redispatched, report.leases_expired, report.promoted, report.created)
+                ):
                     log.info("sweep repaired: %s", report)
             except OrchestratorError as exc:
                 log.warning("sweep failed: %s", exc)

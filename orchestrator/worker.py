@@ -141,20 +141,25 @@ class Worker:
         backend = self.backends.get(row.backend)
         raw = b""
         if ctx is None:
-            outcome = Outcome(OutcomeKind.PERMANENT,
-                              error={"code": "run_missing", "message": f"run {row.run_id} is gone"})
+            outcome = Outcome(
+                OutcomeKind.PERMANENT,
+                error={"code": "run_missing", "message": f"run {row.run_id} is gone"},
+            )
         elif backend is None:
             outcome = Outcome(
                 OutcomeKind.PERMANENT,
-                error={"code": "unknown_backend",
-                       "message": f"step {row.step}: backend {row.backend!r} is not configured"},
+                error={
+                    "code": "unknown_backend",
+                    "message": f"step {row.step}: backend {row.backend!r} is not configured",
+                },
             )
         else:
             try:
                 steps = self.dep_outputs(row)
             except (OrchestratorError, ValueError) as exc:
-                outcome = Outcome(OutcomeKind.RETRYABLE,
-                                  error={"code": "inputs_unavailable", "message": str(exc)})
+                outcome = Outcome(
+                    OutcomeKind.RETRYABLE, error={"code": "inputs_unavailable", "message": str(exc)}
+                )
             else:
                 call = Call(
                     url=backend.url.rstrip("/") + row.route,
@@ -189,7 +194,7 @@ class Worker:
             )
             if res is None:
                 return None
-            inline, done = res
+            inline, _ = res
             if output_ref is None:
                 with self._lock:
                     self._outputs.put((row.run_id, row.step), decision.output)

@@ -124,9 +124,7 @@ def load_yaml(
     An empty document gives `None`. Raises `ManifestError` (`FILE:LINE: ...`)."""
     size = len(text.encode("utf-8", errors="surrogatepass"))
     if size > max_bytes:
-        raise ManifestError(
-            [f"{filename}:1: file is {size} bytes; the limit is {max_bytes} bytes"]
-        )
+        raise ManifestError([f"{filename}:1: file is {size} bytes; the limit is {max_bytes} bytes"])
     lines: dict[YamlPath, int] = {}
     try:
         loader = _StrictLoader(text)
@@ -157,9 +155,7 @@ def load_yaml_file(
     try:
         size = path.stat().st_size
         if size > max_bytes:
-            raise ManifestError(
-                [f"{name}:1: file is {size} bytes; the limit is {max_bytes} bytes"]
-            )
+            raise ManifestError([f"{name}:1: file is {size} bytes; the limit is {max_bytes} bytes"])
         raw = path.read_bytes()
     except OSError as err:
         raise ManifestError([f"{name}:1: cannot read file: {err.strerror or err}"]) from None
@@ -178,9 +174,7 @@ def _compose_single(loader: _StrictLoader) -> Node | None:
     root = loader.compose_document()
     if not loader.check_event(StreamEndEvent):
         event = loader.get_event()  # type: ignore[no-untyped-call]
-        raise _Refused(
-            event.start_mark, "a second YAML document ('---'); a file holds exactly one"
-        )
+        raise _Refused(event.start_mark, "a second YAML document ('---'); a file holds exactly one")
     return root
 
 
@@ -196,9 +190,7 @@ def _syntax_problem(filename: str, err: MarkedYAMLError) -> str:
     return f"{filename}:{line}: YAML syntax error: {problem}{context}"
 
 
-def _build(
-    loader: _StrictLoader, node: Node, path: YamlPath, lines: dict[YamlPath, int]
-) -> Any:
+def _build(loader: _StrictLoader, node: Node, path: YamlPath, lines: dict[YamlPath, int]) -> Any:
     if isinstance(node, ScalarNode):
         return _scalar(loader, node)
     if isinstance(node, SequenceNode):

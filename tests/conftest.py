@@ -33,8 +33,9 @@ def harness_factory(emulator: Emulator, testfns: str, tmp_path: Path) -> Iterato
     made: list[Harness] = []
 
     def make(manifest_text: str, **settings: object) -> Harness:
-        h = Harness.build(fresh_settings(emulator.url, **settings), manifest_text, tmp_path,
-                          {"FN": testfns})
+        h = Harness.build(
+            fresh_settings(emulator.url, **settings), manifest_text, tmp_path, {"FN": testfns}
+        )
         made.append(h)
         return h
 

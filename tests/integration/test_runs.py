@@ -89,19 +89,24 @@ def test_halt_skips_everything_not_started_but_lets_in_flight_land(harness_facto
 
 
 def test_join_with_a_failed_dependency_is_skipped(harness_factory: Any) -> None:
-    h = harness_factory(manifest("""
+    h = harness_factory(
+        manifest("""
   join:
     onFailure: continue-independent
     steps:
       good: { backend: fn, route: /echo }
       bad:  { backend: fn, route: /status, payload: { code: 422 } }
       both: { backend: fn, route: /echo, dependsOn: [good, bad] }
-"""))
+""")
+    )
     h.start_workers()
     view = h.wait(h.start("join"))
     steps = steps_of(view)
     assert (steps["good"]["status"], steps["bad"]["status"], steps["both"]["status"]) == (
-        "success", "failed", "skipped")
+        "success",
+        "failed",
+        "skipped",
+    )
     assert steps["bad"]["attempts"] == 1  # 422 is permanent: no retry
     assert steps["bad"]["error"]["status"] == 422
 
@@ -109,13 +114,15 @@ def test_join_with_a_failed_dependency_is_skipped(harness_factory: Any) -> None:
 def test_flaky_function_retried_with_the_same_idempotency_key(
     harness_factory: Any, recorder: Recorder
 ) -> None:
-    h = harness_factory(manifest("""
+    h = harness_factory(
+        manifest("""
   flaky:
     steps:
       call: { backend: fn, route: /flaky, payload: { fail: 2 },
               retry: { max: 3, strategy: exponential, delay: 100ms } }
       after: { backend: fn, route: /echo, dependsOn: [call] }
-"""))
+""")
+    )
     h.start_workers()
     run_id = h.start("flaky")
     view = h.wait(run_id)
@@ -130,12 +137,14 @@ def test_flaky_function_retried_with_the_same_idempotency_key(
 
 @pytest.mark.parametrize("code", [408, 409, 425, 429])
 def test_retryable_4xx(harness_factory: Any, code: int) -> None:
-    h = harness_factory(manifest(f"""
+    h = harness_factory(
+        manifest(f"""
   r:
     steps:
       s: {{ backend: fn, route: /status, payload: {{ code: {code} }},
            retry: {{ max: 1, delay: 50ms }} }}
-"""))
+""")
+    )
     h.start_workers()
     view = h.wait(h.start("r"))
     assert steps_of(view)["s"]["attempts"] == 2
@@ -143,12 +152,14 @@ def test_retryable_4xx(harness_factory: Any, code: int) -> None:
 
 
 def test_retry_after_is_honoured(harness_factory: Any, recorder: Recorder) -> None:
-    h = harness_factory(manifest("""
+    h = harness_factory(
+        manifest("""
   ra:
     steps:
       s: { backend: fn, route: /flaky, payload: { fail: 1, retry_after: 2 },
            retry: { max: 2, delay: 10ms } }
-"""))
+""")
+    )
     h.start_workers()
     run_id = h.start("ra")
     view = h.wait(run_id)
@@ -159,12 +170,14 @@ def test_retry_after_is_honoured(harness_factory: Any, recorder: Recorder) -> No
 
 
 def test_timeout_is_retryable_then_fails(harness_factory: Any) -> None:
-    h = harness_factory(manifest("""
+    h = harness_factory(
+        manifest("""
   t:
     steps:
       s: { backend: fn, route: /slow, payload: { seconds: 5 }, timeout: 300ms,
            retry: { max: 1, delay: 50ms } }
-"""))
+""")
+    )
     h.start_workers()
     view = h.wait(h.start("t"), timeout=20)
     s = steps_of(view)["s"]
@@ -174,12 +187,14 @@ def test_timeout_is_retryable_then_fails(harness_factory: Any) -> None:
 
 
 def test_large_output_goes_to_blob_store_and_arrives_intact(harness_factory: Any) -> None:
-    h = harness_factory(manifest("""
+    h = harness_factory(
+        manifest("""
   big:
     steps:
       produce: { backend: fn, route: /big, payload: { bytes: 300000 } }
       consume: { backend: fn, route: /measure, dependsOn: [produce] }
-"""))
+""")
+    )
     h.start_workers()
     run_id = h.start("big")
     view = h.wait(run_id)
@@ -192,11 +207,14 @@ def test_large_output_goes_to_blob_store_and_arrives_intact(harness_factory: Any
 
 
 def test_output_over_the_hard_cap_fails_clearly(harness_factory: Any) -> None:
-    h = harness_factory(manifest("""
+    h = harness_factory(
+        manifest("""
   huge:
     steps:
       produce: { backend: fn, route: /big, payload: { bytes: 200000 } }
-"""), output_hard_cap=100_000)
+"""),
+        output_hard_cap=100_000,
+    )
     h.start_workers()
     view = h.wait(h.start("huge"))
     s = steps_of(view)["produce"]
@@ -206,13 +224,15 @@ def test_output_over_the_hard_cap_fails_clearly(harness_factory: Any) -> None:
 
 
 def test_kill_lets_in_flight_land_and_skips_the_rest(harness_factory: Any) -> None:
-    h = harness_factory(manifest("""
+    h = harness_factory(
+        manifest("""
   long:
     steps:
       first: { backend: fn, route: /slow, payload: { seconds: 1.0 } }
       second: { backend: fn, route: /echo, dependsOn: [first] }
       third: { backend: fn, route: /echo, dependsOn: [second] }
-"""))
+""")
+    )
     h.start_workers()
     run_id = h.start("long")
     # wait until `first` is running
@@ -220,6 +240,7 @@ def test_kill_lets_in_flight_land_and_skips_the_rest(harness_factory: Any) -> No
         if steps_of(h.rt.runs.view(run_id))["first"]["status"] == "dispatched":
             break
         import time
+
         time.sleep(0.02)
     h.rt.runs.kill(run_id, "test says stop")
     view = h.wait(run_id)

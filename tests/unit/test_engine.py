@@ -89,10 +89,19 @@ def test_plan_roots_ready_others_blocked_with_reverse_edges() -> None:
 
 @pytest.mark.parametrize(
     ("status", "kind"),
-    [(200, OutcomeKind.SUCCESS), (201, OutcomeKind.SUCCESS), (400, OutcomeKind.PERMANENT),
-     (404, OutcomeKind.PERMANENT), (422, OutcomeKind.PERMANENT), (408, OutcomeKind.RETRYABLE),
-     (409, OutcomeKind.RETRYABLE), (425, OutcomeKind.RETRYABLE), (429, OutcomeKind.RETRYABLE),
-     (500, OutcomeKind.RETRYABLE), (503, OutcomeKind.RETRYABLE)],
+    [
+        (200, OutcomeKind.SUCCESS),
+        (201, OutcomeKind.SUCCESS),
+        (400, OutcomeKind.PERMANENT),
+        (404, OutcomeKind.PERMANENT),
+        (422, OutcomeKind.PERMANENT),
+        (408, OutcomeKind.RETRYABLE),
+        (409, OutcomeKind.RETRYABLE),
+        (425, OutcomeKind.RETRYABLE),
+        (429, OutcomeKind.RETRYABLE),
+        (500, OutcomeKind.RETRYABLE),
+        (503, OutcomeKind.RETRYABLE),
+    ],
 )
 def test_classify_status_codes(status: int, kind: OutcomeKind) -> None:
     out = classify_response(status, {"x": 1}, retry_after=None, now=NOW, body_is_json=True)
@@ -150,8 +159,10 @@ def test_final_status() -> None:
 
 
 def by(rows: list[StepRecord], **changes: dict[str, object]) -> list[StepRecord]:
-    return [replace(r, **changes[r.step]) if r.step in changes else r  # type: ignore[arg-type]
-            for r in rows]
+    return [
+        replace(r, **changes[r.step]) if r.step in changes else r  # type: ignore[arg-type]
+        for r in rows
+    ]
 
 
 def test_reconcile_recreates_missing_rows_first() -> None:
@@ -176,8 +187,9 @@ def test_reconcile_finishes_an_interrupted_promotion() -> None:
 
 
 def test_reconcile_expires_a_dead_workers_lease() -> None:
-    rows = by(diamond(), a={"status": StepStatus.DISPATCHED, "lease_owner": "w1",
-                            "lease_until": NOW + 60})
+    rows = by(
+        diamond(), a={"status": StepStatus.DISPATCHED, "lease_owner": "w1", "lease_until": NOW + 60}
+    )
     assert reconcile(run(), rows, rows, NOW + 30, POLICY) == []
     (cmd,) = reconcile(run(), rows, rows, NOW + 61, POLICY, rand=1.0)
     assert isinstance(cmd, ExpireLease) and cmd.owner == "w1"
@@ -189,17 +201,18 @@ def test_reconcile_skips_below_a_failure_and_stops_halted_runs() -> None:
     rows = by(diamond(), a={"status": StepStatus.FAILED})
     cmds = reconcile(run(), rows, rows, NOW, POLICY)
     assert {c.step for c in cmds if isinstance(c, SkipStep)} == {"b", "c"}
-    rows = by(diamond(), a={"status": StepStatus.DISPATCHED, "lease_owner": "w",
-                            "lease_until": NOW + 100})
+    rows = by(
+        diamond(), a={"status": StepStatus.DISPATCHED, "lease_owner": "w", "lease_until": NOW + 100}
+    )
     cmds = reconcile(run(halted=True), rows, rows, NOW, POLICY)
     assert {c.step for c in cmds if isinstance(c, SkipStep)} == {"b", "c", "d"}  # not a
 
 
 def test_reconcile_finalizes_and_fixes_the_counter() -> None:
     done = [replace(r, status=StepStatus.SUCCESS, finished_at=NOW) for r in diamond()]
-    assert reconcile(run(remaining=2), done, done, NOW + 9, POLICY) == [
-        Finalize(RunStatus.SUCCESS)]
-    rows = by(diamond(), a={"status": StepStatus.DISPATCHED, "lease_owner": "w",
-                            "lease_until": NOW + 100})
+    assert reconcile(run(remaining=2), done, done, NOW + 9, POLICY) == [Finalize(RunStatus.SUCCESS)]
+    rows = by(
+        diamond(), a={"status": StepStatus.DISPATCHED, "lease_owner": "w", "lease_until": NOW + 100}
+    )
     assert reconcile(run(remaining=1), rows, rows, NOW, POLICY) == []
     assert reconcile(run(status=RunStatus.SUCCESS), rows, rows, NOW, POLICY) == []

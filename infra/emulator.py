@@ -1,0 +1,156 @@
+"""The embedded AWS emulator: moto's server app, served over real HTTP from a daemon thread
+of this process, made linearizable for DynamoDB.
+
+Stock moto is not linearizable under a threaded server: moto's DynamoDB backend evaluates a
+condition and applies the write without a lock, so two racing conditional writes can both
+succeed (with 32 racers, two winners in 5 to 9 rounds out of 50). Every invariant of the
+orchestrator rests on conditional writes, so the emulator runs DynamoDB requests one at a
+time. SQS and S3 requests run concurrently: an SQS long-poll (up to 20 s) holds its own
+server thread and never delays anyone else.
+
+    with Emulator() as emulator:
+        clients = make_clients(Settings(endpoint_url=emulator.url))
+
+Standalone: `python -m infra.emulator --port 4566` (prints the URL; Ctrl-C stops).
+
+moto keeps its state in module globals, so every Emulator of one process serves the same
+accounts, tables and queues: give concurrent users distinct resource prefixes."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any
+
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+
+__all__ = ["Emulator", "SerializeDynamoDB"]
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+# One lock per process, not per Emulator: what it protects (moto's DynamoDB backends) is
+# process-wide, so two Emulators in one process must not race each other either.
+_DYNAMODB_LOCK = threading.Lock()
+
+
+class SerializeDynamoDB:
+    """WSGI middleware: one request at a time among those that touch moto's DynamoDB state,
+    every other request straight through.
+
+    Serialized: DynamoDB and DynamoDB Streams (X-Amz-Target "DynamoDB..."), and CloudFormation,
+    whose stacks create and delete tables inside the DynamoDB backend. Not serialized: SQS
+    (a long-poll may wait 20 s), S3 and the rest. The response body is read inside the lock,
+    since a WSGI app may do its work lazily while the body is iterated."""
+
+    def __init__(self, app: WSGIApp, lock: threading.Lock = _DYNAMODB_LOCK) -> None:
+        self.app = app
+        self.lock = lock
+
+    @staticmethod
+    def serializes(environ: dict[str, Any]) -> bool:
+        if environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB"):
+            return True
+        # SigV4: "AWS4-HMAC-SHA256 Credential=<key>/<date>/<region>/<service>/aws4_request, ..."
+        return "/cloudformation/aws4_request" in environ.get("HTTP_AUTHORIZATION", "")
+
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        if not self.serializes(environ):
+            return self.app(environ, start_response)
+        with self.lock:
+            body = self.app(environ, start_response)
+            try:
+                return [b"".join(body)]
+            finally:
+                close = getattr(body, "close", None)
+                if close is not None:
+                    close()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    # One log line per request would drown the test output; errors are still logged.
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        pass
+
+
+class Emulator:
+    """moto over HTTP on `host:port` (port 0 picks a free port; read it from `.url`)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the emulator is not running: call start() first")
+        return f"http://{self.host}:{self._server.server_port}"
+
+    def start(self) -> Emulator:
+        if self._server is not None:
+            raise RuntimeError(f"the emulator is already running at {self.url}")
+        app = SerializeDynamoDB(DomainDispatcherApplication(create_backend_app))
+        # Threaded: a thread per request (werkzeug closes the connection after each
+        # response), so a long-poll holds only its own thread and socket.
+        server = make_server(
+            self.host, self.port, app, threaded=True, request_handler=_QuietHandler
+        )
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},  # how soon stop() is noticed
+            name=f"emulator:{server.server_port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop accepting requests and close the socket. Requests in progress (a long-poll)
+        finish on their own daemon threads."""
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.emulator",
+        description="Serve the embedded AWS emulator (moto, linearizable DynamoDB) over HTTP.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=4566)
+    args = parser.parse_args(argv)
+    emulator = Emulator(args.host, args.port).start()
+    print(emulator.url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        emulator.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""Faults: duplicated, dropped and raced messages, and a worker killed mid-step.
+
+Faults are injected with real code in front of real SQS (Queues.tamper) and by killing
+a real worker process; the assertions are on what the functions actually received."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.advance import RunContext
+from orchestrator.queue import Dispatch
+from orchestrator.states import StepStatus
+from orchestrator.store import Lease
+from tests.support.harness import steps_of
+from tests.support.testfns import Recorder
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FANOUT = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  fan:
+    steps:
+      root: { backend: fn, route: /echo }
+      a: { backend: fn, route: /echo, dependsOn: [root] }
+      b: { backend: fn, route: /echo, dependsOn: [root] }
+      c: { backend: fn, route: /flaky, payload: { fail: 1 }, dependsOn: [root],
+           retry: { max: 2, delay: 10ms } }
+      d: { backend: fn, route: /echo, dependsOn: [root] }
+      e: { backend: fn, route: /echo, dependsOn: [root] }
+      join: { backend: fn, route: /echo, dependsOn: [a, b, c, d, e] }
+"""
+
+
+def attempts_seen(recorder: Recorder, run_id: str, steps: list[str]) -> Counter[tuple[str, int]]:
+    seen: Counter[tuple[str, int]] = Counter()
+    for s in steps:
+        for call in recorder.for_step(run_id, s):
+            seen[(s, call.attempt)] += 1
+    return seen
+
+
+def test_every_message_delivered_twice_calls_each_attempt_once(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h = harness_factory(FANOUT)
+    sent: list[Dispatch] = []
+
+    def twice(msgs: list[Dispatch]) -> list[Dispatch]:
+        sent.extend(msgs)
+        return [m for m in msgs for _ in range(2)]
+
+    h.rt.queues.tamper = twice
+    h.start_workers(n=2, threads=4)
+    run_id = h.start("fan")
+    view = h.wait(run_id)
+    assert view["status"] == "success"
+    assert len(sent) >= 6  # the roots, the fan-out and the retry timer all went through SQS
+    seen = attempts_seen(recorder, run_id, [s["step"] for s in view["steps"]])
+    assert all(n == 1 for n in seen.values()), seen
+    assert seen[("c", 1)] == seen[("c", 2)] == 1
+    assert steps_of(view)["join"]["attempts"] == 1
+
+
+def test_a_dropped_dispatch_is_recovered_by_the_sweep(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h = harness_factory(FANOUT, sweep_interval=0.5, redispatch_after=30.0)
+    dropped: list[Dispatch] = []
+
+    def drop_b_once(msgs: list[Dispatch]) -> list[Dispatch]:
+        keep = []
+        for m in msgs:
+            if m.step == "b" and not dropped:
+                dropped.append(m)
+            else:
+                keep.append(m)
+        return keep
+
+    h.rt.queues.tamper = drop_b_once
+    h.start_workers()
+    run_id = h.start("fan")
+    # Without a sweeper the run cannot finish: b's message is gone.
+    time.sleep(1.5)
+    assert steps_of(h.rt.runs.view(run_id))["b"]["status"] == "ready"
+    assert dropped
+    t0 = time.monotonic()
+    h.start_sweeper()
+    view = h.wait(run_id, timeout=10)
+    # The queue is idle, so the sweep knows the message is lost: one interval of grace.
+    assert time.monotonic() - t0 < 0.5 * 2 + 1.5
+    assert view["status"] == "success"
+    assert len(recorder.for_step(run_id, "b")) == 1
+
+
+def test_two_workers_racing_for_one_step_dispatch_it_once(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h = harness_factory("""
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  one:
+    steps:
+      only: { backend: fn, route: /slow, payload: { seconds: 0.3 } }
+""")
+    h.rt.queues.tamper = lambda msgs: []  # no queue: the racers get the message by hand
+    run_id = h.start("one")
+    workers = [h.rt.worker() for _ in range(8)]
+    barrier = threading.Barrier(len(workers))
+
+    def race(w: Any) -> None:
+        barrier.wait()
+        w.handle(Dispatch(run_id=run_id, step="only", attempt=1))
+
+    threads = [threading.Thread(target=race, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    view = h.wait(run_id)
+    assert view["status"] == "success"
+    assert len(recorder.for_step(run_id, "only")) == 1
+
+
+def test_claims_are_exclusive_under_a_32_way_race(harness_factory: Any) -> None:
+    h = harness_factory(FANOUT)
+    h.rt.queues.tamper = lambda msgs: []
+    run_id = h.start("fan")
+    wins: list[str] = []
+    barrier = threading.Barrier(32)
+
+    def claim(i: int) -> None:
+        barrier.wait()
+        try:
+            h.rt.store.claim(run_id, "root", 1, Lease(f"w{i}", time.time() + 30), time.time())
+            wins.append(f"w{i}")
+        except Exception:
+            pass
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+
+
+def test_duplicated_completion_promotes_the_join_once(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h = harness_factory(FANOUT)
+    sent: list[Dispatch] = []
+    h.rt.queues.tamper = lambda msgs: sent.extend(msgs) or []
+    run_id = h.start("fan")
+    store, adv, now = h.rt.store, h.rt.advancer, time.time()
+    run = store.get_run(run_id, now)
+    assert run is not None
+    ctx = RunContext.of(run)
+    # Drive every step to success by hand, then replay each completion 3 times at once.
+    for name in ["root", "a", "b", "c", "d", "e"]:
+        lease = Lease("w", now + 30)
+        row = store.get_step(run_id, name)
+        assert row is not None
+        if row.status is StepStatus.BLOCKED:
+            store.promote(run_id, name, len(row.deps), None, now, all_deps=list(row.deps))
+        store.claim(run_id, name, 1, lease, now)
+        done = store.record_success(
+            run_id, name, 1, "w", output_json='{"ok":1}', output_ref=None, size=8, now=now
+        )
+        if name == "root":
+            continue
+        results: list[Any] = []
+        barrier = threading.Barrier(3)
+
+        def replay(done: Any = done, barrier: Any = barrier, results: Any = results) -> None:
+            barrier.wait()
+            results.append(adv.promote_dependants(done, ctx, None))
+
+        threads = [threading.Thread(target=replay) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        promoted = [d for _, sends in results for d in sends]
+        assert len(promoted) == (1 if name == "e" else 0), (name, promoted)
+    join = store.get_step(run_id, "join")
+    assert join is not None and join.status is StepStatus.READY
+    assert join.satisfied == {"a", "b", "c", "d", "e"}
+
+
+@pytest.mark.slow
+def test_worker_sigkilled_mid_step_another_finishes_with_the_same_key(
+    harness_factory: Any, recorder: Recorder, emulator: Any, testfns: str, tmp_path: Path
+) -> None:
+    text = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  victim:
+    steps:
+      slow: { backend: fn, route: /slow, payload: { seconds: 2 }, timeout: 3s }
+      after: { backend: fn, route: /echo, dependsOn: [slow] }
+"""
+    h = harness_factory(text, lease_margin=1.0)
+    manifest = tmp_path / "victim.yml"
+    manifest.write_text(text)
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": emulator.url,
+        "ORCH_PREFIX": h.rt.settings.prefix,
+        "ORCH_LEASE_MARGIN": "1",
+        "FN": testfns,
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "worker", "--manifest", str(manifest)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        run_id = h.start("victim")
+        deadline = time.monotonic() + 30
+        while not recorder.for_step(run_id, "slow"):
+            assert time.monotonic() < deadline, "the subprocess worker never called the step"
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)  # mid-step: the function is sleeping
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    h.start_workers()
+    h.start_sweeper()
+    view = h.wait(run_id, timeout=30)
+    assert view["status"] == "success"
+    calls = recorder.for_step(run_id, "slow")
+    assert [c.attempt for c in calls] == [1, 2]
+    assert {c.key for c in calls} == {f"{run_id}/slow"}
+    assert steps_of(view)["after"]["status"] == "success"

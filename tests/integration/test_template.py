@@ -1,0 +1,358 @@
+"""template.yaml: it lints clean, translates offline, and its data resources deploy into the
+emulator through CloudFormation with the keys, indexes, TTL, redrive and lifecycle that
+the orchestrator relies on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.emulator import Emulator
+from infra.stack import deploy_data_stack, destroy_data_stack, stack_name
+from infra.template import (
+    TEMPLATE_PATH,
+    TemplateError,
+    cloudformation_template,
+    data_resources_template,
+    load_template,
+)
+from orchestrator.aws import Clients, make_clients
+from orchestrator.settings import ResourceNames, Settings
+
+REPO = TEMPLATE_PATH.parent
+
+_CFN_LINT = (
+    "import sys; from cfnlint.runner import main; sys.argv[0] = 'cfn-lint'; sys.exit(main())"
+)
+
+# Translates the template with no region, no credentials and every HTTP(S) request sent to
+# a closed port: it only succeeds if the translation makes no AWS call at all.
+_OFFLINE_TRANSLATION = (
+    "import json; from infra.template import cloudformation_template; "
+    "resources = cloudformation_template()['Resources'].values(); "
+    "print(json.dumps(sorted({r['Type'] for r in resources})))"
+)
+
+
+def _offline_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        AWS_EC2_METADATA_DISABLED="true",
+        HTTP_PROXY="http://127.0.0.1:9",
+        HTTPS_PROXY="http://127.0.0.1:9",
+        NO_PROXY="",
+    )
+    return env
+
+
+@pytest.fixture(scope="module", autouse=True)
+def subprocess_checks() -> Iterator[dict[str, subprocess.Popen[str]]]:
+    """cfn-lint and the offline translation each take seconds in a fresh interpreter: start
+    them first, so that they run while the emulator tests below deploy stacks."""
+    processes = {
+        "cfn-lint": subprocess.Popen(
+            [sys.executable, "-c", _CFN_LINT, str(TEMPLATE_PATH)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ),
+        "offline": subprocess.Popen(
+            [sys.executable, "-c", _OFFLINE_TRANSLATION],
+            cwd=REPO,
+            env=_offline_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ),
+    }
+    yield processes
+    for process in processes.values():
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
+@pytest.fixture(scope="module")
+def own_emulator() -> Iterator[Emulator]:
+    with Emulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="module")
+def clients(own_emulator: Emulator) -> Clients:
+    return make_clients(Settings(endpoint_url=own_emulator.url))
+
+
+@pytest.fixture(scope="module")
+def names(clients: Clients) -> ResourceNames:
+    prefix = f"tpl{uuid.uuid4().hex[:8]}"
+    deploy_data_stack(clients, prefix)
+    return ResourceNames(prefix)
+
+
+# --- the template itself ------------------------------------------------------------------
+
+
+def test_short_form_tags_load_as_long_form(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "AWSTemplateFormatVersion: 2010-09-09\n"
+        "Resources:\n"
+        "  Q:\n"
+        "    Type: AWS::SQS::Queue\n"
+        "    Properties:\n"
+        "      QueueName: !Sub '${Prefix}-q'\n"
+        "      RedrivePolicy: {deadLetterTargetArn: !GetAtt D.Arn, maxReceiveCount: 3}\n"
+        "      Tags: [{Key: k, Value: !Join ['-', [!Ref Prefix, !Select [0, !GetAZs '']]]}]\n"
+        "      Other: !GetAtt [D, QueueName]\n"
+        "    Condition: !Condition IsProd\n"
+    )
+    template = load_template(path)
+
+    assert template["AWSTemplateFormatVersion"] == "2010-09-09"
+    queue = template["Resources"]["Q"]
+    assert queue["Properties"]["QueueName"] == {"Fn::Sub": "${Prefix}-q"}
+    assert queue["Properties"]["RedrivePolicy"]["deadLetterTargetArn"] == {
+        "Fn::GetAtt": ["D", "Arn"]
+    }
+    assert queue["Properties"]["Tags"][0]["Value"] == {
+        "Fn::Join": ["-", [{"Ref": "Prefix"}, {"Fn::Select": [0, {"Fn::GetAZs": ""}]}]]
+    }
+    assert queue["Properties"]["Other"] == {"Fn::GetAtt": ["D", "QueueName"]}
+    assert queue["Condition"] == {"Condition": "IsProd"}
+
+
+def test_template_yaml_is_sam_with_every_resource() -> None:
+    template = load_template()
+
+    assert template["Transform"] == "AWS::Serverless-2016-10-31"
+    assert set(template["Resources"]) == {
+        "RunsTable",
+        "StepsTable",
+        "DeadLetterQueue",
+        "DispatchQueue",
+        "TimerQueue",
+        "BlobBucket",
+        "ApiFunction",
+        "WorkerFunction",
+        "SweeperFunction",
+    }
+
+
+def test_translation_yields_plain_cloudformation() -> None:
+    resources = cloudformation_template()["Resources"]
+    by_type: dict[str, dict[str, Any]] = {}
+    for logical_id, resource in resources.items():
+        by_type.setdefault(resource["Type"], {})[logical_id] = resource["Properties"]
+
+    assert not [t for t in by_type if t.startswith("AWS::Serverless::")]
+    functions = by_type["AWS::Lambda::Function"]
+    assert {f["Handler"] for f in functions.values()} == {
+        "orchestrator.lambda_handlers.api",
+        "orchestrator.lambda_handlers.worker",
+        "orchestrator.lambda_handlers.sweeper",
+    }
+    for function in functions.values():
+        assert function["Environment"]["Variables"]["ORCH_PREFIX"] == {"Ref": "Prefix"}
+    mappings = by_type["AWS::Lambda::EventSourceMapping"].values()
+    assert sorted(m["EventSourceArn"]["Fn::GetAtt"][0] for m in mappings) == [
+        "DispatchQueue",
+        "TimerQueue",
+    ]
+    for mapping in mappings:
+        assert mapping["BatchSize"] == 10
+        assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        assert mapping["FunctionName"] == {"Ref": "WorkerFunction"}
+    [rule] = by_type["AWS::Events::Rule"].values()
+    assert rule["ScheduleExpression"] == "rate(1 minute)"
+    assert "AWS::ApiGatewayV2::Api" in by_type
+
+    worker_policies = json.dumps(by_type["AWS::IAM::Role"]["WorkerFunctionRole"]["Policies"])
+    for action in ("dynamodb:UpdateItem", "sqs:SendMessage", "sqs:ReceiveMessage", "s3:GetObject"):
+        assert action in worker_policies
+
+
+def test_data_resources_template_keeps_only_data() -> None:
+    template = data_resources_template("abc")
+
+    assert {r["Type"] for r in template["Resources"].values()} == {
+        "AWS::DynamoDB::Table",
+        "AWS::SQS::Queue",
+        "AWS::S3::Bucket",
+    }
+    assert "ApiUrl" not in template["Outputs"]
+    assert {"RunsTableName", "DispatchQueueUrl", "BlobBucketName"} <= set(template["Outputs"])
+    assert template["Parameters"]["Prefix"]["Default"] == "abc"
+    # The cached translation is not shared with callers.
+    assert cloudformation_template()["Parameters"]["Prefix"]["Default"] == "orch"
+
+
+@pytest.mark.parametrize("prefix", ["Orch", "orch_1", "-orch", "orch-", "x" * 58, ""])
+def test_prefix_outside_the_allowed_pattern_is_refused(prefix: str) -> None:
+    with pytest.raises(TemplateError, match="AllowedPattern"):
+        data_resources_template(prefix)
+
+
+# --- deployed into the emulator -----------------------------------------------------------
+
+
+def test_runs_table(clients: Clients, names: ResourceNames) -> None:
+    table = clients.dynamodb.describe_table(TableName=names.runs_table)["Table"]
+
+    assert table["KeySchema"] == [{"AttributeName": "run_id", "KeyType": "HASH"}]
+    assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
+    indexes = {i["IndexName"]: i for i in table["GlobalSecondaryIndexes"]}
+    assert indexes["by-workflow"]["KeySchema"] == [
+        {"AttributeName": "workflow", "KeyType": "HASH"},
+        {"AttributeName": "created_at", "KeyType": "RANGE"},
+    ]
+    assert indexes["by-workflow"]["Projection"] == {"ProjectionType": "ALL"}
+    assert indexes["active"]["KeySchema"] == [
+        {"AttributeName": "active", "KeyType": "HASH"},
+        {"AttributeName": "run_id", "KeyType": "RANGE"},
+    ]
+    assert indexes["active"]["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    types = {a["AttributeName"]: a["AttributeType"] for a in table["AttributeDefinitions"]}
+    assert types == {"run_id": "S", "workflow": "S", "created_at": "N", "active": "S"}
+
+
+def test_steps_table(clients: Clients, names: ResourceNames) -> None:
+    table = clients.dynamodb.describe_table(TableName=names.steps_table)["Table"]
+
+    assert table["KeySchema"] == [
+        {"AttributeName": "run_id", "KeyType": "HASH"},
+        {"AttributeName": "step", "KeyType": "RANGE"},
+    ]
+    assert table.get("GlobalSecondaryIndexes", []) == []
+
+
+def test_ttl_is_enabled_on_both_tables(clients: Clients, names: ResourceNames) -> None:
+    for table in (names.runs_table, names.steps_table):
+        ttl = clients.dynamodb.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
+        assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": "expires_at"}, table
+
+
+def test_active_index_is_sparse(clients: Clients, names: ResourceNames) -> None:
+    for run_id, extra in [("r-running", {"active": {"S": "1"}}), ("r-done", {})]:
+        clients.dynamodb.put_item(
+            TableName=names.runs_table,
+            Item={"run_id": {"S": run_id}, "workflow": {"S": "w"}, "created_at": {"N": "1"}}
+            | extra,
+        )
+    found = clients.dynamodb.query(
+        TableName=names.runs_table,
+        IndexName="active",
+        KeyConditionExpression="active = :a",
+        ExpressionAttributeValues={":a": {"S": "1"}},
+    )["Items"]
+
+    assert [item["run_id"]["S"] for item in found] == ["r-running"]
+
+
+def _queue_attributes(clients: Clients, name: str) -> dict[str, str]:
+    url = clients.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+    attributes: dict[str, str] = clients.sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["All"]
+    )["Attributes"]
+    return attributes
+
+
+def test_queues_redrive_to_the_dead_letter_queue(clients: Clients, names: ResourceNames) -> None:
+    dlq = _queue_attributes(clients, names.dead_letter_queue)
+    assert dlq["MessageRetentionPeriod"] == str(14 * 24 * 3600)
+    assert "RedrivePolicy" not in dlq
+
+    for queue in (names.dispatch_queue, names.timer_queue):
+        attributes = _queue_attributes(clients, queue)
+        assert attributes["VisibilityTimeout"] == "60", queue
+        assert attributes["ReceiveMessageWaitTimeSeconds"] == "20", queue
+        assert json.loads(attributes["RedrivePolicy"]) == {
+            "deadLetterTargetArn": dlq["QueueArn"],
+            "maxReceiveCount": 10,
+        }, queue
+
+
+def test_bucket_expires_objects_and_blocks_public_access(
+    clients: Clients, names: ResourceNames
+) -> None:
+    rules = clients.s3.get_bucket_lifecycle_configuration(Bucket=names.blob_bucket)["Rules"]
+    assert [(r["Status"], r["Expiration"]) for r in rules] == [("Enabled", {"Days": 31})]
+    block = clients.s3.get_public_access_block(Bucket=names.blob_bucket)
+    assert block["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "IgnorePublicAcls": True,
+        "BlockPublicPolicy": True,
+        "RestrictPublicBuckets": True,
+    }
+
+
+def test_stack_outputs_name_every_resource(clients: Clients, names: ResourceNames) -> None:
+    [stack] = clients.cloudformation.describe_stacks(StackName=stack_name(names.prefix))["Stacks"]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+
+    assert stack["StackStatus"] == "CREATE_COMPLETE"
+    assert outputs["RunsTableName"] == names.runs_table
+    assert outputs["StepsTableName"] == names.steps_table
+    assert outputs["DispatchQueueName"] == names.dispatch_queue
+    assert outputs["TimerQueueName"] == names.timer_queue
+    assert outputs["DeadLetterQueueName"] == names.dead_letter_queue
+    assert outputs["BlobBucketName"] == names.blob_bucket
+    assert outputs["DispatchQueueUrl"].endswith("/" + names.dispatch_queue)
+
+
+def test_deploying_twice_reuses_the_stack(clients: Clients, names: ResourceNames) -> None:
+    stack = stack_name(names.prefix)
+    before = clients.cloudformation.describe_stacks(StackName=stack)["Stacks"][0]["StackId"]
+    key = {"run_id": {"S": "r"}, "step": {"S": "s"}}
+    clients.dynamodb.put_item(TableName=names.steps_table, Item=key)
+
+    deploy_data_stack(clients, names.prefix)
+
+    after = clients.cloudformation.describe_stacks(StackName=stack)["Stacks"][0]["StackId"]
+    assert after == before
+    assert "Item" in clients.dynamodb.get_item(TableName=names.steps_table, Key=key)
+
+
+def test_destroy_removes_every_resource(clients: Clients) -> None:
+    prefix = f"tpl{uuid.uuid4().hex[:8]}"
+    gone = ResourceNames(prefix)
+    deploy_data_stack(clients, prefix)
+    clients.s3.put_object(Bucket=gone.blob_bucket, Key="blob", Body=b"x")
+
+    destroy_data_stack(clients, prefix)
+    destroy_data_stack(clients, prefix)  # nothing left to destroy is not an error
+
+    tables = clients.dynamodb.list_tables()["TableNames"]
+    assert gone.runs_table not in tables and gone.steps_table not in tables
+    queues = clients.sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", [])
+    assert queues == []
+    buckets = [b["Name"] for b in clients.s3.list_buckets()["Buckets"]]
+    assert gone.blob_bucket not in buckets
+
+
+def test_template_passes_cfn_lint(subprocess_checks: dict[str, subprocess.Popen[str]]) -> None:
+    output, _ = subprocess_checks["cfn-lint"].communicate(timeout=120)
+
+    assert subprocess_checks["cfn-lint"].returncode == 0, output
+
+
+def test_translation_needs_no_network(
+    subprocess_checks: dict[str, subprocess.Popen[str]],
+) -> None:
+    output, _ = subprocess_checks["offline"].communicate(timeout=60)
+
+    assert subprocess_checks["offline"].returncode == 0, output
+    types = json.loads(output.strip().splitlines()[-1])
+    assert "AWS::Lambda::Function" in types
+    assert not [t for t in types if t.startswith("AWS::Serverless::")]

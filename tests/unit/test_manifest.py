@@ -1,0 +1,734 @@
+"""Manifest loading: safe YAML, durations, models, graph checks, files, env, OpenAPI.
+
+Every rejection asserts the problem names the file, the line and the field."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from orchestrator.durations import format_duration, parse_duration
+from orchestrator.errors import ManifestError
+from orchestrator.manifest import load_manifest, manifest_from_text
+from orchestrator.manifest_models import RetryPolicy, Workflow
+from orchestrator.yamlsafe import MAX_MANIFEST_BYTES, load_yaml
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"
+
+BACKENDS = """\
+backends:
+  api: { url: "http://127.0.0.1:8001" }
+  analytics: { url: "http://127.0.0.1:8002" }
+  notify: { url: "http://127.0.0.1:8003" }
+  warehouse: { url: "http://127.0.0.1:8004" }
+"""  # 5 lines: the first workflow line of BACKENDS + text is line 6
+
+
+def write(folder: Path, text: str, name: str = "orchestrator.yml") -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def problems(folder: Path, text: str, environ: dict[str, str] | None = None) -> list[str]:
+    path = write(folder, text)
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path, environ or {})
+    return caught.value.problems
+
+
+def one_problem(folder: Path, text: str, environ: dict[str, str] | None = None) -> str:
+    found = problems(folder, text, environ)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def assert_problem(problem: str, line: int, field: str, *fragments: str) -> None:
+    assert f"orchestrator.yml:{line}: {field}: " in problem, problem
+    for fragment in fragments:
+        assert fragment in problem, problem
+
+
+# --- the reference examples load unchanged (with a backends: section) ---------------
+
+
+@pytest.mark.parametrize(
+    "name", ["monthly-report", "ingest-nightly", "nightly", "tenant-report"]
+)
+def test_reference_examples_load(name: str) -> None:
+    manifest = load_manifest(FIXTURES / "reference" / f"{name}.yml", {})
+    assert list(manifest.workflows) == [name]
+    assert set(manifest.backends) == {"api", "analytics", "notify", "warehouse"}
+    assert manifest.source == FIXTURES / "reference" / f"{name}.yml"
+
+
+def test_monthly_report_shape() -> None:
+    wf = load_manifest(FIXTURES / "reference" / "monthly-report.yml", {}).workflows[
+        "monthly-report"
+    ]
+    assert wf.roots() == ["extract-orders", "extract-users"]
+    assert wf.steps["transform"].depends_on == ["extract-orders", "extract-users"]
+    assert wf.dependants()["transform"] == ["notify", "archive"]
+    assert wf.dependants()["notify"] == []
+    assert wf.topological_order() == [
+        "extract-orders", "extract-users", "transform", "notify", "archive"
+    ]
+    assert wf.on_failure == "halt"
+    assert wf.schedule is not None and wf.schedule.cron == "0 6 1 * *"
+    assert wf.schedule.timezone == "UTC"
+
+
+def test_ingest_nightly_values() -> None:
+    wf = load_manifest(FIXTURES / "reference" / "ingest-nightly.yml", {}).workflows[
+        "ingest-nightly"
+    ]
+    fetch, load = wf.steps["fetch"], wf.steps["load"]
+    assert (fetch.retry.max, fetch.retry.strategy, fetch.timeout) == (5, "exponential", 300.0)
+    assert load.retry == RetryPolicy()  # defaults: 3, linear
+    assert load.backend == "warehouse" and load.payload == {"mode": "append"}
+    assert wf.schedule is not None and wf.schedule.every == 3600.0
+
+
+def test_nightly_and_tenant_report_values() -> None:
+    nightly = load_manifest(FIXTURES / "reference" / "nightly.yml", {}).workflows["nightly"]
+    assert nightly.on_failure == "continue-independent"
+    assert nightly.roots() == ["fetch-orders", "fetch-reviews"]
+    tenant = load_manifest(FIXTURES / "reference" / "tenant-report.yml", {}).workflows[
+        "tenant-report"
+    ]
+    assert tenant.for_each is not None
+    assert tenant.for_each.query == "SELECT id FROM tenant WHERE plan != 'free'"
+    assert tenant.for_each.key == "id"
+    assert tenant.concurrency == "skip"
+
+
+def test_workflows_in_their_own_files() -> None:
+    manifest = load_manifest(FIXTURES / "multi" / "orchestrator.yml", {})
+    assert list(manifest.workflows) == ["monthly-report", "tenant-report", "quick-ping"]
+    assert manifest.workflows["monthly-report"].steps["transform"].backend == "analytics"
+    # tenant-report.yml wraps its body in the workflow's name: also accepted.
+    assert manifest.workflows["tenant-report"].for_each is not None
+    assert manifest.workflows["quick-ping"].roots() == ["ping"]
+
+
+def test_problem_lines_inside_a_workflow_file_refer_to_that_file(tmp_path: Path) -> None:
+    write(tmp_path, "steps:\n  a: { backend: api, route: /a }\n  b:\n    backend: api\n"
+          "    route: /b\n    dependsOn: [c]\n", "flows/w.yml")
+    found = problems(tmp_path, BACKENDS + "workflows:\n  w: ./flows/w.yml\n")
+    assert len(found) == 1
+    assert found[0].startswith(f"{tmp_path}/flows/w.yml:6: workflows.w.steps.b.dependsOn[0]: ")
+    assert "unknown step 'c'" in found[0]
+
+
+def test_yaml_errors_inside_a_workflow_file_name_that_file(tmp_path: Path) -> None:
+    write(tmp_path, "steps:\n  a: { backend: api, route: /a }\n  a: { backend: api, "
+          "route: /b }\n", "w.yml")
+    found = problems(tmp_path, BACKENDS + "workflows:\n  w: w.yml\n")
+    assert found == [f"{tmp_path}/w.yml:3: steps.a: duplicate key 'a' (first defined at line 2)"]
+
+
+# --- graph checks ---------------------------------------------------------------------
+
+
+def test_unknown_dependency_suggests_a_close_name(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  nightly:
+    steps:
+      fetch: { backend: api, route: /fetch }
+      load: { backend: api, route: /load, dependsOn: [fetsh] }
+""")
+    assert_problem(problem, 10, "workflows.nightly.steps.load.dependsOn[0]",
+                   "step 'load' depends on unknown step 'fetsh'", "did you mean 'fetch'?")
+
+
+def test_self_dependency(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps:
+      a:
+        backend: api
+        route: /a
+        dependsOn:
+          - a
+""")
+    assert_problem(problem, 13, "workflows.w.steps.a.dependsOn[0]", "depends on itself")
+
+
+def test_cycle_path_is_printed(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps:
+      root: { backend: api, route: /r }
+      a: { backend: api, route: /a, dependsOn: [root, c] }
+      b: { backend: api, route: /b, dependsOn: [a] }
+      c: { backend: api, route: /c, dependsOn: [b] }
+""")
+    assert_problem(problem, 10, "workflows.w.steps.a.dependsOn", "cycle: a -> b -> c -> a")
+
+
+def test_duplicate_dependency(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps:
+      a: { backend: api, route: /a }
+      b: { backend: api, route: /b, dependsOn: [a, a] }
+""")
+    assert_problem(problem, 10, "workflows.w.steps.b.dependsOn[1]", "lists 'a' more than once")
+
+
+def test_unknown_backend_suggests_a_close_name(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps:
+      a: { backend: warehose, route: /a }
+""")
+    assert_problem(problem, 9, "workflows.w.steps.a.backend",
+                   "unknown backend 'warehose'", "did you mean 'warehouse'?")
+
+
+# --- field validation -------------------------------------------------------------------
+
+
+def test_misspelt_field_is_an_error_with_a_suggestion(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps:
+      a: { backend: api, route: /a }
+      b:
+        backend: api
+        route: /b
+        dependson: [a]
+""")
+    assert_problem(problem, 13, "workflows.w.steps.b.dependson",
+                   "unknown field 'dependson'", "did you mean 'dependsOn'?")
+
+
+def test_python_field_names_are_not_accepted_in_yaml(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    on_failure: halt
+    steps:
+      a: { backend: api, route: /a }
+""")
+    assert_problem(problem, 8, "workflows.w.on_failure", "did you mean 'onFailure'?")
+
+
+def test_bad_duration(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps:
+      a: { backend: api, route: /a, timeout: 5 minutes }
+""")
+    assert_problem(problem, 9, "workflows.w.steps.a.timeout", "'5 minutes' is not a duration")
+
+
+@pytest.mark.parametrize(
+    ("retry", "field", "fragment"),
+    [
+        ("{ max: -1 }", "max", "greater than or equal to 0 (got -1)"),
+        ("{ max: 101 }", "max", "less than or equal to 100"),
+        ("{ max: two }", "max", "valid integer"),
+        ("{ strategy: fibonacci }", "strategy", "'linear' or 'exponential' (got 'fibonacci')"),
+        ("{ delay: 0s }", "delay", "must be greater than zero"),
+        ("{ delay: 1m, maxDelay: 10s }", "", "maxDelay (10s) is shorter than delay (60s)"),
+    ],
+)
+def test_bad_retry_values(tmp_path: Path, retry: str, field: str, fragment: str) -> None:
+    problem = one_problem(tmp_path, BACKENDS + f"""\
+workflows:
+  nightly:
+    steps:
+      fetch:
+        backend: api
+        route: /fetch
+        retry: {retry}
+""")
+    path = "workflows.nightly.steps.fetch.retry" + (f".{field}" if field else "")
+    assert_problem(problem, 12, path, fragment)
+
+
+def test_reserved_payload_key(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps:
+      a:
+        backend: api
+        route: /a
+        payload:
+          mode: append
+          steps: 3
+""")
+    assert_problem(problem, 14, "workflows.w.steps.a.payload.steps", "'steps' is reserved")
+
+
+def test_missing_field_points_at_the_enclosing_entry(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps:
+      a: { backend: api }
+""")
+    assert_problem(problem, 9, "workflows.w.steps.a.route", "required field 'route' is missing")
+
+
+def test_route_and_names_are_checked(tmp_path: Path) -> None:
+    found = problems(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps:
+      "bad name": { backend: api, route: fetch }
+""")
+    assert len(found) == 2
+    assert_problem(found[0], 9, "workflows.w.steps.bad name", "must start with a letter")
+    assert_problem(found[1], 9, "workflows.w.steps.bad name.route", "must start with '/'")
+
+
+def test_empty_steps_and_bad_backend_url(tmp_path: Path) -> None:
+    found = problems(tmp_path, """\
+backends:
+  api: { url: "ftp://example.com" }
+workflows:
+  w: { steps: {} }
+""")
+    assert_problem(found[0], 2, "backends.api.url", "http:// or https://")
+    assert_problem(found[1], 4, "workflows.w.steps", "must not be empty")
+
+
+def test_every_problem_is_reported_in_line_order(tmp_path: Path) -> None:
+    found = problems(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps:
+      a: { backend: nope, route: /a, timeout: soon }
+      b: { backend: api, route: /b, dependsOn: [x], retry: { strategy: random } }
+    onFailure: panic
+""")
+    assert [p.split(":")[1] for p in found] == ["9", "9", "10", "10", "11"]
+    assert "unknown backend 'nope'" in found[0] and "'soon' is not a duration" in found[1]
+
+
+# --- schedules and forEach ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("schedule", "field", "fragment"),
+    [
+        ('{ cron: "61 * * * *" }', "schedule.cron", "cron '61 * * * *' does not parse"),
+        ('{ cron: "0 6 * *" }', "schedule.cron", "does not parse"),
+        ('{ cron: "0 6 * * *", timezone: Mars/Olympus }', "schedule.timezone",
+         "unknown timezone 'Mars/Olympus'"),
+        ('{ cron: "0 6 * * *", every: 1h }', "schedule", "exactly one of cron or every"),
+        ("{ timezone: UTC }", "schedule", "exactly one of cron or every"),
+        ("{ every: -1h }", "schedule.every", "negative"),
+    ],
+)
+def test_bad_schedule(tmp_path: Path, schedule: str, field: str, fragment: str) -> None:
+    problem = one_problem(tmp_path, BACKENDS + f"""\
+workflows:
+  w:
+    steps:
+      a: {{ backend: api, route: /a }}
+    schedule: {schedule}
+""")
+    assert_problem(problem, 10, f"workflows.w.{field}", fragment)
+
+
+def test_schedule_with_timezone_loads(tmp_path: Path) -> None:
+    path = write(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps: { a: { backend: api, route: /a } }
+    schedule: { cron: "30 2 * * 1-5", timezone: Europe/Paris }
+""")
+    schedule = load_manifest(path, {}).workflows["w"].schedule
+    assert schedule is not None and schedule.timezone == "Europe/Paris"
+
+
+def test_for_each_takes_one_source(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps: { a: { backend: api, route: /a } }
+    forEach: { items: [1, 2], backend: api, route: /rows }
+""")
+    assert_problem(problem, 9, "workflows.w.forEach", "at most one row source")
+
+
+def test_for_each_backend_is_checked(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps: { a: { backend: api, route: /a } }
+    forEach: { backend: tenants, route: /rows }
+""")
+    assert_problem(problem, 9, "workflows.w.forEach.backend", "unknown backend 'tenants'")
+
+
+# --- safe YAML -------------------------------------------------------------------------------
+
+
+def test_duplicate_keys(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps:
+      fetch: { backend: api, route: /a }
+      fetch: { backend: api, route: /b }
+""")
+    assert problem == (f"{tmp_path}/orchestrator.yml:10: workflows.w.steps.fetch: duplicate key "
+                       "'fetch' (first defined at line 9)")
+
+
+def test_anchor_and_alias_are_refused(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps:
+      a: &step { backend: api, route: /a }
+      b: *step
+""")
+    assert problem.startswith(f"{tmp_path}/orchestrator.yml:9: anchor &step is not allowed")
+    assert "alias" in problem
+    with pytest.raises(ManifestError, match=r"m\.yml:2: alias \*x is not allowed"):
+        load_yaml("a: 1\nb: *x\n", "m.yml")
+
+
+def test_billion_laughs_is_refused_fast(tmp_path: Path) -> None:
+    bomb = (
+        'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+        + "".join(
+            f"{name}: &{name} [{','.join([f'*{prev}'] * 9)}]\n"
+            for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+        )
+    )
+    assert len(bomb) == 342  # expands to 9**9 strings if aliases were followed
+    started = time.perf_counter()
+    problem = one_problem(tmp_path, bomb)
+    assert time.perf_counter() - started < 0.5
+    assert "orchestrator.yml:1: anchor &a is not allowed" in problem
+    assert "alias-bomb" in problem
+
+
+def test_oversize_file_is_refused_before_parsing(tmp_path: Path) -> None:
+    # Not even valid YAML: the size check must come first.
+    problem = one_problem(tmp_path, "[" * (MAX_MANIFEST_BYTES + 1))
+    assert problem == (f"{tmp_path}/orchestrator.yml:1: file is {MAX_MANIFEST_BYTES + 1} "
+                       f"bytes; the limit is {MAX_MANIFEST_BYTES} bytes")
+    with pytest.raises(ManifestError, match="the limit is"):
+        load_yaml("#" * (MAX_MANIFEST_BYTES + 1), "m.yml")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a: 1\n---\nb: 2\n", "m.yml:2: a second YAML document"),
+        ("a: [1, 2\nb: 3\n", "m.yml:2: YAML syntax error"),
+        ("a:\n  1: x\n", "m.yml:2: a: mapping key '1' is not a string"),
+        ("a:\n  on: x\n", "m.yml:2: a: mapping key 'on' is not a string (YAML reads it as bool)"),
+        ("a: !!python/object:os.system x\n", "m.yml:1: tag tag:yaml.org,2002:python/object"),
+        ("a: .inf\n", "m.yml:1: '.inf' is not a finite number"),
+        ("<<: {a: 1}\n", "m.yml:1: merge keys"),
+        ("a: " + "[" * 100 + "]" * 100 + "\n", "m.yml:1: nesting deeper than"),
+    ],
+)
+def test_unsafe_or_broken_yaml(text: str, expected: str) -> None:
+    with pytest.raises(ManifestError) as caught:
+        load_yaml(text, "m.yml")
+    assert caught.value.problems[0].startswith(expected), caught.value.problems
+
+
+def test_line_map_falls_back_to_the_nearest_parent() -> None:
+    data, lines = load_yaml("a:\n  b:\n    - x\n    - y: 1\n  d: 2020-01-02\n", "m.yml")
+    assert data == {"a": {"b": ["x", {"y": 1}], "d": "2020-01-02"}}
+    assert lines.line(("a", "b", 1, "y")) == 4
+    assert lines.line(("a", "b", 1, "missing", "deeper")) == 4
+    assert lines.line(("a", "d")) == 5
+    assert lines.where(("nothing",)) == "m.yml:1"
+
+
+# --- workflow files stay inside the manifest's folder ---------------------------------------
+
+
+def test_workflow_path_escaping_with_dotdot(tmp_path: Path) -> None:
+    write(tmp_path, "steps: { a: { backend: api, route: /a } }\n", "outside.yml")
+    problem = one_problem(tmp_path / "project", BACKENDS + "workflows:\n  w: ../outside.yml\n")
+    assert_problem(problem, 7, "workflows.w", "'../outside.yml' is outside the manifest's folder")
+
+
+def test_workflow_absolute_path_elsewhere(tmp_path: Path) -> None:
+    elsewhere = write(tmp_path, "steps: { a: { backend: api, route: /a } }\n", "other.yml")
+    problem = one_problem(tmp_path / "project", BACKENDS + f"workflows:\n  w: {elsewhere}\n")
+    assert_problem(problem, 7, "workflows.w", "is outside the manifest's folder")
+
+
+def test_workflow_symlink_escaping(tmp_path: Path) -> None:
+    target = write(tmp_path, "steps: { a: { backend: api, route: /a } }\n", "secret.yml")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "w.yml").symlink_to(target)
+    problem = one_problem(project, BACKENDS + "workflows:\n  w: ./w.yml\n")
+    assert_problem(problem, 7, "workflows.w", "symlinks may not leave it")
+
+
+def test_workflow_symlink_inside_and_absolute_path_inside_are_fine(tmp_path: Path) -> None:
+    real = write(tmp_path, "steps: { a: { backend: api, route: /a } }\n", "flows/real.yml")
+    (tmp_path / "link.yml").symlink_to(real)
+    path = write(tmp_path, BACKENDS + f"workflows:\n  w: link.yml\n  v: {real}\n")
+    assert list(load_manifest(path, {}).workflows) == ["w", "v"]
+
+
+def test_missing_workflow_file(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + "workflows:\n  w: ./flows/nope.yml\n")
+    assert_problem(problem, 7, "workflows.w", "'./flows/nope.yml' not found")
+
+
+# --- ${VAR} substitution in backends ---------------------------------------------------------
+
+
+def test_env_substitution_with_defaults_and_escape(tmp_path: Path) -> None:
+    path = write(tmp_path, """\
+backends:
+  api:
+    url: "http://${API_HOST}:${API_PORT:-8001}/"
+    secret: "${API_SECRET:-dev-secret}"
+    timeout: "${API_TIMEOUT:-30s}"
+    openapi: "$${NOT_A_VAR}.json"
+workflows:
+  w: { steps: { a: { backend: api, route: /a, payload: { x: "${KEPT}" } } } }
+""")
+    manifest = load_manifest(path, {"API_HOST": "fn.internal", "API_SECRET": "s3"},
+                             check_openapi=False)
+    api = manifest.backends["api"]
+    assert api.url == "http://fn.internal:8001"
+    assert api.secret == "s3"
+    assert api.timeout == 30.0
+    assert api.openapi == "${NOT_A_VAR}.json"
+    assert "s3" not in repr(api)
+    # Only backends: is substituted; payloads travel as written.
+    assert manifest.workflows["w"].steps["a"].payload == {"x": "${KEPT}"}
+
+
+def test_undefined_env_var(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, """\
+backends:
+  api:
+    url: http://127.0.0.1:8001
+    secret: ${API_SECRET}
+workflows:
+  w: { steps: { a: { backend: api, route: /a } } }
+""")
+    assert_problem(problem, 4, "backends.api.secret",
+                   "environment variable API_SECRET is not set")
+
+
+def test_malformed_variable_reference(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, """\
+backends:
+  api: { url: "http://${HOST" }
+workflows:
+  w: { steps: { a: { backend: api, route: /a } } }
+""", {"HOST": "x"})
+    assert_problem(problem, 2, "backends.api.url", "malformed variable reference")
+
+
+# --- OpenAPI route checks -------------------------------------------------------------------
+
+
+OPENAPI_MANIFEST = """\
+backends:
+  api:
+    url: http://127.0.0.1:8001
+    openapi: {spec}
+workflows:
+  ingest:
+    steps:
+      fetch: {{ backend: api, route: /fetchUpstream }}
+      load: {{ backend: api, route: /loadd, dependsOn: [fetch] }}
+"""
+
+
+def test_openapi_routes_ok() -> None:
+    manifest = load_manifest(FIXTURES / "openapi" / "orchestrator.yml", {})
+    # /tenants/acme/report matches the templated /tenants/{tenant}/report.
+    assert list(manifest.workflows["ingest"].steps) == ["fetch", "load", "report"]
+
+
+def test_openapi_route_missing(tmp_path: Path) -> None:
+    spec = FIXTURES / "openapi" / "api.json"
+    problem = one_problem(tmp_path, OPENAPI_MANIFEST.format(spec=spec))
+    assert_problem(problem, 9, "workflows.ingest.steps.load.route",
+                   "step ingest.load calls POST /loadd", "did you mean '/load'?")
+
+
+def test_openapi_get_only_route_is_missing(tmp_path: Path) -> None:
+    spec = FIXTURES / "openapi" / "api.json"
+    text = OPENAPI_MANIFEST.format(spec=spec).replace("/loadd", "/health")
+    problem = one_problem(tmp_path, text)
+    assert_problem(problem, 9, "workflows.ingest.steps.load.route", "POST /health")
+
+
+def test_openapi_unreadable_spec_names_the_steps(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, OPENAPI_MANIFEST.format(spec="missing.json"))
+    assert_problem(problem, 4, "backends.api.openapi", "cannot read OpenAPI spec 'missing.json'",
+                   "ingest.fetch", "ingest.load")
+    path = write(tmp_path, OPENAPI_MANIFEST.format(spec="missing.json"))
+    assert load_manifest(path, {}, check_openapi=False).backends["api"].openapi == "missing.json"
+
+
+def test_openapi_spec_without_paths(tmp_path: Path) -> None:
+    write(tmp_path, "openapi: 3.1.0\ninfo: { title: x }\n", "spec.yaml")
+    problem = one_problem(tmp_path, OPENAPI_MANIFEST.format(spec="spec.yaml"))
+    assert_problem(problem, 4, "backends.api.openapi", "no 'paths' mapping")
+
+
+@pytest.fixture
+def spec_server() -> Iterator[str]:
+    body = (FIXTURES / "openapi" / "api.json").read_bytes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            found = self.path == "/openapi.json"
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body if found else b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_openapi_over_http(tmp_path: Path, spec_server: str) -> None:
+    problem = one_problem(tmp_path, OPENAPI_MANIFEST.format(spec=f"{spec_server}/openapi.json"))
+    assert_problem(problem, 9, "workflows.ingest.steps.load.route", "POST /loadd")
+    problem = one_problem(tmp_path, OPENAPI_MANIFEST.format(spec=f"{spec_server}/nope.json"))
+    assert_problem(problem, 4, "backends.api.openapi", "404", "ingest.fetch")
+
+
+# --- models -------------------------------------------------------------------------------
+
+
+def make_workflow(steps: dict[str, list[str]]) -> Workflow:
+    return Workflow.model_validate(
+        {"steps": {n: {"backend": "api", "route": f"/{n}", "dependsOn": d}
+                   for n, d in steps.items()}}
+    )
+
+
+def test_topological_order_keeps_declaration_order_for_ties() -> None:
+    wf = make_workflow({"report": ["b", "a"], "b": ["root"], "a": ["root"], "root": []})
+    assert wf.roots() == ["root"]
+    assert wf.topological_order() == ["root", "b", "a", "report"]
+    assert wf.dependants() == {"report": [], "b": ["report"], "a": ["report"], "root": ["b", "a"]}
+
+
+def test_workflow_json_round_trip() -> None:
+    manifest = load_manifest(FIXTURES / "reference" / "ingest-nightly.yml", {})
+    wf = manifest.workflows["ingest-nightly"]
+    text = wf.to_json()
+    stored = json.loads(text)
+    assert stored["steps"]["load"]["dependsOn"] == ["fetch"]
+    assert stored["steps"]["fetch"]["retry"]["maxDelay"] == 300.0
+    assert stored["onFailure"] == "halt"
+    assert Workflow.from_json(text) == wf
+    tenant = load_manifest(FIXTURES / "reference" / "tenant-report.yml", {})
+    wf = tenant.workflows["tenant-report"]
+    assert Workflow.from_json(wf.to_json()) == wf
+
+
+def test_from_json_checks_the_graph() -> None:
+    cyclic = {"steps": {"a": {"backend": "x", "route": "/a", "dependsOn": ["b"]},
+                        "b": {"backend": "x", "route": "/b", "dependsOn": ["a"]}}}
+    with pytest.raises(ValueError, match=r"dependency cycle: a -> b -> a"):
+        Workflow.from_json(json.dumps(cyclic))
+
+
+def test_models_are_frozen() -> None:
+    wf = make_workflow({"a": []})
+    with pytest.raises(ValueError, match="frozen"):
+        wf.on_failure = "continue-independent"  # type: ignore[misc]
+
+
+def test_retry_delays() -> None:
+    linear = RetryPolicy(delay=2.0, max_delay=5.0)
+    assert [linear.delay_before(n) for n in (1, 2, 3)] == [2.0, 4.0, 5.0]
+    exponential = RetryPolicy(strategy="exponential", delay=1.0)
+    assert [exponential.delay_before(n) for n in (1, 2, 3, 20)] == [1.0, 2.0, 4.0, 300.0]
+
+
+def test_manifest_from_text_resolves_against_base_dir(tmp_path: Path) -> None:
+    write(tmp_path, "steps: { a: { backend: api, route: /a } }\n", "flows/w.yml")
+    manifest = manifest_from_text(BACKENDS + "workflows:\n  w: flows/w.yml\n", "m.yml",
+                                  tmp_path, {})
+    assert manifest.source == tmp_path / "m.yml"
+    assert manifest.workflows["w"].roots() == ["a"]
+    with pytest.raises(ManifestError, match=r"^m\.yml:7: workflows\.w: workflow file"):
+        manifest_from_text(BACKENDS + "workflows:\n  w: nope.yml\n", "m.yml", tmp_path, {})
+
+
+def test_top_level_shape(tmp_path: Path) -> None:
+    found = problems(tmp_path, "backend:\n  api: { url: http://x }\nworkflows: {}\n")
+    assert_problem(found[0], 1, "backend", "unknown top-level key", "did you mean 'backends'?")
+    assert "backends: is required" in found[1]
+    assert one_problem(tmp_path, "").endswith("a manifest is a mapping with backends: and "
+                                               "workflows:")
+
+
+# --- durations ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("500ms", 0.5), ("30s", 30.0), ("5m", 300.0), ("1h", 3600.0), ("1d", 86400.0),
+     ("1h30m", 5400.0), ("2m30.5s", 150.5), ("1s500ms", 1.5), ("45", 45.0), (45, 45.0),
+     (0.25, 0.25)],
+)
+def test_parse_duration(value: str | float, seconds: float) -> None:
+    assert parse_duration(value, "timeout") == seconds
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("-5s", "'-5s' is negative"), (-1, "-1 is negative"), ("0s", "'0s' must be greater"),
+     ("abc", "'abc' is not a duration"), ("30m1h", "'30m1h' is not a duration"),
+     ("5 m", "'5 m' is not a duration"), ("", "'' is not a duration"),
+     (True, "True is not a duration"), (float("nan"), "nan is not a finite duration")],
+)
+def test_parse_duration_rejects(value: str | float, fragment: str) -> None:
+    with pytest.raises(ValueError, match=r"^timeout: ") as caught:
+        parse_duration(value, "timeout")
+    assert fragment in str(caught.value)
+
+
+def test_zero_duration_when_allowed_and_formatting() -> None:
+    assert parse_duration("0s", "delay", allow_zero=True) == 0.0
+    cases = {0: "0s", 0.25: "250ms", 1.5: "1.5s", 90: "1m30s", 5400: "1h30m", 86400: "1d",
+             90061.25: "1d1h1m1.25s"}
+    for seconds, text in cases.items():
+        assert format_duration(seconds) == text
+        assert parse_duration(text, "x", allow_zero=True) == seconds

@@ -263,6 +263,31 @@ class SweepPolicy:
     settle: float = 2.0
 
 
+def awaiting_message(steps: Iterable[StepRecord], now: float) -> int:
+    """Steps whose next move is a message a worker has not acted on yet."""
+    return sum(
+        1
+        for s in steps
+        if not s.claimed
+        and (s.status is StepStatus.READY
+             or (s.status is StepStatus.DISPATCHED and (s.due_at or 0.0) <= now))
+    )
+
+
+def redispatch_grace(backlog: int | None, awaiting: int, settings: Any) -> float:
+    """How old an unclaimed dispatch must be before a sweep presumes its message lost.
+
+    Empty queues: nothing can be waiting in them, so after one sweep interval the message
+    is gone. More steps awaiting a message than messages queued: some are lost, resend
+    the old ones. Otherwise every awaited message may simply be queued behind a backlog:
+    only a long ceiling, so a busy queue is not flooded with duplicates."""
+    if backlog == 0:
+        return float(settings.sweep_interval)
+    if backlog is not None and awaiting > backlog:
+        return float(settings.redispatch_after)
+    return float(settings.redispatch_ceiling)
+
+
 def not_started_statuses(run: RunRecord) -> tuple[StepStatus, ...]:
     """Halt skips what has not started; kill also stops steps waiting for a retry."""
     if run.kill_requested:

@@ -65,6 +65,8 @@ class Settings:
     # Sweeper cadence and the grace after which an unclaimed dispatch counts as lost.
     sweep_interval: float = 5.0
     redispatch_after: float = 30.0
+    # ... and the longest it may wait behind a queue backlog before being sent again.
+    redispatch_ceiling: float = 900.0
     # A claimed step's lease is its timeout plus this margin.
     lease_margin: float = 30.0
     default_step_timeout: float = 60.0
@@ -94,6 +96,7 @@ class Settings:
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             sweep_interval=_float(env, "SWEEP_INTERVAL", d.sweep_interval),
             redispatch_after=_float(env, "REDISPATCH_AFTER", d.redispatch_after),
+            redispatch_ceiling=_float(env, "REDISPATCH_CEILING", d.redispatch_ceiling),
             lease_margin=_float(env, "LEASE_MARGIN", d.lease_margin),
             default_step_timeout=_float(env, "STEP_TIMEOUT", d.default_step_timeout),
             inline_output_limit=int(_float(env, "INLINE_OUTPUT_LIMIT", d.inline_output_limit)),

@@ -24,10 +24,13 @@ from orchestrator.engine import (
     Retry,
     SkipStep,
     SweepPolicy,
+    awaiting_message,
     reconcile,
+    redispatch_grace,
 )
 from orchestrator.errors import ConditionFailed, OrchestratorError
 from orchestrator.queue import Dispatch
+from orchestrator.records import RunRecord, StepRecord
 from orchestrator.runs import plan_for_run
 
 __all__ = ["SweepReport", "Sweeper"]
@@ -61,34 +64,41 @@ class Sweeper:
         self.clock = clock
         self.rand = rand
 
-    def policy(self) -> SweepPolicy:
-        # When the dispatch queue is empty, an unclaimed "ready" step cannot have a
-        # message waiting for it: it is lost, and one sweep interval is grace enough.
-        # With a backlog, messages may just be queued: wait the full grace period.
+    def backlog(self) -> int | None:
         try:
-            idle = self.queues.backlog(self.queues.dispatch_url) == 0
+            return self.queues.backlog(self.queues.dispatch_url) + self.queues.backlog(
+                self.queues.timer_url
+            )
         except OrchestratorError:
-            idle = False
-        grace = self.settings.sweep_interval if idle else self.settings.redispatch_after
-        return SweepPolicy(redispatch_after=grace, settle=min(2.0, self.settings.sweep_interval))
+            return None
 
     def sweep(self) -> SweepReport:
         report = SweepReport()
-        policy = self.policy()
+        snapshots: list[tuple[RunRecord, list[StepRecord]]] = []
         for run_id in self.store.active_run_ids():
             try:
-                self.sweep_run(run_id, policy, report)
+                run = self.store.get_run(run_id, self.clock())
+                if run is not None and not run.status.terminal:
+                    snapshots.append((run, self.store.query_steps(run_id)))
             except OrchestratorError as exc:
                 log.warning("sweep of %s failed: %s", run_id, exc)
+        now = self.clock()
+        waiting = sum(awaiting_message(steps, now) for _, steps in snapshots)
+        grace = redispatch_grace(self.backlog(), waiting, self.settings)
+        policy = SweepPolicy(redispatch_after=grace, settle=min(2.0, self.settings.sweep_interval))
+        for run, steps in snapshots:
+            try:
+                self.sweep_run(run, steps, policy, report)
+            except OrchestratorError as exc:
+                log.warning("sweep of %s failed: %s", run.run_id, exc)
         return report
 
-    def sweep_run(self, run_id: str, policy: SweepPolicy, report: SweepReport) -> None:
+    def sweep_run(
+        self, run: RunRecord, steps: list[StepRecord], policy: SweepPolicy, report: SweepReport
+    ) -> None:
         now = self.clock()
-        run = self.store.get_run(run_id, now)
-        if run is None or run.status.terminal:
-            return
+        run_id = run.run_id
         report.runs += 1
-        steps = self.store.query_steps(run_id)
         planned = plan_for_run(run) if len(steps) < run.total else []
         cmds = reconcile(run, steps, planned, now, policy, self.rand())
         tally = Tally()

@@ -32,6 +32,8 @@ __all__ = ["BackendRef", "Worker"]
 
 log = logging.getLogger("orchestrator.worker")
 
+FLUSH_EVERY = 0.05
+
 
 @dataclass(frozen=True)
 class BackendRef:
@@ -63,6 +65,11 @@ class Worker:
         self._outputs: LRU = LRU(8192)
         self._lock = threading.Lock()
         self._deletes: dict[str, list[str]] = {}
+        # While the poll loop runs, terminal-step counts and message deletes from all
+        # threads are folded together and written every FLUSH_EVERY seconds: one
+        # counter write per run per flush instead of one per message.
+        self._batching = False
+        self._tally = Tally()
 
     # ---- one message -----------------------------------------------------------------
 
@@ -89,7 +96,12 @@ class Worker:
             while row is not None:
                 row = self.execute(row, tally)
         finally:
-            self.adv.flush(tally)
+            if self._batching:
+                with self._lock:
+                    for run_id, n in tally.counts.items():
+                        self._tally.add(run_id, n)
+            else:
+                self.adv.flush(tally)
 
     def _ack(self, receipt: Received | None) -> None:
         if receipt is None:
@@ -97,9 +109,15 @@ class Worker:
         with self._lock:
             self._deletes.setdefault(receipt.queue, []).append(receipt.receipt)
 
-    def flush_deletes(self) -> None:
+    def flush(self) -> None:
+        """Write the folded counts and delete the acknowledged messages."""
         with self._lock:
             pending, self._deletes = self._deletes, {}
+            tally, self._tally = self._tally, Tally()
+        try:
+            self.adv.flush(tally)
+        except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
+            log.warning("count flush failed: %s", exc)
         for url, receipts in pending.items():
             try:
                 self.queues.delete(url, receipts)
@@ -210,10 +228,20 @@ class Worker:
     def run(self, stop: threading.Event, *, threads: int | None = None, wait: int = 2) -> None:
         """Poll both queues until `stop` is set; run attempts on a thread pool."""
         n = threads or self.settings.worker_threads
-        slots = threading.Semaphore(n)
+        # Room for the running attempts plus one receive's worth of prefetched messages,
+        # so a backlog is received ten at a time. The timer queue has a budget of its
+        # own: its long-polls on an (often empty) queue must not hold dispatch room.
+        budgets = {
+            self.queues.dispatch_url: threading.Semaphore(n + 10),
+            self.queues.timer_url: threading.Semaphore(10),
+        }
         pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="step")
+        self._batching = True
+        queued = [0]  # received, not yet started
 
-        def work(item: Received) -> None:
+        def work(item: Received, slots: threading.Semaphore) -> None:
+            with self._lock:
+                queued[0] -= 1
             try:
                 if item.message is None:
                     self._ack(item)  # not ours: nothing to do with it
@@ -225,13 +253,21 @@ class Worker:
                 slots.release()
 
         def poll(url: str) -> None:
+            slots = budgets[url]
             while not stop.is_set():
-                self.flush_deletes()
                 if not slots.acquire(timeout=0.2):
                     continue
                 free = 1
-                while free < 10 and slots.acquire(blocking=False):
-                    free += 1
+                while free < 10:
+                    if slots.acquire(blocking=False):
+                        free += 1
+                    elif queued[0] > 0 and not stop.is_set():
+                        # Work is still waiting locally: nothing is lost by waiting for
+                        # room for a full batch instead of receiving one at a time.
+                        if slots.acquire(timeout=0.05):
+                            free += 1
+                    else:
+                        break
                 try:
                     got = self.queues.receive(url, max_messages=free, wait=wait)
                 except StoreError as exc:
@@ -240,17 +276,25 @@ class Worker:
                     stop.wait(1.0)
                 for _ in range(free - len(got)):
                     slots.release()
+                with self._lock:
+                    queued[0] += len(got)
                 for item in got:
-                    pool.submit(work, item)
+                    pool.submit(work, item, slots)
+
+        def flusher() -> None:
+            while not stop.wait(FLUSH_EVERY):
+                self.flush()
 
         pollers = [
             threading.Thread(target=poll, args=(u,), name=f"poll-{i}", daemon=True)
             for i, u in enumerate((self.queues.dispatch_url, self.queues.timer_url))
         ]
+        pollers.append(threading.Thread(target=flusher, name="flush", daemon=True))
         for t in pollers:
             t.start()
         stop.wait()
         for t in pollers:
             t.join(timeout=wait + 5)
         pool.shutdown(wait=True)
-        self.flush_deletes()
+        self._batching = False
+        self.flush()

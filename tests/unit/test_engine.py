@@ -216,3 +216,21 @@ def test_reconcile_finalizes_and_fixes_the_counter() -> None:
     )
     assert reconcile(run(remaining=1), rows, rows, NOW, POLICY) == []
     assert reconcile(run(status=RunStatus.SUCCESS), rows, rows, NOW, POLICY) == []
+
+
+def test_redispatch_grace_reads_the_queue_backlog() -> None:
+    from orchestrator.engine import awaiting_message, redispatch_grace
+    from orchestrator.settings import Settings
+
+    s = Settings(sweep_interval=5, redispatch_after=30, redispatch_ceiling=900)
+    assert redispatch_grace(0, 3, s) == 5  # empty queues: anything awaited is lost
+    assert redispatch_grace(10, 12, s) == 30  # fewer messages than awaited steps
+    assert redispatch_grace(500, 499, s) == 900  # all may be queued: don't flood
+    assert redispatch_grace(None, 3, s) == 900  # queue depth unknown: be patient
+    rows = by(
+        diamond(),
+        b={"status": StepStatus.DISPATCHED, "due_at": NOW + 60},  # a future timer
+        c={"status": StepStatus.DISPATCHED, "due_at": NOW - 1},  # a timer now due
+        d={"status": StepStatus.DISPATCHED, "lease_owner": "w"},  # running
+    )
+    assert awaiting_message(rows, NOW) == 2  # a (ready) and c

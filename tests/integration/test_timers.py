@@ -1,0 +1,45 @@
+"""Timers longer than SQS's 15-minute ceiling hop through the timer queue, with an
+injected clock (no real waiting)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.queue import Dispatch
+from orchestrator.states import StepStatus
+
+ONE = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  one:
+    steps:
+      only: { backend: fn, route: /echo }
+"""
+
+
+def delayed(h: Any) -> int:
+    attrs = h.rt.clients.sqs.get_queue_attributes(
+        QueueUrl=h.rt.queues.timer_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessagesDelayed"])
+
+
+def test_a_timer_beyond_15_minutes_is_redelayed_not_run(harness_factory: Any) -> None:
+    h = harness_factory(ONE)
+    h.rt.queues.tamper = lambda msgs: [m for m in msgs if m.due_at is not None]
+    run_id = h.start("one")
+    now = [1_000_000.0]
+    worker = h.rt.worker()
+    worker.clock = lambda: now[0]
+    due = now[0] + 3600  # an hour away: four hops of at most 900 s
+    worker.handle(Dispatch(run_id=run_id, step="only", attempt=1, due_at=due))
+    row = h.rt.store.get_step(run_id, "only")
+    assert row is not None and row.status is StepStatus.READY  # not claimed early
+    assert delayed(h) == 1  # sent on, delayed
+
+    now[0] = due + 1  # the due time has come: the same message now runs the step
+    worker.clock = lambda: now[0]
+    worker.handle(Dispatch(run_id=run_id, step="only", attempt=1, due_at=due))
+    row = h.rt.store.get_step(run_id, "only")
+    assert row is not None and row.status is StepStatus.SUCCESS

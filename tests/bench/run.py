@@ -47,7 +47,7 @@ from orchestrator.settings import Settings  # noqa: E402
 
 
 def chain(n: int) -> str:
-    lines = [f"      s0: {{ backend: fn, route: /noop }}"]
+    lines = ["      s0: { backend: fn, route: /noop }"]
     lines += [f"      s{i}: {{ backend: fn, route: /noop, dependsOn: [s{i - 1}] }}"
               for i in range(1, n)]
     return "\n".join(lines)

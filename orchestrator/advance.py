@@ -109,6 +109,7 @@ class Advancer:
         tally: Tally,
         *,
         keep_one: Lease | None,
+        on_recorded: Callable[[], None] | None = None,
     ) -> tuple[StepRecord | None, StepRecord] | None:
         """Record success and promote dependants. Returns (the dependant promoted straight
         into `keep_one`'s lease for the caller to run inline, the recorded row), or None
@@ -127,7 +128,10 @@ class Advancer:
             )
         except ConditionFailed:
             return None
-        tally.add(row.run_id)
+        if done.counted:
+            tally.add(row.run_id)
+        if on_recorded is not None:
+            on_recorded()
         inline, sends = self.promote_dependants(done, ctx, keep_one)
         if sends:
             self.queues.dispatch(sends)
@@ -136,6 +140,8 @@ class Advancer:
     def promote_dependants(
         self, done: StepRecord, ctx: RunContext, keep_one: Lease | None
     ) -> tuple[StepRecord | None, list[Dispatch]]:
+        """Count `done` towards each dependant. Returns the dependant promoted into
+        `keep_one` (if any) and the dispatches of the others not sent yet."""
         inline: StepRecord | None = None
         sends: list[Dispatch] = []
         now = self.clock()
@@ -149,6 +155,9 @@ class Advancer:
                 inline = promoted
             else:
                 sends.append(Dispatch(run_id=done.run_id, step=dep, attempt=1))
+                if len(sends) == 10:  # a wide fan-out starts while it is still promoting
+                    self.queues.dispatch(sends)
+                    sends = []
         return inline, sends
 
     def retry(
@@ -200,7 +209,8 @@ class Advancer:
             )
         except ConditionFailed:
             return False
-        tally.add(row.run_id)
+        if failed.counted:
+            tally.add(row.run_id)
         if ctx.on_failure == "continue-independent":
             self.cascade_skip(failed, tally)
         else:
@@ -235,7 +245,8 @@ class Advancer:
                 now,
             )
             if skipped is not None:
-                tally.add(failed.run_id)
+                if skipped.counted:
+                    tally.add(failed.run_id)
                 frontier.extend(skipped.dependants)
 
     def stop_not_started(
@@ -279,12 +290,14 @@ class Advancer:
         steps = self.store.query_steps(run_id)
         status = final_status(run, steps)
         if status is None:
-            actual = sum(1 for s in steps if not s.status.terminal)
-            if actual != run.remaining:
-                try:
-                    self.store.fix_remaining(run_id, run.remaining, actual)
-                except ConditionFailed:
-                    pass
+            # Every sink is done but a failing, halted or killed run still has steps in
+            # flight (their branches below were skipped). Make those steps count too,
+            # so the last of them to land finishes the run.
+            flagged = sum(
+                self.store.flag_counted(run_id, s.step) for s in steps if not s.status.terminal
+            )
+            if flagged:
+                self.store.decrement_remaining(run_id, -flagged, now)
             return None
         ttl = self.settings.ttl_success if status is RunStatus.SUCCESS else self.settings.ttl_failed
         expires = now + ttl

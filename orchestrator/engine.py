@@ -260,7 +260,7 @@ class SweepPolicy:
     # An unclaimed dispatch older than this is presumed lost and sent again.
     redispatch_after: float
     # Leave fresh work to the normal path: only repair a promotion this long overdue.
-    settle: float = 2.0
+    settle: float = 30.0
 
 
 def awaiting_message(steps: Iterable[StepRecord], now: float) -> int:

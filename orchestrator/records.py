@@ -37,10 +37,10 @@ def _json(item: Item, key: str) -> Any:
 
 
 def _list(item: Item, key: str) -> tuple[str, ...]:
-    v = item.get(key)
-    if v is None:
-        return ()
-    return tuple(x["S"] for x in v["L"])
+    # Edge lists are one JSON string, not a DynamoDB list: a join's row is rewritten by
+    # every dependency, and a list of a thousand typed elements is costly to copy.
+    raw = _s(item, key)
+    return () if raw is None else tuple(json.loads(raw))
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,19 @@ class StepRecord:
     output_size: int = 0
     error: dict[str, Any] | None = None
     expires_at: float | None = None
+    # Set on the rows a finishing run still waits for (see Advancer.finish_if_done).
+    count_me: bool = False
 
     @property
     def claimed(self) -> bool:
         return self.lease_owner is not None
+
+    @property
+    def counted(self) -> bool:
+        """Does this step's terminal transition decrement the run's `remaining` hint?
+        Sinks do (a run whose sinks all succeeded has succeeded everywhere), and so do
+        the steps a failing run was found still waiting for."""
+        return not self.dependants or self.count_me
 
 
 def step_from_item(item: Item) -> StepRecord:
@@ -108,6 +117,7 @@ def step_from_item(item: Item) -> StepRecord:
         output_size=int(_n(item, "output_size") or 0),
         error=_json(item, "error"),
         expires_at=_n(item, "expires_at"),
+        count_me=bool(item.get("count_me", {}).get("BOOL", False)),
     )
 
 
@@ -124,8 +134,8 @@ def step_to_item(s: StepRecord) -> Item:
         "status": {"S": s.status.value},
         "backend": {"S": s.backend},
         "route": {"S": s.route},
-        "deps": {"L": [{"S": d} for d in s.deps]},
-        "dependants": {"L": [{"S": d} for d in s.dependants]},
+        "deps": {"S": dumps(list(s.deps))},
+        "dependants": {"S": dumps(list(s.dependants))},
         "payload": {"S": dumps(s.payload)},
         "attempt": num(s.attempt),
         "max_attempts": num(s.max_attempts),
@@ -149,6 +159,8 @@ def step_to_item(s: StepRecord) -> Item:
         item["output"] = {"S": dumps(s.output)}
     if s.error is not None:
         item["error"] = {"S": dumps(s.error)}
+    if s.count_me:
+        item["count_me"] = {"BOOL": True}
     return item
 
 

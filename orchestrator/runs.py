@@ -174,7 +174,9 @@ class RunService:
             definition=definition,
             created_at=now,
             total=len(rows),
-            remaining=len(rows),
+            # A hint that triggers the verified finish: only sinks count down (see
+            # StepRecord.counted), so a fan-out pays no per-step write on the run row.
+            remaining=sum(1 for r in rows if r.counted),
             on_failure=wf.on_failure,
             updated_at=now,
         )

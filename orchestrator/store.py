@@ -115,20 +115,6 @@ class Store:
             return None
         return int(resp["Attributes"]["remaining"]["N"])
 
-    def fix_remaining(self, run_id: str, expected: int, actual: int) -> None:
-        with _translate(f"run {run_id}: recount"):
-            self.ddb.update_item(
-                TableName=self.runs,
-                Key={"run_id": {"S": run_id}},
-                UpdateExpression="SET remaining = :a",
-                ConditionExpression="remaining = :e AND #s = :running",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={
-                    ":a": num(actual),
-                    ":e": num(expected),
-                    ":running": {"S": RunStatus.RUNNING.value},
-                },
-            )
 
     def mark_halted(self, run_id: str, error: dict[str, Any], now: float) -> None:
         with _translate(f"run {run_id}: halt"):
@@ -389,10 +375,13 @@ class Store:
                         ":dep": {"SS": [dep]},
                         ":d": {"S": dep},
                     },
-                    ReturnValues="ALL_NEW",
+                    # A known in-degree needs only the set back, not the whole join row.
+                    ReturnValues="UPDATED_NEW" if ndeps else "ALL_NEW",
                 )
-            row = step_from_item(resp["Attributes"])
-            count, ndeps = len(row.satisfied), len(row.deps)
+            attrs = resp["Attributes"]
+            count = len(attrs["satisfied"]["SS"])
+            if not ndeps:
+                ndeps = len(step_from_item(attrs).deps)
         except ConditionFailed:
             # Already counted (a duplicate) or no longer blocked. A crash may have
             # fallen between the count and the promotion: try the promotion anyway.
@@ -593,6 +582,28 @@ class Store:
         except ConditionFailed:
             return None
         return step_from_item(resp["Attributes"])
+
+    def flag_counted(self, run_id: str, step: str) -> bool:
+        """Mark a step still in flight so that its terminal transition counts (once)."""
+        try:
+            with _translate(f"step {run_id}/{step}: flag"):
+                self.ddb.update_item(
+                    TableName=self.steps,
+                    Key=_key(run_id, step),
+                    UpdateExpression="SET count_me = :t",
+                    ConditionExpression="attribute_not_exists(count_me)"
+                    " AND #s IN (:b, :r, :d)",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={
+                        ":t": {"BOOL": True},
+                        ":b": {"S": StepStatus.BLOCKED.value},
+                        ":r": {"S": StepStatus.READY.value},
+                        ":d": {"S": StepStatus.DISPATCHED.value},
+                    },
+                )
+        except ConditionFailed:
+            return False
+        return True
 
     def touch_dispatch(self, run_id: str, step: str, attempt: int, now: float) -> bool:
         """Stamp a re-sent dispatch so the next sweep does not send it again at once."""

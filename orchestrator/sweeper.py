@@ -85,7 +85,9 @@ class Sweeper:
         now = self.clock()
         waiting = sum(awaiting_message(steps, now) for _, steps in snapshots)
         grace = redispatch_grace(self.backlog(), waiting, self.settings)
-        policy = SweepPolicy(redispatch_after=grace, settle=min(2.0, self.settings.sweep_interval))
+        # A promotion is repaired only once it is as overdue as a lost message: the
+        # worker promoting a wide fan-out may legitimately still be at it.
+        policy = SweepPolicy(redispatch_after=grace, settle=self.settings.redispatch_after)
         for run, steps in snapshots:
             try:
                 self.sweep_run(run, steps, policy, report)
@@ -115,9 +117,11 @@ class Sweeper:
                 except ConditionFailed:
                     pass
             elif isinstance(c, SkipStep):
-                if self.store.skip(run_id, c.step, c.statuses, c.reason, now) is not None:
-                    tally.add(run_id)
+                skipped = self.store.skip(run_id, c.step, c.statuses, c.reason, now)
+                if skipped is not None:
                     report.skipped += 1
+                    if skipped.counted:
+                        tally.add(run_id)
             elif isinstance(c, Promote):
                 row = by_name[c.step]
                 if (

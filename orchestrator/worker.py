@@ -33,6 +33,7 @@ __all__ = ["BackendRef", "Worker"]
 log = logging.getLogger("orchestrator.worker")
 
 FLUSH_EVERY = 0.05
+DELETE_WITHIN = 1.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class Worker:
         # counter write per run per flush instead of one per message.
         self._batching = False
         self._tally = Tally()
+        self._oldest_ack = float("inf")
 
     # ---- one message -----------------------------------------------------------------
 
@@ -108,12 +110,21 @@ class Worker:
             return
         with self._lock:
             self._deletes.setdefault(receipt.queue, []).append(receipt.receipt)
+            self._oldest_ack = min(self._oldest_ack, time.monotonic())
 
-    def flush(self) -> None:
-        """Write the folded counts and delete the acknowledged messages."""
+    def flush(self, *, force: bool = True) -> None:
+        """Write the folded counts and delete the acknowledged messages: deletes go ten
+        to a request, or once the oldest waited DELETE_WITHIN seconds (a claimed message
+        redelivered meanwhile finds its guard false, so waiting is safe)."""
+        now = time.monotonic()
         with self._lock:
-            pending, self._deletes = self._deletes, {}
             tally, self._tally = self._tally, Tally()
+            due = force or now - self._oldest_ack >= DELETE_WITHIN or any(
+                len(r) >= 10 for r in self._deletes.values())
+            pending: dict[str, list[str]] = {}
+            if due:
+                pending, self._deletes = self._deletes, {}
+                self._oldest_ack = float("inf")
         try:
             self.adv.flush(tally)
         except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
@@ -207,16 +218,17 @@ class Worker:
                 else:
                     self.adv.fail(row, ctx, Fail(err), tally)
                 return None
+
+            def remember() -> None:  # before dependants start: they read it from here
+                if output_ref is None:
+                    with self._lock:
+                        self._outputs.put((row.run_id, row.step), decision.output)
+
             res = self.adv.succeed(
-                row, ctx, output_json, output_ref, len(raw), tally, keep_one=self.lease()
+                row, ctx, output_json, output_ref, len(raw), tally, keep_one=self.lease(),
+                on_recorded=remember,
             )
-            if res is None:
-                return None
-            inline, _ = res
-            if output_ref is None:
-                with self._lock:
-                    self._outputs.put((row.run_id, row.step), decision.output)
-            return inline
+            return None if res is None else res[0]
         if isinstance(decision, Retry):
             self.adv.retry(row, decision)
         else:
@@ -283,7 +295,7 @@ class Worker:
 
         def flusher() -> None:
             while not stop.wait(FLUSH_EVERY):
-                self.flush()
+                self.flush(force=False)
 
         pollers = [
             threading.Thread(target=poll, args=(u,), name=f"poll-{i}", daemon=True)

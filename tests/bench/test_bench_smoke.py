@@ -1,0 +1,28 @@
+"""The benchmark must keep running: a --quick pass prints every figure it promises."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_quick_benchmark_prints_its_figures() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "bench" / "run.py"), "--quick", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    for key in ("floor_ms", "w1", "w2", "w3", "fan10", "fan100", "worker_peak_rss_mib"):
+        assert key in r
+    assert r["w1"]["per_step_ms"] > 0 and r["w1"]["ratio_to_floor"] > 0
+    assert r["fan100"]["requests_per_step"]["total"] > 0
+    assert set(r["targets"]) == {
+        "w1_ratio_le_1.5", "requests_per_step_equal_10pct", "requests_per_step_le_6"}

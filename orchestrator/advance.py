@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.blobs import Blobs
@@ -144,11 +144,16 @@ class Advancer:
         `keep_one` (if any) and the dispatches of the others not sent yet."""
         inline: StepRecord | None = None
         sends: list[Dispatch] = []
-        now = self.clock()
-        for dep in done.dependants:
-            lease = keep_one if inline is None else None
+        last = len(done.dependants) - 1
+        for i, dep in enumerate(done.dependants):
+            # Only the last dependant may be run inline: a lease taken at the start of a
+            # wide fan-out would age while the rest are being promoted.
+            lease = keep_one if i == last else None
             ndeps = ctx.ndeps.get(dep, 0)
-            promoted = self.store.satisfy(done.run_id, dep, done.step, ndeps, lease, now)
+            # Stamp each promotion with its own time: a wide fan-out takes a while, and
+            # the sweeper reads ready_at as "when was this message due to be sent".
+            promoted = self.store.satisfy(done.run_id, dep, done.step, ndeps, lease,
+                                          self.clock())
             if promoted is None:
                 continue
             if promoted.status is StepStatus.DISPATCHED:
@@ -323,6 +328,4 @@ class Advancer:
 
 
 def _with_expiry(s: StepRecord, expires: float) -> StepRecord:
-    from dataclasses import replace
-
     return replace(s, expires_at=expires)

@@ -263,26 +263,33 @@ class SweepPolicy:
     settle: float = 30.0
 
 
-def awaiting_message(steps: Iterable[StepRecord], now: float) -> int:
-    """Steps whose next move is a message a worker has not acted on yet."""
+def awaiting_message(steps: Iterable[StepRecord], now: float, older_than: float = 0.0) -> int:
+    """Steps whose next move is a message no worker has acted on for `older_than` s."""
     return sum(
         1
         for s in steps
         if not s.claimed
         and (s.status is StepStatus.READY
              or (s.status is StepStatus.DISPATCHED and (s.due_at or 0.0) <= now))
+        and now - max(s.ready_at or 0.0, s.due_at or 0.0) >= older_than
     )
 
 
-def redispatch_grace(backlog: int | None, awaiting: int, settings: Any) -> float:
+def redispatch_grace(
+    backlog: int | None, awaiting: int, settings: Any, *, read_time: float = 0.0
+) -> float:
     """How old an unclaimed dispatch must be before a sweep presumes its message lost.
 
     Empty queues: nothing can be waiting in them, so after one sweep interval the message
-    is gone. More steps awaiting a message than messages queued: some are lost, resend
-    the old ones. Otherwise every awaited message may simply be queued behind a backlog:
-    only a long ceiling, so a busy queue is not flooded with duplicates."""
+    is gone. More steps awaiting a message for longer than `redispatch_after` than there
+    are messages queued: some are lost, resend the old ones. Otherwise every awaited
+    message may simply be queued behind a backlog: only a long ceiling, so a busy queue
+    is not flooded with duplicates.
+
+    `read_time` is how long a sweep takes to read the rows: a promoter stalled behind
+    a slow sweep may hold promoted-but-unsent dispatches that long, so it is added twice."""
     if backlog == 0:
-        return float(settings.sweep_interval)
+        return float(settings.sweep_interval) + 2 * read_time
     if backlog is not None and awaiting > backlog:
         return float(settings.redispatch_after)
     return float(settings.redispatch_ceiling)
@@ -317,6 +324,14 @@ def reconcile(
     if any(isinstance(c, CreateStep) for c in cmds):
         return cmds  # repair the rows first; the next sweep sees a whole run
 
+    def progress(dep: StepRecord) -> float:
+        # The last sign of life of whoever advances `dep`: its finish, or the latest of
+        # its dependants it promoted. A worker promoting a wide fan-out keeps this fresh;
+        # one that died mid-way lets it age past `settle`.
+        times = [dep.finished_at or 0.0]
+        times += [by_name[n].ready_at or 0.0 for n in dep.dependants if n in by_name]
+        return max(times)
+
     stopping = run.kill_requested or run.halted
     stop_statuses = not_started_statuses(run)
     doomed: set[str] = set()
@@ -336,7 +351,7 @@ def reconcile(
             if any(d.status in (StepStatus.FAILED, StepStatus.SKIPPED) for d in dep_rows):
                 cmds.append(SkipStep(s.step, (StepStatus.BLOCKED,), "dependency did not succeed"))
             elif all(d.status is StepStatus.SUCCESS for d in dep_rows):
-                last = max((d.finished_at or 0.0) for d in dep_rows) if dep_rows else 0.0
+                last = max((progress(d) for d in dep_rows), default=0.0)
                 if now - last >= policy.settle:
                     cmds.append(Promote(s.step, len(s.deps)))
         elif s.status is StepStatus.READY or (s.status is StepStatus.DISPATCHED and not s.claimed):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 __all__ = ["ResourceNames", "Settings"]
 
@@ -77,7 +77,6 @@ class Settings:
     ttl_success: float = 24 * 3600.0
     ttl_failed: float = 30 * 24 * 3600.0
     worker_threads: int = 8
-    extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def names(self) -> ResourceNames:

@@ -55,6 +55,13 @@ def _translate(what: str) -> Iterator[None]:
         raise StoreError(f"{what}: {exc}") from exc
 
 
+STATE_PROJECTION = (
+    "run_id, step, #s, backend, route, deps, dependants, attempt, max_attempts, #t,"
+    " retry_strategy, retry_delay, retry_max_delay, lease_owner, lease_until, due_at,"
+    " ready_at, started_at, finished_at, count_me"
+)
+
+
 def _names(lease: Lease | None) -> dict[str, str]:
     return {"#s": "status"} if lease is None else {"#s": "status", "#t": "timeout"}
 
@@ -247,7 +254,9 @@ class Store:
         item = resp.get("Item")
         return step_from_item(item) if item else None
 
-    def query_steps(self, run_id: str) -> list[StepRecord]:
+    def query_steps(self, run_id: str, *, states_only: bool = False) -> list[StepRecord]:
+        """Every step row of a run. `states_only` leaves out payloads, outputs and
+        errors: what a sweep decides on, at a fraction of the bytes."""
         rows: list[StepRecord] = []
         kwargs: dict[str, Any] = {
             "TableName": self.steps,
@@ -255,6 +264,9 @@ class Store:
             "ExpressionAttributeValues": {":r": {"S": run_id}},
             "ConsistentRead": True,
         }
+        if states_only:
+            kwargs["ProjectionExpression"] = STATE_PROJECTION
+            kwargs["ExpressionAttributeNames"] = {"#s": "status", "#t": "timeout"}
         while True:
             with _translate(f"steps of {run_id}"):
                 resp = self.ddb.query(**kwargs)

@@ -63,6 +63,7 @@ class Sweeper:
         self.settings = advancer.settings
         self.clock = clock
         self.rand = rand
+        self._read_time = 0.0  # how long the last sweep took to read the rows
 
     def backlog(self) -> int | None:
         try:
@@ -75,30 +76,45 @@ class Sweeper:
     def sweep(self) -> SweepReport:
         report = SweepReport()
         snapshots: list[tuple[RunRecord, list[StepRecord]]] = []
+        # Ages are measured at the moment reading began, and the queues are read after
+        # the rows: a message sent for a step before `now` is then either still queued
+        # (counted in the backlog) or already claimed (the redispatch guard fails). Slow
+        # reads must not make fresh promotions look old.
+        now = self.clock()
         for run_id in self.store.active_run_ids():
             try:
-                run = self.store.get_run(run_id, self.clock())
+                run = self.store.get_run(run_id, now)
                 if run is not None and not run.status.terminal:
-                    snapshots.append((run, self.store.query_steps(run_id)))
+                    snapshots.append((run, self.store.query_steps(run_id, states_only=True)))
             except OrchestratorError as exc:
                 log.warning("sweep of %s failed: %s", run_id, exc)
-        now = self.clock()
-        waiting = sum(awaiting_message(steps, now) for _, steps in snapshots)
-        grace = redispatch_grace(self.backlog(), waiting, self.settings)
+        read_time, self._read_time = self._read_time, max(0.0, self.clock() - now)
+        old = self.settings.redispatch_after
+        waiting = sum(awaiting_message(steps, now, old) for _, steps in snapshots)
+        backlog = self.backlog()
+        grace = redispatch_grace(
+            backlog, waiting, self.settings, read_time=max(read_time, self._read_time)
+        )
+        log.debug("sweep: %d runs, %d awaiting > %gs, backlog %s: grace %gs",
+                  len(snapshots), waiting, old, backlog, grace)
         # A promotion is repaired only once it is as overdue as a lost message: the
         # worker promoting a wide fan-out may legitimately still be at it.
         policy = SweepPolicy(redispatch_after=grace, settle=self.settings.redispatch_after)
         for run, steps in snapshots:
             try:
-                self.sweep_run(run, steps, policy, report)
+                self.sweep_run(run, steps, policy, report, now)
             except OrchestratorError as exc:
                 log.warning("sweep of %s failed: %s", run.run_id, exc)
         return report
 
     def sweep_run(
-        self, run: RunRecord, steps: list[StepRecord], policy: SweepPolicy, report: SweepReport
+        self,
+        run: RunRecord,
+        steps: list[StepRecord],
+        policy: SweepPolicy,
+        report: SweepReport,
+        now: float,
     ) -> None:
-        now = self.clock()
         run_id = run.run_id
         report.runs += 1
         planned = plan_for_run(run) if len(steps) < run.total else []
@@ -131,6 +147,10 @@ class Sweeper:
                     sends.append(Dispatch(run_id=run_id, step=c.step, attempt=1))
                     report.promoted += 1
             elif isinstance(c, Redispatch):
+                log.debug("redispatch %s/%s attempt %d (waited %.1fs, grace %.1fs)", run_id,
+                          c.step, c.attempt, now - max(by_name[c.step].ready_at or 0,
+                                                       by_name[c.step].due_at or 0),
+                          policy.redispatch_after)
                 if self.store.touch_dispatch(run_id, c.step, c.attempt, now):
                     sends.append(Dispatch(run_id=run_id, step=c.step, attempt=c.attempt))
                     report.redispatched += 1
@@ -144,6 +164,8 @@ class Sweeper:
             elif isinstance(c, Finalize) and self.adv.finish_if_done(run_id) is not None:
                 report.finished += 1
         if sends:
+            log.info("run %s: sending %d dispatches (%s)", run_id, len(sends),
+                     ", ".join(sorted({type(c).__name__ for c in cmds})))
             self.queues.dispatch(sends)
         self.adv.flush(tally)
 

@@ -32,6 +32,7 @@ __all__ = ["BackendRef", "Worker"]
 
 log = logging.getLogger("orchestrator.worker")
 
+_MISSING = object()
 FLUSH_EVERY = 0.05
 DELETE_WITHIN = 1.0
 
@@ -138,7 +139,8 @@ class Worker:
     # ---- one attempt -------------------------------------------------------------------
 
     def context(self, run_id: str) -> RunContext | None:
-        ctx: RunContext | None = self._contexts.get(run_id)
+        with self._lock:
+            ctx: RunContext | None = self._contexts.get(run_id)
         if ctx is None:
             run = self.store.get_run(run_id, self.clock())
             if run is None:
@@ -153,12 +155,13 @@ class Worker:
             return None
         out: dict[str, Any] = {}
         missing = []
-        for d in row.deps:
-            key = (row.run_id, d)
-            if key in self._outputs:
-                out[d] = self._outputs[key]
-            else:
-                missing.append(d)
+        with self._lock:
+            for d in row.deps:
+                cached = self._outputs.get((row.run_id, d), _MISSING)
+                if cached is _MISSING:
+                    missing.append(d)
+                else:
+                    out[d] = cached
         if missing:
             for name, dep in self.store.get_outputs(row.run_id, missing).items():
                 out[name] = self.adv.load_output(dep)

@@ -115,19 +115,45 @@ def test_lint_ok_and_problems(tmp_path: Path) -> None:
     assert cli("lint", "--manifest", str(tmp_path / "missing.yml")).exit_code == 2
 
 
-@pytest.mark.slow
-def test_dev_demo_runs_the_monthly_report(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ORCH_"))}
-    env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run(
+def run_dev(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "orchestrator", "dev", "--demo", "--exit-after-demo",
          "--manifest", str(ROOT / "orchestrator.yml"), "--port", "0", "--functions-port", "0",
          "--emulator-port", "0"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
     )
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ORCH_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+@pytest.mark.slow
+def test_dev_demo_runs_the_monthly_report(tmp_path: Path) -> None:
+    proc = run_dev(tmp_path, clean_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     for word in ("emulator", "functions", "api", "workers", "orchestrator run monthly-report"):
         assert word in out
     assert "monthly-report" in out and "success" in out
     assert (tmp_path / ".orchestrator" / "work" / "outbox" / "slack.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_dev_uses_aws_endpoint_url_instead_of_the_embedded_emulator(
+    tmp_path: Path, emulator: Any
+) -> None:
+    env = clean_env() | {"AWS_ENDPOINT_URL": emulator.url, "ORCH_PREFIX": "devexternal"}
+    proc = run_dev(tmp_path, env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"endpoint   {emulator.url}" in proc.stdout
+    assert "emulator   " not in proc.stdout
+    # the run lives in the external endpoint's tables
+    from orchestrator.aws import make_clients
+    from orchestrator.settings import Settings
+
+    ddb = make_clients(Settings(endpoint_url=emulator.url)).dynamodb
+    items = ddb.scan(TableName="devexternal-runs")["Items"]
+    assert [i["status"]["S"] for i in items] == ["success"]

@@ -224,6 +224,7 @@ def test_redispatch_grace_reads_the_queue_backlog() -> None:
 
     s = Settings(sweep_interval=5, redispatch_after=30, redispatch_ceiling=900)
     assert redispatch_grace(0, 3, s) == 5  # empty queues: anything awaited is lost
+    assert redispatch_grace(0, 3, s, read_time=2.0) == 9  # ... unless sweeps are slow
     assert redispatch_grace(10, 12, s) == 30  # fewer messages than awaited steps
     assert redispatch_grace(500, 499, s) == 900  # all may be queued: don't flood
     assert redispatch_grace(None, 3, s) == 900  # queue depth unknown: be patient
@@ -234,3 +235,17 @@ def test_redispatch_grace_reads_the_queue_backlog() -> None:
         d={"status": StepStatus.DISPATCHED, "lease_owner": "w"},  # running
     )
     assert awaiting_message(rows, NOW) == 2  # a (ready) and c
+    assert awaiting_message(rows, NOW + 30, older_than=30.5) == 1  # only c: due at NOW - 1
+
+
+def test_reconcile_leaves_a_fan_out_being_promoted_alone() -> None:
+    rows = by(
+        diamond(),
+        a={"status": StepStatus.SUCCESS, "finished_at": NOW},
+        b={"status": StepStatus.READY, "attempt": 1, "ready_at": NOW + 40},  # promoted
+    )
+    # a finished long ago, but its promoter promoted b 1 s ago: still at work on c
+    assert [c for c in reconcile(run(), rows, rows, NOW + 41, POLICY)
+            if isinstance(c, Promote)] == []
+    # nothing promoted for longer than `settle`: the promoter died, repair c
+    assert Promote("c", 1) in reconcile(run(), rows, rows, NOW + 71, POLICY)

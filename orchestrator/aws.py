@@ -3,15 +3,34 @@ explicit endpoint, and supplies dummy credentials when talking to a local emulat
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
+from orchestrator.errors import ConditionFailed, StoreError
 from orchestrator.settings import Settings
 
-__all__ = ["Clients", "make_clients"]
+__all__ = ["Clients", "make_clients", "translate_errors"]
+
+
+@contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    """botocore errors never leave the adapters: a failed guard becomes ConditionFailed,
+    anything else StoreError, each naming what was being done (the cause is chained)."""
+    try:
+        yield
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code == "ConditionalCheckFailedException":
+            raise ConditionFailed(f"{what}: guard did not hold") from exc
+        raise StoreError(f"{what}: {code or exc}") from exc
+    except BotoCoreError as exc:
+        raise StoreError(f"{what}: {exc}") from exc
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from orchestrator.errors import StoreError
+from orchestrator.aws import translate_errors
 
 __all__ = ["Blobs"]
 
@@ -17,17 +15,13 @@ class Blobs:
         self.bucket = bucket
 
     def put(self, key: str, data: bytes) -> str:
-        try:
+        with translate_errors(f"blob {key}: write"):
             self.s3.put_object(
                 Bucket=self.bucket, Key=key, Body=data, ContentType="application/json"
             )
-        except (ClientError, BotoCoreError) as exc:
-            raise StoreError(f"blob {key}: write failed: {exc}") from exc
         return key
 
     def get(self, key: str) -> bytes:
-        try:
+        with translate_errors(f"blob {key}: read"):
             body: bytes = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        except (ClientError, BotoCoreError) as exc:
-            raise StoreError(f"blob {key}: read failed: {exc}") from exc
         return body

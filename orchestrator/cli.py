@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -159,14 +160,17 @@ def run(
     sys.exit(EXIT_OK if view["status"] == "success" else EXIT_RUN_FAILED)
 
 
-def wait_for(api: ApiClient, run_id: str, timeout: float) -> Any:
+def wait_for(api: ApiClient, run_id: str, timeout: float,
+             pause: Callable[[float], Any] | None = None) -> Any:
+    """Poll the API until the run finished or `timeout` passed (backing off to 1 s)."""
+    pause = pause or threading.Event().wait
     deadline = time.monotonic() + timeout
     delay = 0.05
     while True:
         view = api.run(run_id)
         if view["status"] != "running" or time.monotonic() > deadline:
             return view
-        time.sleep(delay)
+        pause(delay)
         delay = min(delay * 1.5, 1.0)
 
 

@@ -7,14 +7,13 @@ send and receive on it (measured on moto), and dispatches are the hot path."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from orchestrator.aws import translate_errors as _translate
 from orchestrator.errors import StoreError
 from orchestrator.settings import ResourceNames
 
@@ -42,17 +41,6 @@ class Received:
     receipt: str
     message: Dispatch | None  # None: not one of ours; delete it
     receive_count: int
-
-
-@contextmanager
-def _translate(what: str) -> Iterator[None]:
-    try:
-        yield
-    except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "")
-        raise StoreError(f"{what}: {code or exc}") from exc
-    except BotoCoreError as exc:
-        raise StoreError(f"{what}: {exc}") from exc
 
 
 class Queues:

@@ -7,13 +7,11 @@ module."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
+from orchestrator.aws import translate_errors as _translate
 from orchestrator.errors import ConditionFailed, StoreError
 from orchestrator.records import (
     RunRecord,
@@ -40,19 +38,6 @@ class Lease:
 
     owner: str
     base: float
-
-
-@contextmanager
-def _translate(what: str) -> Iterator[None]:
-    try:
-        yield
-    except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "")
-        if code == "ConditionalCheckFailedException":
-            raise ConditionFailed(f"{what}: guard did not hold") from exc
-        raise StoreError(f"{what}: {code or exc}") from exc
-    except BotoCoreError as exc:
-        raise StoreError(f"{what}: {exc}") from exc
 
 
 STATE_PROJECTION = (

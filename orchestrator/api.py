@@ -22,6 +22,7 @@ from orchestrator.runtime import Runtime
 __all__ = ["create_app"]
 
 MAX_BODY = 1024 * 1024
+MAX_DEPTH = 64
 
 
 class StartRun(BaseModel):
@@ -44,6 +45,37 @@ def _reject_constant(value: str) -> Any:
     raise ValueError(f"{value} is not valid JSON")
 
 
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _depth_ok(body: bytes) -> bool:
+    """Nesting depth, counted on the raw bytes before parsing (strings skipped)."""
+    depth, in_string, escaped = 0, False, False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > MAX_DEPTH:
+                return False
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return True
+
+
 async def read_json(request: Request) -> Any:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
@@ -55,8 +87,11 @@ async def read_json(request: Request) -> Any:
             raise _TooLarge()
     if not body:
         return {}
+    if not _depth_ok(body):
+        raise UsageError(f"body: nested deeper than {MAX_DEPTH} levels")
     try:
-        return json.loads(body, parse_constant=_reject_constant)
+        return json.loads(body, parse_constant=_reject_constant,
+                          object_pairs_hook=_no_duplicates)
     except (ValueError, RecursionError) as exc:
         raise UsageError(f"body: invalid JSON: {exc}") from exc
 

@@ -8,7 +8,6 @@ __all__ = [
     "ManifestError",
     "NotFound",
     "OrchestratorError",
-    "OutputTooLarge",
     "StoreError",
     "UsageError",
 ]
@@ -63,7 +62,3 @@ class ConditionFailed(OrchestratorError):
     treat it as "someone else already did this" and move on."""
 
     code = "condition_failed"
-
-
-class OutputTooLarge(OrchestratorError):
-    code = "output_too_large"

@@ -61,6 +61,17 @@ class Store:
         self.runs = names.runs_table
         self.steps = names.steps_table
 
+    def _guarded(self, what: str, **request: Any) -> Item | None:
+        """One conditional UpdateItem on a step row: its attributes, or None when the
+        guard did not hold (someone else already moved the row)."""
+        try:
+            with _translate(what):
+                resp = self.ddb.update_item(TableName=self.steps, **request)
+        except ConditionFailed:
+            return None
+        attrs: Item = resp.get("Attributes", {})
+        return attrs
+
     # ---- runs ---------------------------------------------------------------------
 
     def create_run(self, run: RunRecord) -> None:
@@ -345,20 +356,16 @@ class Store:
             # The only dependency: the update that records it is the promotion itself.
             update, values = self._promotion(lease, now)
             values.update({":b": blocked, ":dep": {"SS": [dep]}})
-            try:
-                with _translate(f"step {run_id}/{step}: promote"):
-                    resp = self.ddb.update_item(
-                        TableName=self.steps,
-                        Key=key,
-                        UpdateExpression=update + " ADD satisfied :dep",
-                        ConditionExpression="#s = :b",
-                        ExpressionAttributeNames=_names(lease),
-                        ExpressionAttributeValues=values,
-                        ReturnValues="ALL_NEW",
-                    )
-            except ConditionFailed:
-                return None
-            return step_from_item(resp["Attributes"])
+            attrs = self._guarded(
+                f"step {run_id}/{step}: promote",
+                Key=key,
+                UpdateExpression=update + " ADD satisfied :dep",
+                ConditionExpression="#s = :b",
+                ExpressionAttributeNames=_names(lease),
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+            )
+            return None if attrs is None else step_from_item(attrs)
         try:
             with _translate(f"step {run_id}/{step}: satisfy {dep}"):
                 resp = self.ddb.update_item(
@@ -410,20 +417,16 @@ class Store:
         else:
             cond = "#s = :b AND size(satisfied) = :nd"
             values[":nd"] = num(ndeps)
-        try:
-            with _translate(f"step {run_id}/{step}: promote"):
-                resp = self.ddb.update_item(
-                    TableName=self.steps,
-                    Key=_key(run_id, step),
-                    UpdateExpression=update,
-                    ConditionExpression=cond,
-                    ExpressionAttributeNames=_names(lease),
-                    ExpressionAttributeValues=values,
-                    ReturnValues="ALL_NEW",
-                )
-        except ConditionFailed:
-            return None
-        return step_from_item(resp["Attributes"])
+        attrs = self._guarded(
+            f"step {run_id}/{step}: promote",
+            Key=_key(run_id, step),
+            UpdateExpression=update,
+            ConditionExpression=cond,
+            ExpressionAttributeNames=_names(lease),
+            ExpressionAttributeValues=values,
+            ReturnValues="ALL_NEW",
+        )
+        return None if attrs is None else step_from_item(attrs)
 
     def _finish_attempt(
         self,
@@ -564,62 +567,47 @@ class Store:
         for i, st in enumerate(statuses):
             values[f":f{i}"] = {"S": st.value}
             placeholders.append(f":f{i}")
-        try:
-            with _translate(f"step {run_id}/{step}: skip"):
-                resp = self.ddb.update_item(
-                    TableName=self.steps,
-                    Key=_key(run_id, step),
-                    UpdateExpression="SET #s = :sk, #err = :why, finished_at = :now REMOVE due_at",
-                    ConditionExpression=f"#s IN ({', '.join(placeholders)})"
-                    " AND attribute_not_exists(lease_owner)",
-                    ExpressionAttributeNames={"#s": "status", "#err": "error"},
-                    ExpressionAttributeValues=values,
-                    ReturnValues="ALL_NEW",
-                )
-        except ConditionFailed:
-            return None
-        return step_from_item(resp["Attributes"])
+        attrs = self._guarded(
+            f"step {run_id}/{step}: skip",
+            Key=_key(run_id, step),
+            UpdateExpression="SET #s = :sk, #err = :why, finished_at = :now REMOVE due_at",
+            ConditionExpression=f"#s IN ({', '.join(placeholders)})"
+            " AND attribute_not_exists(lease_owner)",
+            ExpressionAttributeNames={"#s": "status", "#err": "error"},
+            ExpressionAttributeValues=values,
+            ReturnValues="ALL_NEW",
+        )
+        return None if attrs is None else step_from_item(attrs)
 
     def flag_counted(self, run_id: str, step: str) -> bool:
         """Mark a step still in flight so that its terminal transition counts (once)."""
-        try:
-            with _translate(f"step {run_id}/{step}: flag"):
-                self.ddb.update_item(
-                    TableName=self.steps,
-                    Key=_key(run_id, step),
-                    UpdateExpression="SET count_me = :t",
-                    ConditionExpression="attribute_not_exists(count_me)"
-                    " AND #s IN (:b, :r, :d)",
-                    ExpressionAttributeNames={"#s": "status"},
-                    ExpressionAttributeValues={
-                        ":t": {"BOOL": True},
-                        ":b": {"S": StepStatus.BLOCKED.value},
-                        ":r": {"S": StepStatus.READY.value},
-                        ":d": {"S": StepStatus.DISPATCHED.value},
-                    },
-                )
-        except ConditionFailed:
-            return False
-        return True
+        return self._guarded(
+            f"step {run_id}/{step}: flag",
+            Key=_key(run_id, step),
+            UpdateExpression="SET count_me = :t",
+            ConditionExpression="attribute_not_exists(count_me) AND #s IN (:b, :r, :d)",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={
+                ":t": {"BOOL": True},
+                ":b": {"S": StepStatus.BLOCKED.value},
+                ":r": {"S": StepStatus.READY.value},
+                ":d": {"S": StepStatus.DISPATCHED.value},
+            },
+        ) is not None
 
     def touch_dispatch(self, run_id: str, step: str, attempt: int, now: float) -> bool:
         """Stamp a re-sent dispatch so the next sweep does not send it again at once."""
-        try:
-            with _translate(f"step {run_id}/{step}: redispatch"):
-                self.ddb.update_item(
-                    TableName=self.steps,
-                    Key=_key(run_id, step),
-                    UpdateExpression="SET ready_at = :now",
-                    ConditionExpression="attempt = :n AND attribute_not_exists(lease_owner)"
-                    " AND #s IN (:ready, :disp)",
-                    ExpressionAttributeNames={"#s": "status"},
-                    ExpressionAttributeValues={
-                        ":now": num(now),
-                        ":n": num(attempt),
-                        ":ready": {"S": StepStatus.READY.value},
-                        ":disp": {"S": StepStatus.DISPATCHED.value},
-                    },
-                )
-        except ConditionFailed:
-            return False
-        return True
+        return self._guarded(
+            f"step {run_id}/{step}: redispatch",
+            Key=_key(run_id, step),
+            UpdateExpression="SET ready_at = :now",
+            ConditionExpression="attempt = :n AND attribute_not_exists(lease_owner)"
+            " AND #s IN (:ready, :disp)",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={
+                ":now": num(now),
+                ":n": num(attempt),
+                ":ready": {"S": StepStatus.READY.value},
+                ":disp": {"S": StepStatus.DISPATCHED.value},
+            },
+        ) is not None

@@ -16,7 +16,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from orchestrator import __version__
 from orchestrator.errors import ConditionFailed, NotFound, OrchestratorError, UsageError
+from orchestrator.openapi import openapi_document
 from orchestrator.runtime import Runtime
 
 __all__ = ["create_app"]
@@ -191,6 +193,11 @@ def create_app(rt: Runtime) -> Starlette:
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
 
+    spec = openapi_document(StartRun, CancelRun, __version__)
+
+    async def openapi(request: Request) -> JSONResponse:
+        return JSONResponse(spec)
+
     async def on_error(request: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, _TooLarge):
             return error(413, "body_too_large", f"request body exceeds {MAX_BODY} bytes")
@@ -213,6 +220,7 @@ def create_app(rt: Runtime) -> Starlette:
         Route("/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
         Route("/workflows", workflows, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
     ]
     handlers: dict[Any, Any] = {OrchestratorError: on_error, _TooLarge: on_error}
     return Starlette(routes=routes, exception_handlers=handlers)

@@ -105,3 +105,13 @@ def test_unknown_run_cancel_finished_and_bad_cursor(api: tuple[Harness, httpx.Cl
     error_of(c.get("/runs", params={"workflow": "chain", "cursor": "%%%"}), 400)
     error_of(c.get("/runs"), 400)
     error_of(c.get("/runs", params={"workflow": "chain", "limit": "x"}), 400)
+
+
+def test_openapi_document_is_served_and_valid(api: tuple[Harness, httpx.Client]) -> None:
+    from openapi_spec_validator import validate
+
+    _, c = api
+    spec = c.get("/openapi.json").json()
+    validate(spec)
+    assert set(spec["paths"]) >= {"/runs", "/runs/{run_id}", "/runs/{run_id}/cancel"}
+    assert spec["components"]["schemas"]["StartRun"]["required"] == ["workflow"]

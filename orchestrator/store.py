@@ -96,62 +96,59 @@ class Store:
             return None
         return run
 
+    def _update_running(
+        self,
+        run_id: str,
+        what: str,
+        update: str,
+        values: dict[str, Any],
+        *,
+        names: dict[str, str] | None = None,
+        returns: str = "NONE",
+    ) -> Item:
+        """One UpdateItem on a run row, guarded by `status = running` (raises
+        ConditionFailed once the run has finished)."""
+        with _translate(f"run {run_id}: {what}"):
+            resp = self.ddb.update_item(
+                TableName=self.runs,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression=update,
+                ConditionExpression="#s = :running",
+                ExpressionAttributeNames={"#s": "status", **(names or {})},
+                ExpressionAttributeValues={
+                    **values, ":running": {"S": RunStatus.RUNNING.value}
+                },
+                ReturnValues=returns,
+            )
+        attrs: Item = resp.get("Attributes", {})
+        return attrs
+
     def decrement_remaining(self, run_id: str, by: int, now: float) -> int | None:
         """Count `by` steps as terminal. Returns the new count, or None when the run is
         no longer running. The count is a hint that triggers the (verified) finish."""
         try:
-            with _translate(f"run {run_id}: count"):
-                resp = self.ddb.update_item(
-                    TableName=self.runs,
-                    Key={"run_id": {"S": run_id}},
-                    UpdateExpression="ADD remaining :d SET updated_at = :now",
-                    ConditionExpression="#s = :running",
-                    ExpressionAttributeNames={"#s": "status"},
-                    ExpressionAttributeValues={
-                        ":d": {"N": str(-by)},
-                        ":now": num(now),
-                        ":running": {"S": RunStatus.RUNNING.value},
-                    },
-                    ReturnValues="UPDATED_NEW",
-                )
+            attrs = self._update_running(
+                run_id, "count", "ADD remaining :d SET updated_at = :now",
+                {":d": {"N": str(-by)}, ":now": num(now)}, returns="UPDATED_NEW",
+            )
         except ConditionFailed:
             return None
-        return int(resp["Attributes"]["remaining"]["N"])
-
+        return int(attrs["remaining"]["N"])
 
     def mark_halted(self, run_id: str, error: dict[str, Any], now: float) -> None:
-        with _translate(f"run {run_id}: halt"):
-            self.ddb.update_item(
-                TableName=self.runs,
-                Key={"run_id": {"S": run_id}},
-                UpdateExpression="SET halted = :t, #e = if_not_exists(#e, :err), updated_at = :now",
-                ConditionExpression="#s = :running",
-                ExpressionAttributeNames={"#s": "status", "#e": "error"},
-                ExpressionAttributeValues={
-                    ":t": {"BOOL": True},
-                    ":err": {"S": dumps(error)},
-                    ":now": num(now),
-                    ":running": {"S": RunStatus.RUNNING.value},
-                },
-            )
+        self._update_running(
+            run_id, "halt", "SET halted = :t, #e = if_not_exists(#e, :err), updated_at = :now",
+            {":t": {"BOOL": True}, ":err": {"S": dumps(error)}, ":now": num(now)},
+            names={"#e": "error"},
+        )
 
     def request_kill(self, run_id: str, reason: str, now: float) -> RunRecord:
-        with _translate(f"run {run_id}: kill"):
-            resp = self.ddb.update_item(
-                TableName=self.runs,
-                Key={"run_id": {"S": run_id}},
-                UpdateExpression="SET kill_requested = :t, kill_reason = :r, updated_at = :now",
-                ConditionExpression="#s = :running",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={
-                    ":t": {"BOOL": True},
-                    ":r": {"S": reason},
-                    ":now": num(now),
-                    ":running": {"S": RunStatus.RUNNING.value},
-                },
-                ReturnValues="ALL_NEW",
-            )
-        return run_from_item(resp["Attributes"])
+        attrs = self._update_running(
+            run_id, "kill", "SET kill_requested = :t, kill_reason = :r, updated_at = :now",
+            {":t": {"BOOL": True}, ":r": {"S": reason}, ":now": num(now)},
+            returns="ALL_NEW",
+        )
+        return run_from_item(attrs)
 
     def finish_run(
         self,
@@ -165,23 +162,14 @@ class Store:
             ":st": {"S": status.value},
             ":now": num(now),
             ":exp": num(expires_at),
-            ":running": {"S": RunStatus.RUNNING.value},
         }
         update = "SET #s = :st, finished_at = :now, updated_at = :now, expires_at = :exp"
+        names: dict[str, str] = {}
         if error is not None:
             update += ", #e = if_not_exists(#e, :err)"
             values[":err"] = {"S": dumps(error)}
-        with _translate(f"run {run_id}: finish"):
-            self.ddb.update_item(
-                TableName=self.runs,
-                Key={"run_id": {"S": run_id}},
-                UpdateExpression=update + " REMOVE active",
-                ConditionExpression="#s = :running",
-                ExpressionAttributeNames={"#s": "status", "#e": "error"}
-                if error is not None
-                else {"#s": "status"},
-                ExpressionAttributeValues=values,
-            )
+            names["#e"] = "error"
+        self._update_running(run_id, "finish", update + " REMOVE active", values, names=names)
 
     def active_run_ids(self) -> list[str]:
         ids: list[str] = []

@@ -170,7 +170,8 @@ def _converge(
         by_type.setdefault(resource["Type"], {})[logical_id] = physical[logical_id]
 
     tables = by_type.get("AWS::DynamoDB::Table", {})
-    _check_names(stack, "tables", set(tables.values()), {names.runs_table, names.steps_table})
+    expected_tables = {names.runs_table, names.steps_table, names.control_table}
+    _check_names(stack, "tables", set(tables.values()), expected_tables)
     for logical_id, table in tables.items():
         _converge_table(clients, table, template["Resources"][logical_id]["Properties"], deadline)
 

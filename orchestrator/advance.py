@@ -6,6 +6,7 @@ Shared by the worker (after each attempt), the sweeper (repairs) and the API (ki
 from __future__ import annotations
 
 import json
+import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -13,12 +14,14 @@ from typing import Any
 
 from orchestrator.blobs import Blobs
 from orchestrator.engine import Fail, Retry, final_status, not_started_statuses
-from orchestrator.errors import ConditionFailed
+from orchestrator.errors import ConditionFailed, OrchestratorError
 from orchestrator.queue import Dispatch, Queues
 from orchestrator.records import RunRecord, StepRecord
 from orchestrator.settings import Settings
 from orchestrator.states import RunStatus, StepStatus
 from orchestrator.store import Lease, Store
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Advancer", "RunContext"]
 
@@ -82,6 +85,8 @@ class Advancer:
         self.blobs = blobs
         self.settings = settings
         self.clock = clock
+        # Called once a run has finished (Runtime wires admission's release here).
+        self.on_finish: Callable[[RunRecord], None] | None = None
 
     # ---- outputs --------------------------------------------------------------------
 
@@ -177,6 +182,7 @@ class Advancer:
                 next_attempt=decision.next_attempt,
                 due_at=decision.due_at,
                 error=decision.error,
+                now=self.clock(),
                 expired_before=expired_before,
             )
         except ConditionFailed:
@@ -324,6 +330,11 @@ class Advancer:
             self.store.finish_run(run_id, status, error, now, expires)
         except ConditionFailed:
             return None
+        if self.on_finish is not None:
+            try:
+                self.on_finish(run)
+            except OrchestratorError as exc:  # the sweeper repairs what this left undone
+                log.warning("run %s: after-finish hook failed: %s", run_id, exc)
         return status
 
 

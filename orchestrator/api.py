@@ -1,194 +1,248 @@
-"""The HTTP API (Starlette): start runs, read them, list them, cancel them.
+"""The HTTP API (Starlette): runs, events, webhooks and schedules.
 
 Every error is JSON `{"error": {"code", "message"}}` with a 4xx status for bad input;
-a body is size-checked before it is parsed."""
+a body is size-checked before it is parsed (http_json.py). Every route but `/healthz`,
+`/openapi.json` and `/webhooks/{name}` (which checks its own signature) wants
+`Authorization: Bearer <key>` (keys from `orchestrator keys create`), unless
+ORCH_API_AUTH=off."""
 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
+import threading
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from orchestrator import __version__
-from orchestrator.errors import ConditionFailed, NotFound, OrchestratorError, UsageError
+from orchestrator.api_models import CancelRun, EmitEvent, RerunRun, StartRun
+from orchestrator.apikeys import ApiKeys
+from orchestrator.errors import (
+    ConditionFailed,
+    Conflict,
+    NotFound,
+    OrchestratorError,
+    Unauthorized,
+    Unprocessable,
+    UsageError,
+)
+from orchestrator.http_json import MAX_BODY, TooLarge, error, read_body, read_json, validated
+from orchestrator.idempotency import IdempotencyKeys
 from orchestrator.openapi import openapi_document
 from orchestrator.runtime import Runtime
+from orchestrator.states import RunStatus
 
 __all__ = ["create_app"]
 
-MAX_BODY = 1024 * 1024
-MAX_DEPTH = 64
+OPEN_PATHS = ("/healthz", "/openapi.json")
+KEY_CACHE_SECONDS = 30.0
+Handler = Callable[[Request], Awaitable[Response]]
 
 
-class StartRun(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    workflow: str = Field(min_length=1, max_length=128)
-    input: Any = None
-    run_id: str | None = None
+def _cursor(last: dict[str, Any] | None) -> str | None:
+    return base64.urlsafe_b64encode(json.dumps(last).encode()).decode() if last else None
 
 
-class CancelRun(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: str = Field(default="cancelled by request", max_length=1000)
-
-
-def error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
-
-
-def _reject_constant(value: str) -> Any:
-    raise ValueError(f"{value} is not valid JSON")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _depth_ok(body: bytes) -> bool:
-    """Nesting depth, counted on the raw bytes before parsing (strings skipped)."""
-    depth, in_string, escaped = 0, False, False
-    for byte in body:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
-            depth += 1
-            if depth > MAX_DEPTH:
-                return False
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return True
-
-
-async def read_json(request: Request) -> Any:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        raise _TooLarge()
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise _TooLarge()
-    if not body:
-        return {}
-    if not _depth_ok(body):
-        raise UsageError(f"body: nested deeper than {MAX_DEPTH} levels")
+def _uncursor(cursor: str | None) -> dict[str, Any] | None:
+    if not cursor:
+        return None
     try:
-        return json.loads(body, parse_constant=_reject_constant,
-                          object_pairs_hook=_no_duplicates)
-    except (ValueError, RecursionError) as exc:
-        raise UsageError(f"body: invalid JSON: {exc}") from exc
+        start = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (ValueError, binascii.Error):
+        start = None
+    if not isinstance(start, dict) or not all(
+        isinstance(v, dict) and len(v) == 1 and set(v) <= {"S", "N"} for v in start.values()
+    ):
+        raise UsageError("cursor: not a cursor this API returned")
+    return start
 
 
-class _TooLarge(Exception):
-    pass
+def _summary(r: Any) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id,
+        "workflow": r.workflow,
+        "status": r.status.value,
+        "created_at": r.created_at,
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+        "trigger": r.trigger,
+        "rerun_of": r.rerun_of,
+    }
 
 
-def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for e in exc.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "body"
-        parts.append(f"{loc}: {e['msg']}")
-    return "; ".join(parts)
+def _started(run: Any, created: bool, **extra: Any) -> JSONResponse:
+    body = {
+        "run_id": run.run_id,
+        "workflow": run.workflow,
+        "status": run.status.value,
+        "created": created,
+        **extra,
+    }
+    if run.error:
+        body["error"] = run.error
+    return JSONResponse(body, status_code=201 if created else 200)
+
+
+class _KeyCheck:
+    """Bearer keys, checked against their stored hashes (cached briefly)."""
+
+    def __init__(self, keys: ApiKeys, clock: Callable[[], float]) -> None:
+        self.keys = keys
+        self.clock = clock
+        self.ok: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, header: str | None) -> None:
+        if not header:
+            raise Unauthorized("missing_api_key",
+                               "Authorization: Bearer <key> is required "
+                               "(create a key with `orchestrator keys create`)")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise Unauthorized("bad_api_key", "Authorization must be 'Bearer <key>'")
+        key = key.strip()
+        now = time.monotonic()
+        with self.lock:
+            if self.ok.get(key, 0.0) > now:
+                return
+        if self.keys.check(key, self.clock()) is None:
+            raise Unauthorized("bad_api_key", "the API key is not valid")
+        with self.lock:
+            if len(self.ok) > 1000:
+                self.ok.clear()
+            self.ok[key] = now + KEY_CACHE_SECONDS
 
 
 def create_app(rt: Runtime) -> Starlette:
+    idempotency = IdempotencyKeys(rt.control, rt.settings.idempotency_retention)
+    check_key = _KeyCheck(ApiKeys(rt.control), rt.clock)
+
+    # ---- runs --------------------------------------------------------------------------
+
     async def start_run(request: Request) -> JSONResponse:
         doc = await read_json(request)
-        try:
-            body = StartRun.model_validate(doc)
-        except ValidationError as exc:
-            return error(422, "invalid_body", _validation_message(exc))
-        run, created = await run_in_threadpool(
-            rt.runs.start, body.workflow, body.input, body.run_id
-        )
-        return JSONResponse(
-            {
-                "run_id": run.run_id,
-                "workflow": run.workflow,
-                "status": run.status.value,
-                "created": created,
-            },
-            status_code=201 if created else 200,
-        )
+        body = validated(StartRun, doc)
+        key = request.headers.get("idempotency-key")
+
+        def start() -> JSONResponse:
+            run_id = body.run_id
+            if key is not None:
+                run_id, _ = idempotency.claim(
+                    key, doc, body.run_id or rt.runs.new_run_id(body.workflow, rt.clock()),
+                    rt.clock(),
+                )
+            run, created = rt.runs.start(
+                body.workflow, body.input, run_id,
+                trigger={"source": "api", **({"idempotency_key": key} if key else {})},
+            )
+            return _started(run, created)
+
+        return await run_in_threadpool(start)
 
     async def get_run(request: Request) -> JSONResponse:
         view = await run_in_threadpool(rt.runs.view, request.path_params["run_id"])
         return JSONResponse(view)
 
+    async def run_events(request: Request) -> JSONResponse:
+        run_id = request.path_params["run_id"]
+        events = await run_in_threadpool(rt.runs.history, run_id)
+        return JSONResponse({"run_id": run_id, "events": events})
+
     async def list_runs(request: Request) -> JSONResponse:
-        workflow = request.query_params.get("workflow")
-        if not workflow:
-            return error(400, "missing_parameter", "query parameter 'workflow' is required")
+        q = request.query_params
+        workflow = q.get("workflow") or None
+        status = q.get("status") or None
+        if status is not None and status not in {s.value for s in RunStatus}:
+            known = ", ".join(s.value for s in RunStatus)
+            raise UsageError(f"status: {status!r} is not a run status ({known})")
         try:
-            limit = int(request.query_params.get("limit", "20"))
+            limit = int(q.get("limit", "20"))
         except ValueError:
-            return error(400, "bad_parameter", "limit: not an integer")
+            raise UsageError("limit: not an integer") from None
         limit = max(1, min(limit, 100))
-        cursor = request.query_params.get("cursor")
-        start = None
-        if cursor:
-            try:
-                start = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-            except ValueError:
-                return error(400, "bad_parameter", "cursor: not a cursor this API returned")
+        start = _uncursor(q.get("cursor"))
         runs, last = await run_in_threadpool(
-            rt.store.list_runs, workflow, rt.clock(), limit=limit, start=start
+            lambda: rt.store.list_runs(workflow, rt.clock(), status=status, limit=limit,
+                                       start=start)
         )
-        return JSONResponse(
-            {
-                "runs": [
-                    {
-                        "run_id": r.run_id,
-                        "workflow": r.workflow,
-                        "status": r.status.value,
-                        "created_at": r.created_at,
-                        "finished_at": r.finished_at,
-                    }
-                    for r in runs
-                ],
-                "next_cursor": base64.urlsafe_b64encode(json.dumps(last).encode()).decode()
-                if last
-                else None,
-            }
-        )
+        return JSONResponse({"runs": [_summary(r) for r in runs], "next_cursor": _cursor(last)})
 
     async def cancel_run(request: Request) -> JSONResponse:
-        doc = await read_json(request)
-        try:
-            body = CancelRun.model_validate(doc)
-        except ValidationError as exc:
-            return error(422, "invalid_body", _validation_message(exc))
+        body = validated(CancelRun, await read_json(request))
         view = await run_in_threadpool(rt.runs.kill, request.path_params["run_id"], body.reason)
         return JSONResponse(view)
 
-    async def workflows(request: Request) -> JSONResponse:
-        return JSONResponse(
-            {
-                "workflows": [
-                    {"name": name, "steps": list(wf.steps), "on_failure": wf.on_failure}
-                    for name, wf in rt.manifest.workflows.items()
-                ]
-            }
+    async def rerun_run(request: Request) -> JSONResponse:
+        doc = await read_json(request)
+        body = validated(RerunRun, doc)
+        kwargs: dict[str, Any] = {"new_run_id": body.run_id}
+        if "input" in body.model_fields_set:
+            kwargs["input"] = body.input
+        run, created = await run_in_threadpool(
+            lambda: rt.runs.rerun(request.path_params["run_id"], **kwargs)
         )
+        return _started(run, created, rerun_of=run.rerun_of)
+
+    async def workflows(request: Request) -> JSONResponse:
+        out = []
+        for name, wf in rt.manifest.workflows.items():
+            out.append({
+                "name": name,
+                "description": wf.description,
+                "steps": list(wf.steps),
+                "on_failure": wf.on_failure,
+                "schedule": wf.schedule.model_dump(exclude_none=True) if wf.schedule else None,
+                "events": [t.event for t in getattr(wf, "on", None) or ()],
+            })
+        return JSONResponse({"workflows": out})
+
+    # ---- events, webhooks, schedules ---------------------------------------------------
+
+    async def emit_event(request: Request) -> JSONResponse:
+        body = validated(EmitEvent, await read_json(request))
+        result = await run_in_threadpool(
+            lambda: rt.events.emit(body.name, body.data, key=body.key, event_id=body.id)
+        )
+        return JSONResponse(result, status_code=200 if result["duplicate"] else 201)
+
+    async def list_events(request: Request) -> JSONResponse:
+        name = request.query_params.get("name")
+        if not name:
+            raise UsageError("query parameter 'name' is required")
+        try:
+            limit = max(1, min(int(request.query_params.get("limit", "20")), 100))
+        except ValueError:
+            raise UsageError("limit: not an integer") from None
+        events = await run_in_threadpool(rt.events.recent, name, limit)
+        return JSONResponse({"events": events})
+
+    async def webhook(request: Request) -> JSONResponse:
+        raw = await read_body(request)
+        result = await run_in_threadpool(
+            rt.webhooks.deliver, request.path_params["name"], request.headers, raw
+        )
+        return JSONResponse(result, status_code=200 if result["duplicate"] else 202)
+
+    async def schedules(request: Request) -> JSONResponse:
+        return JSONResponse({"schedules": await run_in_threadpool(rt.scheduler.list_all)})
+
+    def schedule_action(action: str) -> Handler:
+        async def handle(request: Request) -> Response:
+            name = request.path_params["name"]
+            result = await run_in_threadpool(getattr(rt.scheduler, action), name)
+            return JSONResponse(result)
+
+        return handle
+
+    # ---- plumbing ----------------------------------------------------------------------
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
@@ -198,13 +252,29 @@ def create_app(rt: Runtime) -> Starlette:
     async def openapi(request: Request) -> JSONResponse:
         return JSONResponse(spec)
 
+    def guarded(handler: Handler) -> Handler:
+        async def wrapped(request: Request) -> Response:
+            if rt.settings.api_auth:
+                await run_in_threadpool(check_key, request.headers.get("authorization"))
+            return await handler(request)
+
+        return wrapped
+
     async def on_error(request: Request, exc: Exception) -> JSONResponse:
-        if isinstance(exc, _TooLarge):
+        if isinstance(exc, TooLarge):
             return error(413, "body_too_large", f"request body exceeds {MAX_BODY} bytes")
+        if isinstance(exc, Unauthorized):
+            resp = error(401, exc.code, exc.message)
+            resp.headers["WWW-Authenticate"] = "Bearer"
+            return resp
         if isinstance(exc, NotFound):
             return error(404, exc.code, exc.message)
+        if isinstance(exc, Conflict):
+            return error(409, exc.code, exc.message)
         if isinstance(exc, ConditionFailed):
             return error(409, "conflict", exc.message)
+        if isinstance(exc, Unprocessable):
+            return error(422, exc.code, exc.message)
         if isinstance(exc, UsageError):
             return error(400, exc.code, exc.message)
         if isinstance(exc, OrchestratorError) and exc.retryable:
@@ -213,14 +283,27 @@ def create_app(rt: Runtime) -> Starlette:
             return error(400, exc.code, exc.message)
         raise exc
 
+    def route(path: str, handler: Handler, method: str) -> Route:
+        open_path = path in OPEN_PATHS or path.startswith("/webhooks/")
+        return Route(path, handler if open_path else guarded(handler), methods=[method])
+
     routes = [
-        Route("/runs", start_run, methods=["POST"]),
-        Route("/runs", list_runs, methods=["GET"]),
-        Route("/runs/{run_id}", get_run, methods=["GET"]),
-        Route("/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
-        Route("/workflows", workflows, methods=["GET"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/openapi.json", openapi, methods=["GET"]),
+        route("/runs", start_run, "POST"),
+        route("/runs", list_runs, "GET"),
+        route("/runs/{run_id}", get_run, "GET"),
+        route("/runs/{run_id}/events", run_events, "GET"),
+        route("/runs/{run_id}/cancel", cancel_run, "POST"),
+        route("/runs/{run_id}/rerun", rerun_run, "POST"),
+        route("/workflows", workflows, "GET"),
+        route("/events", emit_event, "POST"),
+        route("/events", list_events, "GET"),
+        route("/webhooks/{name}", webhook, "POST"),
+        route("/schedules", schedules, "GET"),
+        route("/schedules/{name}/pause", schedule_action("pause"), "POST"),
+        route("/schedules/{name}/resume", schedule_action("resume"), "POST"),
+        route("/schedules/{name}/trigger", schedule_action("trigger"), "POST"),
+        route("/healthz", healthz, "GET"),
+        route("/openapi.json", openapi, "GET"),
     ]
-    handlers: dict[Any, Any] = {OrchestratorError: on_error, _TooLarge: on_error}
+    handlers: dict[Any, Any] = {OrchestratorError: on_error, TooLarge: on_error}
     return Starlette(routes=routes, exception_handlers=handlers)

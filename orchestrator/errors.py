@@ -5,10 +5,13 @@ from __future__ import annotations
 
 __all__ = [
     "ConditionFailed",
+    "Conflict",
     "ManifestError",
     "NotFound",
     "OrchestratorError",
     "StoreError",
+    "Unauthorized",
+    "Unprocessable",
     "UsageError",
 ]
 
@@ -35,6 +38,30 @@ class UsageError(OrchestratorError):
 
 class NotFound(OrchestratorError):
     code = "not_found"
+
+
+class Unprocessable(OrchestratorError):
+    """Well-formed but refused: e.g. an Idempotency-Key reused with another body (422)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Conflict(OrchestratorError):
+    """The request does not fit the current state of a run (409)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Unauthorized(OrchestratorError):
+    """No credentials, or wrong ones (401)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ManifestError(OrchestratorError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -23,16 +23,18 @@ MAX_DELAY = 900  # SQS's ceiling on DelaySeconds
 
 
 class Dispatch(BaseModel):
-    """The only message there is: look at this step's attempt (not before due_at)."""
+    """Look at this step's attempt (not before due_at); or, with `op: admit`, look at
+    whether this queued run may start (a throttle slot came due)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     run_id: str
     step: str
     attempt: int
     due_at: float | None = None
+    op: Literal["step", "admit"] = "step"
 
     def encode(self) -> str:
-        return self.model_dump_json(exclude_none=True)
+        return self.model_dump_json(exclude_none=True, exclude_defaults=True)
 
 
 @dataclass(frozen=True)

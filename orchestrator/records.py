@@ -12,7 +12,14 @@ from typing import Any
 
 from orchestrator.states import RunStatus, StepStatus
 
-__all__ = ["RunRecord", "StepRecord", "dumps", "run_from_item", "step_from_item"]
+__all__ = [
+    "RunRecord",
+    "StepRecord",
+    "dumps",
+    "history_entry",
+    "run_from_item",
+    "step_from_item",
+]
 
 Item = dict[str, dict[str, Any]]
 
@@ -34,6 +41,18 @@ def _n(item: Item, key: str) -> float | None:
 def _json(item: Item, key: str) -> Any:
     raw = _s(item, key)
     return None if raw is None else json.loads(raw)
+
+
+def _history(item: Item) -> tuple[dict[str, Any], ...]:
+    entries = item.get("history", {}).get("L", [])
+    return tuple(json.loads(e["S"]) for e in entries)
+
+
+def history_entry(at: float, kind: str, **fields: Any) -> dict[str, Any]:
+    """One line of a row's history (DynamoDB list element): what happened and when."""
+    entry: dict[str, Any] = {"at": round(at, 3), "type": kind}
+    entry.update({k: v for k, v in fields.items() if v is not None})
+    return {"S": dumps(entry)}
 
 
 def _list(item: Item, key: str) -> tuple[str, ...]:
@@ -74,6 +93,9 @@ class StepRecord:
     expires_at: float | None = None
     # Set on the rows a finishing run still waits for (see Advancer.finish_if_done).
     count_me: bool = False
+    # Every transition of this row with its time (appended in the same conditional
+    # writes that make them, so history costs no extra request).
+    history: tuple[dict[str, Any], ...] = ()
 
     @property
     def claimed(self) -> bool:
@@ -118,6 +140,7 @@ def step_from_item(item: Item) -> StepRecord:
         error=_json(item, "error"),
         expires_at=_n(item, "expires_at"),
         count_me=bool(item.get("count_me", {}).get("BOOL", False)),
+        history=_history(item),
     )
 
 
@@ -161,6 +184,8 @@ def step_to_item(s: StepRecord) -> Item:
         item["error"] = {"S": dumps(s.error)}
     if s.count_me:
         item["count_me"] = {"BOOL": True}
+    if s.history:
+        item["history"] = {"L": [{"S": dumps(e)} for e in s.history]}
     return item
 
 
@@ -182,6 +207,20 @@ class RunRecord:
     error: dict[str, Any] | None = None
     finished_at: float | None = None
     expires_at: float | None = None
+    # Where the run came from: {"source": "api" | "webhook" | "event" | "schedule" |
+    # "rerun", ...ids}.
+    trigger: dict[str, Any] | None = None
+    rerun_of: str | None = None
+    # Admission (status queued): the concurrency group {"group", "key", "policy"} and the
+    # throttle slot (a time before which the run may not start).
+    gate: dict[str, Any] | None = None
+    admit_at: float | None = None
+    started_at: float | None = None
+    history: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def group_id(self) -> str | None:
+        return None if not self.gate else f"{self.gate['group']}\x1f{self.gate['key']}"
 
 
 def run_from_item(item: Item) -> RunRecord:
@@ -202,6 +241,12 @@ def run_from_item(item: Item) -> RunRecord:
         error=_json(item, "error"),
         finished_at=_n(item, "finished_at"),
         expires_at=_n(item, "expires_at"),
+        trigger=_json(item, "trigger"),
+        rerun_of=_s(item, "rerun_of"),
+        gate=_json(item, "gate"),
+        admit_at=_n(item, "admit_at"),
+        started_at=_n(item, "started_at"),
+        history=_history(item),
     )
 
 
@@ -219,8 +264,9 @@ def run_to_item(r: RunRecord) -> Item:
         "on_failure": {"S": r.on_failure},
         "kill_requested": {"BOOL": r.kill_requested},
         "halted": {"BOOL": r.halted},
+        "listed": {"S": "runs"},  # the partition of the `recent` index: every run
     }
-    if r.status is RunStatus.RUNNING:
+    if not r.status.terminal:
         item["active"] = {"S": "1"}
     if r.updated_at is not None:
         item["updated_at"] = num(r.updated_at)
@@ -228,8 +274,16 @@ def run_to_item(r: RunRecord) -> Item:
         item["kill_reason"] = {"S": r.kill_reason}
     if r.error is not None:
         item["error"] = {"S": dumps(r.error)}
-    for key in ("finished_at", "expires_at"):
+    for key in ("finished_at", "expires_at", "admit_at", "started_at"):
         v = getattr(r, key)
         if v is not None:
             item[key] = num(v)
+    for key in ("trigger", "gate"):
+        v = getattr(r, key)
+        if v is not None:
+            item[key] = {"S": dumps(v)}
+    if r.rerun_of is not None:
+        item["rerun_of"] = {"S": r.rerun_of}
+    if r.history:
+        item["history"] = {"L": [{"S": dumps(e)} for e in r.history]}
     return item

@@ -9,19 +9,24 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.advance import Advancer
 from orchestrator.engine import StepSpec, plan_steps
-from orchestrator.errors import ConditionFailed, NotFound, UsageError
+from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
+from orchestrator.expressions import compile_template
 from orchestrator.queue import Dispatch
 from orchestrator.records import RunRecord, StepRecord, dumps
 from orchestrator.states import RunStatus, StepStatus
 
+if TYPE_CHECKING:
+    from orchestrator.admission import Admission
+
 __all__ = [
     "RunService",
     "definition_of",
-    "plan_for_run",
+    "gate_of",
     "run_view",
     "topological",
 ]
@@ -75,8 +80,46 @@ def specs_of(definition: Mapping[str, Any]) -> list[StepSpec]:
     return out
 
 
-def plan_for_run(run: RunRecord) -> list[StepRecord]:
-    return plan_steps(run.run_id, specs_of(run.definition), run.created_at)
+class _Keep:
+    """Sentinel: keep the old run's input."""
+
+
+_KEEP: Any = _Keep()
+
+
+def gate_of(
+    wf: Any, workflow: str, input: Any, overlap: str | None, fire_key: str
+) -> dict[str, Any] | None:
+    """The admission a new run needs: its concurrency group and throttle, with keys
+    rendered from the run's input; None when it may start at once."""
+    context = {"input": input}
+    gate: dict[str, Any] = {}
+    group = getattr(wf, "group", None)
+    if group is not None:
+        gate = {
+            "group": compile_template(group.group).render(context),
+            "key": compile_template(group.key).render(context) if group.key else "",
+            "policy": group.policy,
+        }
+    elif overlap in ("skip", "replace"):
+        gate = {
+            "group": f"schedule:{workflow}",
+            "key": fire_key,
+            "policy": "skip" if overlap == "skip" else "cancel-running",
+        }
+    throttle = getattr(wf, "throttle", None)
+    if throttle is not None:
+        gate["throttle"] = {
+            "key": compile_template(throttle.key).render(context) if throttle.key else "",
+            "limit": throttle.limit,
+            "period": throttle.period,
+            "burst": throttle.burst,
+            "policy": throttle.policy,
+        }
+    for field in ("group", "key"):
+        if len(str(gate.get(field, ""))) > 200:
+            raise UsageError(f"concurrency {field}: longer than 200 characters once rendered")
+    return gate or None
 
 
 def topological(definition: Mapping[str, Any]) -> list[str]:
@@ -133,52 +176,115 @@ def run_view(
         "input": run.input,
         "error": run.error,
         "created_at": run.created_at,
+        "started_at": run.started_at,
         "finished_at": run.finished_at,
         "kill_reason": run.kill_reason,
+        "trigger": run.trigger,
+        "rerun_of": run.rerun_of,
+        "admission": None
+        if not run.gate
+        else {
+            "group": run.gate.get("group"),
+            "key": run.gate.get("key"),
+            "policy": run.gate.get("policy"),
+            "throttle_key": (run.gate.get("throttle") or {}).get("key"),
+            "admit_at": run.admit_at,
+        },
         "steps": [step_view(by_name.get(n), n, load) for n in order],
     }
 
 
 class RunService:
-    def __init__(self, advancer: Advancer, manifest: Any, *, default_timeout: float) -> None:
+    def __init__(
+        self,
+        advancer: Advancer,
+        manifest: Any,
+        *,
+        default_timeout: float,
+        ttl_skipped: float = 24 * 3600.0,
+    ) -> None:
         self.adv = advancer
         self.store = advancer.store
         self.manifest = manifest
         self.default_timeout = default_timeout
+        self.admission: Admission | None = None  # wired by Runtime
+        self.ttl_skipped = ttl_skipped
 
     def new_run_id(self, workflow: str, now: float) -> str:
         return f"{workflow}-{int(now * 1000)}-{secrets.token_hex(3)}"
 
-    def start(
-        self, workflow: str, input: Any = None, run_id: str | None = None
-    ) -> tuple[RunRecord, bool]:
-        """Start a run; returns (run, created). A caller-chosen run id that exists
-        already returns the existing run (created=False)."""
-        wf = self.manifest.workflows.get(workflow)
+    def workflow(self, name: str) -> Any:
+        wf = self.manifest.workflows.get(name)
         if wf is None:
             known = ", ".join(sorted(self.manifest.workflows)) or "none"
-            raise NotFound(f"workflow {workflow!r} is not defined (known: {known})")
+            raise NotFound(f"workflow {name!r} is not defined (known: {known})")
+        return wf
+
+    def start(
+        self,
+        workflow: str,
+        input: Any = None,
+        run_id: str | None = None,
+        *,
+        trigger: dict[str, Any] | None = None,
+        overlap: str | None = None,
+        fire_key: str = "",
+    ) -> tuple[RunRecord, bool]:
+        """Start a run; returns (run, created). A caller-chosen run id that exists
+        already returns the existing run (created=False).
+
+        `overlap` (skip | allow | replace) is what a schedule fire does while the
+        previous run for `fire_key` is still going; a workflow's own concurrency group
+        takes precedence."""
+        wf = self.workflow(workflow)
+        definition = definition_of(wf, self.manifest.backends, self.default_timeout)
+        gate = gate_of(wf, workflow, input, overlap, fire_key)
+        return self.create(
+            workflow, definition, input, run_id, trigger=trigger or {"source": "api"},
+            gate=gate,
+        )
+
+    def create(
+        self,
+        workflow: str,
+        definition: dict[str, Any],
+        input: Any,
+        run_id: str | None,
+        *,
+        trigger: dict[str, Any],
+        gate: dict[str, Any] | None,
+        rerun_of: str | None = None,
+    ) -> tuple[RunRecord, bool]:
         if run_id is not None and not RUN_ID_RE.match(run_id):
             raise UsageError(f"run_id {run_id!r}: use 1-200 of A-Z a-z 0-9 _ . : -")
         if len(dumps(input).encode()) > MAX_INPUT_BYTES:
             raise UsageError(f"input: larger than {MAX_INPUT_BYTES} bytes")
         now = self.adv.clock()
         rid = run_id or self.new_run_id(workflow, now)
-        definition = definition_of(wf, self.manifest.backends, self.default_timeout)
-        rows = plan_steps(rid, specs_of(definition), now)
+        specs = specs_of(definition)
+        sinks = {s.name for s in specs} - {d for s in specs for d in s.deps}
+        reused = set(definition.get("reused") or ())
+        status = RunStatus.QUEUED if gate else RunStatus.RUNNING
         run = RunRecord(
             run_id=rid,
             workflow=workflow,
-            status=RunStatus.RUNNING,
+            status=status,
             input=input,
             definition=definition,
             created_at=now,
-            total=len(rows),
+            total=len(specs),
             # A hint that triggers the verified finish: only sinks count down (see
             # StepRecord.counted), so a fan-out pays no per-step write on the run row.
-            remaining=sum(1 for r in rows if r.counted),
-            on_failure=wf.on_failure,
+            remaining=len(sinks - reused),
+            on_failure=definition.get("onFailure", "halt"),
             updated_at=now,
+            trigger=trigger,
+            rerun_of=rerun_of,
+            gate=gate,
+            started_at=None if gate else now,
+            history=(
+                {"at": round(now, 3), "type": f"run.{status.value}", "trigger": trigger},
+            ),
         )
         # Order matters for crash safety: the run row first (the sweeper can rebuild
         # missing step rows from its definition), then the steps, then the roots' dispatch.
@@ -189,10 +295,56 @@ class RunService:
             if existing is None:
                 raise UsageError(f"run_id {rid!r} was used by a run that has expired") from None
             return existing, False
-        self.store.put_steps(rows)
-        roots = [Dispatch(run_id=rid, step=r.step, attempt=1) for r in rows if not r.deps]
-        self.adv.queues.dispatch(roots)
+        if gate:
+            assert self.admission is not None, "Runtime wires admission"
+            return self.admission.arrive(run), True
+        self.launch(run)
         return run, True
+
+    def rows_for(self, run: RunRecord) -> list[StepRecord]:
+        """The step rows a run starts with: planned from its definition, with the steps
+        a rerun reuses already successful (their outputs copied from the old run)."""
+        now = self.adv.clock()
+        rows = plan_steps(run.run_id, specs_of(run.definition), now)
+        reused: dict[str, str] = dict(run.definition.get("reused") or {})
+        if not reused:
+            return rows
+        old: dict[str, StepRecord] = {}
+        for source in set(reused.values()):
+            names = [n for n, src in reused.items() if src == source]
+            old.update(self.store.get_outputs(source, names))
+        done = {n for n, r in old.items() if r.status is StepStatus.SUCCESS}
+        out = []
+        for row in rows:
+            if row.step in done:
+                prev = old[row.step]
+                out.append(replace(
+                    row, status=StepStatus.SUCCESS, attempt=1, ready_at=None, finished_at=now,
+                    has_output=True, output=prev.output, output_ref=prev.output_ref,
+                    output_size=prev.output_size, satisfied=frozenset(row.deps),
+                    history=({"at": round(now, 3), "type": "step.reused",
+                              "from_run": reused[row.step]},),
+                ))
+                continue
+            met = frozenset(d for d in row.deps if d in done)
+            if row.deps and len(met) == len(set(row.deps)):
+                row = replace(row, status=StepStatus.READY, attempt=1, ready_at=now,
+                              history=({"at": round(now, 3), "type": "step.ready"},))
+            out.append(replace(row, satisfied=met))
+        return out
+
+    def launch(self, run: RunRecord) -> None:
+        """Write a started run's step rows and dispatch the ones that are ready."""
+        rows = self.rows_for(run)
+        self.store.put_steps(rows)
+        ready = [
+            Dispatch(run_id=run.run_id, step=r.step, attempt=1)
+            for r in rows
+            if r.status is StepStatus.READY
+        ]
+        self.adv.queues.dispatch(ready)
+        if not ready and all(r.status.terminal for r in rows):
+            self.adv.finish_if_done(run.run_id)
 
     def get(self, run_id: str) -> RunRecord:
         run = self.store.get_run(run_id, self.adv.clock())
@@ -205,16 +357,78 @@ class RunService:
         steps = self.store.query_steps(run_id)
         return run_view(run, steps, self.adv.load_output)
 
+    def history(self, run_id: str) -> list[dict[str, Any]]:
+        """Every transition of the run and its steps, oldest first."""
+        run = self.get(run_id)
+        entries = [dict(e) for e in run.history]
+        for s in self.store.query_steps(run_id):
+            entries.extend({**e, "step": s.step} for e in s.history)
+        entries.sort(key=lambda e: (e.get("at", 0.0), _ORDER.get(e.get("type", ""), 5)))
+        return entries
+
     def kill(self, run_id: str, reason: str) -> dict[str, Any]:
         run = self.get(run_id)
         if run.status.terminal:
-            raise ConditionFailed(f"run {run_id} already finished ({run.status.value})")
+            raise Conflict(
+                "run_finished", f"run {run_id} already finished ({run.status.value})"
+            )
+        if not self.cancel(run_id, reason):
+            raise Conflict("run_finished", f"run {run_id} already finished")
+        return self.view(run_id)
+
+    def cancel(self, run_id: str, reason: str) -> bool:
+        """Cancel a queued or running run; False if it had already finished."""
+        now = self.adv.clock()
+        run = self.store.get_run(run_id, now)
+        if run is None or run.status.terminal:
+            return False
+        if run.status is RunStatus.QUEUED:
+            try:
+                done = self.store.finish_queued(
+                    run_id, RunStatus.KILLED, {"code": "killed", "reason": reason}, now,
+                    now + self.adv.settings.ttl_failed,
+                )
+            except ConditionFailed:
+                return self.cancel(run_id, reason)  # it was admitted meanwhile
+            if self.admission is not None:
+                self.admission.release(done)
+            return True
         try:
             self.adv.kill(run_id, reason)
         except ConditionFailed:
-            raise ConditionFailed(f"run {run_id} already finished") from None
-        return self.view(run_id)
+            return False
+        return True
+
+    def rerun(
+        self, run_id: str, *, input: Any = _KEEP, new_run_id: str | None = None
+    ) -> tuple[RunRecord, bool]:
+        """A new run of a finished run's definition that reuses every successful step
+        and runs the rest (the failed, skipped or cancelled ones) again."""
+        old = self.get(run_id)
+        if not old.status.terminal:
+            raise Conflict("run_not_finished", f"run {run_id} is still {old.status.value}:"
+                           " cancel it or wait for it to finish")
+        if old.status is RunStatus.SUCCESS:
+            raise Conflict("nothing_to_rerun", f"run {run_id} succeeded: every step has its"
+                           " output; start a new run instead")
+        steps = self.store.query_steps(run_id, states_only=True)
+        definition = dict(old.definition)
+        definition["reused"] = {
+            s.step: run_id for s in steps if s.status is StepStatus.SUCCESS
+        }
+        new_input = old.input if input is _KEEP else input
+        wf = self.manifest.workflows.get(old.workflow)
+        gate = gate_of(wf, old.workflow, new_input, None, "") if wf is not None else None
+        return self.create(
+            old.workflow, definition, new_input, new_run_id,
+            trigger={"source": "rerun", "run_id": run_id}, gate=gate, rerun_of=run_id,
+        )
 
     def latest(self, workflow: str) -> RunRecord | None:
         runs, _ = self.store.list_runs(workflow, self.adv.clock(), limit=1)
         return runs[0] if runs else None
+
+
+# Same-instant history entries read best in this order.
+_ORDER = {"run.queued": 0, "run.running": 0, "run.started": 1, "step.reused": 2,
+          "step.ready": 2, "step.started": 3}

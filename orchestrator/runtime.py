@@ -10,15 +10,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.admission import Admission
 from orchestrator.advance import Advancer
 from orchestrator.aws import Clients, make_clients
 from orchestrator.blobs import Blobs
+from orchestrator.control import Control
+from orchestrator.events import EventService
 from orchestrator.invoker import Invoker
 from orchestrator.queue import Queues
 from orchestrator.runs import RunService
+from orchestrator.scheduler import Scheduler
 from orchestrator.settings import Settings
 from orchestrator.store import Store
 from orchestrator.sweeper import Sweeper
+from orchestrator.webhooks import WebhookService
 from orchestrator.worker import BackendRef, Worker
 
 __all__ = ["Runtime"]
@@ -35,6 +40,11 @@ class Runtime:
     advancer: Advancer
     runs: RunService
     clock: Callable[[], float]
+    control: Control
+    admission: Admission
+    events: EventService
+    webhooks: WebhookService
+    scheduler: Scheduler
 
     @classmethod
     def build(
@@ -52,7 +62,23 @@ class Runtime:
         blobs = Blobs(clients.s3, names.blob_bucket)
         adv = Advancer(store, queues, blobs, settings, clock)
         runs = RunService(adv, manifest, default_timeout=settings.default_step_timeout)
-        return cls(settings, manifest, clients, store, queues, blobs, adv, runs, clock)
+        control = Control(clients.dynamodb, names.control_table)
+        admission = Admission(
+            store, control, queues, clock, launch=runs.launch, cancel=runs.cancel,
+            ttl=settings.ttl_success,
+        )
+        runs.admission = admission
+        adv.on_finish = admission.release
+        events = EventService(control, runs, clock, settings.event_retention)
+        webhooks = WebhookService(control, runs, clock, settings.delivery_retention)
+        scheduler = Scheduler(
+            control, runs, clock, grace=settings.schedule_grace,
+            invoker=Invoker(max_body=settings.output_hard_cap, clock=clock),
+        )
+        return cls(
+            settings, manifest, clients, store, queues, blobs, adv, runs, clock, control,
+            admission, events, webhooks, scheduler,
+        )
 
     def backends(self) -> dict[str, BackendRef]:
         return {
@@ -62,7 +88,12 @@ class Runtime:
 
     def worker(self, **kwargs: Any) -> Worker:
         invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock)
-        return Worker(self.advancer, invoker, self.backends(), clock=self.clock, **kwargs)
+        worker = Worker(self.advancer, invoker, self.backends(), clock=self.clock, **kwargs)
+        worker.on_admit = self.admission.due
+        return worker
 
     def sweeper(self) -> Sweeper:
-        return Sweeper(self.advancer, clock=self.clock)
+        return Sweeper(
+            self.advancer, plan=self.runs.rows_for, clock=self.clock,
+            on_queued=self.admission.arrive, tasks=(self.scheduler.tick,),
+        )

@@ -31,6 +31,10 @@ class ResourceNames:
         return f"{self.prefix}-steps"
 
     @property
+    def control_table(self) -> str:
+        return f"{self.prefix}-control"
+
+    @property
     def dispatch_queue(self) -> str:
         return f"{self.prefix}-dispatch"
 
@@ -57,6 +61,17 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise ValueError(f"{ENV_PREFIX}{name}={raw!r} is not a number") from exc
 
 
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(ENV_PREFIX + name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "on", "true", "yes"):
+        return True
+    if raw in ("0", "off", "false", "no"):
+        return False
+    raise ValueError(f"{ENV_PREFIX}{name}={raw!r}: use on or off")
+
+
 @dataclass(frozen=True)
 class Settings:
     prefix: str = "orch"
@@ -77,6 +92,14 @@ class Settings:
     ttl_success: float = 24 * 3600.0
     ttl_failed: float = 30 * 24 * 3600.0
     worker_threads: int = 8
+    # The API asks for a bearer key (`orchestrator keys create`) unless this is off.
+    api_auth: bool = True
+    # How long an Idempotency-Key, a webhook delivery id and an event are remembered.
+    idempotency_retention: float = 24 * 3600.0
+    delivery_retention: float = 72 * 3600.0
+    event_retention: float = 7 * 24 * 3600.0
+    # A schedule tick later than this (downtime) is not fired; the next one is.
+    schedule_grace: float = 300.0
 
     @property
     def names(self) -> ResourceNames:
@@ -103,4 +126,9 @@ class Settings:
             ttl_success=_float(env, "TTL_SUCCESS", d.ttl_success),
             ttl_failed=_float(env, "TTL_FAILED", d.ttl_failed),
             worker_threads=int(_float(env, "WORKER_THREADS", d.worker_threads)),
+            api_auth=_flag(env, "API_AUTH", d.api_auth),
+            idempotency_retention=_float(env, "IDEMPOTENCY_RETENTION", d.idempotency_retention),
+            delivery_retention=_float(env, "DELIVERY_RETENTION", d.delivery_retention),
+            event_retention=_float(env, "EVENT_RETENTION", d.event_retention),
+            schedule_grace=_float(env, "SCHEDULE_GRACE", d.schedule_grace),
         )

@@ -14,14 +14,16 @@ __all__ = [
 
 
 class RunStatus(StrEnum):
+    QUEUED = "queued"  # created, waiting for admission (a concurrency group or throttle)
     RUNNING = "running"
     SUCCESS = "success"
     FAILED = "failed"
-    KILLED = "killed"
+    KILLED = "killed"  # cancelled: by request, or replaced by a newer run of its group
+    SKIPPED = "skipped"  # never started: its group was busy (policy skip) or over its rate
 
     @property
     def terminal(self) -> bool:
-        return self is not RunStatus.RUNNING
+        return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
 class StepStatus(StrEnum):
@@ -53,10 +55,12 @@ STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
 
 R = RunStatus
 RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    R.QUEUED: frozenset({R.RUNNING, R.KILLED, R.SKIPPED}),
     R.RUNNING: frozenset({R.SUCCESS, R.FAILED, R.KILLED}),
     R.SUCCESS: frozenset(),
     R.FAILED: frozenset(),
     R.KILLED: frozenset(),
+    R.SKIPPED: frozenset(),
 }
 
 

@@ -17,6 +17,7 @@ from orchestrator.records import (
     RunRecord,
     StepRecord,
     dumps,
+    history_entry,
     num,
     run_from_item,
     run_to_item,
@@ -48,7 +49,26 @@ STATE_PROJECTION = (
 
 
 def _names(lease: Lease | None) -> dict[str, str]:
-    return {"#s": "status"} if lease is None else {"#s": "status", "#t": "timeout"}
+    names = {"#s": "status", "#h": "history"}
+    if lease is not None:
+        names["#t"] = "timeout"
+    return names
+
+
+HISTORY = "#h = list_append(if_not_exists(#h, :nil), :h)"
+
+
+def _history(values: dict[str, Any], at: float, kind: str, **fields: Any) -> str:
+    """The SET clause that appends one history entry (names need `#h`)."""
+    values[":nil"] = {"L": []}
+    values[":h"] = {"L": [history_entry(at, kind, **fields)]}
+    return HISTORY
+
+
+def _short(error: dict[str, Any]) -> dict[str, Any]:
+    """An error as kept in history: its code and the first 300 characters."""
+    message = str(error.get("message") or error.get("reason") or "")
+    return {"code": error.get("code"), "message": message[:300]}
 
 
 def _key(run_id: str, step: str) -> Item:
@@ -136,19 +156,80 @@ class Store:
         return int(attrs["remaining"]["N"])
 
     def mark_halted(self, run_id: str, error: dict[str, Any], now: float) -> None:
+        values = {":t": {"BOOL": True}, ":err": {"S": dumps(error)}, ":now": num(now)}
+        hist = _history(values, now, "run.halted", error=_short(error))
         self._update_running(
-            run_id, "halt", "SET halted = :t, #e = if_not_exists(#e, :err), updated_at = :now",
-            {":t": {"BOOL": True}, ":err": {"S": dumps(error)}, ":now": num(now)},
-            names={"#e": "error"},
+            run_id, "halt",
+            f"SET halted = :t, #e = if_not_exists(#e, :err), updated_at = :now, {hist}",
+            values, names={"#e": "error", "#h": "history"},
         )
 
     def request_kill(self, run_id: str, reason: str, now: float) -> RunRecord:
+        values = {":t": {"BOOL": True}, ":r": {"S": reason}, ":now": num(now)}
+        hist = _history(values, now, "run.cancel_requested", reason=reason[:300])
         attrs = self._update_running(
-            run_id, "kill", "SET kill_requested = :t, kill_reason = :r, updated_at = :now",
-            {":t": {"BOOL": True}, ":r": {"S": reason}, ":now": num(now)},
-            returns="ALL_NEW",
+            run_id, "kill",
+            f"SET kill_requested = :t, kill_reason = :r, updated_at = :now, {hist}",
+            values, names={"#h": "history"}, returns="ALL_NEW",
         )
         return run_from_item(attrs)
+
+    def _update_queued(
+        self, run_id: str, what: str, update: str, values: dict[str, Any],
+        names: dict[str, str],
+    ) -> RunRecord:
+        with _translate(f"run {run_id}: {what}"):
+            resp = self.ddb.update_item(
+                TableName=self.runs,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression=update,
+                ConditionExpression="#s = :queued",
+                ExpressionAttributeNames={"#s": "status", **names},
+                ExpressionAttributeValues={**values, ":queued": {"S": RunStatus.QUEUED.value}},
+                ReturnValues="ALL_NEW",
+            )
+        return run_from_item(resp["Attributes"])
+
+    def admit_run(self, run_id: str, now: float, detail: dict[str, Any]) -> RunRecord:
+        """queued -> running: exactly one caller wins (ConditionFailed for the others)."""
+        values = {":run": {"S": RunStatus.RUNNING.value}, ":now": num(now)}
+        hist = _history(values, now, "run.started", **detail)
+        return self._update_queued(
+            run_id, "admit",
+            f"SET #s = :run, started_at = :now, updated_at = :now, {hist}",
+            values, {"#h": "history"},
+        )
+
+    def finish_queued(
+        self, run_id: str, status: RunStatus, error: dict[str, Any], now: float,
+        expires_at: float,
+    ) -> RunRecord:
+        """queued -> skipped or killed: a run that never started."""
+        values = {
+            ":st": {"S": status.value}, ":err": {"S": dumps(error)}, ":now": num(now),
+            ":exp": num(expires_at),
+        }
+        hist = _history(values, now, f"run.{status.value}", error=_short(error))
+        return self._update_queued(
+            run_id, "finish before start",
+            "SET #s = :st, #e = :err, finished_at = :now, updated_at = :now,"
+            f" expires_at = :exp, {hist} REMOVE active",
+            values, {"#e": "error", "#h": "history"},
+        )
+
+    def set_admit_at(self, run_id: str, at: float) -> None:
+        """Record a queued run's throttle slot."""
+        with _translate(f"run {run_id}: throttle slot"):
+            self.ddb.update_item(
+                TableName=self.runs,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression="SET admit_at = :at",
+                ConditionExpression="#s = :queued AND attribute_not_exists(admit_at)",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={
+                    ":at": num(at), ":queued": {"S": RunStatus.QUEUED.value},
+                },
+            )
 
     def finish_run(
         self,
@@ -163,8 +244,13 @@ class Store:
             ":now": num(now),
             ":exp": num(expires_at),
         }
-        update = "SET #s = :st, finished_at = :now, updated_at = :now, expires_at = :exp"
-        names: dict[str, str] = {}
+        hist = _history(
+            values, now, f"run.{status.value}", error=None if error is None else _short(error)
+        )
+        update = (
+            f"SET #s = :st, finished_at = :now, updated_at = :now, expires_at = :exp, {hist}"
+        )
+        names: dict[str, str] = {"#h": "history"}
         if error is not None:
             update += ", #e = if_not_exists(#e, :err)"
             values[":err"] = {"S": dumps(error)}
@@ -188,23 +274,57 @@ class Store:
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
     def list_runs(
-        self, workflow: str, now: float, *, limit: int = 20, start: Item | None = None
+        self,
+        workflow: str | None,
+        now: float,
+        *,
+        status: str | None = None,
+        limit: int = 20,
+        start: Item | None = None,
     ) -> tuple[list[RunRecord], Item | None]:
+        """Runs newest first (of one workflow, or all), optionally of one status.
+
+        A status filter is applied after the read, so a page may hold fewer than `limit`
+        runs while the cursor still leads on; reading continues until the page is full."""
+        values: dict[str, Any] = {}
+        if workflow is None:
+            index, cond = "recent", "listed = :w"
+            values[":w"] = {"S": "runs"}
+        else:
+            index, cond = "by-workflow", "workflow = :w"
+            values[":w"] = {"S": workflow}
         kwargs: dict[str, Any] = {
             "TableName": self.runs,
-            "IndexName": "by-workflow",
-            "KeyConditionExpression": "workflow = :w",
-            "ExpressionAttributeValues": {":w": {"S": workflow}},
+            "IndexName": index,
+            "KeyConditionExpression": cond,
             "ScanIndexForward": False,
             "Limit": limit,
+            # Only what a listing shows: the definition and input can be large.
+            "ProjectionExpression": "run_id, workflow, #s, created_at, finished_at, expires_at,"
+            " started_at, #t, rerun_of",
+            "ExpressionAttributeNames": {"#s": "status", "#t": "trigger"},
         }
+        if status is not None:
+            kwargs["FilterExpression"] = "#s = :st"
+            values[":st"] = {"S": status}
+        kwargs["ExpressionAttributeValues"] = values
         if start:
             kwargs["ExclusiveStartKey"] = start
-        with _translate(f"runs of {workflow}"):
-            resp = self.ddb.query(**kwargs)
-        runs = [run_from_item(i) for i in resp.get("Items", [])]
-        runs = [r for r in runs if r.expires_at is None or r.expires_at > now]
-        return runs, resp.get("LastEvaluatedKey")
+        runs: list[RunRecord] = []
+        last: Item | None = None
+        for _ in range(20):  # bounded: a rare status may need several reads per page
+            with _translate(f"runs of {workflow or 'all workflows'}"):
+                resp = self.ddb.query(**kwargs)
+            for item in resp.get("Items", []):
+                run = run_from_item(item)
+                if run.expires_at is None or run.expires_at > now:
+                    runs.append(run)
+            last = resp.get("LastEvaluatedKey")
+            if last is None or len(runs) >= limit:
+                break
+            kwargs["ExclusiveStartKey"] = last
+            kwargs["Limit"] = limit - len(runs)
+        return runs, last
 
     # ---- steps --------------------------------------------------------------------
 
@@ -293,13 +413,13 @@ class Store:
                 Key=_key(run_id, step),
                 UpdateExpression=(
                     "SET #s = :disp, lease_owner = :o, lease_until = #t + :lu,"
-                    " started_at = if_not_exists(started_at, :now), attempt_started = :now"
-                    " REMOVE due_at"
+                    " started_at = if_not_exists(started_at, :now), attempt_started = :now,"
+                    f" {HISTORY} REMOVE due_at"
                 ),
                 ConditionExpression=(
                     "attempt = :n AND attribute_not_exists(lease_owner) AND #s IN (:ready, :disp)"
                 ),
-                ExpressionAttributeNames={"#s": "status", "#t": "timeout"},
+                ExpressionAttributeNames={"#s": "status", "#t": "timeout", "#h": "history"},
                 ExpressionAttributeValues={
                     ":disp": {"S": StepStatus.DISPATCHED.value},
                     ":ready": {"S": StepStatus.READY.value},
@@ -307,6 +427,8 @@ class Store:
                     ":lu": num(lease.base),
                     ":now": num(now),
                     ":n": num(attempt),
+                    ":nil": {"L": []},
+                    ":h": {"L": [history_entry(now, "step.started", attempt=attempt)]},
                 },
                 ReturnValues="ALL_NEW",
             )
@@ -316,7 +438,9 @@ class Store:
         values: dict[str, Any] = {":one": num(1), ":now": num(now)}
         if lease is None:
             values[":st"] = {"S": StepStatus.READY.value}
-            return "SET #s = :st, attempt = :one, ready_at = :now", values
+            hist = _history(values, now, "step.ready")
+            return f"SET #s = :st, attempt = :one, ready_at = :now, {hist}", values
+        hist = _history(values, now, "step.started", attempt=1)
         values.update(
             {
                 ":st": {"S": StepStatus.DISPATCHED.value},
@@ -326,7 +450,7 @@ class Store:
         )
         return (
             "SET #s = :st, attempt = :one, ready_at = :now, lease_owner = :o,"
-            " lease_until = #t + :lu, started_at = :now, attempt_started = :now",
+            f" lease_until = #t + :lu, started_at = :now, attempt_started = :now, {hist}",
             values,
         )
 
@@ -474,11 +598,12 @@ class Store:
         else:
             sets = "#out = :out"
             values[":out"] = {"S": output_json or "null"}
+        hist = _history(values, now, "step.succeeded", attempt=attempt, bytes=size)
         update = (
-            f"SET #s = :ok, {sets}, output_size = :size, finished_at = :now"
+            f"SET #s = :ok, {sets}, output_size = :size, finished_at = :now, {hist}"
             " REMOVE lease_owner, lease_until, #err"
         )
-        names = {"#err": "error"}
+        names = {"#err": "error", "#h": "history"}
         if output_ref is None:
             names["#out"] = "output"
         return self._finish_attempt(
@@ -495,19 +620,25 @@ class Store:
         next_attempt: int,
         due_at: float,
         error: dict[str, Any],
+        now: float,
         expired_before: float | None = None,
     ) -> StepRecord:
+        values = {":next": num(next_attempt), ":due": num(due_at), ":err": {"S": dumps(error)}}
+        hist = _history(
+            values, now, "step.retrying", attempt=attempt, due_at=round(due_at, 3),
+            error=_short(error),
+        )
         return self._finish_attempt(
             run_id,
             step,
             attempt,
             owner,
-            "SET attempt = :next, due_at = :due, ready_at = :due, #err = :err"
+            f"SET attempt = :next, due_at = :due, ready_at = :due, #err = :err, {hist}"
             " REMOVE lease_owner, lease_until",
-            {":next": num(next_attempt), ":due": num(due_at), ":err": {"S": dumps(error)}},
+            values,
             "schedule retry",
             expired_before=expired_before,
-            names={"#err": "error"},
+            names={"#err": "error", "#h": "history"},
         )
 
     def record_failure(
@@ -521,20 +652,23 @@ class Store:
         now: float,
         expired_before: float | None = None,
     ) -> StepRecord:
+        values = {
+            ":failed": {"S": StepStatus.FAILED.value},
+            ":err": {"S": dumps(error)},
+            ":now": num(now),
+        }
+        hist = _history(values, now, "step.failed", attempt=attempt, error=_short(error))
         return self._finish_attempt(
             run_id,
             step,
             attempt,
             owner,
-            "SET #s = :failed, #err = :err, finished_at = :now REMOVE lease_owner, lease_until",
-            {
-                ":failed": {"S": StepStatus.FAILED.value},
-                ":err": {"S": dumps(error)},
-                ":now": num(now),
-            },
+            f"SET #s = :failed, #err = :err, finished_at = :now, {hist}"
+            " REMOVE lease_owner, lease_until",
+            values,
             "record failure",
             expired_before=expired_before,
-            names={"#err": "error"},
+            names={"#err": "error", "#h": "history"},
         )
 
     def skip(
@@ -555,13 +689,15 @@ class Store:
         for i, st in enumerate(statuses):
             values[f":f{i}"] = {"S": st.value}
             placeholders.append(f":f{i}")
+        hist = _history(values, now, "step.skipped", reason=reason[:300])
         attrs = self._guarded(
             f"step {run_id}/{step}: skip",
             Key=_key(run_id, step),
-            UpdateExpression="SET #s = :sk, #err = :why, finished_at = :now REMOVE due_at",
+            UpdateExpression=f"SET #s = :sk, #err = :why, finished_at = :now, {hist}"
+            " REMOVE due_at",
             ConditionExpression=f"#s IN ({', '.join(placeholders)})"
             " AND attribute_not_exists(lease_owner)",
-            ExpressionAttributeNames={"#s": "status", "#err": "error"},
+            ExpressionAttributeNames={"#s": "status", "#err": "error", "#h": "history"},
             ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW",
         )
@@ -585,17 +721,19 @@ class Store:
 
     def touch_dispatch(self, run_id: str, step: str, attempt: int, now: float) -> bool:
         """Stamp a re-sent dispatch so the next sweep does not send it again at once."""
+        values = {
+            ":now": num(now),
+            ":n": num(attempt),
+            ":ready": {"S": StepStatus.READY.value},
+            ":disp": {"S": StepStatus.DISPATCHED.value},
+        }
+        hist = _history(values, now, "step.redispatched", attempt=attempt)
         return self._guarded(
             f"step {run_id}/{step}: redispatch",
             Key=_key(run_id, step),
-            UpdateExpression="SET ready_at = :now",
+            UpdateExpression=f"SET ready_at = :now, {hist}",
             ConditionExpression="attempt = :n AND attribute_not_exists(lease_owner)"
             " AND #s IN (:ready, :disp)",
-            ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={
-                ":now": num(now),
-                ":n": num(attempt),
-                ":ready": {"S": StepStatus.READY.value},
-                ":disp": {"S": StepStatus.DISPATCHED.value},
-            },
+            ExpressionAttributeNames={"#s": "status", "#h": "history"},
+            ExpressionAttributeValues=values,
         ) is not None

@@ -31,7 +31,7 @@ from orchestrator.engine import (
 from orchestrator.errors import ConditionFailed, OrchestratorError
 from orchestrator.queue import Dispatch
 from orchestrator.records import RunRecord, StepRecord
-from orchestrator.runs import plan_for_run
+from orchestrator.states import RunStatus, StepStatus
 
 __all__ = ["SweepReport", "Sweeper"]
 
@@ -47,6 +47,7 @@ class SweepReport:
     skipped: int = 0
     created: int = 0
     finished: int = 0
+    queued: int = 0
 
 
 class Sweeper:
@@ -54,9 +55,17 @@ class Sweeper:
         self,
         advancer: Advancer,
         *,
+        plan: Callable[[RunRecord], list[StepRecord]],
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
+        on_queued: Callable[[RunRecord], object] | None = None,
+        tasks: tuple[Callable[[], object], ...] = (),
     ) -> None:
+        # `plan` rebuilds a run's step rows; `on_queued` re-examines a run waiting for
+        # admission; `tasks` run once per sweep (the scheduler's tick).
+        self.plan = plan
+        self.on_queued = on_queued
+        self.tasks = tasks
         self.adv = advancer
         self.store = advancer.store
         self.queues = advancer.queues
@@ -81,10 +90,17 @@ class Sweeper:
         # (counted in the backlog) or already claimed (the redispatch guard fails). Slow
         # reads must not make fresh promotions look old.
         now = self.clock()
+        for task in self.tasks:
+            try:
+                task()
+            except OrchestratorError as exc:
+                log.warning("sweep task %s failed: %s", task, exc)
         for run_id in self.store.active_run_ids():
             try:
                 run = self.store.get_run(run_id, now)
-                if run is not None and not run.status.terminal:
+                if run is not None and run.status is RunStatus.QUEUED:
+                    self.sweep_queued(run, now, report)
+                elif run is not None and not run.status.terminal:
                     snapshots.append((run, self.store.query_steps(run_id, states_only=True)))
             except OrchestratorError as exc:
                 log.warning("sweep of %s failed: %s", run_id, exc)
@@ -107,6 +123,14 @@ class Sweeper:
                 log.warning("sweep of %s failed: %s", run.run_id, exc)
         return report
 
+    def sweep_queued(self, run: RunRecord, now: float, report: SweepReport) -> None:
+        """A run waiting for admission: carry it on once it has waited a sweep interval
+        past its arrival or its throttle slot (a lost timer or release costs that much)."""
+        since = max(run.created_at, run.admit_at or 0.0)
+        report.queued += 1
+        if self.on_queued is not None and now - since >= self.settings.sweep_interval:
+            self.on_queued(run)
+
     def sweep_run(
         self,
         run: RunRecord,
@@ -117,7 +141,7 @@ class Sweeper:
     ) -> None:
         run_id = run.run_id
         report.runs += 1
-        planned = plan_for_run(run) if len(steps) < run.total else []
+        planned = self.plan(run) if len(steps) < run.total else []
         cmds = reconcile(run, steps, planned, now, policy, self.rand())
         tally = Tally()
         sends: list[Dispatch] = []
@@ -128,7 +152,7 @@ class Sweeper:
                 try:
                     self.store.create_step_if_absent(c.record)
                     report.created += 1
-                    if not c.record.deps:
+                    if c.record.status is StepStatus.READY:
                         sends.append(Dispatch(run_id=run_id, step=c.record.step, attempt=1))
                 except ConditionFailed:
                     pass

@@ -73,6 +73,8 @@ class Worker:
         self._batching = False
         self._tally = Tally()
         self._oldest_ack = float("inf")
+        # Admission of a queued run whose throttle slot came due (wired by Runtime).
+        self.on_admit: Callable[[str], None] | None = None
 
     # ---- one message -----------------------------------------------------------------
 
@@ -85,6 +87,11 @@ class Worker:
         if msg.due_at is not None and msg.due_at > now + 0.5:
             # A timer hop (SQS delays at most 15 minutes): send it on for the rest.
             self.queues.timer(msg, now)
+            self._ack(receipt)
+            return
+        if msg.op == "admit":
+            if self.on_admit is not None:
+                self.on_admit(msg.run_id)
             self._ack(receipt)
             return
         try:

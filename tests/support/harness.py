@@ -24,6 +24,7 @@ def fresh_settings(endpoint: str, **overrides: Any) -> Settings:
         sweep_interval=0.5,
         redispatch_after=2.0,
         lease_margin=2.0,
+        api_auth=False,  # tests of the keys turn it on
     )
     return base.with_(**overrides) if overrides else base
 
@@ -72,7 +73,7 @@ class Harness:
     def wait(self, run_id: str, timeout: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         view = self.rt.runs.view(run_id)
-        while view["status"] == "running":
+        while view["status"] in ("queued", "running"):
             if time.monotonic() > deadline:
                 raise AssertionError(f"run {run_id} still running after {timeout}s: {view}")
             time.sleep(0.05)

@@ -1,0 +1,38 @@
+"""Request bodies of the HTTP API, as pydantic models (the OpenAPI document is built
+from them too). Unknown fields are refused, so a misspelt field is a 422 naming it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["CancelRun", "EmitEvent", "RerunRun", "StartRun"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StartRun(_Body):
+    workflow: str = Field(min_length=1, max_length=128)
+    input: Any = None
+    run_id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class CancelRun(_Body):
+    reason: str = Field(default="cancelled by request", max_length=1000)
+
+
+class RerunRun(_Body):
+    """Leave out `input` to keep the old run's input; give it (even null) to replace it."""
+
+    input: Any = None
+    run_id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class EmitEvent(_Body):
+    name: str = Field(min_length=1, max_length=128)
+    key: str | None = Field(default=None, max_length=512)
+    id: str | None = Field(default=None, min_length=1, max_length=200)
+    data: Any = None

@@ -1,0 +1,116 @@
+"""Events: `POST /events` and `orchestrator event emit`, and the workflows they start.
+
+An event has a name, an optional subject key (the customer, order, ... it is about), an
+id (given, or made up) and a JSON payload. It is stored for ORCH_EVENT_RETENTION
+(7 days by default) under its name, newest last, so that a run that starts waiting for
+an event shortly after it arrived can still find it.
+
+Every workflow with `on: {event: NAME, if: EXPR}` whose expression holds for the event
+starts one run. The run id is derived from the workflow, the event name and the event
+id, so the same event delivered twice (a client retry, a redelivery) starts one run.
+The expression sees `event` = {name, key, id, data, received_at}; see expressions.py."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.control import Control, doc_of, ms_key
+from orchestrator.errors import UsageError
+from orchestrator.expressions import compile_expression
+from orchestrator.records import dumps
+from orchestrator.runs import RunService
+
+__all__ = ["EventService", "event_run_id"]
+
+log = logging.getLogger(__name__)
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
+ID_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
+MAX_EVENT_BYTES = 256 * 1024
+
+
+def event_run_id(workflow: str, name: str, event_id: str) -> str:
+    digest = hashlib.sha256(f"{name}\x00{event_id}".encode()).hexdigest()[:24]
+    return f"{workflow[:150]}-ev-{digest}"
+
+
+class EventService:
+    def __init__(
+        self,
+        control: Control,
+        runs: RunService,
+        clock: Callable[[], float],
+        retention: float,
+    ) -> None:
+        self.control = control
+        self.runs = runs
+        self.clock = clock
+        self.retention = retention
+
+    def emit(
+        self, name: str, data: Any = None, *, key: str | None = None, event_id: str | None = None
+    ) -> dict[str, Any]:
+        if not NAME_RE.match(name):
+            raise UsageError(
+                f"name {name!r}: 1-128 of A-Z a-z 0-9 _ . : / -, starting with a letter or digit"
+            )
+        if event_id is not None and not ID_RE.match(event_id):
+            raise UsageError("id: 1-200 printable ASCII characters without spaces")
+        if key is not None and len(key) > 512:
+            raise UsageError("key: longer than 512 characters")
+        if len(dumps(data).encode()) > MAX_EVENT_BYTES:
+            raise UsageError(f"data: larger than {MAX_EVENT_BYTES} bytes")
+        now = self.clock()
+        eid = event_id or uuid.uuid4().hex
+        first = self.control.put_new(
+            f"eventid#{name}#{eid}", now=now, doc={"received_at": now},
+            expires_at=now + self.retention,
+        )
+        received = now
+        if not first:
+            item = self.control.get(f"eventid#{name}#{eid}", now=now)
+            received = float((doc_of(item) or {}).get("received_at", now)) if item else now
+        event = {"name": name, "key": key, "id": eid, "data": data, "received_at": received}
+        # A repeated put of the same item: a retry after a crash completes the first.
+        self.control.put(
+            {
+                **Control.key(f"event#{name}", f"{ms_key(received)}#{eid}"),
+                "doc": {"S": dumps(event)},
+                "expires_at": {"N": str(int(received + self.retention))},
+            },
+            f"event {name}/{eid}: store",
+        )
+        started = []
+        for wf_name in self.handlers(event):
+            run, created = self.runs.start(
+                wf_name, event, event_run_id(wf_name, name, eid),
+                trigger={"source": "event", "event": name, "id": eid},
+            )
+            started.append({"workflow": wf_name, "run_id": run.run_id, "created": created})
+        return {"id": eid, "name": name, "duplicate": not first, "runs": started}
+
+    def handlers(self, event: dict[str, Any]) -> list[str]:
+        """Workflows with a trigger on this event whose `if` holds (each once)."""
+        context = {"event": event}
+        out = []
+        for wf_name, wf in self.runs.manifest.workflows.items():
+            for trigger in getattr(wf, "on", None) or ():
+                if trigger.event != event["name"]:
+                    continue
+                condition = getattr(trigger, "if_", None)
+                if condition is None or compile_expression(condition).test(context):
+                    out.append(wf_name)
+                    break
+        return out
+
+    def recent(self, name: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest stored events of a name, newest first."""
+        items = self.control.query(
+            f"event#{name}", now=self.clock(), limit=limit, newest_first=True
+        )
+        return [doc_of(i) for i in items]

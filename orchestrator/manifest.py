@@ -4,11 +4,14 @@ Loading goes section by section so one mistake never hides another:
 
 1. the YAML is read safely (`yamlsafe`: no aliases, no duplicate keys, size cap) with
    the line of every key;
-2. `${VAR}` / `${VAR:-default}` are substituted in `backends:` string values;
+2. `${VAR}` / `${VAR:-default}` are substituted in `backends:` string values and in
+   `webhooks.*.verify.secrets` entries, nowhere else (so `${{ expr }}` templates in
+   workflows are never touched);
 3. `workflows:` entries that are file paths are read (confined to the manifest's folder);
-4. each backend and workflow is validated by the pydantic models, the step graph and
-   backend references are checked on the raw data, and declared OpenAPI specs are
-   checked for the routes steps call.
+4. each backend, workflow and webhook is validated by the pydantic models (which also
+   compile every expression and template), the step graph, backend references and
+   webhook workflow references are checked on the raw data, and declared OpenAPI specs
+   are checked for the routes steps call.
 
 Every problem is one line `FILE:LINE: dotted.field: message`; `ManifestError.problems`
 holds them all, ordered by file and line.
@@ -23,7 +26,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -32,16 +35,23 @@ from orchestrator.errors import ManifestError
 from orchestrator.manifest_models import (
     DEFER_CHECKS,
     NAME_PATTERN,
+    UNION_TAGS,
     Backend,
+    ConcurrencyGroup,
+    EventTrigger,
     ForEach,
     Manifest,
     RetryPolicy,
     Schedule,
     Step,
+    Throttle,
+    Verify,
+    Webhook,
     Workflow,
     backend_problems,
     did_you_mean,
     graph_problems,
+    webhook_problems,
 )
 from orchestrator.yamlsafe import LineMap, YamlPath, dotted, load_yaml, load_yaml_file
 
@@ -57,14 +67,19 @@ __all__ = [
 
 MAX_SPEC_BYTES = 10 * 1024 * 1024
 OPENAPI_TIMEOUT = 5.0
-_TOP_LEVEL = ("backends", "workflows")
+_TOP_LEVEL = ("backends", "workflows", "webhooks")
 _MODELS: tuple[type[BaseModel], ...] = (
     Backend,
     RetryPolicy,
     Step,
     Schedule,
     ForEach,
+    EventTrigger,
+    ConcurrencyGroup,
+    Throttle,
     Workflow,
+    Verify,
+    Webhook,
     Manifest,
 )
 # Python field name -> YAML key, for messages (pydantic reports aliases, but a field
@@ -75,6 +90,7 @@ _ALIASES = {
     for name, info in model.model_fields.items()
     if info.alias and info.alias != name
 }
+_SECRET_FIELDS = ("secret", "secrets")
 _VAR_REF = re.compile(r"\$\$\{|\$\{(?P<body>[^}]*)(?P<close>\}?)")
 _VAR_BODY = re.compile(r"(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>.*))?", re.DOTALL)
 
@@ -95,8 +111,8 @@ def load_manifest(
 
 
 def lint_manifest(path: str | Path, environ: Mapping[str, str] | None = None) -> LintReport:
-    """`load_manifest` (with OpenAPI checks) plus warnings about accepted-but-inactive
-    settings. Raises `ManifestError` like `load_manifest`."""
+    """`load_manifest` (with OpenAPI checks) plus warnings about settings that will not
+    behave as a reader might expect. Raises `ManifestError` like `load_manifest`."""
     return _read(Path(path), environ, check_openapi=True).lint()
 
 
@@ -176,27 +192,12 @@ class _Loaded:
         for name, wf in self.manifest.workflows.items():
             at: YamlPath = ("workflows", name)
             used.update(step.backend for step in wf.steps.values())
-            if wf.schedule is not None:
+            if wf.for_each is not None and wf.for_each.query is not None:
                 notes.add(
-                    (*at, "schedule"),
-                    f"workflow {name!r} has a schedule; schedules "
-                    "are not active yet (trigger by hand)",
-                )
-            if wf.for_each is not None:
-                notes.add(
-                    (*at, "forEach"), f"workflow {name!r}: forEach takes effect in a later release"
-                )
-                if wf.for_each.query is not None:
-                    notes.add(
-                        (*at, "forEach", "query"),
-                        f"workflow {name!r}: forEach.query "
-                        "cannot be executed (there is no query engine); use "
-                        "forEach.backend + forEach.route, or forEach.items",
-                    )
-            if "concurrency" in wf.model_fields_set:
-                notes.add(
-                    (*at, "concurrency"),
-                    f"workflow {name!r}: concurrency takes effect in a later release",
+                    (*at, "forEach", "query"),
+                    f"workflow {name!r}: forEach.query "
+                    "cannot be executed (there is no query engine); use "
+                    "forEach.backend + forEach.route, or forEach.items",
                 )
         for name, backend in self.manifest.backends.items():
             if backend.openapi is None and name in used:
@@ -204,6 +205,12 @@ class _Loaded:
                     ("backends", name),
                     f"backend {name!r} declares no openapi spec, "
                     "so the routes its steps call are not checked",
+                )
+        for name, webhook in self.manifest.webhooks.items():
+            if webhook.verify.scheme == "none":
+                notes.add(
+                    ("webhooks", name, "verify", "scheme"),
+                    f"webhook {name!r} accepts unsigned deliveries: for local development only",
                 )
         return LintReport(self.manifest, notes.lines())
 
@@ -245,10 +252,11 @@ class _Loader:
                 found.add(
                     (key,),
                     f"unknown top-level key {key!r}{did_you_mean(key, _TOP_LEVEL)}"
-                    f" (expected {' and '.join(_TOP_LEVEL)})",
+                    f" (expected {', '.join(_TOP_LEVEL[:-1])} or {_TOP_LEVEL[-1]})",
                 )
         raw_backends = self._section(data, "backends", found)
         raw_workflows = self._section(data, "workflows", found)
+        raw_webhooks = self._section(data, "webhooks", found, required=False)
 
         backends: dict[str, Backend] = {}
         for name, raw in raw_backends.items():
@@ -283,18 +291,34 @@ class _Loader:
             if isinstance(model, Workflow):
                 workflows[name] = model
 
+        webhooks: dict[str, Webhook] = {}
+        for name, raw in raw_webhooks.items():
+            at = ("webhooks", name)
+            self._check_name(at, name, found)
+            raw = self._substitute_secrets(raw, at, found)
+            for path, message in webhook_problems(raw, list(raw_workflows)):
+                found.add((*at, *path), message)
+            model = self._validate(Webhook, raw, at, found)
+            if isinstance(model, Webhook):
+                webhooks[name] = model
+
         if self.check_openapi:
             self._check_routes(backends, calls, found)
         if found.items:
             raise ManifestError(found.lines())
         manifest = Manifest.model_validate(
-            {"backends": backends, "workflows": workflows}, context={DEFER_CHECKS: True}
+            {"backends": backends, "workflows": workflows, "webhooks": webhooks},
+            context={DEFER_CHECKS: True},
         )
         manifest._source = source
         return _Loaded(manifest, sources)
 
-    def _section(self, data: dict[str, Any], key: str, found: _Findings) -> dict[str, Any]:
+    def _section(
+        self, data: dict[str, Any], key: str, found: _Findings, *, required: bool = True
+    ) -> dict[str, Any]:
         value = data.get(key)
+        if value is None and not required:
+            return {}
         if value is None:
             found.add(
                 (key,) if key in data else (),
@@ -327,8 +351,29 @@ class _Loader:
                 loc = tuple(part for part in error["loc"] if part != "[key]")
                 if error["type"] != "extra_forbidden":  # there the key is the user's own
                     loc = tuple(_ALIASES.get(p, p) if isinstance(p, str) else p for p in loc)
-                found.add((*at, *loc), _explain(model, loc, error))
+                model_loc, yaml_loc = _as_written(raw, loc)
+                found.add((*at, *yaml_loc), _explain(model, model_loc, error))
             return None
+
+    def _substitute_secrets(self, raw: Any, at: YamlPath, found: _Findings) -> Any:
+        """`_substitute` on each `verify.secrets` entry of a raw webhook. An entry that
+        becomes empty is dropped, so `${OLD_SECRET:-}` makes a rotation secret optional;
+        an entry whose substitution failed stays as written, so it is reported once."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("verify"), dict):
+            return raw
+        verify: dict[str, Any] = raw["verify"]
+        secrets = verify.get("secrets")
+        if not isinstance(secrets, list):
+            return raw
+        expanded = []
+        for index, secret in enumerate(secrets):
+            before = len(found.items)
+            value = self._substitute(secret, (*at, "verify", "secrets", index), found)
+            if len(found.items) > before:
+                expanded.append(secret)
+            elif value != "" or secret == "":
+                expanded.append(value)
+        return {**raw, "verify": {**verify, "secrets": expanded}}
 
     def _substitute(self, raw: Any, at: YamlPath, found: _Findings) -> Any:
         """Expand `${VAR}` / `${VAR:-default}` in string values; `$${` is a literal `${`."""
@@ -342,6 +387,13 @@ class _Loader:
         def expand(match: re.Match[str]) -> str:
             if match.group(0) == "$${":
                 return "${"
+            if match.group("body").startswith("{"):
+                found.add(
+                    at,
+                    "'${{ ... }}' expressions are not evaluated here: only ${NAME} and "
+                    "${NAME:-default} are substituted ($${ for a literal ${)",
+                )
+                return match.group(0)
             body = _VAR_BODY.fullmatch(match.group("body"))
             if not match.group("close") or body is None:
                 found.add(
@@ -510,6 +562,28 @@ def _route_matches(route: str, operation: str) -> bool:
     return re.fullmatch(pattern, route) is not None
 
 
+def _as_written(raw: Any, loc: YamlPath) -> tuple[YamlPath, YamlPath]:
+    """`loc` for `_model_at` (union tags dropped) and as the YAML spells it (also
+    without the list index pydantic adds when one mapping stands for a list of one)."""
+    model_loc: list[str | int] = []
+    yaml_loc: list[str | int] = []
+    node = raw
+    for part in loc:
+        if part in UNION_TAGS and not (isinstance(node, dict) and part in node):
+            continue
+        model_loc.append(part)
+        if isinstance(part, int) and isinstance(node, dict):
+            continue  # YAML keys are strings: this index is pydantic's wrapping
+        yaml_loc.append(part)
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
+    return tuple(model_loc), tuple(yaml_loc)
+
+
 def _explain(model: type[BaseModel], loc: YamlPath, error: Mapping[str, Any]) -> str:
     """A pydantic error as a sentence about the YAML field at `loc`."""
     kind, message, value = error["type"], str(error["msg"]), error.get("input")
@@ -527,6 +601,10 @@ def _explain(model: type[BaseModel], loc: YamlPath, error: Mapping[str, Any]) ->
         return f"required field {last!r} is missing"
     if kind == "too_short":
         return "must not be empty"
+    if any(part in _SECRET_FIELDS for part in loc):
+        return message  # never echo a secret, not even a mistyped one
+    if kind == "model_type":
+        return f"must be a mapping (got {'a list' if isinstance(value, list) else repr(value)})"
     if kind.endswith("_type") and not isinstance(value, dict | list):
         return f"{message} (got {value!r})"
     if kind.endswith("_type"):
@@ -555,8 +633,14 @@ def _model_at(model: type[BaseModel], loc: YamlPath) -> type[BaseModel] | None:
 
 
 def _unwrap_optional(annotation: Any) -> Any:
+    """`X` for `X | None`, `Annotated[X, ...]`, or a union with one model member."""
     origin = get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap_optional(get_args(annotation)[0])
     if origin is Union or origin is types.UnionType:
-        args = [arg for arg in get_args(annotation) if arg is not type(None)]
-        return args[0] if len(args) == 1 else annotation
+        args = [_unwrap_optional(arg) for arg in get_args(annotation) if arg is not type(None)]
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        if len(args) == 1:
+            return args[0]
+        return models[0] if len(models) == 1 else annotation
     return annotation

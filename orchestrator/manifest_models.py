@@ -1,5 +1,6 @@
-"""The manifest as pydantic models: backends (where functions live) and workflows (DAGs
-of steps, each one POST to a backend route).
+"""The manifest as pydantic models: backends (where functions live), workflows (DAGs
+of steps, each one POST to a backend route) and webhooks (signed HTTP deliveries that
+start a workflow).
 
 Field names are snake_case in Python and camelCase in YAML/JSON (`depends_on` is
 `dependsOn`). Models are frozen and refuse unknown fields, so a misspelt key is an error
@@ -9,6 +10,12 @@ A `Workflow` checks its own graph (known dependencies, no self-dependency, no cy
 every instance, including one read back with `Workflow.from_json`, is a valid DAG. The
 manifest loader runs the same checks itself, with file lines, and asks the models to skip
 them by passing `context={DEFER_CHECKS: True}`.
+
+Expressions and templates (`on[].if`, concurrency and throttle keys, webhook inputs) are
+written in the language of `orchestrator.expressions` and compiled here once, so a
+mistake in one is a manifest error; the models keep their source text. Each kind reads
+a fixed set of names, the context its consumer passes: `TRIGGER_NAMES`, `KEY_NAMES`,
+`WEBHOOK_NAMES`.
 """
 
 from __future__ import annotations
@@ -29,8 +36,10 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
+    Tag,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -38,22 +47,35 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from orchestrator.durations import parse_duration
+from orchestrator.expressions import ExpressionError, compile_expression, compile_template
+from orchestrator.webhook_signing import validate_secrets
 from orchestrator.yamlsafe import YamlPath, dotted
 
 __all__ = [
     "DEFER_CHECKS",
+    "EVENT_PATTERN",
+    "KEY_NAMES",
     "NAME_PATTERN",
     "RESERVED_PAYLOAD_KEYS",
+    "TRIGGER_NAMES",
+    "UNION_TAGS",
+    "WEBHOOK_NAMES",
     "Backend",
+    "ConcurrencyGroup",
+    "EventTrigger",
     "ForEach",
     "Manifest",
     "RetryPolicy",
     "Schedule",
     "Step",
+    "Throttle",
+    "Verify",
+    "Webhook",
     "Workflow",
     "backend_problems",
     "did_you_mean",
     "graph_problems",
+    "webhook_problems",
 ]
 
 DEFER_CHECKS = "defer_checks"
@@ -61,6 +83,17 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # The request body sent to a function already uses these keys (see DESIGN.md, "The
 # function contract"); a static payload must not shadow them.
 RESERVED_PAYLOAD_KEYS = ("input", "steps", "run")
+EVENT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}")
+_HEADER_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")  # an HTTP token
+# The names each kind of expression may read: the context its consumer evaluates it in.
+TRIGGER_NAMES = ("event",)  # on[].if
+KEY_NAMES = ("input",)  # concurrency.group / concurrency.key / throttle.key
+WEBHOOK_NAMES = ("body", "headers")  # webhooks.*.input values
+# Tags of the `concurrency` union; pydantic puts them in error locations, and the
+# loader drops them so messages show the path as written.
+_POLICY_FORM = "<policy>"
+_GROUP_FORM = "<group>"
+UNION_TAGS = frozenset({_POLICY_FORM, _GROUP_FORM})
 
 
 def did_you_mean(word: str, candidates: Sequence[str]) -> str:
@@ -98,10 +131,70 @@ def _route(value: str) -> str:
     return value
 
 
+def _event_name(value: str) -> str:
+    if not EVENT_PATTERN.fullmatch(value):
+        raise ValueError(
+            f"event name {value!r} must start with a letter or digit and use only "
+            "letters, digits, '_', '.', ':', '/' and '-' (at most 128 characters)"
+        )
+    return value
+
+
+def _expression(names: Sequence[str]) -> AfterValidator:
+    def check(value: str) -> str:
+        try:
+            compile_expression(value, names=names)
+        except ExpressionError as err:
+            raise ValueError(str(err)) from None
+        return value
+
+    return AfterValidator(check)
+
+
+def _template(names: Sequence[str]) -> AfterValidator:
+    def check(value: str) -> str:
+        try:
+            compile_template(value, names=names)
+        except ExpressionError as err:
+            raise ValueError(str(err)) from None
+        return value
+
+    return AfterValidator(check)
+
+
+def _header(value: str) -> str:
+    if not _HEADER_TOKEN.fullmatch(value):
+        raise ValueError(f"{value!r} is not an HTTP header name")
+    return value.lower()
+
+
+def _secret(value: str, info: ValidationInfo) -> str:
+    scheme = info.data.get("scheme")
+    if scheme not in (None, "none"):  # an unknown scheme is reported on its own
+        validate_secrets(scheme, [value])  # its messages never echo the secret
+    return value
+
+
+def _one_or_list(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return [value]
+    if not isinstance(value, list | tuple):
+        raise ValueError(
+            "give one trigger mapping ({event: NAME, if: CONDITION}) or a list of them"
+        )
+    return value
+
+
 Name = Annotated[str, AfterValidator(_name)]
 Duration = Annotated[float, BeforeValidator(_duration)]
 Route = Annotated[str, AfterValidator(_route)]
 PayloadKey = Annotated[str, AfterValidator(_payload_key)]
+EventName = Annotated[str, AfterValidator(_event_name)]
+TriggerCondition = Annotated[str, _expression(TRIGGER_NAMES)]
+KeyTemplate = Annotated[str, _template(KEY_NAMES)]
+WebhookExpression = Annotated[str, _expression(WEBHOOK_NAMES)]
+HeaderName = Annotated[str, AfterValidator(_header)]
+Secret = Annotated[str, AfterValidator(_secret)]
 
 
 class _Model(BaseModel):
@@ -243,15 +336,87 @@ class ForEach(_Model):
         return self
 
 
+class EventTrigger(_Model):
+    """Start a run when an event named `event` arrives and `if` (an expression over
+    `event`, see `TRIGGER_NAMES`) is true for it; without `if`, every such event."""
+
+    event: EventName
+    if_: TriggerCondition | None = Field(default=None, alias="if")
+
+
+class ConcurrencyGroup(_Model):
+    """At most one running run per rendered (`group`, `key`); both are templates over
+    the run's `input` (`key: "${{ input.tenant }}"`).
+
+    `policy` says what a new run does while the group is busy: `queue` waits its turn
+    (arrival order), `skip` is refused, `cancel-running` cancels the running one."""
+
+    group: KeyTemplate = Field(min_length=1)
+    key: KeyTemplate = ""
+    policy: Literal["queue", "skip", "cancel-running"] = "queue"
+
+
+class Throttle(_Model):
+    """At most `limit` runs start per `period` for each rendered `key` (a template over
+    the run's `input`; empty: one budget for the workflow), with up to `burst` at once.
+    Over the rate, `queue` delays the run until a slot frees, `drop` refuses it."""
+
+    limit: int = Field(ge=1, strict=True)
+    period: Duration
+    key: KeyTemplate = ""
+    burst: int = Field(default=1, ge=1, strict=True)
+    policy: Literal["queue", "drop"] = "queue"
+
+
+Overlap = Literal["skip", "allow", "replace"]
+
+
+def _concurrency_form(value: Any) -> str:
+    return _GROUP_FORM if isinstance(value, Mapping | ConcurrencyGroup) else _POLICY_FORM
+
+
+Concurrency = Annotated[
+    Annotated[Overlap, Tag(_POLICY_FORM)] | Annotated[ConcurrencyGroup, Tag(_GROUP_FORM)],
+    Discriminator(_concurrency_form),
+]
+_GROUP_OVERLAP: dict[str, Literal["skip", "replace", "queue"]] = {
+    "queue": "queue",
+    "skip": "skip",
+    "cancel-running": "replace",
+}
+
+
 class Workflow(_Model):
-    """A DAG of named steps; declaration order is irrelevant, `dependsOn` decides."""
+    """A DAG of named steps; declaration order is irrelevant, `dependsOn` decides.
+
+    `concurrency` is either a policy for scheduled fires (`skip`, `allow`, `replace`:
+    what a fire does while the previous run for the same forEach key is still going) or
+    a `ConcurrencyGroup` mapping; see the `overlap` and `group` properties."""
 
     steps: dict[Name, Step] = Field(min_length=1)
     on_failure: Literal["halt", "continue-independent"] = "halt"
     schedule: Schedule | None = None
     for_each: ForEach | None = None
-    concurrency: Literal["skip", "allow", "replace"] = "skip"
+    concurrency: Concurrency = "skip"
+    throttle: Throttle | None = None
+    on: Annotated[list[EventTrigger], BeforeValidator(_one_or_list)] = Field(
+        default_factory=list
+    )
     description: str | None = None
+
+    @property
+    def overlap(self) -> Literal["skip", "allow", "replace", "queue"]:
+        """What a new run does while an earlier one it collides with is still going:
+        the string form of `concurrency` as written, or for a group its policy as
+        `queue`, `skip` or `replace` (= `cancel-running`)."""
+        if isinstance(self.concurrency, ConcurrencyGroup):
+            return _GROUP_OVERLAP[self.concurrency.policy]
+        return self.concurrency
+
+    @property
+    def group(self) -> ConcurrencyGroup | None:
+        """The concurrency group, when `concurrency` is given as a mapping."""
+        return self.concurrency if isinstance(self.concurrency, ConcurrencyGroup) else None
 
     @model_validator(mode="after")
     def _check_graph(self, info: ValidationInfo) -> Self:
@@ -304,11 +469,73 @@ class Workflow(_Model):
         return cls.model_validate_json(text)
 
 
+class Verify(_Model):
+    """How a webhook's deliveries are authenticated (see `orchestrator.webhook_signing`).
+
+    `secrets` holds one secret, or two while rotating; `none` takes none and accepts
+    unsigned deliveries (local development only). `tolerance` bounds the age of a
+    timestamped delivery (`standard`, `stripe`)."""
+
+    # Keep secrets out of pydantic's own error text (the loader never echoes them).
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    scheme: Literal["github", "standard", "stripe", "none"]
+    secrets: list[Secret] = Field(default_factory=list, repr=False, validate_default=True)
+    tolerance: Duration = 300.0
+
+    @field_validator("secrets")
+    @classmethod
+    def _count_secrets(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        scheme = info.data.get("scheme")
+        if scheme == "none" and value:
+            raise ValueError("scheme 'none' checks no signature, so it takes no secrets")
+        if scheme not in (None, "none") and not 1 <= len(value) <= 2:
+            raise ValueError(
+                f"scheme {scheme!r} needs one secret, or two while rotating (got {len(value)})"
+            )
+        return value
+
+
+class Webhook(_Model):
+    """An HTTP endpoint whose verified deliveries start `workflow`.
+
+    `headers` lists the request headers (case-insensitive, stored lowercased) kept from a
+    delivery. The run's input is `{body, headers}` (the parsed body and those headers),
+    or, with `input`, one field per entry: field name -> expression over `body` and
+    `headers` (`ref: body.ref`)."""
+
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    workflow: str
+    verify: Verify
+    headers: list[HeaderName] = Field(default_factory=list)
+    input: dict[str, WebhookExpression] | None = None
+
+    @field_validator("headers")
+    @classmethod
+    def _unique_headers(cls, value: list[str]) -> list[str]:
+        seen: set[str] = set()
+        for name in value:
+            if name in seen:
+                raise ValueError(f"header {name!r} is listed twice (names are case-insensitive)")
+            seen.add(name)
+        return value
+
+    @field_validator("input")
+    @classmethod
+    def _input_fields(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for field in value or {}:
+            if not field:
+                raise ValueError("an input field name must not be empty")
+        return value
+
+
 class Manifest(_Model):
-    """Backends and workflows; `source` is the file the manifest was read from."""
+    """Backends, workflows and webhooks; `source` is the file the manifest was read from."""
 
     backends: dict[Name, Backend]
     workflows: dict[Name, Workflow]
+    webhooks: dict[Name, Webhook] = Field(default_factory=dict)
     _source: Path = PrivateAttr(default_factory=Path)
 
     @model_validator(mode="after")
@@ -320,6 +547,13 @@ class Manifest(_Model):
                 if problems:
                     raise ValueError(
                         "; ".join(f"workflows.{name}.{dotted(p)}: {m}" for p, m in problems)
+                    )
+            for name, webhook in self.webhooks.items():
+                raw = webhook.model_dump(by_alias=True)
+                problems = webhook_problems(raw, list(self.workflows))
+                if problems:
+                    raise ValueError(
+                        "; ".join(f"webhooks.{name}.{dotted(p)}: {m}" for p, m in problems)
                     )
         return self
 
@@ -415,3 +649,19 @@ def backend_problems(workflow: Any, backends: Sequence[str]) -> list[tuple[YamlP
                 )
             )
     return problems
+
+
+def webhook_problems(webhook: Any, workflows: Sequence[str]) -> list[tuple[YamlPath, str]]:
+    """The `workflow` of a raw webhook mapping, if it names an undeclared workflow."""
+    if not isinstance(webhook, Mapping):
+        return []
+    wanted = webhook.get("workflow")
+    if not isinstance(wanted, str) or wanted in workflows:
+        return []
+    return [
+        (
+            ("workflow",),
+            f"unknown workflow {wanted!r}{did_you_mean(wanted, workflows)}"
+            f" (declared: {', '.join(workflows) or 'none'})",
+        )
+    ]

@@ -97,7 +97,8 @@ def gate_of(
     group = getattr(wf, "group", None)
     if group is not None:
         gate = {
-            "group": compile_template(group.group).render(context),
+            # A group that renders empty (a missing input field) is still a group.
+            "group": compile_template(group.group).render(context) or group.group,
             "key": compile_template(group.key).render(context) if group.key else "",
             "policy": group.policy,
         }

@@ -440,7 +440,9 @@ class Store:
             values[":st"] = {"S": StepStatus.READY.value}
             hist = _history(values, now, "step.ready")
             return f"SET #s = :st, attempt = :one, ready_at = :now, {hist}", values
-        hist = _history(values, now, "step.started", attempt=1)
+        hist = _history(values, now, "step.ready")
+        # Promoted and claimed in one write: both transitions, in order.
+        values[":h"]["L"].append(history_entry(now, "step.started", attempt=1))
         values.update(
             {
                 ":st": {"S": StepStatus.DISPATCHED.value},

@@ -73,7 +73,8 @@ class WebhookService:
         if did is not None:
             seen = self.control.get(pk, now=now)
             if seen is not None:
-                return {"run_id": str((doc_of(seen) or {}).get("run_id")), "workflow": hook.workflow, "delivery_id": did,
+                first = str((doc_of(seen) or {}).get("run_id"))
+                return {"run_id": first, "workflow": hook.workflow, "delivery_id": did,
                         "duplicate": True}
         run_id = delivery_run_id(hook.workflow, name, did) if did is not None else None
         run, created = self.runs.start(

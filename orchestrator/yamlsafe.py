@@ -5,7 +5,10 @@ loader is deliberately narrower than YAML:
 
 - anchors and aliases are refused (they make "billion laughs" alias bombs possible and
   are never needed in a manifest);
-- a mapping key must be a string and may appear once;
+- a mapping key must be a string and may appear once; the YAML 1.1 booleans `on`,
+  `off`, `yes` and `no` written unquoted as keys stay the text they are (so `on:` is
+  the key "on", not `True`, the GitHub Actions trap), while `true:` / `false:` keys and
+  numbers must be quoted;
 - one document per file, at most `MAX_MANIFEST_BYTES` (checked before parsing), nesting
   at most `MAX_DEPTH` levels deep;
 - scalars are str, int, float, bool or null; an unquoted date stays the text it was.
@@ -45,6 +48,8 @@ YamlPath = tuple[str | int, ...]
 
 _TAG = "tag:yaml.org,2002:"
 _PLAIN_SCALARS = {_TAG + name for name in ("str", "int", "float", "bool", "null")}
+# Unquoted keys that YAML 1.1 would read as booleans but people write as words.
+_WORD_KEYS = {"on", "off", "yes", "no"}
 
 
 def dotted(path: YamlPath) -> str:
@@ -225,6 +230,9 @@ def _build(loader: _StrictLoader, node: Node, path: YamlPath, lines: dict[YamlPa
 def _key(loader: _StrictLoader, node: Node, path: YamlPath) -> str:
     if isinstance(node, ScalarNode) and node.tag == _TAG + "str":
         return str(loader.construct_scalar(node))
+    word = isinstance(node, ScalarNode) and str(node.value).lower() in _WORD_KEYS
+    if word and node.tag == _TAG + "bool":
+        return str(node.value)
     if isinstance(node, ScalarNode) and node.tag == _TAG + "merge":
         raise _Refused(node.start_mark, "merge keys ('<<') are not allowed")
     where = dotted(path) or "top level"

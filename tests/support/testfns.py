@@ -33,6 +33,10 @@ class Recorder:
     calls: list[Seen] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     per_key: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    # /hold: (start, end) of each call per `input.tenant`, to check mutual exclusion.
+    held: dict[str, list[tuple[float, float, str]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
 
     def add(self, seen: Seen) -> int:
         with self.lock:
@@ -91,6 +95,23 @@ def create_app(rec: Recorder) -> Starlette:
         await asyncio.sleep(float(body.get("seconds", 1.0)))
         return JSONResponse({"slept": body.get("seconds", 1.0)})
 
+    async def gate(request: Request) -> Response:
+        # Succeeds only when the run's input says {"ok": true}: a permanent 422 otherwise.
+        body, _ = await seen(request)
+        if (body.get("input") or {}).get("ok") is True:
+            return JSONResponse({"passed": True})
+        return JSONResponse({"error": "input.ok is not true"}, status_code=422)
+
+    async def hold(request: Request) -> Response:
+        # Sleeps `seconds`, recording when it held `input.tenant` (one run at a time?).
+        body, _ = await seen(request)
+        start = time.time()
+        await asyncio.sleep(float(body.get("seconds", 0.5)))
+        tenant = str((body.get("input") or {}).get("tenant", ""))
+        with rec.lock:
+            rec.held[tenant].append((start, time.time(), body["run"]["run_id"]))
+        return JSONResponse({"held": tenant})
+
     async def big(request: Request) -> Response:
         body, _ = await seen(request)
         n = int(body.get("bytes", 100_000))
@@ -116,6 +137,8 @@ def create_app(rec: Recorder) -> Starlette:
             Route("/status", status, methods=["POST"]),
             Route("/slow", slow, methods=["POST"]),
             Route("/big", big, methods=["POST"]),
+            Route("/gate", gate, methods=["POST"]),
+            Route("/hold", hold, methods=["POST"]),
             Route("/measure", measure, methods=["POST"]),
         ]
     )

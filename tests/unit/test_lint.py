@@ -1,5 +1,5 @@
-"""Lint: a manifest that loads, plus warnings for settings that are accepted but not
-active yet. Warnings carry `file:line: field:` like problems do."""
+"""Lint: a manifest that loads, plus warnings for settings that will not behave as a
+reader might expect. Warnings carry `file:line: field:` like problems do."""
 
 from __future__ import annotations
 
@@ -28,46 +28,24 @@ def test_plain_workflow_has_no_warnings(tmp_path: Path) -> None:
     assert lint("  w:\n    steps: { a: { backend: api, route: /load } }\n", tmp_path) == []
 
 
-def test_every_scheduled_workflow_is_warned_about(tmp_path: Path) -> None:
+def test_schedules_for_each_concurrency_throttle_and_triggers_are_not_warned_about(
+    tmp_path: Path,
+) -> None:
+    # All of these are active now: a workflow that uses them lints clean.
     warnings = lint("""\
   hourly:
     schedule: { every: 1h }
-    steps: { a: { backend: api, route: /load } }
-  on-demand:
-    steps: { a: { backend: api, route: /load } }
-  daily:
-    steps: { a: { backend: api, route: /load } }
-    schedule: { cron: "0 2 * * *" }
-""", tmp_path)
-    assert warnings == [
-        "m.yml:5: workflows.hourly.schedule: workflow 'hourly' has a schedule; schedules are "
-        "not active yet (trigger by hand)",
-        "m.yml:11: workflows.daily.schedule: workflow 'daily' has a schedule; schedules are "
-        "not active yet (trigger by hand)",
-    ]
-
-
-def test_for_each_and_concurrency_are_not_active_yet(tmp_path: Path) -> None:
-    warnings = lint("""\
-  fan:
     forEach: { items: [{ id: 1 }, { id: 2 }] }
     concurrency: allow
     steps: { a: { backend: api, route: /load } }
-""", tmp_path)
-    assert warnings == [
-        "m.yml:5: workflows.fan.forEach: workflow 'fan': forEach takes effect in a later release",
-        "m.yml:6: workflows.fan.concurrency: workflow 'fan': concurrency takes effect in a "
-        "later release",
-    ]
-
-
-def test_default_concurrency_is_not_warned_about(tmp_path: Path) -> None:
-    warnings = lint("""\
   fan:
     forEach: { backend: api, route: /load, key: tenant }
+    concurrency: { group: "crm-${{ input.tenant }}", policy: skip }
+    throttle: { limit: 5, period: 1m }
+    on: { event: order.paid, if: "event.data.total > 100" }
     steps: { a: { backend: api, route: /load } }
 """, tmp_path)
-    assert len(warnings) == 1 and "forEach takes effect" in warnings[0]
+    assert warnings == []
 
 
 def test_for_each_query_cannot_be_executed(tmp_path: Path) -> None:
@@ -77,18 +55,17 @@ def test_for_each_query_cannot_be_executed(tmp_path: Path) -> None:
       query: SELECT id FROM tenant
     steps: { a: { backend: api, route: /load } }
 """, tmp_path)
-    assert warnings[1].startswith("m.yml:6: workflows.tenants.forEach.query: ")
-    assert "cannot be executed" in warnings[1]
-    assert "forEach.backend + forEach.route, or forEach.items" in warnings[1]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("m.yml:6: workflows.tenants.forEach.query: ")
+    assert "cannot be executed" in warnings[0]
+    assert "forEach.backend + forEach.route, or forEach.items" in warnings[0]
 
 
 def test_reference_tenant_report_warnings() -> None:
     report = lint_manifest(FIXTURES / "reference" / "tenant-report.yml", {})
     fields = [w.split(": ")[1] for w in report.warnings]
     assert fields == [
-        "backends.api", "backends.notify", "workflows.tenant-report.schedule",
-        "workflows.tenant-report.forEach", "workflows.tenant-report.forEach.query",
-        "workflows.tenant-report.concurrency",
+        "backends.api", "backends.notify", "workflows.tenant-report.forEach.query",
     ]
     assert "declares no openapi spec" in report.warnings[0]
     # The warnings do not stop the manifest from loading.
@@ -97,10 +74,30 @@ def test_reference_tenant_report_warnings() -> None:
 
 def test_warnings_in_workflow_files_name_that_file() -> None:
     report = lint_manifest(FIXTURES / "multi" / "orchestrator.yml", {})
-    schedule = [w for w in report.warnings if "monthly-report.schedule" in w]
-    assert schedule == [
-        f"{FIXTURES}/multi/workflows/monthly-report.yml:2: workflows.monthly-report.schedule: "
-        "workflow 'monthly-report' has a schedule; schedules are not active yet (trigger by hand)"
+    query = [w for w in report.warnings if "forEach.query" in w]
+    assert query == [
+        f"{FIXTURES}/multi/workflows/tenant-report.yml:5: workflows.tenant-report.forEach.query: "
+        "workflow 'tenant-report': forEach.query cannot be executed (there is no query engine); "
+        "use forEach.backend + forEach.route, or forEach.items"
+    ]
+
+
+def test_unsigned_webhook_is_warned_about(tmp_path: Path) -> None:
+    warnings = lint("""\
+  w:
+    steps: { a: { backend: api, route: /load } }
+webhooks:
+  signed:
+    workflow: w
+    verify: { scheme: github, secrets: [s3cret] }
+  local:
+    workflow: w
+    verify:
+      scheme: none
+""", tmp_path)
+    assert warnings == [
+        "m.yml:13: webhooks.local.verify.scheme: webhook 'local' accepts unsigned deliveries: "
+        "for local development only"
     ]
 
 

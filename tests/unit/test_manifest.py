@@ -16,7 +16,15 @@ import pytest
 from orchestrator.durations import format_duration, parse_duration
 from orchestrator.errors import ManifestError
 from orchestrator.manifest import load_manifest, manifest_from_text
-from orchestrator.manifest_models import RetryPolicy, Workflow
+from orchestrator.manifest_models import (
+    ConcurrencyGroup,
+    EventTrigger,
+    Manifest,
+    RetryPolicy,
+    Throttle,
+    Verify,
+    Workflow,
+)
 from orchestrator.yamlsafe import MAX_MANIFEST_BYTES, load_yaml
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"
@@ -380,6 +388,279 @@ workflows:
     assert_problem(problem, 9, "workflows.w.forEach.backend", "unknown backend 'tenants'")
 
 
+# --- event triggers, concurrency groups, throttles -----------------------------------------
+
+
+def test_every_trigger_concurrency_throttle_and_webhook_shape_loads() -> None:
+    manifest = load_manifest(
+        FIXTURES / "triggers" / "orchestrator.yml", {"GITHUB_SECRET": "gh-new"}
+    )
+    paid, push, nightly = (manifest.workflows[n] for n in ("order-paid", "push-build", "nightly"))
+
+    assert paid.on == [
+        EventTrigger(event="order.paid",
+                     if_="event.data.total > 100 and event.data.currency == 'EUR'"),
+        EventTrigger(event="order.refunded"),
+    ]
+    assert paid.concurrency == ConcurrencyGroup(
+        group="crm-${{ input.tenant }}", key="${{ input.account }}", policy="cancel-running"
+    )
+    assert paid.group is paid.concurrency and paid.overlap == "replace"
+    assert paid.throttle == Throttle(
+        limit=10, period=60.0, key="${{ input.tenant }}", burst=5, policy="drop"
+    )
+
+    # One trigger mapping is a list of one; the group and throttle defaults.
+    assert push.on == [EventTrigger(event="github:push", if_=None)]
+    assert push.group == ConcurrencyGroup(group="builds", key="", policy="queue")
+    assert push.overlap == "queue"
+    assert push.throttle == Throttle(limit=1, period=10.0, key="", burst=1, policy="queue")
+
+    # The string form of concurrency stays; no triggers, no throttle by default.
+    assert (nightly.concurrency, nightly.overlap, nightly.group) == ("replace", "replace", None)
+    assert nightly.on == [] and nightly.throttle is None
+
+    github, payments, local = (manifest.webhooks[n] for n in ("github", "payments", "local"))
+    assert github.workflow == "push-build"
+    assert github.verify.scheme == "github"
+    # ${GITHUB_SECRET_OLD:-} is unset, so the optional rotation secret drops out.
+    assert github.verify.secrets == ["gh-new"]
+    assert github.verify.tolerance == 300.0
+    assert github.headers == ["x-github-event", "x-github-delivery"]
+    assert github.input == {
+        "ref": "body.ref",
+        "repo": "body.repository.full_name",
+        "event": "headers['x-github-event']",
+    }
+    assert payments.verify.secrets == ["whsec_dev"] and payments.verify.tolerance == 120.0
+    assert payments.input is None and payments.headers == []
+    assert local.verify.scheme == "none" and local.verify.secrets == []
+    assert "gh-new" not in repr(manifest.webhooks)
+
+
+def test_rotation_keeps_two_secrets_and_templates_are_not_env_substituted(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps: { a: { backend: api, route: /a } }
+    concurrency: { group: "g-${{ input.t }}-${HOME}", key: "$${{ input.k }}" }
+    on: { event: x, if: "event.data.path == '${HOME}'" }
+webhooks:
+  h:
+    workflow: w
+    verify: { scheme: standard, secrets: ["${NEW}", "${OLD:-whsec_b2xk}", "$${LITERAL}"] }
+""")
+    with pytest.raises(ManifestError, match="needs one secret, or two while rotating"):
+        load_manifest(path, {"NEW": "n", "HOME": "/root"})
+    path.write_text(path.read_text().replace(', "$${LITERAL}"', ""))
+    manifest = load_manifest(path, {"NEW": "n", "HOME": "/root"})
+    assert manifest.webhooks["h"].verify.secrets == ["n", "whsec_b2xk"]
+    w = manifest.workflows["w"]
+    assert w.group is not None
+    assert (w.group.group, w.group.key) == ("g-${{ input.t }}-${HOME}", "$${{ input.k }}")
+    assert w.on[0].if_ == "event.data.path == '${HOME}'"
+
+
+def test_workflow_json_round_trip_with_triggers_and_groups() -> None:
+    manifest = load_manifest(FIXTURES / "triggers" / "orchestrator.yml", {"GITHUB_SECRET": "s"})
+    for wf in manifest.workflows.values():
+        assert Workflow.from_json(wf.to_json()) == wf
+    stored = json.loads(manifest.workflows["order-paid"].to_json())
+    assert stored["on"][0] == {
+        "event": "order.paid",
+        "if": "event.data.total > 100 and event.data.currency == 'EUR'",
+    }
+    assert stored["concurrency"]["policy"] == "cancel-running"
+    assert stored["throttle"]["period"] == 60.0
+
+
+@pytest.mark.parametrize(
+    ("snippet", "line", "field", "fragment"),
+    [
+        ("on: { event: 'bad name' }", 9, "on.event", "event name 'bad name' must start"),
+        ("on: [{ event: ok }, { event: 'x y' }]", 9, "on[1].event", "event name 'x y'"),
+        ("on: { event: x, iff: y }", 9, "on.iff", "unknown field 'iff' (did you mean 'if'?)"),
+        ("on: { if: 'event.x' }", 9, "on.event", "required field 'event' is missing"),
+        ("on: order.paid", 9, "on", "give one trigger mapping ({event: NAME, if: CONDITION})"),
+        ("on: [order.paid]", 9, "on[0]", "must be a mapping (got 'order.paid')"),
+        ("on: { event: x, if: 'event.total >' }", 9, "on.if", "syntax error"),
+        ("on: { event: x, if: 'evnt.total > 1' }", 9, "on.if",
+         "unknown name 'evnt' (did you mean 'event'?) (available: event) (column 1 of"),
+        ("on: { event: x, if: \"lower(event.a) == 'b'.upper()\" }", 9, "on.if",
+         "method calls are not allowed: write upper(x) instead of x.upper() (column 23 of"),
+        ("on: { event: x, if: 'event.__class__' }", 9, "on.if", "attributes starting with '_'"),
+        ("concurrency: sometimes", 9, "concurrency",
+         "Input should be 'skip', 'allow' or 'replace' (got 'sometimes')"),
+        ("concurrency: { group: g, policy: wait }", 9, "concurrency.policy",
+         "'queue', 'skip' or 'cancel-running' (got 'wait')"),
+        ("concurrency: { key: k }", 9, "concurrency.group", "required field 'group' is missing"),
+        ("concurrency: { group: g, grop: h }", 9, "concurrency.grop",
+         "unknown field 'grop' (did you mean 'group'?)"),
+        ("concurrency: { group: '' }", 9, "concurrency.group", "at least 1 character"),
+        ("concurrency: { group: g, key: 'k-${{ input.t' }", 9, "concurrency.key",
+         "unclosed '${{' (end the hole with '}}') (column 3 of"),
+        ("concurrency: { group: 'g-${{ inpt.t }}' }", 9, "concurrency.group",
+         "unknown name 'inpt' (did you mean 'input'?)"),
+        ("throttle: { limit: 0, period: 1m }", 9, "throttle.limit", "greater than or equal to 1"),
+        ("throttle: { limit: '5', period: 1m }", 9, "throttle.limit", "valid integer (got '5')"),
+        ("throttle: { limit: 5, period: 0s }", 9, "throttle.period", "must be greater than zero"),
+        ("throttle: { limit: 5 }", 9, "throttle.period", "required field 'period' is missing"),
+        ("throttle: { limit: 5, period: 1m, burst: 0 }", 9, "throttle.burst",
+         "greater than or equal to 1"),
+        ("throttle: { limit: 5, period: 1m, policy: wait }", 9, "throttle.policy",
+         "'queue' or 'drop' (got 'wait')"),
+        ("throttle: { limit: 5, period: 1m, key: '${{ input.x.y() }}' }", 9, "throttle.key",
+         "method calls are not allowed"),
+        ("throttle: 5", 9, "throttle", "must be a mapping (got 5)"),
+    ],
+)
+def test_bad_triggers_concurrency_and_throttle(
+    tmp_path: Path, snippet: str, line: int, field: str, fragment: str
+) -> None:
+    problem = one_problem(tmp_path, BACKENDS + f"""\
+workflows:
+  w:
+    steps: {{ a: {{ backend: api, route: /a }} }}
+    {snippet}
+""")
+    assert_problem(problem, line, f"workflows.w.{field}", fragment)
+
+
+def test_trigger_problems_point_at_their_line(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + """\
+workflows:
+  w:
+    steps: { a: { backend: api, route: /a } }
+    on:
+      - event: order.paid
+      - event: order.refunded
+        if: "event.data.total >> 2"
+""")
+    assert_problem(problem, 12, "workflows.w.on[1].if", "operator >> is not allowed")
+
+
+# --- webhooks ------------------------------------------------------------------------------
+
+WEBHOOK = BACKENDS + """\
+workflows:
+  deploy:
+    steps: { a: { backend: api, route: /a } }
+webhooks:
+  gh:
+    workflow: deploy
+"""  # the next line of WEBHOOK + text is line 12
+
+
+@pytest.mark.parametrize(
+    ("snippet", "line", "field", "fragment"),
+    [
+        ("verify: { scheme: none, secrets: [s] }", 12, "verify.secrets",
+         "scheme 'none' checks no signature, so it takes no secrets"),
+        ("verify: { scheme: github }", 12, "verify.secrets",
+         "scheme 'github' needs one secret, or two while rotating (got 0)"),
+        ("verify: { scheme: stripe, secrets: [] }", 12, "verify.secrets", "(got 0)"),
+        ("verify: { scheme: standard, secrets: [a, b, c] }", 12, "verify.secrets", "(got 3)"),
+        ("verify: { scheme: standard, secrets: ['whsec_!!!'] }", 12, "verify.secrets[0]",
+         "a whsec_ secret must be base64 after the prefix"),
+        ("verify: { scheme: github, secrets: [''] }", 12, "verify.secrets[0]",
+         "a webhook secret must be non-empty text"),
+        ("verify: { scheme: hmac, secrets: [s] }", 12, "verify.scheme",
+         "'github', 'standard', 'stripe' or 'none' (got 'hmac')"),
+        ("verify: { scheme: stripe, secrets: [s], tolerance: soon }", 12, "verify.tolerance",
+         "'soon' is not a duration"),
+        ("verify: { scheme: none, secret: s }", 12, "verify.secret",
+         "unknown field 'secret' (did you mean 'secrets'?)"),
+        ("headers: ['X Bad']", 12, "headers[0]", "'X Bad' is not an HTTP header name"),
+        ("headers: [X-Event, x-event]", 12, "headers",
+         "header 'x-event' is listed twice (names are case-insensitive)"),
+        ("input: { ref: 'bodyy.ref' }", 12, "input.ref",
+         "unknown name 'bodyy' (did you mean 'body'?) (available: body, headers)"),
+        ("input: { ref: \"body['a'].lower()\" }", 12, "input.ref",
+         "method calls are not allowed: write lower(x) instead of x.lower() (column 11 of"),
+        ("input: { '': body }", 12, "input", "an input field name must not be empty"),
+        ("inputs: { ref: body.ref }", 12, "inputs", "did you mean 'input'?"),
+    ],
+)
+def test_bad_webhooks(tmp_path: Path, snippet: str, line: int, field: str, fragment: str) -> None:
+    verify = "" if snippet.startswith("verify") else "    verify: { scheme: none }\n"
+    problem = one_problem(tmp_path, WEBHOOK + f"    {snippet}\n" + verify)
+    assert_problem(problem, line, f"webhooks.gh.{field}", fragment)
+
+
+def test_webhook_must_name_a_declared_workflow(tmp_path: Path) -> None:
+    text = WEBHOOK + "    verify: { scheme: none }\n"
+    problem = one_problem(tmp_path, text.replace("workflow: deploy", "workflow: deplyo"))
+    assert_problem(problem, 11, "webhooks.gh.workflow",
+                   "unknown workflow 'deplyo' (did you mean 'deploy'?) (declared: deploy)")
+    # A workflow that is declared but invalid is still declared: no second problem.
+    broken = text.replace("route: /a", "route: a")
+    assert_problem(one_problem(tmp_path, broken), 8, "workflows.deploy.steps.a.route",
+                   "must start with '/'")
+    assert list(load_manifest(write(tmp_path, text), {}).webhooks) == ["gh"]
+
+
+def test_webhook_secret_env_problems_are_reported_once(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, WEBHOOK + """\
+    verify:
+      scheme: github
+      secrets:
+        - ${GH_SECRET}
+""")
+    assert_problem(problem, 15, "webhooks.gh.verify.secrets[0]",
+                   "environment variable GH_SECRET is not set")
+    problem = one_problem(tmp_path, WEBHOOK + """\
+    verify:
+      scheme: github
+      secrets: ["${{ secrets.GH }}"]
+""")
+    assert_problem(problem, 14, "webhooks.gh.verify.secrets[0]",
+                   "'${{ ... }}' expressions are not evaluated here",
+                   "only ${NAME} and ${NAME:-default} are substituted")
+
+
+def test_secret_values_are_never_echoed(tmp_path: Path) -> None:
+    found = problems(tmp_path, WEBHOOK + "    verify: { scheme: github, secrets: [12345678] }\n")
+    assert found == [f"{tmp_path}/orchestrator.yml:12: webhooks.gh.verify.secrets[0]: "
+                     "Input should be a valid string"]
+
+
+def test_webhooks_section_shape(tmp_path: Path) -> None:
+    problem = one_problem(tmp_path, BACKENDS + "workflows: {}\nwebhooks: [x]\n")
+    assert_problem(problem, 7, "webhooks", "must be a mapping of name -> definition")
+    found = problems(tmp_path, WEBHOOK.replace("  gh:\n    workflow: deploy\n",
+                                               "  'bad name': 3\n"))
+    assert_problem(found[0], 10, "webhooks.bad name", "must start with a letter or digit")
+    assert_problem(found[1], 10, "webhooks.bad name", "must be a mapping (got 3)")
+    found = problems(tmp_path, WEBHOOK.replace("    workflow: deploy\n", "    verify: {}\n"))
+    assert_problem(found[0], 10, "webhooks.gh.workflow", "required field 'workflow'")
+    assert_problem(found[1], 11, "webhooks.gh.verify.scheme", "required field 'scheme'")
+    problem = one_problem(tmp_path, BACKENDS + "workflows: {}\nwebhook: {}\n")
+    assert_problem(problem, 7, "webhook", "did you mean 'webhooks'?",
+                   "(expected backends, workflows or webhooks)")
+
+
+def test_manifest_model_checks_webhook_workflows() -> None:
+    steps = {"a": {"backend": "api", "route": "/a"}}
+    data = {
+        "backends": {"api": {"url": "http://127.0.0.1:8001"}},
+        "workflows": {"deploy": {"steps": steps}},
+        "webhooks": {"gh": {"workflow": "deplyo", "verify": {"scheme": "none"}}},
+    }
+    with pytest.raises(ValueError, match=r"webhooks\.gh\.workflow: unknown workflow 'deplyo'"):
+        Manifest.model_validate(data)
+    data["webhooks"] = {"gh": {"workflow": "deploy", "verify": {"scheme": "none"}}}
+    assert list(Manifest.model_validate(data).webhooks) == ["gh"]
+
+
+def test_verify_hides_secrets_from_pydantic_errors() -> None:
+    with pytest.raises(ValueError) as caught:
+        Verify(scheme="standard", secrets=["whsec_n0t-base64!"])
+    assert "n0t-base64" not in str(caught.value)
+    assert "n0t-base64" not in repr(Verify(scheme="github", secrets=["n0t-base64"]))
+
+
 # --- safe YAML -------------------------------------------------------------------------------
 
 
@@ -440,7 +721,8 @@ def test_oversize_file_is_refused_before_parsing(tmp_path: Path) -> None:
         ("a: 1\n---\nb: 2\n", "m.yml:2: a second YAML document"),
         ("a: [1, 2\nb: 3\n", "m.yml:2: YAML syntax error"),
         ("a:\n  1: x\n", "m.yml:2: a: mapping key '1' is not a string"),
-        ("a:\n  on: x\n", "m.yml:2: a: mapping key 'on' is not a string (YAML reads it as bool)"),
+        ("a:\n  true: x\n", "m.yml:2: a: mapping key 'true' is not a string (YAML reads it "
+         "as bool)"),
         ("a: !!python/object:os.system x\n", "m.yml:1: tag tag:yaml.org,2002:python/object"),
         ("a: .inf\n", "m.yml:1: '.inf' is not a finite number"),
         ("<<: {a: 1}\n", "m.yml:1: merge keys"),
@@ -451,6 +733,13 @@ def test_unsafe_or_broken_yaml(text: str, expected: str) -> None:
     with pytest.raises(ManifestError) as caught:
         load_yaml(text, "m.yml")
     assert caught.value.problems[0].startswith(expected), caught.value.problems
+
+
+def test_on_off_yes_no_keys_stay_strings() -> None:
+    # YAML 1.1 reads a bare `on` as True (the GitHub Actions trap); as a key it is a word.
+    data, lines = load_yaml("on: 1\nOff: 2\nyes:\n  NO: on\n", "m.yml")
+    assert data == {"on": 1, "Off": 2, "yes": {"NO": True}}  # values are still booleans
+    assert lines.line(("yes", "NO")) == 4
 
 
 def test_line_map_falls_back_to_the_nearest_parent() -> None:

@@ -169,7 +169,9 @@ class Store:
         hist = _history(values, now, "run.cancel_requested", reason=reason[:300])
         attrs = self._update_running(
             run_id, "kill",
-            f"SET kill_requested = :t, kill_reason = :r, updated_at = :now, {hist}",
+            # The first reason stands: a second cancel is recorded in history only.
+            f"SET kill_requested = :t, kill_reason = if_not_exists(kill_reason, :r),"
+            f" updated_at = :now, {hist}",
             values, names={"#h": "history"}, returns="ALL_NEW",
         )
         return run_from_item(attrs)

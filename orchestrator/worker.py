@@ -35,6 +35,8 @@ log = logging.getLogger("orchestrator.worker")
 _MISSING = object()
 FLUSH_EVERY = 0.05
 DELETE_WITHIN = 1.0
+# A timer message this early is waited out in the worker rather than sent on again.
+EARLY_WAIT = 1.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class Worker:
         self._batching = False
         self._tally = Tally()
         self._oldest_ack = float("inf")
+        self.sleep: Callable[[float], object] = time.sleep
         # Admission of a queued run whose throttle slot came due (wired by Runtime).
         self.on_admit: Callable[[str], None] | None = None
 
@@ -84,11 +87,13 @@ class Worker:
     def handle(self, msg: Dispatch, receipt: Received | None = None) -> None:
         """Claim the attempt the message names and run it (and its inline successors)."""
         now = self.clock()
-        if msg.due_at is not None and msg.due_at > now + 0.5:
+        if msg.due_at is not None and msg.due_at > now + EARLY_WAIT:
             # A timer hop (SQS delays at most 15 minutes): send it on for the rest.
             self.queues.timer(msg, now)
             self._ack(receipt)
             return
+        if msg.due_at is not None and msg.due_at > now:
+            self.sleep(msg.due_at - now)  # at most EARLY_WAIT: SQS delays are whole seconds
         if msg.op == "admit":
             if self.on_admit is not None:
                 self.on_admit(msg.run_id)

@@ -1,0 +1,224 @@
+"""Flow control: concurrency groups (queue, skip, cancel-running) and throttles (queue,
+drop), enforced through conditional writes, including across worker processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.admission import throttle_slot
+from tests.support.harness import Harness, steps_of
+from tests.support.testfns import Recorder
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MANIFEST = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  deploy:
+    concurrency: { group: "deploy-${{ input.tenant }}" }
+    steps:
+      hold: { backend: fn, route: /hold, payload: { seconds: 0.4 } }
+  keyed:
+    concurrency: { group: keyed, key: "${{ input.tenant }}" }
+    steps:
+      hold: { backend: fn, route: /hold, payload: { seconds: 0.4 } }
+  single:
+    concurrency: { group: single, key: "${{ input.tenant }}", policy: skip }
+    steps:
+      hold: { backend: fn, route: /hold, payload: { seconds: 0.6 } }
+  newest:
+    concurrency: { group: newest, key: "${{ input.tenant }}", policy: cancel-running }
+    steps:
+      hold:  { backend: fn, route: /hold, payload: { seconds: 1.0 } }
+      after: { backend: fn, route: /echo, dependsOn: [hold] }
+  enrich:
+    throttle: { limit: 4, period: 2s, key: "crm-${{ input.tenant }}" }
+    steps:
+      call: { backend: fn, route: /echo }
+  bursty:
+    throttle: { limit: 2, period: 2s, burst: 3 }
+    steps:
+      call: { backend: fn, route: /echo }
+  strict:
+    throttle: { limit: 1, period: 1m, policy: drop }
+    steps:
+      call: { backend: fn, route: /echo }
+"""
+
+
+def start_all(h: Harness, workflow: str, inputs: list[Any]) -> list[str]:
+    """Start runs one after the other (arrival order is the list order)."""
+    return [h.rt.runs.start(workflow, i)[0].run_id for i in inputs]
+
+
+def no_overlap(intervals: list[tuple[float, float, str]]) -> bool:
+    spans = sorted(intervals)
+    return all(a[1] <= b[0] + 0.01 for a, b in zip(spans, spans[1:], strict=False))
+
+
+def test_group_admits_one_run_per_key_in_arrival_order(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h = harness_factory(MANIFEST)
+    h.start_workers(threads=8)
+    h.start_sweeper()
+    tenant = f"acme-{time.time_ns()}"
+    other = f"globex-{time.time_ns()}"
+    ids = start_all(h, "keyed", [{"tenant": tenant}] * 4)
+    rival = h.rt.runs.start("keyed", {"tenant": other})[0].run_id
+    assert [h.rt.runs.get(r).status.value for r in ids[1:]] == ["queued"] * 3
+    views = [h.wait(r, timeout=60) for r in [*ids, rival]]
+    assert all(v["status"] == "success" for v in views)
+    held = recorder.held[tenant]
+    assert len(held) == 4 and no_overlap(held)
+    assert [run for _, _, run in sorted(held)] == ids  # arrival order
+    # The other tenant did not wait behind the first one's queue.
+    assert recorder.held[other][0][0] < sorted(held)[-1][0]
+    first = views[1]
+    assert first["admission"]["group"] == "keyed" and first["admission"]["key"] == tenant
+    events = [e["type"] for e in h.rt.runs.history(ids[1])]
+    assert events[:2] == ["run.queued", "run.started"]
+
+
+def test_group_name_from_input_and_skip_policy(harness_factory: Any, recorder: Recorder) -> None:
+    h = harness_factory(MANIFEST)
+    h.start_workers(threads=8)
+    tenant = f"t{time.time_ns()}"
+    ids = start_all(h, "single", [{"tenant": tenant}] * 3)
+    views = [h.wait(r, timeout=30) for r in ids]
+    assert [v["status"] for v in views] == ["success", "skipped", "skipped"]
+    assert views[1]["error"]["code"] == "concurrency_busy"
+    assert ids[0] in views[1]["error"]["message"]
+    assert steps_of(views[1])["hold"]["attempts"] == 0
+    assert len(recorder.held[tenant]) == 1
+    later = h.rt.runs.start("single", {"tenant": tenant})[0].run_id
+    assert h.wait(later)["status"] == "success"  # the group is free again
+    # deploy's group is computed from the input: two tenants run side by side.
+    a, b = f"a{time.time_ns()}", f"b{time.time_ns()}"
+    both = start_all(h, "deploy", [{"tenant": a}, {"tenant": b}])
+    assert [h.rt.runs.get(r).status.value for r in both] == ["running", "running"]
+    for r in both:
+        h.wait(r)
+
+
+def test_cancel_running_replaces_the_holder(harness_factory: Any, recorder: Recorder) -> None:
+    h = harness_factory(MANIFEST)
+    h.start_workers(threads=8)
+    tenant = f"t{time.time_ns()}"
+    old = h.rt.runs.start("newest", {"tenant": tenant})[0].run_id
+    deadline = time.monotonic() + 10
+    while not recorder.for_step(old, "hold"):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    queued = h.rt.runs.start("newest", {"tenant": tenant})[0].run_id
+    newest = h.rt.runs.start("newest", {"tenant": tenant})[0].run_id
+    views = {r: h.wait(r, timeout=30) for r in (old, queued, newest)}
+    assert views[old]["status"] == "killed"
+    assert views[old]["kill_reason"] == f"replaced by run {queued}"
+    assert steps_of(views[old])["hold"]["status"] == "success"  # in flight: it landed
+    assert steps_of(views[old])["after"]["status"] == "skipped"
+    assert views[queued]["status"] == "killed"  # replaced while it waited
+    assert views[newest]["status"] == "success"
+    holds = sorted(recorder.held[tenant])
+    assert [run for _, _, run in holds] == [old, newest] and no_overlap(holds)
+
+
+def test_throttle_spaces_runs_evenly_per_key(harness_factory: Any) -> None:
+    h = harness_factory(MANIFEST)
+    h.start_workers(threads=8)
+    h.start_sweeper()
+    ids = start_all(h, "enrich", [{"tenant": "acme"}] * 5)
+    other = h.rt.runs.start("enrich", {"tenant": "globex"})[0].run_id
+    views = [h.wait(r, timeout=30) for r in ids]
+    assert all(v["status"] == "success" for v in views)
+    # The slots are exactly period / limit = 0.5 s apart; no run starts before its slot
+    # (the first one has none: it started on arrival), nor long after it.
+    slots = [v["admission"]["admit_at"] for v in views]
+    gaps = [round(b - a, 3) for a, b in zip(slots, slots[1:], strict=False)]
+    assert gaps == [0.5] * 4, gaps
+    lateness = [v["started_at"] - slot for v, slot in zip(views, slots, strict=True)]
+    assert all(-0.06 <= late < 1.5 for late in lateness), lateness
+    starts = [v["started_at"] for v in views]
+    assert starts == sorted(starts)
+    assert views[0]["admission"]["throttle_key"] == "crm-acme"
+    # globex has its own budget: it started at once, not after acme's queue.
+    assert h.wait(other)["started_at"] - h.rt.runs.get(other).created_at < 0.4
+
+
+def test_throttle_burst_and_drop(harness_factory: Any) -> None:
+    h = harness_factory(MANIFEST)
+    h.start_workers(threads=8)
+    ids = start_all(h, "bursty", [None] * 4)
+    views = [h.wait(r, timeout=30) for r in ids]
+    delays = [v["started_at"] - h.rt.runs.get(v["run_id"]).created_at for v in views]
+    assert all(d < 0.4 for d in delays[:3]), delays  # a burst of 3 starts together
+    # The 4th waits for the budget: one every period / limit = 1 s after the first.
+    first = h.rt.runs.get(ids[0]).created_at
+    slot = views[3]["admission"]["admit_at"]
+    assert slot is not None and 0.9 <= slot - first <= 1.05, slot - first
+    assert views[3]["started_at"] >= slot - 0.06
+    dropped = start_all(h, "strict", [None] * 3)
+    statuses = [h.wait(r)["status"] for r in dropped]
+    assert statuses == ["success", "skipped", "skipped"]
+    assert h.rt.runs.get(dropped[1]).error["code"] == "throttled"
+
+
+def test_throttle_slot_math() -> None:
+    # limit 6 per minute: one every 10 s; burst 1 means no two at once.
+    assert throttle_slot(0.0, 100.0, limit=6, period=60, burst=1) == (100.0, 110.0)
+    assert throttle_slot(110.0, 100.0, limit=6, period=60, burst=1) == (110.0, 120.0)
+    # burst 3: up to three start at the same moment after a quiet spell.
+    tat, starts = 0.0, []
+    for _ in range(4):
+        start, tat = throttle_slot(tat, 100.0, limit=6, period=60, burst=3)
+        starts.append(start)
+    assert starts == [100.0, 100.0, 100.0, 110.0]
+
+
+@pytest.mark.slow
+def test_group_under_three_worker_processes_never_admits_two_runs_of_a_key(
+    harness_factory: Any, recorder: Recorder, emulator: Any, testfns: str, tmp_path: Path
+) -> None:
+    h = harness_factory(MANIFEST)
+    manifest = tmp_path / "flow.yml"
+    manifest.write_text(MANIFEST)
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": emulator.url,
+        "ORCH_PREFIX": h.rt.settings.prefix,
+        "ORCH_SWEEP_INTERVAL": "0.5",
+        "FN": testfns,
+        "PYTHONPATH": str(ROOT),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", cmd, "--manifest", str(manifest)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        for cmd in ("worker", "worker", "worker", "sweeper")
+    ]
+    try:
+        tenants = [f"p{i}-{time.time_ns()}" for i in range(2)]
+        inputs = [{"tenant": t} for t in tenants for _ in range(4)]
+        # Arrivals race from 8 threads (as from several API processes).
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            ids = list(pool.map(lambda i: h.rt.runs.start("keyed", i)[0].run_id, inputs))
+        views = [h.wait(r, timeout=90) for r in ids]
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=10)
+    assert all(v["status"] == "success" for v in views), [v["status"] for v in views]
+    for t in tenants:
+        assert len(recorder.held[t]) == 4
+        assert no_overlap(recorder.held[t]), recorder.held[t]

@@ -3,6 +3,7 @@ drop), enforced through conditional writes, including across worker processes.""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -62,7 +63,7 @@ def start_all(h: Harness, workflow: str, inputs: list[Any]) -> list[str]:
 
 def no_overlap(intervals: list[tuple[float, float, str]]) -> bool:
     spans = sorted(intervals)
-    return all(a[1] <= b[0] + 0.01 for a, b in zip(spans, spans[1:], strict=False))
+    return all(a[1] <= b[0] + 0.01 for a, b in itertools.pairwise(spans))
 
 
 def test_group_admits_one_run_per_key_in_arrival_order(
@@ -143,7 +144,7 @@ def test_throttle_spaces_runs_evenly_per_key(harness_factory: Any) -> None:
     # The slots are exactly period / limit = 0.5 s apart; no run starts before its slot
     # (the first one has none: it started on arrival), nor long after it.
     slots = [v["admission"]["admit_at"] for v in views]
-    gaps = [round(b - a, 3) for a, b in zip(slots, slots[1:], strict=False)]
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(slots)]
     assert gaps == [0.5] * 4, gaps
     lateness = [v["started_at"] - slot for v, slot in zip(views, slots, strict=True)]
     assert all(-0.06 <= late < 1.5 for late in lateness), lateness

@@ -112,6 +112,11 @@ def create_app(rec: Recorder) -> Starlette:
             rec.held[tenant].append((start, time.time(), body["run"]["run_id"]))
         return JSONResponse({"held": tenant})
 
+    async def rows(request: Request) -> Response:
+        # forEach rows for a schedule fire.
+        await seen(request)
+        return JSONResponse([{"id": "r1", "plan": "pro"}, {"id": "r2", "plan": "team"}])
+
     async def big(request: Request) -> Response:
         body, _ = await seen(request)
         n = int(body.get("bytes", 100_000))
@@ -139,6 +144,7 @@ def create_app(rec: Recorder) -> Starlette:
             Route("/big", big, methods=["POST"]),
             Route("/gate", gate, methods=["POST"]),
             Route("/hold", hold, methods=["POST"]),
+            Route("/rows", rows, methods=["POST"]),
             Route("/measure", measure, methods=["POST"]),
         ]
     )

@@ -70,7 +70,7 @@ def runs_of(rt: Runtime, workflow: str) -> list[Any]:
 
 def test_every_fires_each_tick_once_even_with_two_schedulers(harness_factory: Any) -> None:
     h = harness_factory(MANIFEST)
-    rt, now, to = clocked(h, at("2026-06-01T10:20:00"))
+    rt, _now, to = clocked(h, at("2026-06-01T10:20:00"))
     other = Runtime.build(h.rt.settings, h.rt.manifest, clients=h.rt.clients, clock=rt.clock)
     assert rt.scheduler.tick_one("hourly", rt.manifest.workflows["hourly"]) == []
     state = rt.scheduler.show("hourly")
@@ -109,7 +109,7 @@ def test_cron_fires_once_on_the_autumn_dst_change(harness_factory: Any) -> None:
 
 def test_missed_ticks_are_not_replayed(harness_factory: Any) -> None:
     h = harness_factory(MANIFEST)
-    rt, now, to = clocked(h, at("2026-06-01T10:20:00"))
+    rt, _now, to = clocked(h, at("2026-06-01T10:20:00"))
     wf = rt.manifest.workflows["hourly"]
     rt.scheduler.tick_one("hourly", wf)
     to(at("2026-06-01T15:10:00"))  # down from 10:20 to 15:10: five ticks missed
@@ -149,7 +149,7 @@ def test_pause_resume_and_trigger(harness_factory: Any) -> None:
 
 def test_for_each_skip_applies_per_key(harness_factory: Any) -> None:
     h = harness_factory(MANIFEST)
-    rt, now, to = clocked(h, at("2026-06-01T10:20:00"))
+    rt, _now, _to = clocked(h, at("2026-06-01T10:20:00"))
     wf = rt.manifest.workflows["tenants"]
     first = rt.scheduler.fire("tenants", wf, at("2026-06-01T11:00:00"))
     assert len(first) == 2
@@ -169,7 +169,7 @@ def test_for_each_rows_from_a_function_and_replace(
     harness_factory: Any,
 ) -> None:
     h = harness_factory(MANIFEST)
-    rt, now, to = clocked(h, at("2026-06-01T10:20:00"))
+    rt, _now, to = clocked(h, at("2026-06-01T10:20:00"))
     wf = rt.manifest.workflows["replaced"]
     first = rt.scheduler.fire("replaced", wf, at("2026-06-01T11:00:00"))
     assert [rt.runs.get(r).input for r in first] == [{"id": "r1", "plan": "pro"},

@@ -2,8 +2,9 @@
 
 1. the embedded AWS emulator (moto over HTTP, DynamoDB serialized), unless an endpoint
    is configured;  2. the tables, queues and bucket, created from template.yaml through
-   CloudFormation;  3. the functions app on uvicorn;  4. the HTTP API;  5. the workers
-   and the sweeper, as threads. `stop()` undoes it in reverse."""
+   CloudFormation;  3. the functions app on uvicorn;  4. the HTTP API, with a fresh API
+   key for this stack (printed once) unless ORCH_API_AUTH=off;  5. the workers and the
+   sweeper, as threads. `stop()` undoes it in reverse."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import importlib
 import inspect
 import os
 import secrets
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -66,12 +68,14 @@ class LocalStack:
         self.runtime: Any = None
         self.api_url = ""
         self.functions_url = ""
+        self.api_key: str | None = None
 
     def start(self) -> None:
         from functions.serving import BackgroundServer
         from infra.emulator import Emulator
         from infra.stack import deploy_data_stack
         from orchestrator.api import create_app
+        from orchestrator.apikeys import ApiKeys
         from orchestrator.manifest import load_manifest
         from orchestrator.runtime import Runtime
 
@@ -116,10 +120,14 @@ class LocalStack:
             f"{settings.names.timer_queue}; bucket {settings.names.blob_bucket}"
         )
         self.runtime = rt = Runtime.build(settings, manifest, clients=clients)
+        if settings.api_auth:
+            # The API wants a bearer key: make one for this stack and show it once.
+            self.api_key = ApiKeys(rt.control).create("dev", time.time())
         api = BackgroundServer(create_app(rt), self.opts.host, self.opts.api_port).start()
         self.servers.append(api)
         self.api_url = api.url
-        self.echo(f"api        {api.url}")
+        auth = "bearer key below" if self.api_key else "no key needed: ORCH_API_AUTH=off"
+        self.echo(f"api        {api.url}   ({auth})")
         for i in range(self.opts.workers):
             self._spawn(f"worker-{i}", rt.worker().run, self.stop_event)
         self._spawn("sweeper", rt.sweeper().run, self.stop_event)
@@ -127,15 +135,33 @@ class LocalStack:
             f"workers    {self.opts.workers} (threads: {settings.worker_threads} each); "
             f"sweeper every {settings.sweep_interval:g}s"
         )
+        self._banner(manifest)
+
+    def _banner(self, manifest: Any) -> None:
+        """Copy-paste lines that use this stack (and its key)."""
         names = list(manifest.workflows)
         wf = DEMO_WORKFLOW if DEMO_WORKFLOW in names else (names[0] if names else None)
+        env = f"ORCHESTRATOR_URL={self.api_url}"
+        auth = ""
+        if self.api_key:
+            env += f" ORCHESTRATOR_API_KEY={self.api_key}"
+            auth = ' -H "Authorization: Bearer $ORCHESTRATOR_API_KEY"'
+        self.echo("")
+        self.echo("Use it (the key is shown only here):" if self.api_key else "Use it:")
+        self.echo(f"  export {env}")
         if wf:
-            self.echo("")
-            self.echo("Trigger a run:")
-            self.echo(f"  orchestrator run {wf} --url {api.url} --wait")
+            self.echo(f"  orchestrator trigger {wf} --wait")
             self.echo(
-                f"  curl -s -X POST {api.url}/runs -H 'content-type: application/json' "
-                f'-d \'{{"workflow": "{wf}", "input": {{}}}}\''
+                f"  curl -s -X POST $ORCHESTRATOR_URL/runs{auth}"
+                " -H 'content-type: application/json'"
+                f' -d \'{{"workflow": "{wf}", "input": {{}}}}\''
+            )
+        hooks = list(getattr(manifest, "webhooks", None) or {})
+        if hooks:
+            self.echo(
+                f"  orchestrator webhook sign {hooks[0]} --body payload.json"
+                f" --manifest {shlex.quote(str(self.opts.manifest))}"
+                "   # prints a signed curl delivery"
             )
 
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
@@ -153,7 +179,7 @@ class LocalStack:
         self.echo(f"\ndemo: started {run.run_id}")
         deadline = time.monotonic() + timeout
         view = rt.runs.view(run.run_id)
-        while view["status"] == "running" and time.monotonic() < deadline:
+        while view["status"] in ("queued", "running") and time.monotonic() < deadline:
             time.sleep(0.1)
             view = rt.runs.view(run.run_id)
         self.echo(render_run(view))

@@ -1,8 +1,21 @@
 """The `orchestrator` command.
 
-Exit codes: 0 success; 1 the run failed or was killed (`run --wait`), or lint found
-problems; 2 usage error (bad flag or argument, invalid --input JSON); 3 the API or AWS
-endpoint could not be reached or failed; 4 no such run or workflow."""
+Commands that talk to the HTTP API take --url ($ORCHESTRATOR_URL) and --api-key
+($ORCHESTRATOR_API_KEY, sent as `Authorization: Bearer <key>`); every command that reads
+takes --json. The run commands live in cli_runs.py, events, schedules and webhooks in
+cli_triggers.py; the local and admin commands (lint, worker, sweeper, dev, keys) here.
+
+Exit codes:
+  0  success
+  1  the run failed, was killed or skipped (`trigger --wait`, `rerun --wait`), or lint
+     found problems
+  2  usage error: a bad flag or argument, invalid JSON, an invalid manifest; or the API
+     refused the request as given (400, 409, 422), e.g. cancelling a finished run or
+     rerunning one that is still running: the API's message says why
+  3  the API or the AWS endpoint could not be reached or failed (5xx), or `--wait` timed
+     out with the run still queued or running
+  4  no such run, workflow, schedule or webhook
+  5  authentication failed (401): set ORCHESTRATOR_API_KEY or --api-key"""
 
 from __future__ import annotations
 
@@ -13,81 +26,32 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
-from orchestrator.client import ApiClient, default_url
-from orchestrator.errors import ManifestError, NotFound, OrchestratorError, UsageError
-from orchestrator.render import render_run, render_runs
+from orchestrator import cli_runs, cli_triggers
+from orchestrator.cli_common import (
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    exit_for,
+    fail,
+    load,
+    manifest_option,
+)
+from orchestrator.client import KEY_VARIABLE
+from orchestrator.errors import ManifestError, OrchestratorError
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_NOT_FOUND = 0, 1, 2, 3, 4
-
-manifest_option = click.option(
-    "--manifest",
-    "manifest_path",
-    default=lambda: os.environ.get("ORCH_MANIFEST", "orchestrator.yml"),
-    show_default="orchestrator.yml (or $ORCH_MANIFEST)",
-    type=click.Path(dir_okay=False),
-    help="The manifest file.",
-)
-url_option = click.option(
-    "--url",
-    default=lambda: default_url(),
-    show_default="$ORCHESTRATOR_URL or http://127.0.0.1:8080",
-    help="The orchestrator API.",
-)
+# `orchestrator --help` ends with the exit codes of the docstring above ("\b": keep lines).
+EPILOG = "\b\nExit codes:" + (__doc__ or "").partition("Exit codes:")[2]
 
 
-def fail(message: str, code: int) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
-def exit_for(exc: OrchestratorError) -> NoReturn:
-    if isinstance(exc, NotFound):
-        fail(exc.message, EXIT_NOT_FOUND)
-    if isinstance(exc, ManifestError):
-        fail(exc.message, EXIT_USAGE)
-    if isinstance(exc, UsageError):
-        fail(exc.message, EXIT_USAGE)
-    fail(exc.message, EXIT_UNAVAILABLE)
-
-
-def load(manifest_path: str, environ: dict[str, str] | None = None) -> Any:
-    from orchestrator.manifest import load_manifest
-
-    if not Path(manifest_path).is_file():
-        fail(f"{manifest_path}: manifest not found (use --manifest PATH)", EXIT_USAGE)
-    try:
-        return load_manifest(manifest_path, environ)
-    except ManifestError as exc:
-        fail(f"invalid manifest:\n{exc.message}", EXIT_USAGE)
-
-
-def parse_input(raw: str | None) -> Any:
-    if raw is None:
-        return None
-    if raw.startswith("@"):
-        try:
-            raw = Path(raw[1:]).read_text()
-        except OSError as exc:
-            raise click.BadParameter(f"cannot read {raw[1:]}: {exc}", param_hint="--input") from exc
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--input") from exc
-
-
-def emit(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(package_name="orchestrator")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the workers and sweeper do.")
 def main(verbose: bool) -> None:
@@ -96,6 +60,10 @@ def main(verbose: bool) -> None:
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+
+
+for _command in (*cli_runs.COMMANDS, *cli_triggers.COMMANDS):
+    main.add_command(_command)
 
 
 @main.command()
@@ -116,126 +84,6 @@ def lint(manifest_path: str) -> None:
         click.echo(f"warning: {w}", err=True)
     n = len(report.manifest.workflows)
     click.echo(f"{manifest_path}: ok ({n} workflow{'s' if n != 1 else ''})")
-
-
-@main.command()
-@click.argument("workflow")
-@click.option("--input", "input_json", help="Run input as JSON (or @file.json).")
-@click.option("--run-id", help="Choose the run id (starting it twice returns the same run).")
-@click.option(
-    "--wait", is_flag=True, help="Wait for the run to finish; exit 1 unless it succeeded."
-)
-@click.option("--timeout", default=600.0, show_default=True, help="Seconds to --wait.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@url_option
-def run(
-    workflow: str,
-    input_json: str | None,
-    run_id: str | None,
-    wait: bool,
-    timeout: float,
-    as_json: bool,
-    url: str,
-) -> None:
-    """Start a run of WORKFLOW."""
-    payload = parse_input(input_json)
-    api = ApiClient(url)
-    try:
-        started = api.start(workflow, payload, run_id)
-        if not wait:
-            if as_json:
-                emit(started)
-            else:
-                click.echo(started["run_id"])
-            return
-        view = wait_for(api, started["run_id"], timeout)
-    except OrchestratorError as exc:
-        exit_for(exc)
-    if as_json:
-        emit(view)
-    else:
-        click.echo(render_run(view))
-    if view["status"] == "running":
-        fail(f"run {view['run_id']} still running after {timeout:g}s", EXIT_UNAVAILABLE)
-    sys.exit(EXIT_OK if view["status"] == "success" else EXIT_RUN_FAILED)
-
-
-def wait_for(api: ApiClient, run_id: str, timeout: float,
-             pause: Callable[[float], Any] | None = None) -> Any:
-    """Poll the API until the run finished or `timeout` passed (backing off to 1 s)."""
-    pause = pause or threading.Event().wait
-    deadline = time.monotonic() + timeout
-    delay = 0.05
-    while True:
-        view = api.run(run_id)
-        if view["status"] != "running" or time.monotonic() > deadline:
-            return view
-        pause(delay)
-        delay = min(delay * 1.5, 1.0)
-
-
-@main.command()
-@click.argument("workflow")
-@click.option("--limit", default=20, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-@url_option
-def runs(workflow: str, limit: int, as_json: bool, url: str) -> None:
-    """List runs of WORKFLOW, newest first."""
-    try:
-        data = ApiClient(url).runs(workflow, limit)
-    except OrchestratorError as exc:
-        exit_for(exc)
-    if as_json:
-        emit(data)
-    else:
-        click.echo(render_runs(data["runs"]))
-
-
-@main.command()
-@click.argument("target")
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--ascii", "ascii_only", is_flag=True, default=None, help="Plain ASCII output.")
-@url_option
-def show(target: str, as_json: bool, ascii_only: bool | None, url: str) -> None:
-    """Show a run (by id), or the newest run of a workflow (by name)."""
-    api = ApiClient(url)
-    try:
-        try:
-            view = api.run(target)
-        except NotFound:
-            newest = api.runs(target, 1)["runs"]
-            if not newest:
-                raise NotFound(f"no run or workflow with runs named {target!r}") from None
-            view = api.run(newest[0]["run_id"])
-    except OrchestratorError as exc:
-        exit_for(exc)
-    if as_json:
-        emit(
-            {
-                "run_id": view["run_id"],
-                "workflow": view["workflow"],
-                "status": view["status"],
-                "steps": [
-                    {k: s.get(k) for k in ("step", "status", "attempts", "output", "error")}
-                    for s in view["steps"]
-                ],
-            }
-        )
-    else:
-        click.echo(render_run(view, ascii_only=ascii_only or None))
-
-
-@main.command()
-@click.argument("run_id")
-@click.option("--reason", default="killed from the CLI", show_default=True)
-@url_option
-def kill(run_id: str, reason: str, url: str) -> None:
-    """Kill a run: nothing new starts, in-flight steps land, the rest is skipped."""
-    try:
-        view = ApiClient(url).cancel(run_id, reason)
-    except OrchestratorError as exc:
-        exit_for(exc)
-    click.echo(f"{run_id}: kill requested ({view['status']})")
 
 
 def _stop_event() -> threading.Event:
@@ -281,6 +129,43 @@ def sweeper(manifest_path: str, once: bool) -> None:
         click.echo(json.dumps(rt.sweeper().sweep().__dict__))
         return
     rt.sweeper().run(_stop_event())
+
+
+@main.group()
+def keys() -> None:
+    """API keys (stored hashed in the control table)."""
+
+
+@keys.command("create")
+@click.option("--name", default="cli", show_default=True,
+              help="What the key is for (kept with its hash).")
+def create_key(name: str) -> None:
+    """Create an API key, writing directly to the tables (AWS_ENDPOINT_URL, ORCH_PREFIX).
+    The key is printed once, on stdout; only its hash is stored."""
+    from orchestrator.apikeys import ApiKeys
+    from orchestrator.aws import make_clients
+    from orchestrator.control import Control
+    from orchestrator.settings import Settings
+
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    control = Control(make_clients(settings).dynamodb, settings.names.control_table)
+    try:
+        key = ApiKeys(control).create(name, time.time())
+    except OrchestratorError as exc:
+        where = settings.endpoint_url or f"AWS ({settings.region})"
+        fail(f"cannot store the key in {settings.names.control_table} at {where}: "
+             f"{exc.message} (deployed? check AWS_ENDPOINT_URL and ORCH_PREFIX)",
+             EXIT_UNAVAILABLE)
+    click.echo(key)
+    click.echo(
+        f"API key {name!r} created. It is shown only this once; use it with\n"
+        f"  export {KEY_VARIABLE}={key}\n"
+        "or pass --api-key to each command, or send 'Authorization: Bearer <key>'.",
+        err=True,
+    )
 
 
 @main.command()

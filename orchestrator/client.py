@@ -1,4 +1,8 @@
-"""A small HTTP client for the orchestrator's API, used by the CLI."""
+"""A small HTTP client for the orchestrator's API, used by the CLI.
+
+Every call carries `Authorization: Bearer <key>` when a key is set, and every refusal
+becomes the error of its status: 401 `Unauthorized`, 404 `NotFound`, 409 `Conflict`,
+422 `Unprocessable`, any other 4xx `UsageError`, a 5xx or no answer `ApiUnavailable`."""
 
 from __future__ import annotations
 
@@ -8,16 +12,39 @@ from typing import Any
 
 import httpx
 
-from orchestrator.errors import NotFound, OrchestratorError, UsageError
+from orchestrator.errors import (
+    Conflict,
+    NotFound,
+    OrchestratorError,
+    Unauthorized,
+    Unprocessable,
+    UsageError,
+)
 
-__all__ = ["ApiClient", "ApiUnavailable", "default_url"]
+__all__ = ["KEEP", "ApiClient", "ApiUnavailable", "default_api_key", "default_url"]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+URL_VARIABLE = "ORCHESTRATOR_URL"
+KEY_VARIABLE = "ORCHESTRATOR_API_KEY"
+
+
+class _Keep:
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+"""`rerun(input=KEEP)`: leave the field out, so the old run's input is used again."""
 
 
 def default_url(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
-    return env.get("ORCHESTRATOR_URL") or DEFAULT_URL
+    return env.get(URL_VARIABLE) or DEFAULT_URL
+
+
+def default_api_key(environ: Mapping[str, str] | None = None) -> str | None:
+    env = os.environ if environ is None else environ
+    return env.get(KEY_VARIABLE) or None
 
 
 class ApiUnavailable(OrchestratorError):
@@ -26,9 +53,10 @@ class ApiUnavailable(OrchestratorError):
 
 
 class ApiClient:
-    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        self.http = httpx.Client(timeout=timeout)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(timeout=timeout, headers=headers)
 
     def close(self) -> None:
         self.http.close()
@@ -39,7 +67,7 @@ class ApiClient:
         except httpx.HTTPError as exc:
             raise ApiUnavailable(
                 f"cannot reach the orchestrator at {self.url}: {exc} "
-                "(is `orchestrator dev` running? set --url or ORCHESTRATOR_URL)"
+                f"(is `orchestrator dev` running? set --url or {URL_VARIABLE})"
             ) from exc
         try:
             body = resp.json()
@@ -47,25 +75,92 @@ class ApiClient:
             body = {"error": {"code": "bad_response", "message": resp.text[:300]}}
         if resp.status_code >= 400:
             err = body.get("error", {}) if isinstance(body, dict) else {}
+            code = str(err.get("code") or f"http_{resp.status_code}")
             message = err.get("message") or f"HTTP {resp.status_code}"
-            if resp.status_code == 404:
-                raise NotFound(message)
-            if resp.status_code < 500:
-                raise UsageError(message)
-            raise ApiUnavailable(f"{self.url}: {message}")
+            raise _refusal(resp.status_code, code, message, self.url)
         return body
 
-    def start(self, workflow: str, input: Any, run_id: str | None = None) -> Any:
+    # ---- runs --------------------------------------------------------------------------
+
+    def start(
+        self,
+        workflow: str,
+        input: Any,
+        run_id: str | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Any:
         body: dict[str, Any] = {"workflow": workflow, "input": input}
         if run_id:
             body["run_id"] = run_id
-        return self.request("POST", "/runs", json=body)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self.request("POST", "/runs", json=body, headers=headers)
 
     def run(self, run_id: str) -> Any:
         return self.request("GET", f"/runs/{run_id}")
 
-    def runs(self, workflow: str, limit: int = 20) -> Any:
-        return self.request("GET", "/runs", params={"workflow": workflow, "limit": limit})
+    def runs(
+        self,
+        workflow: str | None = None,
+        limit: int = 20,
+        *,
+        status: str | None = None,
+        cursor: str | None = None,
+    ) -> Any:
+        params: dict[str, Any] = {"limit": limit}
+        for name, value in (("workflow", workflow), ("status", status), ("cursor", cursor)):
+            if value:
+                params[name] = value
+        return self.request("GET", "/runs", params=params)
+
+    def history(self, run_id: str) -> Any:
+        return self.request("GET", f"/runs/{run_id}/events")
 
     def cancel(self, run_id: str, reason: str) -> Any:
         return self.request("POST", f"/runs/{run_id}/cancel", json={"reason": reason})
+
+    def rerun(self, run_id: str, *, input: Any = KEEP, new_run_id: str | None = None) -> Any:
+        body: dict[str, Any] = {}
+        if input is not KEEP:
+            body["input"] = input
+        if new_run_id:
+            body["run_id"] = new_run_id
+        return self.request("POST", f"/runs/{run_id}/rerun", json=body)
+
+    # ---- events and schedules ----------------------------------------------------------
+
+    def emit(
+        self,
+        name: str,
+        data: Any = None,
+        *,
+        key: str | None = None,
+        event_id: str | None = None,
+    ) -> Any:
+        body: dict[str, Any] = {"name": name, "data": data}
+        if key is not None:
+            body["key"] = key
+        if event_id is not None:
+            body["id"] = event_id
+        return self.request("POST", "/events", json=body)
+
+    def schedules(self) -> Any:
+        return self.request("GET", "/schedules")
+
+    def schedule(self, workflow: str, action: str) -> Any:
+        """`action` is pause, resume or trigger."""
+        return self.request("POST", f"/schedules/{workflow}/{action}")
+
+
+def _refusal(status: int, code: str, message: str, url: str) -> OrchestratorError:
+    if status == 401:
+        return Unauthorized(code, message)
+    if status == 404:
+        return NotFound(message)
+    if status == 409:
+        return Conflict(code, message)
+    if status == 422:
+        return Unprocessable(code, message)
+    if status < 500:
+        return UsageError(message)
+    return ApiUnavailable(f"{url}: {message}")

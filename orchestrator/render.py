@@ -1,4 +1,6 @@
-"""Plain-text views of runs for the terminal (the diagram renderer comes later)."""
+"""Plain-text views for the terminal: a run, a list of runs, a run's history, the
+schedules. Times are local; `ascii_only` (default: when stdout is not a terminal)
+swaps the status symbols for words."""
 
 from __future__ import annotations
 
@@ -7,12 +9,13 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["render_run", "render_runs"]
+__all__ = ["render_history", "render_run", "render_runs", "render_schedules", "trigger_label"]
 
 ICONS = {
     "success": ("✔", "ok"),
     "failed": ("✖", "FAIL"),
     "running": ("◐", "..."),
+    "queued": ("◌", "wait"),
     "dispatched": ("◐", "..."),
     "ready": ("◐", "..."),
     "blocked": ("○", "-"),
@@ -22,8 +25,13 @@ ICONS = {
 
 
 def _icon(status: str, ascii_only: bool) -> str:
+    """The status symbol; as a word (ASCII), padded so that columns line up."""
     pair = ICONS.get(status, ("?", "?"))
-    return pair[1] if ascii_only else pair[0]
+    return f"{pair[1]:<4}" if ascii_only else pair[0]
+
+
+def _ascii(ascii_only: bool | None) -> bool:
+    return not sys.stdout.isatty() if ascii_only is None else ascii_only
 
 
 def _short(value: Any, width: int = 60) -> str:
@@ -38,15 +46,32 @@ def _elapsed(start: float | None, end: float | None) -> str:
     return f"{int(secs // 60)}:{secs % 60:04.1f}"
 
 
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def trigger_label(trigger: dict[str, Any] | None) -> str:
+    """What started a run, in a word or two: `api`, `event order.paid`, `webhook github`,
+    `schedule`, `manual`, `rerun`."""
+    if not trigger:
+        return "-"
+    source = str(trigger.get("source", "?"))
+    detail = trigger.get("event") or trigger.get("webhook")
+    return f"{source} {detail}" if detail else source
+
+
 def render_run(view: dict[str, Any], *, ascii_only: bool | None = None) -> str:
-    if ascii_only is None:
-        ascii_only = not sys.stdout.isatty()
+    ascii_only = _ascii(ascii_only)
     lines = [
-        f"{view['workflow']}  {_icon(view['status'], ascii_only)} {view['status']}  "
+        f"{view['workflow']}  {_icon(view['status'], ascii_only).rstrip()} {view['status']}  "
         f"{view['run_id']}",
         f"elapsed {_elapsed(view.get('created_at'), view.get('finished_at'))}",
-        "",
     ]
+    if view.get("trigger"):
+        lines.append(f"trigger {trigger_label(view['trigger'])}")
+    if view.get("rerun_of"):
+        lines.append(f"rerun of {view['rerun_of']}")
+    lines.append("")
     width = max((len(s["step"]) for s in view["steps"]), default=4)
     for s in view["steps"]:
         detail = ""
@@ -65,12 +90,89 @@ def render_run(view: dict[str, Any], *, ascii_only: bool | None = None) -> str:
 
 
 def render_runs(runs: list[dict[str, Any]], *, ascii_only: bool | None = None) -> str:
-    if ascii_only is None:
-        ascii_only = not sys.stdout.isatty()
+    ascii_only = _ascii(ascii_only)
     if not runs:
         return "no runs"
+    width = max(len(r["workflow"]) for r in runs)
+    id_width = max(len(r["run_id"]) for r in runs)
     out = []
     for r in runs:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"]))
-        out.append(f"{_icon(r['status'], ascii_only)} {r['status']:<8} {when}  {r['run_id']}")
+        out.append(
+            f"{_icon(r['status'], ascii_only)} {r['status']:<8} {_when(r['created_at'])}  "
+            f"{r['workflow']:<{width}}  {r['run_id']:<{id_width}}  "
+            f"{trigger_label(r.get('trigger'))}".rstrip()
+        )
+    return "\n".join(out)
+
+
+def _history_detail(entry: dict[str, Any]) -> str:
+    parts = []
+    if entry.get("attempt") is not None:
+        parts.append(f"attempt {entry['attempt']}")
+    for key, value in entry.items():
+        if key in ("at", "type", "step", "attempt") or value is None:
+            continue
+        if key == "trigger":
+            parts.append(f"by {trigger_label(value)}")
+        elif key.endswith("_at") and isinstance(value, int | float):
+            parts.append(f"{key} {time.strftime('%H:%M:%S', time.localtime(value))}")
+        else:
+            text = value if isinstance(value, str) else _short(value, 120)
+            parts.append(f"{key} {text[:120]}")
+    return "  ".join(parts)
+
+
+def render_history(events: list[dict[str, Any]]) -> str:
+    """One line per transition: `12:01:02.345  step.started  extract  attempt 1`, with a
+    date line whenever the day changes."""
+    if not events:
+        return "no history"
+    type_width = max(len(str(e.get("type", ""))) for e in events)
+    step_width = max((len(str(e.get("step") or "")) for e in events), default=0)
+    out = []
+    day = ""
+    for e in events:
+        at = float(e.get("at") or 0.0)
+        local = time.localtime(at)
+        if time.strftime("%Y-%m-%d", local) != day:
+            day = time.strftime("%Y-%m-%d", local)
+            out.append(f"-- {day} --")
+        stamp = f"{time.strftime('%H:%M:%S', local)}.{int(at * 1000) % 1000:03d}"
+        line = f"{stamp}  {e.get('type', '?'):<{type_width}}  {e.get('step') or '':<{step_width}}"
+        out.append(f"{line}  {_history_detail(e)}".rstrip())
+    return "\n".join(out)
+
+
+def _relative(t: float | None, now: float) -> str:
+    if t is None:
+        return "-"
+    delta = t - now
+    size = abs(delta)
+    amount = (f"{size:.0f}s" if size < 90 else f"{size / 60:.0f}m" if size < 5400
+              else f"{size / 3600:.1f}h" if size < 172800 else f"{size / 86400:.1f}d")
+    return f"{_when(t)} ({'in ' + amount if delta >= 0 else amount + ' ago'})"
+
+
+def render_schedules(schedules: list[dict[str, Any]], *, now: float | None = None) -> str:
+    if not schedules:
+        return "no scheduled workflows"
+    now = time.time() if now is None else now
+    out = []
+    for s in schedules:
+        state = "paused" if s["paused"] else "active"
+        extras = [f"concurrency {s['concurrency']}"]
+        if s.get("for_each"):
+            extras.append("forEach")
+        out.append(f"{s['workflow']}  {s['schedule']}  {state}  ({', '.join(extras)})")
+        out.append(f"  next  {_relative(s.get('next_fire'), now)}")
+        last = _relative(s.get("last_fire"), now)
+        runs = s.get("last_runs") or []
+        if runs:
+            shown = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+            last += f"  runs {shown}"
+        out.append(f"  last  {last}")
+        if s.get("missed"):
+            out.append(f"  missed {s['missed']} tick(s)")
+        if s.get("last_error"):
+            out.append(f"  error {_short(s['last_error'], 200)}")
     return "\n".join(out)

@@ -28,6 +28,10 @@ __all__ = ["WebhookService", "delivery_run_id"]
 
 log = logging.getLogger(__name__)
 
+# A redelivery this soon after the first may find a run its first process never
+# created (it died in between) and creates it; later, a missing run has expired.
+REPAIR_WITHIN = 600.0
+
 
 def delivery_run_id(workflow: str, hook: str, delivery_id: str) -> str:
     digest = hashlib.sha256(f"{hook}\x00{delivery_id}".encode()).hexdigest()[:24]
@@ -69,23 +73,26 @@ class WebhookService:
         document = {"body": _body_of(body, headers), "headers": _selected(hook, headers)}
         input = self.input_of(name, hook, document)
         did = delivery.delivery_id
-        pk = f"delivery#{name}#{hashlib.sha256((did or '').encode()).hexdigest()}"
-        if did is not None:
-            seen = self.control.get(pk, now=now)
-            if seen is not None:
-                first = str((doc_of(seen) or {}).get("run_id"))
-                return {"run_id": first, "workflow": hook.workflow, "delivery_id": did,
-                        "duplicate": True}
         run_id = delivery_run_id(hook.workflow, name, did) if did is not None else None
-        run, created = self.runs.start(
-            hook.workflow, input, run_id,
-            trigger={"source": "webhook", "webhook": name, "delivery_id": did},
-        )
-        if did is not None:
-            self.control.put_new(
-                pk, now=now, doc={"run_id": run.run_id},
-                expires_at=now + self.retention,
-            )
+        trigger = {"source": "webhook", "webhook": name, "delivery_id": did}
+        if did is not None and run_id is not None:
+            # Claim the delivery id first: one conditional put tells a redelivery apart,
+            # and it outlives the run's own retention (a replay days later is refused).
+            pk = f"delivery#{name}#{hashlib.sha256(did.encode()).hexdigest()}"
+            if not self.control.put_new(
+                pk, now=now, doc={"run_id": run_id, "at": now}, expires_at=now + self.retention
+            ):
+                first = doc_of(self.control.get(pk, now=now) or {}) or {}
+                if (
+                    now - float(first.get("at", now)) < REPAIR_WITHIN
+                    and self.runs.store.get_run(run_id, now) is None
+                ):
+                    # The first delivery was taken but its process died before the run
+                    # was created: this redelivery completes it.
+                    self.runs.start(hook.workflow, input, run_id, trigger=trigger)
+                return {"run_id": run_id, "workflow": hook.workflow, "delivery_id": did,
+                        "duplicate": True}
+        run, created = self.runs.start(hook.workflow, input, run_id, trigger=trigger)
         return {"run_id": run.run_id, "workflow": hook.workflow, "delivery_id": did,
                 "status": run.status.value, "duplicate": not created}
 

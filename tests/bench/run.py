@@ -6,6 +6,10 @@ functions. Figures, not pass/fail timing:
   W3  50 concurrent runs of a 5-step chain: steps/s
   R   AWS requests per step by operation (botocore events), 10- and 1,000-step fan-outs
   M   worker peak RSS (a separate `orchestrator worker` process running W2)
+  H1  webhook to first step: a signed delivery POSTed to the API until the run's first
+      step reaches its function, one delivery at a time: p50 / p99 (ms)
+  H2  sustained webhook intake: signed deliveries from 8 concurrent senders, each
+      accepted (202) with its run started: deliveries/s, and AWS requests per delivery
   F   the floor, measured in the same run: the raw emulator calls one step needs
       (claim and record as conditional writes, a read, send, receive, delete) plus one
       HTTP POST to the no-op function, back to back. Every time is also given as a
@@ -62,13 +66,99 @@ def fan(n: int) -> str:
 
 
 def manifest_text(sizes: dict[str, int]) -> str:
-    out = ["backends:", "  fn: { url: \"${FN}\" }", "workflows:"]
+    out = ["backends:", "  fn: { url: \"${FN}\" }", "  stamp: { url: \"${STAMP}\" }",
+           "webhooks:", "  bench:", "    workflow: hooked",
+           f"    verify: {{ scheme: github, secrets: [\"{HOOK_SECRET}\"] }}", "workflows:",
+           "  hooked:", "    steps:", "      first: { backend: stamp, route: /stamp }"]
     out += ["  w1:", "    steps:", chain(sizes["w1"])]
     out += ["  w2:", "    steps:", fan(sizes["w2"])]
     out += ["  w3:", "    steps:", chain(5)]
     for n in (10, sizes["r_large"]):
         out += [f"  fan{n}:", "    steps:", fan(n)]
     return "\n".join(out) + "\n"
+
+
+HOOK_SECRET = "bench-secret"
+
+
+class Stamps:
+    """A function that notes when each run's first step reached it."""
+
+    def __init__(self) -> None:
+        self.arrived: dict[str, float] = {}
+        self.cond = threading.Condition()
+
+    def app(self) -> Any:
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+
+        async def stamp(request: Request) -> JSONResponse:
+            at = time.time()
+            run_id = (await request.json())["run"]["run_id"]
+            with self.cond:
+                self.arrived.setdefault(run_id, at)
+                self.cond.notify_all()
+            return JSONResponse({"ok": True})
+
+        return Starlette(routes=[Route("/stamp", stamp, methods=["POST"])])
+
+    def wait(self, run_id: str, timeout: float = 30.0) -> float:
+        with self.cond:
+            if not self.cond.wait_for(lambda: run_id in self.arrived, timeout):
+                raise SystemExit(f"webhook run {run_id} never reached its first step")
+            return self.arrived[run_id]
+
+
+def webhook_latency(api_url: str, stamps: Stamps, n: int) -> list[float]:
+    """H1: ms from sending a delivery to its first step's call, one at a time."""
+    from orchestrator.webhook_signing import sign
+
+    out = []
+    with httpx.Client(base_url=api_url, timeout=30) as http:
+        for i in range(n + 3):
+            body = json.dumps({"i": i, "kind": "latency"}).encode()
+            headers = sign("github", HOOK_SECRET, body, now=time.time())
+            t0 = time.time()
+            resp = http.post("/webhooks/bench", content=body, headers=headers)
+            if resp.status_code != 202:
+                raise SystemExit(f"webhook refused: {resp.status_code} {resp.text}")
+            arrived = stamps.wait(resp.json()["run_id"])
+            if i >= 3:  # warm-up excluded
+                out.append((arrived - t0) * 1000)
+            time.sleep(0.02)
+    return out
+
+
+def webhook_intake(api_url: str, n: int, senders: int = 8) -> float:
+    """H2: deliveries/s accepted by the API (each a signed POST that starts a run)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from orchestrator.webhook_signing import sign
+
+    bodies = [json.dumps({"i": i, "kind": "intake"}).encode() for i in range(n)]
+    local = threading.local()
+
+    def send(body: bytes) -> int:
+        if not hasattr(local, "http"):
+            local.http = httpx.Client(base_url=api_url, timeout=60)
+        headers = sign("github", HOOK_SECRET, body, now=time.time())
+        return int(local.http.post("/webhooks/bench", content=body, headers=headers)
+                   .status_code)
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=senders) as pool:
+        codes = list(pool.map(send, bodies))
+    took = time.perf_counter() - t0
+    if set(codes) != {202}:
+        raise SystemExit(f"intake refused deliveries: {Counter(codes)}")
+    return n / took
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 class RequestCounter:
@@ -91,12 +181,12 @@ class RequestCounter:
 
 
 @contextmanager
-def stack(settings: Settings, manifest: str, fn_url: str,
+def stack(settings: Settings, manifest: str, fn_url: str, stamp_url: str,
           workers: int, threads: int) -> Iterator[tuple[Runtime, Runtime, RequestCounter]]:
     """(runtime under test with counted clients, an uncounted observer, counter)."""
     clients = make_clients(settings)
     deploy_data_stack(clients, settings.prefix)
-    m = manifest_from_text(manifest, "bench.yml", ROOT, {"FN": fn_url})
+    m = manifest_from_text(manifest, "bench.yml", ROOT, {"FN": fn_url, "STAMP": stamp_url})
     rt = Runtime.build(settings, m, clients=clients)
     observer = Runtime.build(settings, m)
     counter = RequestCounter(clients)
@@ -192,13 +282,15 @@ def worker_rss(settings: Settings, manifest: str, fn_url: str, workflow: str,
         path = Path(tmp) / "bench.yml"
         path.write_text(manifest)
         env = {**os.environ, "AWS_ENDPOINT_URL": settings.endpoint_url or "",
-               "ORCH_PREFIX": settings.prefix, "FN": fn_url, "PYTHONPATH": str(ROOT)}
+               "ORCH_PREFIX": settings.prefix, "FN": fn_url, "STAMP": fn_url,
+               "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", "worker", "--manifest", str(path),
              "--threads", str(threads)], env=env, cwd=ROOT,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            m = manifest_from_text(manifest, "bench.yml", ROOT, {"FN": fn_url})
+            m = manifest_from_text(manifest, "bench.yml", ROOT,
+                                   {"FN": fn_url, "STAMP": fn_url})
             rt = Runtime.build(settings, m)
             time.sleep(1.5)
             took = timed_run(rt, rt, workflow)
@@ -226,9 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=8)
     args = ap.parse_args(argv)
     sizes = (
-        {"w1": 20, "w2": 50, "w3": 10, "r_large": 100, "floor": 20}
+        {"w1": 20, "w2": 50, "w3": 10, "r_large": 100, "floor": 20, "h1": 20, "h2": 40}
         if args.quick
-        else {"w1": 100, "w2": 500, "w3": 50, "r_large": 1000, "floor": 50}
+        else {"w1": 100, "w2": 500, "w3": 50, "r_large": 1000, "floor": 50, "h1": 100,
+              "h2": 400}
     )
     def say(line: str) -> None:  # progress goes to stderr, figures to stdout
         print(line, file=sys.stderr, flush=True)
@@ -236,9 +329,13 @@ def main(argv: list[str] | None = None) -> int:
     text = manifest_text(sizes)
     results: dict[str, Any] = {"sizes": sizes, "workers": args.workers,
                                "threads": args.threads}
-    with Emulator() as emu, BackgroundServer(noop_app()) as fn:
-        settings = Settings(endpoint_url=emu.url, prefix="bench", sweep_interval=5.0)
-        with stack(settings, text, fn.url, args.workers, args.threads) as (rt, obs, counter):
+    stamps = Stamps()
+    with Emulator() as emu, BackgroundServer(noop_app()) as fn, \
+            BackgroundServer(stamps.app()) as stamp_fn:
+        settings = Settings(endpoint_url=emu.url, prefix="bench", sweep_interval=5.0,
+                            api_auth=False)
+        with stack(settings, text, fn.url, stamp_fn.url, args.workers, args.threads) as (
+                rt, obs, counter):
             say("floor …")
             fl = floor(settings, fn.url, sizes["floor"])
             results["floor_ms"] = {k: round(v, 2) for k, v in fl.items()}
@@ -272,6 +369,25 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(0.2)
                 results[f"fan{n}"] = {"steps": n + 2, "seconds": round(t, 2),
                                       "requests_per_step": per_step(counter.take(), n + 2)}
+            from orchestrator.api import create_app
+
+            with BackgroundServer(create_app(rt)) as api:
+                say(f"H1 webhook to first step, {sizes['h1']} deliveries …")
+                lat = webhook_latency(api.url, stamps, sizes["h1"])
+                p50, p99 = percentile(lat, 50), percentile(lat, 99)
+                results["h1"] = {"deliveries": len(lat), "p50_ms": round(p50, 1),
+                                 "p99_ms": round(p99, 1),
+                                 "p50_ratio_to_floor": round(p50 / fl["total"], 2),
+                                 "p99_ratio_to_floor": round(p99 / fl["total"], 2)}
+                say(f"H2 webhook intake, {sizes['h2']} deliveries from 8 senders …")
+                counter.take()
+                rate = webhook_intake(api.url, sizes["h2"])
+                intake_counts = counter.take()
+                results["h2"] = {"deliveries": sizes["h2"], "per_s": round(rate, 1),
+                                 "ms_per_delivery": round(1000 / rate, 2),
+                                 "ratio_to_floor": round(1000 / rate / fl["total"], 2),
+                                 "requests_per_delivery": per_step(intake_counts,
+                                                                   sizes["h2"])}
         say("M worker RSS (separate process, W2) …")
         rss_settings = settings.with_(prefix="benchrss")
         deploy_data_stack(make_clients(rss_settings), rss_settings.prefix)
@@ -309,6 +425,14 @@ def render(r: dict[str, Any]) -> str:
     a, b = r["fan10"]["requests_per_step"], r[large]["requests_per_step"]
     for op in sorted(set(a) | set(b), key=lambda k: (k == "total", k)):
         lines.append(f"  {op:<22} {a.get(op, 0):>7.3f} | {b.get(op, 0):>7.3f}")
+    h1, h2 = r["h1"], r["h2"]
+    lines.append(f"H1 webhook to first step: p50 {h1['p50_ms']:.1f} ms "
+                 f"({h1['p50_ratio_to_floor']}x floor), p99 {h1['p99_ms']:.1f} ms "
+                 f"({h1['p99_ratio_to_floor']}x floor), {h1['deliveries']} deliveries")
+    lines.append(f"H2 webhook intake: {h2['per_s']} deliveries/s "
+                 f"({h2['ms_per_delivery']:.1f} ms each = {h2['ratio_to_floor']}x floor; "
+                 f"{h2['requests_per_delivery']['total']} AWS requests per delivery, "
+                 f"counting the runs' steps that ran meanwhile)")
     lines.append(f"worker peak RSS: {r['worker_peak_rss_mib']} MiB "
                  f"(separate process, W2 at {r['w2_separate_worker_steps_per_s']} steps/s)")
     lines.append("targets: " + ", ".join(f"{k}={'yes' if v else 'NO'}"

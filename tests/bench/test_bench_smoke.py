@@ -20,8 +20,11 @@ def test_quick_benchmark_prints_its_figures() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     r = json.loads(proc.stdout)
-    for key in ("floor_ms", "w1", "w2", "w3", "fan10", "fan100", "worker_peak_rss_mib"):
+    for key in ("floor_ms", "w1", "w2", "w3", "fan10", "fan100", "worker_peak_rss_mib",
+                "h1", "h2"):
         assert key in r
+    assert 0 < r["h1"]["p50_ms"] <= r["h1"]["p99_ms"] and r["h1"]["p50_ratio_to_floor"] > 0
+    assert r["h2"]["per_s"] > 0 and r["h2"]["requests_per_delivery"]["total"] > 0
     assert r["w1"]["per_step_ms"] > 0 and r["w1"]["ratio_to_floor"] > 0
     assert r["fan100"]["requests_per_step"]["total"] > 0
     assert set(r["targets"]) == {

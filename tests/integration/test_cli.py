@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,6 +37,14 @@ workflows:
     steps:
       nap: { backend: fn, route: /slow, payload: { seconds: 2 } }
       after: { backend: fn, route: /echo, dependsOn: [nap] }
+  gated:
+    steps:
+      prepare: { backend: fn, route: /echo }
+      check: { backend: fn, route: /gate, dependsOn: [prepare] }
+  solo:
+    concurrency: { group: solo }
+    steps:
+      hold: { backend: fn, route: /slow, payload: { seconds: 1.5 } }
 """
 
 
@@ -49,6 +58,11 @@ def api(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
 
 def cli(*args: str) -> Any:
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def out_json(res: Any) -> Any:
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
 
 
 def test_run_wait_json_and_show(api: tuple[Harness, str]) -> None:
@@ -89,6 +103,157 @@ def test_kill(api: tuple[Harness, str]) -> None:
     assert [s["status"] for s in view["steps"]] == ["success", "skipped"]
     again = cli("kill", run_id, "--url", url)
     assert again.exit_code == 2 and "already finished" in again.output
+
+
+def test_help_lists_every_command() -> None:
+    res = cli("--help")
+    assert res.exit_code == 0
+    for name in ("trigger", "run", "runs", "show", "cancel", "kill", "rerun", "history",
+                 "event", "schedules", "webhook", "keys", "lint", "worker", "sweeper", "dev"):
+        assert re.search(rf"^  {name} ", res.stdout, re.M), name
+    assert "Exit codes:" in res.stdout and "5  authentication failed" in res.stdout
+
+
+def test_trigger_with_an_idempotency_key_twice_is_one_run(api: tuple[Harness, str]) -> None:
+    h, url = api
+    first = cli("trigger", "chain", "--idempotency-key", "order-7", "--input", '{"n": 7}',
+                "--url", url)
+    assert first.exit_code == 0, first.output
+    run_id = first.stdout.strip()
+    again = cli("trigger", "chain", "--idempotency-key", "order-7", "--input", '{"n": 7}',
+                "--json", "--url", url)
+    started = out_json(again)
+    assert started == {"run_id": run_id, "workflow": "chain", "status": started["status"],
+                       "created": False}
+    assert h.wait(run_id)["trigger"] == {"source": "api", "idempotency_key": "order-7"}
+    # the same key with another body is refused (422): a usage error
+    other = cli("trigger", "chain", "--idempotency-key", "order-7", "--input", '{"n": 8}',
+                "--url", url)
+    assert other.exit_code == 2, other.output
+    # without a key, each trigger is a new run
+    a = cli("trigger", "chain", "--url", url).stdout.strip()
+    b = cli("trigger", "chain", "--url", url).stdout.strip()
+    assert a != b and run_id not in (a, b)
+
+
+def test_trigger_wait_waits_while_the_run_is_queued(api: tuple[Harness, str]) -> None:
+    h, url = api
+    first = cli("trigger", "solo", "--url", url).stdout.strip()
+    second = cli("trigger", "solo", "--json", "--url", url)
+    queued = out_json(second)
+    assert queued["status"] == "queued"  # the group is busy with the first run
+    listed = out_json(cli("runs", "solo", "--status", "queued", "--json", "--url", url))
+    assert [r["run_id"] for r in listed["runs"]] == [queued["run_id"]]
+    text = cli("runs", "solo", "--url", url).stdout
+    assert re.search(rf"^wait queued .*{queued['run_id']}\s+api$", text, re.M), text
+    # a third run queues behind the second: --wait keeps polling through `queued`
+    view = out_json(cli("trigger", "solo", "--wait", "--json", "--url", url))
+    assert view["status"] == "success"
+    assert h.wait(first)["finished_at"] < h.wait(queued["run_id"])["finished_at"] <= view[
+        "finished_at"]
+
+
+def test_runs_of_every_workflow_by_status_and_page(api: tuple[Harness, str]) -> None:
+    h, url = api
+    ok = h.wait(out_json(cli("trigger", "chain", "--json", "--url", url))["run_id"])
+    bad = h.wait(out_json(cli("trigger", "broken", "--json", "--url", url))["run_id"])
+    everything = out_json(cli("runs", "--json", "--url", url))
+    assert set(everything) == {"runs", "next_cursor"} and everything["next_cursor"] is None
+    assert [r["run_id"] for r in everything["runs"]] == [bad["run_id"], ok["run_id"]]
+    assert set(everything["runs"][0]) == {"run_id", "workflow", "status", "created_at",
+                                          "started_at", "finished_at", "trigger", "rerun_of"}
+    failed = out_json(cli("runs", "--status", "failed", "--json", "--url", url))["runs"]
+    assert [(r["workflow"], r["status"]) for r in failed] == [("broken", "failed")]
+    assert out_json(cli("runs", "chain", "--status", "failed", "--json", "--url", url)) == {
+        "runs": [], "next_cursor": None}
+    # pages: the cursor hint goes to stderr, the listing to stdout
+    page = cli("runs", "--limit", "1", "--url", url)
+    assert page.exit_code == 0
+    assert bad["run_id"] in page.stdout and ok["run_id"] not in page.stdout
+    cursor = re.search(r"--cursor (\S+)", page.stderr)
+    assert cursor, page.stderr
+    rest = out_json(cli("runs", "--cursor", cursor.group(1), "--json", "--url", url))
+    assert [r["run_id"] for r in rest["runs"]] == [ok["run_id"]]
+    text = cli("runs", "--url", url).stdout
+    assert re.search(rf"FAIL failed .* broken\s+{bad['run_id']}\s+api$", text, re.M), text
+    assert cli("runs", "--status", "nosuch", "--url", url).exit_code == 2
+    assert cli("runs", "--cursor", "garbage", "--url", url).exit_code == 2
+
+
+def test_cancel_a_running_run_then_a_finished_one(api: tuple[Harness, str]) -> None:
+    h, url = api
+    run_id = cli("trigger", "sleepy", "--url", url).stdout.strip()
+    time.sleep(0.3)
+    res = cli("cancel", run_id, "--reason", "wrong input", "--url", url)
+    assert res.exit_code == 0, res.output
+    assert f"{run_id}: cancel requested" in res.stdout
+    view = h.wait(run_id)
+    assert view["status"] == "killed" and view["kill_reason"] == "wrong input"
+    again = cli("cancel", run_id, "--url", url)
+    assert again.exit_code == 2 and "already finished (killed)" in again.stderr
+    assert cli("cancel", "nosuch-run", "--url", url).exit_code == 4
+
+
+def test_rerun_reuses_what_succeeded(api: tuple[Harness, str]) -> None:
+    h, url = api
+    res = cli("trigger", "gated", "--input", '{"ok": false}', "--wait", "--url", url)
+    assert res.exit_code == 1 and "failed" in res.stdout
+    old = re.search(r"(gated-\S+)", res.stdout)
+    assert old
+    old_id = old.group(1)
+    # the same input fails again: exit 1, and the new run says where it came from
+    res = cli("rerun", old_id, "--wait", "--url", url)
+    assert res.exit_code == 1 and f"rerun of {old_id}" in res.stdout, res.output
+    # a new input, a chosen id: success, with `prepare` reused, not run again
+    res = cli("rerun", old_id, "--input", '{"ok": true}', "--run-id", "gated-fixed",
+              "--wait", "--json", "--url", url)
+    view = out_json(res)
+    assert (view["run_id"], view["status"], view["rerun_of"]) == ("gated-fixed", "success",
+                                                                  old_id)
+    assert view["input"] == {"ok": True}
+    assert view["trigger"] == {"source": "rerun", "run_id": old_id}
+    events = out_json(cli("history", "gated-fixed", "--json", "--url", url))["events"]
+    assert {"step": "prepare", "type": "step.reused"}.items() <= next(
+        e for e in events if e.get("step") == "prepare").items()
+    # without --wait: just the new id
+    res = cli("rerun", old_id, "--url", url)
+    assert res.exit_code == 0 and res.stdout.strip().startswith("gated-")
+    h.wait(res.stdout.strip())
+    # refused: a run that succeeded (409 → exit 2), one that does not exist (4)
+    res = cli("rerun", "gated-fixed", "--url", url)
+    assert res.exit_code == 2 and "succeeded" in res.stderr
+    assert cli("rerun", "nosuch-run", "--url", url).exit_code == 4
+
+
+def test_rerun_of_a_running_run_is_refused(api: tuple[Harness, str]) -> None:
+    h, url = api
+    run_id = cli("trigger", "sleepy", "--url", url).stdout.strip()
+    res = cli("rerun", run_id, "--url", url)
+    assert res.exit_code == 2 and "still running" in res.stderr, res.output
+    h.wait(run_id)
+
+
+def test_history_lists_every_transition(api: tuple[Harness, str]) -> None:
+    h, url = api
+    run_id = cli("trigger", "chain", "--url", url).stdout.strip()
+    h.wait(run_id)
+    data = out_json(cli("history", run_id, "--json", "--url", url))
+    assert data["run_id"] == run_id
+    kinds = [(e["type"], e.get("step")) for e in data["events"]]
+    assert kinds[0] == ("run.running", None) and kinds[-1] == ("run.success", None)
+    assert ("step.started", "one") in kinds and ("step.succeeded", "two") in kinds
+    assert kinds.index(("step.succeeded", "one")) < kinds.index(("step.started", "two"))
+    started = next(e for e in data["events"] if e["type"] == "step.started")
+    assert started["attempt"] == 1 and isinstance(started["at"], float)
+    text = cli("history", run_id, "--url", url)
+    assert text.exit_code == 0
+    lines = text.stdout.splitlines()
+    assert re.fullmatch(r"-- \d{4}-\d\d-\d\d --", lines[0])
+    assert len(lines) == len(data["events"]) + 1
+    assert any(re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3}  step\.started\s+one\s+attempt 1", line)
+               for line in lines), text.stdout
+    assert "by api" in lines[1]
+    assert cli("history", "nosuch-run", "--url", url).exit_code == 4
 
 
 def test_usage_and_lookup_errors(api: tuple[Harness, str]) -> None:
@@ -135,7 +300,9 @@ def test_dev_demo_runs_the_monthly_report(tmp_path: Path) -> None:
     proc = run_dev(tmp_path, clean_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    for word in ("emulator", "functions", "api", "workers", "orchestrator run monthly-report"):
+    for word in ("emulator", "functions", "api", "workers", "orchestrator trigger monthly-report",
+                 "export ORCHESTRATOR_URL=", "ORCHESTRATOR_API_KEY=ok_",
+                 "Authorization: Bearer $ORCHESTRATOR_API_KEY"):
         assert word in out
     assert "monthly-report" in out and "success" in out
     assert (tmp_path / ".orchestrator" / "work" / "outbox" / "slack.jsonl").exists()

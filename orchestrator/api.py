@@ -18,6 +18,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -44,6 +45,8 @@ __all__ = ["create_app"]
 
 OPEN_PATHS = ("/healthz", "/openapi.json")
 KEY_CACHE_SECONDS = 30.0
+# The attributes a listing's LastEvaluatedKey can hold (table and index keys).
+CURSOR_KEYS = frozenset({"run_id", "workflow", "created_at", "listed"})
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -58,7 +61,7 @@ def _uncursor(cursor: str | None) -> dict[str, Any] | None:
         start = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except (ValueError, binascii.Error):
         start = None
-    if not isinstance(start, dict) or not all(
+    if not isinstance(start, dict) or not set(start) <= CURSOR_KEYS or not all(
         isinstance(v, dict) and len(v) == 1 and set(v) <= {"S", "N"} for v in start.values()
     ):
         raise UsageError("cursor: not a cursor this API returned")
@@ -247,7 +250,7 @@ def create_app(rt: Runtime) -> Starlette:
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
 
-    spec = openapi_document(StartRun, CancelRun, __version__)
+    spec = openapi_document(__version__, idempotency_retention=rt.settings.idempotency_retention)
 
     async def openapi(request: Request) -> JSONResponse:
         return JSONResponse(spec)
@@ -260,7 +263,14 @@ def create_app(rt: Runtime) -> Starlette:
 
         return wrapped
 
-    async def on_error(request: Request, exc: Exception) -> JSONResponse:
+    async def on_error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, HTTPException):  # routing: no such path, or wrong method
+            code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http")
+            message = (f"no route {request.method} {request.url.path}" if exc.status_code == 404
+                       else str(exc.detail))
+            resp = error(exc.status_code, code, message)
+            resp.headers.update(exc.headers or {})
+            return resp
         if isinstance(exc, TooLarge):
             return error(413, "body_too_large", f"request body exceeds {MAX_BODY} bytes")
         if isinstance(exc, Unauthorized):
@@ -305,5 +315,7 @@ def create_app(rt: Runtime) -> Starlette:
         route("/healthz", healthz, "GET"),
         route("/openapi.json", openapi, "GET"),
     ]
-    handlers: dict[Any, Any] = {OrchestratorError: on_error, TooLarge: on_error}
+    handlers: dict[Any, Any] = {
+        OrchestratorError: on_error, TooLarge: on_error, HTTPException: on_error,
+    }
     return Starlette(routes=routes, exception_handlers=handlers)

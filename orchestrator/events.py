@@ -55,11 +55,11 @@ class EventService:
     def emit(
         self, name: str, data: Any = None, *, key: str | None = None, event_id: str | None = None
     ) -> dict[str, Any]:
-        if not NAME_RE.match(name):
+        if not NAME_RE.fullmatch(name):
             raise UsageError(
                 f"name {name!r}: 1-128 of A-Z a-z 0-9 _ . : / -, starting with a letter or digit"
             )
-        if event_id is not None and not ID_RE.match(event_id):
+        if event_id is not None and not ID_RE.fullmatch(event_id):
             raise UsageError("id: 1-200 printable ASCII characters without spaces")
         if key is not None and len(key) > 512:
             raise UsageError("key: longer than 512 characters")

@@ -7,6 +7,7 @@ Every refusal is `{"error": {"code", "message"}}` with a 4xx status."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 MAX_BODY = 1024 * 1024
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 MAX_DEPTH = 64
 
 
@@ -87,12 +89,25 @@ async def read_body(request: Request) -> bytes:
 
 
 def parse_json(body: bytes, what: str = "body") -> Any:
+    """Strict JSON: UTF-8 only, no duplicate keys, no NaN/Infinity, no unpaired
+    surrogate escapes (they cannot be stored or sent on as UTF-8)."""
     if not _depth_ok(body):
         raise UsageError(f"{what}: nested deeper than {MAX_DEPTH} levels")
     try:
-        return json.loads(body, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        value = json.loads(text, parse_constant=_reject_constant,
+                           object_pairs_hook=_no_duplicates)
     except (ValueError, RecursionError) as exc:
         raise UsageError(f"{what}: invalid JSON: {exc}") from exc
+    if "\\u" in text and _SURROGATE.search(text):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"{what}: contains an unpaired UTF-16 surrogate escape") from None
+    return value
 
 
 async def read_json(request: Request) -> Any:

@@ -35,7 +35,7 @@ class IdempotencyKeys:
 
     def claim(self, key: str, document: Any, run_id: str, now: float) -> tuple[str, bool]:
         """The run id this request must use, and whether this request was the first."""
-        if not KEY_RE.match(key):
+        if not KEY_RE.fullmatch(key):
             raise UsageError(
                 "Idempotency-Key: use 1-255 printable ASCII characters without spaces"
             )

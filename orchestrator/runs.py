@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.advance import Advancer
 from orchestrator.engine import StepSpec, plan_steps
 from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
-from orchestrator.expressions import compile_template
+from orchestrator.expressions import ExpressionError, compile_template
 from orchestrator.queue import Dispatch
 from orchestrator.records import RunRecord, StepRecord, dumps
 from orchestrator.states import RunStatus, StepStatus
@@ -92,6 +92,15 @@ def gate_of(
 ) -> dict[str, Any] | None:
     """The admission a new run needs: its concurrency group and throttle, with keys
     rendered from the run's input; None when it may start at once."""
+    try:
+        return _gate(wf, workflow, input, overlap, fire_key)
+    except ExpressionError as exc:
+        raise UsageError(f"workflow {workflow!r}: a concurrency or throttle key: {exc}") from None
+
+
+def _gate(
+    wf: Any, workflow: str, input: Any, overlap: str | None, fire_key: str
+) -> dict[str, Any] | None:
     context = {"input": input}
     gate: dict[str, Any] = {}
     group = getattr(wf, "group", None)
@@ -256,7 +265,7 @@ class RunService:
         gate: dict[str, Any] | None,
         rerun_of: str | None = None,
     ) -> tuple[RunRecord, bool]:
-        if run_id is not None and not RUN_ID_RE.match(run_id):
+        if run_id is not None and not RUN_ID_RE.fullmatch(run_id):
             raise UsageError(f"run_id {run_id!r}: use 1-200 of A-Z a-z 0-9 _ . : -")
         if len(dumps(input).encode()) > MAX_INPUT_BYTES:
             raise UsageError(f"input: larger than {MAX_INPUT_BYTES} bytes")

@@ -116,7 +116,8 @@ class LocalStack:
         self.echo(
             f"resources  stack {settings.prefix}-data from template.yaml "
             f"({time.monotonic() - t0:.1f}s): tables {settings.names.runs_table}, "
-            f"{settings.names.steps_table}; queues {settings.names.dispatch_queue}, "
+            f"{settings.names.steps_table}, {settings.names.control_table}; "
+            f"queues {settings.names.dispatch_queue}, "
             f"{settings.names.timer_queue}; bucket {settings.names.blob_bucket}"
         )
         self.runtime = rt = Runtime.build(settings, manifest, clients=clients)

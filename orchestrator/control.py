@@ -5,7 +5,7 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | pk                          | sk                 | what                                  |
 |-----------------------------|--------------------|---------------------------------------|
 | `idem#<key>`                | `-`                | an Idempotency-Key and its run        |
-| `delivery#<hook>#<id>`      | `-`                | a webhook delivery already taken      |
+| `delivery#<hook>#<sha256>`  | `-`                | a webhook delivery id already taken   |
 | `event#<name>`              | `<ms>#<id>`        | an event, kept for its retention      |
 | `eventid#<name>#<id>`       | `-`                | an event id already taken             |
 | `schedule#<workflow>`       | `-`                | the schedule's cursor and pause flag  |

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
 ID_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
 MAX_EVENT_BYTES = 256 * 1024
+# See webhooks.REPAIR_WITHIN: how long after the first delivery a duplicate may still
+# create a run its first process never created.
+REPAIR_WITHIN = 600.0
 
 
 def event_run_id(workflow: str, name: str, event_id: str) -> str:
@@ -67,32 +70,46 @@ class EventService:
             raise UsageError(f"data: larger than {MAX_EVENT_BYTES} bytes")
         now = self.clock()
         eid = event_id or uuid.uuid4().hex
+        event = {"name": name, "key": key, "id": eid, "data": data, "received_at": now}
+        workflows = self.handlers(event)
+        # The id is claimed with the workflows the event matched: a duplicate is answered
+        # from the first delivery (its runs), whatever data it carries this time.
+        pk = f"eventid#{name}#{eid}"
         first = self.control.put_new(
-            f"eventid#{name}#{eid}", now=now, doc={"received_at": now},
+            pk, now=now, doc={"received_at": now, "workflows": workflows},
             expires_at=now + self.retention,
         )
-        received = now
+        repair = True
         if not first:
-            item = self.control.get(f"eventid#{name}#{eid}", now=now)
-            received = float((doc_of(item) or {}).get("received_at", now)) if item else now
-        event = {"name": name, "key": key, "id": eid, "data": data, "received_at": received}
-        # A repeated put of the same item: a retry after a crash completes the first.
-        self.control.put(
-            {
-                **Control.key(f"event#{name}", f"{ms_key(received)}#{eid}"),
-                "doc": {"S": dumps(event)},
-                "expires_at": {"N": str(int(received + self.retention))},
-            },
-            f"event {name}/{eid}: store",
-        )
+            claimed = doc_of(self.control.get(pk, now=now) or {}) or {}
+            received = float(claimed.get("received_at", now))
+            workflows = list(claimed.get("workflows", workflows))
+            # Soon after the first delivery a missing run means its process died before
+            # creating it; later, it means the run has expired and must stay gone.
+            repair = now - received < REPAIR_WITHIN
+            event = {**event, "received_at": received}
+        if first or repair:
+            self._store(event)
         started = []
-        for wf_name in self.handlers(event):
-            run, created = self.runs.start(
-                wf_name, event, event_run_id(wf_name, name, eid),
-                trigger={"source": "event", "event": name, "id": eid},
-            )
-            started.append({"workflow": wf_name, "run_id": run.run_id, "created": created})
+        trigger = {"source": "event", "event": name, "id": eid}
+        for wf_name in workflows:
+            run_id = event_run_id(wf_name, name, eid)
+            if first or (repair and self.runs.store.get_run(run_id, now) is None):
+                run, created = self.runs.start(wf_name, event, run_id, trigger=trigger)
+                run_id = run.run_id
+            else:
+                created = False
+            started.append({"workflow": wf_name, "run_id": run_id, "created": created})
         return {"id": eid, "name": name, "duplicate": not first, "runs": started}
+
+    def _store(self, event: dict[str, Any]) -> None:
+        received = float(event["received_at"])
+        # Keyed by arrival time and id, written only if absent: a crash repair completes
+        # the first delivery and never overwrites what it stored.
+        self.control.put_new(
+            f"event#{event['name']}", f"{ms_key(received)}#{event['id']}", now=received,
+            doc=event, expires_at=received + self.retention,
+        )
 
     def handlers(self, event: dict[str, Any]) -> list[str]:
         """Workflows with a trigger on this event whose `if` holds (each once)."""

@@ -53,7 +53,10 @@ def fire_run_id(workflow: str, tick: float, key: str | None, source: str = "") -
 
 
 class FireFailed(OrchestratorError):
+    """The forEach rows could not be fetched (the backend failed): worth retrying."""
+
     code = "fire_failed"
+    retryable = True
 
 
 class Scheduler:

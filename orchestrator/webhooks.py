@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 # A redelivery this soon after the first may find a run its first process never
 # created (it died in between) and creates it; later, a missing run has expired.
 REPAIR_WITHIN = 600.0
+MIN_RETENTION = 24 * 3600.0
 
 
 def delivery_run_id(workflow: str, hook: str, delivery_id: str) -> str:
@@ -49,7 +50,9 @@ class WebhookService:
         self.control = control
         self.runs = runs
         self.clock = clock
-        self.retention = retention
+        # At least 24 h: a GitHub-style signature carries no timestamp, so only the
+        # remembered delivery id stops a captured delivery from being replayed.
+        self.retention = max(retention, MIN_RETENTION)
 
     def deliver(self, name: str, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
         hooks = getattr(self.runs.manifest, "webhooks", None) or {}

@@ -246,3 +246,28 @@ def test_stripe_and_unsigned_and_unknown(api: tuple[Harness, httpx.Client]) -> N
     assert garbage.status_code == 400
     for r in runs_of(c, "build"):
         h.wait(r)
+
+
+def test_a_duplicate_event_is_answered_from_the_first(harness_factory: Any) -> None:
+    now = [1_800_000_000.0]
+    h = harness_factory(MANIFEST)
+    from orchestrator.runtime import Runtime
+
+    rt = Runtime.build(h.rt.settings, h.rt.manifest, clients=h.rt.clients,
+                       clock=lambda: now[0])
+    big = {"total": 500, "currency": "EUR"}
+    first = rt.events.emit("order.paid", big, event_id="dup-1")
+    assert {r["workflow"] for r in first["runs"]} == {"big-order", "any-order"}
+    # The same id with other data: the first delivery's runs, nothing re-evaluated.
+    again = rt.events.emit("order.paid", {"total": 1}, event_id="dup-1")
+    assert again["duplicate"] and again["runs"] == [{**r, "created": False}
+                                                   for r in first["runs"]]
+    assert [e["data"] for e in rt.events.recent("order.paid")] == [big]
+    # Days later the runs have expired (or been deleted): still a duplicate, no new run.
+    for r in first["runs"]:
+        rt.clients.dynamodb.delete_item(TableName=rt.settings.names.runs_table,
+                                        Key={"run_id": {"S": r["run_id"]}})
+    now[0] += 3 * 24 * 3600
+    late = rt.events.emit("order.paid", big, event_id="dup-1")
+    assert late["duplicate"] and all(r["created"] is False for r in late["runs"])
+    assert all(rt.store.get_run(r["run_id"], now[0]) is None for r in late["runs"])

@@ -140,6 +140,7 @@ def test_template_yaml_is_sam_with_every_resource() -> None:
     assert set(template["Resources"]) == {
         "RunsTable",
         "StepsTable",
+        "ControlTable",
         "DeadLetterQueue",
         "DispatchQueue",
         "TimerQueue",
@@ -223,8 +224,23 @@ def test_runs_table(clients: Clients, names: ResourceNames) -> None:
         {"AttributeName": "run_id", "KeyType": "RANGE"},
     ]
     assert indexes["active"]["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    assert indexes["recent"]["KeySchema"] == [
+        {"AttributeName": "listed", "KeyType": "HASH"},
+        {"AttributeName": "created_at", "KeyType": "RANGE"},
+    ]
     types = {a["AttributeName"]: a["AttributeType"] for a in table["AttributeDefinitions"]}
-    assert types == {"run_id": "S", "workflow": "S", "created_at": "N", "active": "S"}
+    assert types == {"run_id": "S", "workflow": "S", "created_at": "N", "active": "S",
+                     "listed": "S"}
+
+
+def test_control_table(clients: Clients, names: ResourceNames) -> None:
+    table = clients.dynamodb.describe_table(TableName=names.control_table)["Table"]
+
+    assert table["KeySchema"] == [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ]
+    assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
 
 
 def test_steps_table(clients: Clients, names: ResourceNames) -> None:
@@ -237,8 +253,8 @@ def test_steps_table(clients: Clients, names: ResourceNames) -> None:
     assert table.get("GlobalSecondaryIndexes", []) == []
 
 
-def test_ttl_is_enabled_on_both_tables(clients: Clients, names: ResourceNames) -> None:
-    for table in (names.runs_table, names.steps_table):
+def test_ttl_is_enabled_on_every_table(clients: Clients, names: ResourceNames) -> None:
+    for table in (names.runs_table, names.steps_table, names.control_table):
         ttl = clients.dynamodb.describe_time_to_live(TableName=table)["TimeToLiveDescription"]
         assert ttl == {"TimeToLiveStatus": "ENABLED", "AttributeName": "expires_at"}, table
 

@@ -319,11 +319,14 @@ def reconcile(
         return []
     cmds: list[Command] = []
     by_name = {s.step: s for s in steps}
-    for p in planned:
-        if p.step not in by_name:
-            cmds.append(CreateStep(p))
-    if any(isinstance(c, CreateStep) for c in cmds):
-        return cmds  # repair the rows first; the next sweep sees a whole run
+    # A start still writing a wide run's rows is not a crashed one: rows are rebuilt only
+    # once the run is as old as a lost message would be.
+    started = run.started_at or run.created_at
+    missing = [p for p in planned if p.step not in by_name]
+    if missing or len(steps) < run.total:
+        # Repair the rows first (the next sweep sees a whole run); never judge a run
+        # from part of its rows.
+        return [CreateStep(p) for p in missing] if now - started >= policy.settle else []
 
     def progress(dep: StepRecord) -> float:
         # The last sign of life of whoever advances `dep`: its finish, or the latest of

@@ -19,7 +19,9 @@ import pytest
 
 from orchestrator.advance import RunContext
 from orchestrator.queue import Dispatch
-from orchestrator.states import StepStatus
+from orchestrator.records import RunRecord
+from orchestrator.runs import definition_of
+from orchestrator.states import RunStatus, StepStatus
 from orchestrator.store import Lease
 from tests.support.harness import steps_of
 from tests.support.testfns import Recorder
@@ -251,3 +253,28 @@ workflows:
     assert [c.attempt for c in calls] == [1, 2]
     assert {c.key for c in calls} == {f"{run_id}/slow"}
     assert steps_of(view)["after"]["status"] == "success"
+
+
+def test_a_start_that_died_after_the_run_row_is_completed_by_the_sweep(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h = harness_factory(FANOUT)
+    rt = h.rt
+    # The start's first write landed (the run row); its process died before the steps.
+    wf = rt.manifest.workflows["fan"]
+    definition = definition_of(wf, rt.manifest.backends, rt.settings.default_step_timeout)
+    now = time.time()
+    rt.store.create_run(RunRecord(
+        run_id="orphan-1", workflow="fan", status=RunStatus.RUNNING, input={"n": 1},
+        definition=definition, created_at=now, total=len(wf.steps), remaining=1,
+        started_at=now,
+    ))
+    h.start_workers()
+    h.start_sweeper()
+    view = h.wait("orphan-1", timeout=30)
+    assert view["status"] == "success"
+    assert {s["status"] for s in view["steps"]} == {"success"}
+    # Rebuilt once the run was as old as a lost message (redispatch_after), not before.
+    first_call = min(c.at for c in recorder.calls
+                     if c.body.get("run", {}).get("run_id") == "orphan-1")
+    assert first_call - now >= rt.settings.redispatch_after

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from functions.serving import BackgroundServer
 from orchestrator.api import create_app
-from orchestrator.cli import main
+from tests.support.cli import cli, out_json
 from tests.support.harness import Harness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,15 +53,6 @@ def api(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
     h.start_workers()
     with BackgroundServer(create_app(h.rt)) as server:
         yield h, server.url
-
-
-def cli(*args: str) -> Any:
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def out_json(res: Any) -> Any:
-    assert res.exit_code == 0, res.output
-    return json.loads(res.stdout)
 
 
 def test_run_wait_json_and_show(api: tuple[Harness, str]) -> None:

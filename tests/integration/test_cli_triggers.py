@@ -14,12 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
-from click.testing import CliRunner
 
 from functions.serving import BackgroundServer
 from orchestrator.api import create_app
-from orchestrator.cli import main
 from orchestrator.runtime import Runtime
+from tests.support.cli import cli, out_json
 from tests.support.harness import Harness
 
 STANDARD_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -61,15 +60,6 @@ def api(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
     h.start_workers()
     with BackgroundServer(create_app(h.rt)) as server:
         yield h, server.url
-
-
-def cli(*args: str) -> Any:
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def out_json(res: Any) -> Any:
-    assert res.exit_code == 0, res.output
-    return json.loads(res.stdout)
 
 
 # ---- events ------------------------------------------------------------------------------

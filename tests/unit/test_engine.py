@@ -167,9 +167,15 @@ def by(rows: list[StepRecord], **changes: dict[str, object]) -> list[StepRecord]
 
 def test_reconcile_recreates_missing_rows_first() -> None:
     rows = diamond()
-    cmds = reconcile(run(), rows[:2], rows, NOW, POLICY)
+    # A start may still be writing rows: nothing is rebuilt before the run settles.
+    young = reconcile(run(), rows[:2], rows, NOW + 1.0, POLICY)
+    assert not [c for c in young if isinstance(c, CreateStep)]
+    cmds = reconcile(run(), rows[:2], rows, NOW + 2.0, POLICY)
     assert [c.record.step for c in cmds if isinstance(c, CreateStep)] == ["c", "d"]
     assert all(isinstance(c, CreateStep) for c in cmds)
+    # A queued run counts from its admission, not its arrival.
+    late = reconcile(run(started_at=NOW + 5.0), rows[:2], rows, NOW + 6.0, POLICY)
+    assert not [c for c in late if isinstance(c, CreateStep)]
 
 
 def test_reconcile_redispatches_a_lost_message_after_the_grace() -> None:

@@ -127,6 +127,8 @@ class EventService:
 
     def recent(self, name: str, limit: int = 20) -> list[dict[str, Any]]:
         """The newest stored events of a name, newest first."""
+        if not NAME_RE.fullmatch(name):
+            raise UsageError(f"name {name[:200]!r}: not an event name")
         items = self.control.query(
             f"event#{name}", now=self.clock(), limit=limit, newest_first=True
         )

@@ -357,6 +357,8 @@ class RunService:
             self.adv.finish_if_done(run.run_id)
 
     def get(self, run_id: str) -> RunRecord:
+        if not RUN_ID_RE.fullmatch(run_id):  # no run can have it; spare DynamoDB the key
+            raise NotFound(f"run {run_id[:200]!r} not found (not a run id)")
         run = self.store.get_run(run_id, self.adv.clock())
         if run is None:
             raise NotFound(f"run {run_id!r} not found (or expired)")

@@ -89,7 +89,7 @@ class Admission:
                 self.store.set_admit_at(run.run_id, slot)
             except ConditionFailed:
                 return self._reread(run)
-            run = _with(run, admit_at=slot)
+            run = replace(run, admit_at=slot)
         if run.admit_at is not None and run.admit_at > now + SLACK:
             self.queues.timer(
                 Dispatch(run_id=run.run_id, step="", attempt=0, due_at=run.admit_at, op="admit"),
@@ -105,15 +105,14 @@ class Admission:
         policy = gate.get("policy", "queue")
         if policy != "skip":
             self.control.put_new(
-                f"waiting#{gid}", f"{ms_key(run.created_at)}#{run.run_id}", now=now,
-                attrs={"run_id": {"S": run.run_id}},
+                f"waiting#{gid}", _waiting_sk(run), now=now, attrs={"run_id": {"S": run.run_id}}
             )
         if policy == "cancel-running":
             self._replace_others(run, gid)
         return self.try_admit(run)
 
     def due(self, run_id: str) -> None:
-        """A throttle timer fired (or the sweeper found a queued run): carry on."""
+        """A throttle timer fired: carry the run on."""
         run = self.store.get_run(run_id, self.clock())
         if run is not None and run.status is RunStatus.QUEUED:
             self.arrive(run)
@@ -157,7 +156,7 @@ class Admission:
         self.control.delete(
             f"lock#{gid}", condition="holder = :me", values={":me": {"S": run.run_id}}
         )
-        self.control.delete(f"waiting#{gid}", f"{ms_key(run.created_at)}#{run.run_id}")
+        # Its waiting entry went when it was admitted (or _head drops it as finished).
         head = self._head(gid, now)
         if head is not None and head.status is RunStatus.QUEUED:
             self.try_admit(head)
@@ -208,7 +207,7 @@ class Admission:
                 f"lock#{gid}", condition="holder = :me", values={":me": {"S": holder}}
             )
             log.info("group %s: broke the lock of finished run %s", gid, holder)
-            return self._holder(gid, now) if self.control.get(f"lock#{gid}", now=now) else None
+            return self._holder(gid, now)  # None, unless another run took it meanwhile
         return holder
 
     def _head(self, gid: str, now: float) -> RunRecord | None:
@@ -231,7 +230,7 @@ class Admission:
             self.cancel(holder, reason)
         for item in self.control.query(f"waiting#{gid}", now=now, limit=100):
             other = item["run_id"]["S"]
-            if other != run.run_id and item["sk"]["S"] < f"{ms_key(run.created_at)}#{run.run_id}":
+            if other != run.run_id and item["sk"]["S"] < _waiting_sk(run):
                 self.cancel(other, reason)
 
     def _admit(self, run: RunRecord, detail: dict[str, Any]) -> RunRecord:
@@ -242,7 +241,7 @@ class Admission:
         self.launch(admitted)
         gid = _group_id(run.gate or {})
         if gid:
-            self.control.delete(f"waiting#{gid}", f"{ms_key(run.created_at)}#{run.run_id}")
+            self.control.delete(f"waiting#{gid}", _waiting_sk(run))
         return admitted
 
     def _refuse(self, run: RunRecord, code: str, message: str) -> RunRecord:
@@ -263,5 +262,6 @@ def _group_id(gate: dict[str, Any]) -> str:
     return "" if not gate.get("group") else f"{gate['group']}#{gate['key']}"
 
 
-def _with(run: RunRecord, **changes: Any) -> RunRecord:
-    return replace(run, **changes)
+def _waiting_sk(run: RunRecord) -> str:
+    """A waiting run's sort key: arrival order, ties broken by run id."""
+    return f"{ms_key(run.created_at)}#{run.run_id}"

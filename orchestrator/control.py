@@ -21,15 +21,31 @@ expire by TTL, and reads here ignore an expired item that DynamoDB has not delet
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.aws import translate_errors as _translate
 from orchestrator.errors import ConditionFailed
 from orchestrator.records import dumps, num
 
-__all__ = ["Control", "Item", "doc_of", "ms_key"]
+__all__ = ["REPAIR_WITHIN", "Claim", "Control", "Item", "doc_of", "ms_key"]
 
 Item = dict[str, Any]
+
+# How long after an id was first claimed a duplicate may still complete what the first
+# request left undone (its process died between the claim and the run's creation).
+# Later, a run that is missing has expired and must stay gone.
+REPAIR_WITHIN = 600.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The outcome of claiming an id: was this the first claim, what the first claim
+    stored (with `at`, when), and is it recent enough for a duplicate to repair it."""
+
+    first: bool
+    doc: dict[str, Any]
+    recent: bool
 
 
 def ms_key(t: float) -> str:
@@ -89,9 +105,16 @@ class Control:
             return False
         return True
 
-    def put(self, item: Item, what: str) -> None:
-        with _translate(what):
-            self.ddb.put_item(TableName=self.table, Item=item)
+    def claim(self, pk: str, *, now: float, doc: dict[str, Any], expires_at: float) -> Claim:
+        """Claim an id (a delivery id, an event id, an Idempotency-Key) with one
+        conditional put; a duplicate reads what the first claim stored."""
+        mine = {**doc, "at": now}
+        if self.put_new(pk, now=now, doc=mine, expires_at=expires_at):
+            return Claim(True, mine, True)
+        stored = doc_of(self.get(pk, now=now) or {})
+        if stored is None:  # expired between the two calls: claim it again
+            return self.claim(pk, now=now, doc=doc, expires_at=expires_at)
+        return Claim(False, stored, now - float(stored.get("at", now)) < REPAIR_WITHIN)
 
     def get(self, pk: str, sk: str = "-", *, now: float) -> Item | None:
         with _translate(f"control {pk}: read"):

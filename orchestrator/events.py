@@ -32,9 +32,6 @@ log = logging.getLogger(__name__)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
 ID_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
 MAX_EVENT_BYTES = 256 * 1024
-# See webhooks.REPAIR_WITHIN: how long after the first delivery a duplicate may still
-# create a run its first process never created.
-REPAIR_WITHIN = 600.0
 
 
 def event_run_id(workflow: str, name: str, event_id: str) -> str:
@@ -74,20 +71,14 @@ class EventService:
         workflows = self.handlers(event)
         # The id is claimed with the workflows the event matched: a duplicate is answered
         # from the first delivery (its runs), whatever data it carries this time.
-        pk = f"eventid#{name}#{eid}"
-        first = self.control.put_new(
-            pk, now=now, doc={"received_at": now, "workflows": workflows},
+        claim = self.control.claim(
+            f"eventid#{name}#{eid}", now=now, doc={"workflows": workflows},
             expires_at=now + self.retention,
         )
-        repair = True
+        first, repair = claim.first, claim.recent
         if not first:
-            claimed = doc_of(self.control.get(pk, now=now) or {}) or {}
-            received = float(claimed.get("received_at", now))
-            workflows = list(claimed.get("workflows", workflows))
-            # Soon after the first delivery a missing run means its process died before
-            # creating it; later, it means the run has expired and must stay gone.
-            repair = now - received < REPAIR_WITHIN
-            event = {**event, "received_at": received}
+            workflows = list(claim.doc.get("workflows", workflows))
+            event = {**event, "received_at": float(claim.doc["at"])}
         if first or repair:
             self._store(event)
         started = []

@@ -40,19 +40,15 @@ class IdempotencyKeys:
                 "Idempotency-Key: use 1-255 printable ASCII characters without spaces"
             )
         fp = fingerprint(document)
-        pk = f"idem#{key}"
-        if self.control.put_new(
-            pk, now=now, attrs={"fp": {"S": fp}, "run_id": {"S": run_id}},
+        claim = self.control.claim(
+            f"idem#{key}", now=now, doc={"fp": fp, "run_id": run_id},
             expires_at=now + self.retention,
-        ):
-            return run_id, True
-        item = self.control.get(pk, now=now)
-        if item is None:  # expired between the two calls: take it again
-            return self.claim(key, document, run_id, now)
-        if item["fp"]["S"] != fp:
+        )
+        first_run = str(claim.doc["run_id"])
+        if claim.doc["fp"] != fp:
             raise Unprocessable(
                 "idempotency_key_reused",
                 f"Idempotency-Key {key!r} was used with a different request body "
-                f"(run {item['run_id']['S']}); use a new key for a new request",
+                f"(run {first_run}); use a new key for a new request",
             )
-        return str(item["run_id"]["S"]), False
+        return first_run, claim.first

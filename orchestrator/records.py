@@ -218,10 +218,6 @@ class RunRecord:
     started_at: float | None = None
     history: tuple[dict[str, Any], ...] = ()
 
-    @property
-    def group_id(self) -> str | None:
-        return None if not self.gate else f"{self.gate['group']}\x1f{self.gate['key']}"
-
 
 def run_from_item(item: Item) -> RunRecord:
     return RunRecord(

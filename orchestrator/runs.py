@@ -436,10 +436,6 @@ class RunService:
             trigger={"source": "rerun", "run_id": run_id}, gate=gate, rerun_of=run_id,
         )
 
-    def latest(self, workflow: str) -> RunRecord | None:
-        runs, _ = self.store.list_runs(workflow, self.adv.clock(), limit=1)
-        return runs[0] if runs else None
-
 
 # Same-instant history entries read best in this order.
 _ORDER = {"run.queued": 0, "run.running": 0, "run.started": 1, "step.reused": 2,

@@ -73,7 +73,7 @@ class Runtime:
         webhooks = WebhookService(control, runs, clock, settings.delivery_retention)
         scheduler = Scheduler(
             control, runs, clock, grace=settings.schedule_grace,
-            invoker=Invoker(max_body=settings.output_hard_cap, clock=clock),
+            max_body=settings.output_hard_cap,
         )
         return cls(
             settings, manifest, clients, store, queues, blobs, adv, runs, clock, control,

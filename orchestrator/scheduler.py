@@ -67,13 +67,14 @@ class Scheduler:
         clock: Callable[[], float],
         *,
         grace: float,
-        invoker: Invoker | None = None,
+        max_body: int,
     ) -> None:
         self.control = control
         self.runs = runs
         self.clock = clock
         self.grace = grace
-        self.invoker = invoker
+        self.max_body = max_body
+        self._invoker: Invoker | None = None  # made on the first forEach row fetch
 
     @property
     def scheduled(self) -> dict[str, Any]:
@@ -107,16 +108,16 @@ class Scheduler:
         following = next_tick(wf.schedule, max(due, now))
         if now - due > self.grace:
             missed = 1 + len(_between(wf, due, now))
-            self._advance(name, due, following, missed=missed, runs=None, error=None)
+            self._advance(name, state, following, missed=missed, runs=None)
             log.warning("schedule %s: %d tick(s) missed (due %.0f), next at %.0f",
                         name, missed, due, following)
             return []
         try:
             runs = self.fire(name, wf, due)
         except OrchestratorError as exc:
-            self._record_error(name, due, str(exc))
+            self._record_error(name, state, str(exc))
             raise
-        self._advance(name, due, following, missed=0, runs=runs, error=None)
+        self._advance(name, state, following, missed=0, runs=runs)
         return runs
 
     def fire(self, name: str, wf: Any, tick: float, *, source: str = "") -> list[str]:
@@ -146,9 +147,9 @@ class Scheduler:
             raise FireFailed(f"workflow {name!r}: forEach has no row source this engine can "
                              "read (use items, or backend + route)")
         backend = self.runs.manifest.backends[fe.backend]
-        if self.invoker is None:
-            raise FireFailed("no HTTP client to fetch forEach rows")
-        result = self.invoker.invoke(Call(
+        if self._invoker is None:
+            self._invoker = Invoker(max_body=self.max_body, clock=self.clock)
+        result = self._invoker.invoke(Call(
             url=backend.url + fe.route, secret=backend.secret, run_id=f"{name}-rows",
             workflow=name, step="forEach", attempt=1, timeout=backend.timeout or 30.0,
             input={"tick": tick}, steps=None, payload={},
@@ -169,23 +170,23 @@ class Scheduler:
     # ---- commands ----------------------------------------------------------------------
 
     def list_all(self) -> list[dict[str, Any]]:
-        now = self.clock()
-        out = []
-        for name, wf in self.scheduled.items():
-            state = self._state(name, wf, now)
-            out.append({
-                "workflow": name,
-                "schedule": describe(wf.schedule),
-                "paused": state["paused"],
-                "next_fire": None if state["paused"] else state["next_fire"],
-                "last_fire": state.get("last_fire"),
-                "last_runs": state.get("last_runs") or [],
-                "missed": state.get("missed", 0),
-                "last_error": state.get("last_error"),
-                "concurrency": _overlap(wf) if wf.group is None else "group",
-                "for_each": wf.for_each is not None,
-            })
-        return out
+        return [self.show(name) for name in self.scheduled]
+
+    def show(self, name: str) -> dict[str, Any]:
+        wf = self._workflow(name)
+        state = self._state(name, wf, self.clock())
+        return {
+            "workflow": name,
+            "schedule": describe(wf.schedule),
+            "paused": state["paused"],
+            "next_fire": None if state["paused"] else state["next_fire"],
+            "last_fire": state.get("last_fire"),
+            "last_runs": state.get("last_runs") or [],
+            "missed": state.get("missed", 0),
+            "last_error": state.get("last_error"),
+            "concurrency": _overlap(wf) if wf.group is None else "group",
+            "for_each": wf.for_each is not None,
+        }
 
     def pause(self, name: str) -> dict[str, Any]:
         wf = self._workflow(name)
@@ -209,9 +210,6 @@ class Scheduler:
         wf = self._workflow(name)
         runs = self.fire(name, wf, self.clock(), source="manual-")
         return {"workflow": name, "runs": runs}
-
-    def show(self, name: str) -> dict[str, Any]:
-        return next(s for s in self.list_all() if s["workflow"] == name)
 
     # ---- the cursor --------------------------------------------------------------------
 
@@ -245,16 +243,16 @@ class Scheduler:
         }
 
     def _advance(
-        self, name: str, due: float, following: float, *, missed: int,
-        runs: list[str] | None, error: str | None,
+        self, name: str, state: dict[str, Any], following: float, *, missed: int,
+        runs: list[str] | None,
     ) -> None:
-        now = self.clock()
-        prev = doc_of(self.control.get(f"schedule#{name}", now=now) or {}) or {}
+        """Move the cursor from the tick `state` read to `following` (once: guarded)."""
+        due = state["next_fire"]
         doc = {
-            "last_fire": due if runs is not None else prev.get("last_fire"),
-            "last_runs": runs if runs is not None else prev.get("last_runs", []),
-            "missed": int(prev.get("missed", 0)) + missed,
-            "last_error": error,
+            "last_fire": due if runs is not None else state.get("last_fire"),
+            "last_runs": runs if runs is not None else state.get("last_runs", []),
+            "missed": int(state.get("missed", 0)) + missed,
+            "last_error": None,
         }
         try:
             self.control.update(
@@ -266,12 +264,11 @@ class Scheduler:
         except ConditionFailed:
             pass  # another scheduler moved it on: the runs were the same ones
 
-    def _record_error(self, name: str, due: float, error: str) -> None:
-        now = self.clock()
-        prev = doc_of(self.control.get(f"schedule#{name}", now=now) or {}) or {}
-        prev["last_error"] = {"tick": due, "message": error[:500]}
+    def _record_error(self, name: str, state: dict[str, Any], error: str) -> None:
+        doc = {k: v for k, v in state.items() if k not in ("next_fire", "paused")}
+        doc["last_error"] = {"tick": state["next_fire"], "message": error[:500]}
         self.control.update(f"schedule#{name}", update="SET doc = :doc",
-                            values={":doc": {"S": dumps(prev)}})
+                            values={":doc": {"S": dumps(doc)}})
 
 
 def _overlap(wf: Any) -> str:

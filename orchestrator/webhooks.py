@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from orchestrator.control import Control, doc_of
+from orchestrator.control import Control
 from orchestrator.errors import NotFound, OrchestratorError, Unauthorized, UsageError
 from orchestrator.expressions import ExpressionError, compile_expression
 from orchestrator.http_json import parse_json
@@ -28,9 +28,6 @@ __all__ = ["WebhookService", "delivery_run_id"]
 
 log = logging.getLogger(__name__)
 
-# A redelivery this soon after the first may find a run its first process never
-# created (it died in between) and creates it; later, a missing run has expired.
-REPAIR_WITHIN = 600.0
 MIN_RETENTION = 24 * 3600.0
 
 
@@ -81,15 +78,12 @@ class WebhookService:
         if did is not None and run_id is not None:
             # Claim the delivery id first: one conditional put tells a redelivery apart,
             # and it outlives the run's own retention (a replay days later is refused).
-            pk = f"delivery#{name}#{hashlib.sha256(did.encode()).hexdigest()}"
-            if not self.control.put_new(
-                pk, now=now, doc={"run_id": run_id, "at": now}, expires_at=now + self.retention
-            ):
-                first = doc_of(self.control.get(pk, now=now) or {}) or {}
-                if (
-                    now - float(first.get("at", now)) < REPAIR_WITHIN
-                    and self.runs.store.get_run(run_id, now) is None
-                ):
+            claim = self.control.claim(
+                f"delivery#{name}#{hashlib.sha256(did.encode()).hexdigest()}", now=now,
+                doc={}, expires_at=now + self.retention,
+            )
+            if not claim.first:
+                if claim.recent and self.runs.store.get_run(run_id, now) is None:
                     # The first delivery was taken but its process died before the run
                     # was created: this redelivery completes it.
                     self.runs.start(hook.workflow, input, run_id, trigger=trigger)

@@ -74,10 +74,10 @@ class LocalStack:
         from functions.serving import BackgroundServer
         from infra.emulator import Emulator
         from infra.stack import deploy_data_stack
-        from orchestrator.api import create_app
-        from orchestrator.apikeys import ApiKeys
-        from orchestrator.manifest import load_manifest
+        from orchestrator.api.app import create_app
+        from orchestrator.manifest.loader import load_manifest
         from orchestrator.runtime import Runtime
+        from orchestrator.services.apikeys import ApiKeys
 
         env = dict(self.opts.environ)
         settings = Settings.from_env(env)
@@ -108,7 +108,7 @@ class LocalStack:
             self.echo(f"functions  {server.url}   ({self.opts.functions_app})")
 
         manifest = load_manifest(self.opts.manifest, env)
-        from orchestrator.aws import make_clients
+        from orchestrator.adapters.aws import make_clients
 
         clients = make_clients(settings)
         t0 = time.monotonic()
@@ -171,7 +171,7 @@ class LocalStack:
         self.threads.append(t)
 
     def run_demo(self, timeout: float = 120.0) -> str:
-        from orchestrator.render import render_run
+        from orchestrator.cli.render import render_run
 
         rt = self.runtime
         if DEMO_WORKFLOW not in rt.manifest.workflows:

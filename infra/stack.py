@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from infra.template import data_resources_template
-from orchestrator.aws import Clients
+from orchestrator.adapters.aws import Clients
 from orchestrator.errors import OrchestratorError
 from orchestrator.settings import ResourceNames
 

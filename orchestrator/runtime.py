@@ -10,20 +10,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.admission import Admission
-from orchestrator.advance import Advancer
-from orchestrator.aws import Clients, make_clients
-from orchestrator.blobs import Blobs
-from orchestrator.control import Control
-from orchestrator.events import EventService
-from orchestrator.invoker import Invoker
-from orchestrator.queue import Queues
-from orchestrator.runs import RunService
-from orchestrator.scheduler import Scheduler
+from orchestrator.adapters.aws import Clients, make_clients
+from orchestrator.adapters.blobs import Blobs
+from orchestrator.adapters.invoker import Invoker
+from orchestrator.adapters.queue import Queues
+from orchestrator.adapters.store import Store
+from orchestrator.adapters.store.control import Control
+from orchestrator.services.admission import Admission
+from orchestrator.services.events import EventService
+from orchestrator.services.executor import Advancer
+from orchestrator.services.runs import RunService
+from orchestrator.services.scheduler import Scheduler
+from orchestrator.services.webhooks import WebhookService
 from orchestrator.settings import Settings
-from orchestrator.store import Store
 from orchestrator.sweeper import Sweeper
-from orchestrator.webhooks import WebhookService
 from orchestrator.worker import BackendRef, Worker
 
 __all__ = ["Runtime"]

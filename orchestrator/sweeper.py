@@ -14,24 +14,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from orchestrator.advance import Advancer, RunContext, Tally
-from orchestrator.engine import (
+from orchestrator.adapters.queue import Dispatch
+from orchestrator.engine.attempts import Retry
+from orchestrator.engine.reconcile import (
     CreateStep,
     ExpireLease,
     Finalize,
     Promote,
     Redispatch,
-    Retry,
     SkipStep,
     SweepPolicy,
     awaiting_message,
     reconcile,
     redispatch_grace,
 )
+from orchestrator.engine.records import RunRecord, StepRecord
+from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.errors import ConditionFailed, OrchestratorError
-from orchestrator.queue import Dispatch
-from orchestrator.records import RunRecord, StepRecord
-from orchestrator.states import RunStatus, StepStatus
+from orchestrator.services.executor import Advancer, RunContext, Tally
 
 __all__ = ["SweepReport", "Sweeper"]
 

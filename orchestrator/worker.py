@@ -20,13 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.advance import LRU, Advancer, RunContext, Tally
-from orchestrator.engine import Fail, Outcome, OutcomeKind, Retry, Succeed, after_attempt
+from orchestrator.adapters.invoker import Call, Invoker
+from orchestrator.adapters.queue import Dispatch, Received
+from orchestrator.adapters.store import Lease
+from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, Succeed, after_attempt
+from orchestrator.engine.records import StepRecord
 from orchestrator.errors import ConditionFailed, OrchestratorError, StoreError
-from orchestrator.invoker import Call, Invoker
-from orchestrator.queue import Dispatch, Received
-from orchestrator.records import StepRecord
-from orchestrator.store import Lease
+from orchestrator.services.executor import LRU, Advancer, RunContext, Tally
 
 __all__ = ["BackendRef", "Worker"]
 

@@ -46,8 +46,8 @@ from functions.examples.noop import create_app as noop_app  # noqa: E402
 from functions.serving import BackgroundServer  # noqa: E402
 from infra.emulator import Emulator  # noqa: E402
 from infra.stack import deploy_data_stack  # noqa: E402
-from orchestrator.aws import Clients, make_clients  # noqa: E402
-from orchestrator.manifest import manifest_from_text  # noqa: E402
+from orchestrator.adapters.aws import Clients, make_clients  # noqa: E402
+from orchestrator.manifest.loader import manifest_from_text  # noqa: E402
 from orchestrator.runtime import Runtime  # noqa: E402
 from orchestrator.settings import Settings  # noqa: E402
 
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                                       "requests_per_step": per_step(counter.take(), n + 2)}
         # Webhooks on tables of their own: the fan-outs above leave thousands of rows,
         # and moto's Query scans a whole table, which is not what a webhook costs.
-        from orchestrator.api import create_app
+        from orchestrator.api.app import create_app
 
         hook_settings = settings.with_(prefix="benchhook")
         with stack(hook_settings, text, fn.url, stamp_fn.url, args.workers, args.threads) as (

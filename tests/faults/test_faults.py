@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from orchestrator.advance import RunContext
-from orchestrator.queue import Dispatch
-from orchestrator.records import RunRecord
-from orchestrator.runs import definition_of
-from orchestrator.states import RunStatus, StepStatus
-from orchestrator.store import Lease
+from orchestrator.adapters.queue import Dispatch
+from orchestrator.adapters.store import Lease
+from orchestrator.engine.records import RunRecord
+from orchestrator.engine.states import RunStatus, StepStatus
+from orchestrator.services.executor import RunContext
+from orchestrator.services.runs import definition_of
 from tests.support.harness import steps_of
 from tests.support.testfns import Recorder
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from functions.serving import BackgroundServer
-from orchestrator.api import create_app
+from orchestrator.api.app import create_app
 from tests.support.harness import Harness
 
 MANIFEST = """

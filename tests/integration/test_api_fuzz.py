@@ -43,9 +43,9 @@ from starlette.routing import Route
 
 from functions.serving import BackgroundServer
 from infra.emulator import Emulator
-from orchestrator.api import create_app
-from orchestrator.apikeys import ApiKeys
-from orchestrator.openapi import openapi_document
+from orchestrator.api.app import create_app
+from orchestrator.api.openapi import openapi_document
+from orchestrator.services.apikeys import ApiKeys
 from tests.support.harness import Harness, fresh_settings
 
 pytestmark = pytest.mark.slow  # ~50 s, mostly generated requests; still runs in CI

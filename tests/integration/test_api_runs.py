@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from functions.serving import BackgroundServer
-from orchestrator.api import create_app
-from orchestrator.apikeys import ApiKeys
+from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
+from orchestrator.services.apikeys import ApiKeys
 from tests.support.harness import Harness, steps_of
 from tests.support.testfns import Recorder
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from functions.serving import BackgroundServer
-from orchestrator.api import create_app
+from orchestrator.api.app import create_app
 from tests.support.cli import cli, out_json
 from tests.support.harness import Harness
 
@@ -308,7 +308,7 @@ def test_dev_uses_aws_endpoint_url_instead_of_the_embedded_emulator(
     assert f"endpoint   {emulator.url}" in proc.stdout
     assert "emulator   " not in proc.stdout
     # the run lives in the external endpoint's tables
-    from orchestrator.aws import make_clients
+    from orchestrator.adapters.aws import make_clients
     from orchestrator.settings import Settings
 
     ddb = make_clients(Settings(endpoint_url=emulator.url)).dynamodb

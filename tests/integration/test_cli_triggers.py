@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from functions.serving import BackgroundServer
-from orchestrator.api import create_app
+from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from tests.support.cli import cli, out_json
 from tests.support.harness import Harness

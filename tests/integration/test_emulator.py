@@ -16,7 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from infra.emulator import Emulator
-from orchestrator.aws import Clients, make_clients
+from orchestrator.adapters.aws import Clients, make_clients
 from orchestrator.settings import Settings
 
 # Without the DynamoDB lock, about one round in ten has two winners (measured: 5 of 50),

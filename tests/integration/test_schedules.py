@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 
 from functions.serving import BackgroundServer
-from orchestrator.api import create_app
+from orchestrator.api.app import create_app
+from orchestrator.engine.states import RunStatus
 from orchestrator.runtime import Runtime
-from orchestrator.states import RunStatus
 from tests.support.harness import Harness
 
 MANIFEST = """

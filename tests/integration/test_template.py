@@ -24,7 +24,7 @@ from infra.template import (
     data_resources_template,
     load_template,
 )
-from orchestrator.aws import Clients, make_clients
+from orchestrator.adapters.aws import Clients, make_clients
 from orchestrator.settings import ResourceNames, Settings
 
 REPO = TEMPLATE_PATH.parent

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.queue import Dispatch
-from orchestrator.states import StepStatus
+from orchestrator.adapters.queue import Dispatch
+from orchestrator.engine.states import StepStatus
 
 ONE = """
 backends:

@@ -7,7 +7,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from orchestrator.cli import main
+from orchestrator.cli.commands import main
 
 
 def cli(*args: str) -> Any:

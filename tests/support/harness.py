@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from infra.stack import deploy_data_stack
-from orchestrator.aws import Clients, make_clients
-from orchestrator.manifest import manifest_from_text
+from orchestrator.adapters.aws import Clients, make_clients
+from orchestrator.manifest.loader import manifest_from_text
 from orchestrator.runtime import Runtime
 from orchestrator.settings import Settings
 

@@ -6,30 +6,31 @@ from dataclasses import replace
 
 import pytest
 
-from orchestrator.engine import (
-    CreateStep,
-    ExpireLease,
+from orchestrator.engine.attempts import (
     Fail,
-    Finalize,
     Outcome,
     OutcomeKind,
-    Promote,
-    Redispatch,
     Retry,
-    SkipStep,
-    StepSpec,
     Succeed,
-    SweepPolicy,
     after_attempt,
     backoff,
     classify_response,
-    final_status,
     parse_retry_after,
-    plan_steps,
+)
+from orchestrator.engine.plan import StepSpec, plan_steps
+from orchestrator.engine.reconcile import (
+    CreateStep,
+    ExpireLease,
+    Finalize,
+    Promote,
+    Redispatch,
+    SkipStep,
+    SweepPolicy,
+    final_status,
     reconcile,
 )
-from orchestrator.records import RunRecord, StepRecord
-from orchestrator.states import (
+from orchestrator.engine.records import RunRecord, StepRecord
+from orchestrator.engine.states import (
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
     RunStatus,
@@ -225,7 +226,7 @@ def test_reconcile_finalizes_and_fixes_the_counter() -> None:
 
 
 def test_redispatch_grace_reads_the_queue_backlog() -> None:
-    from orchestrator.engine import awaiting_message, redispatch_grace
+    from orchestrator.engine.reconcile import awaiting_message, redispatch_grace
     from orchestrator.settings import Settings
 
     s = Settings(sweep_interval=5, redispatch_after=30, redispatch_ceiling=900)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ManifestError
-from orchestrator.manifest import lint_manifest, lint_text
+from orchestrator.manifest.loader import lint_manifest, lint_text
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.durations import format_duration, parse_duration
 from orchestrator.errors import ManifestError
-from orchestrator.manifest import load_manifest, manifest_from_text
-from orchestrator.manifest_models import (
+from orchestrator.manifest.durations import format_duration, parse_duration
+from orchestrator.manifest.loader import load_manifest, manifest_from_text
+from orchestrator.manifest.models import (
     ConcurrencyGroup,
     EventTrigger,
     Manifest,
@@ -25,7 +25,7 @@ from orchestrator.manifest_models import (
     Verify,
     Workflow,
 )
-from orchestrator.yamlsafe import MAX_MANIFEST_BYTES, load_yaml
+from orchestrator.manifest.yamlsafe import MAX_MANIFEST_BYTES, load_yaml
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "manifests"
 

@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from orchestrator.manifest_models import Schedule
-from orchestrator.ticks import describe, next_tick, ticks_between
+from orchestrator.engine.ticks import describe, next_tick, ticks_between
+from orchestrator.manifest.models import Schedule
 
 BERLIN = "Europe/Berlin"
 NEW_YORK = "America/New_York"

@@ -1,0 +1,127 @@
+"""SQS: the dispatch queue ("look at step X, attempt N") and the timer queue (the same
+message, delayed). Messages are hints; the rows decide what happens.
+
+Timers live on their own queue because every delayed message in a queue slows each
+send and receive on it (measured on moto), and dispatches are the hot path."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.errors import StoreError
+from orchestrator.settings import ResourceNames
+
+__all__ = ["MAX_DELAY", "Dispatch", "Queues", "Received"]
+
+MAX_DELAY = 900  # SQS's ceiling on DelaySeconds
+
+
+class Dispatch(BaseModel):
+    """Look at this step's attempt (not before due_at); or, with `op: admit`, look at
+    whether this queued run may start (a throttle slot came due)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    run_id: str
+    step: str
+    attempt: int
+    due_at: float | None = None
+    op: Literal["step", "admit"] = "step"
+
+    def encode(self) -> str:
+        return self.model_dump_json(exclude_none=True, exclude_defaults=True)
+
+
+@dataclass(frozen=True)
+class Received:
+    queue: str
+    receipt: str
+    message: Dispatch | None  # None: not one of ours; delete it
+    receive_count: int
+
+
+class Queues:
+    def __init__(self, sqs: Any, names: ResourceNames) -> None:
+        self.sqs = sqs
+        with _translate("resolve queue URLs"):
+            self.dispatch_url = sqs.get_queue_url(QueueName=names.dispatch_queue)["QueueUrl"]
+            self.timer_url = sqs.get_queue_url(QueueName=names.timer_queue)["QueueUrl"]
+        # Fault injection for the chaos tests: a real function in front of the real
+        # SendMessage (never a mock). It returns the messages to send: fewer to drop
+        # some, repeated ones to duplicate them.
+        self.tamper: Callable[[list[Dispatch]], list[Dispatch]] | None = None
+
+    def _tampered(self, messages: Sequence[Dispatch]) -> list[Dispatch]:
+        return list(messages) if self.tamper is None else self.tamper(list(messages))
+
+    def dispatch(self, messages: Sequence[Dispatch]) -> None:
+        """Enqueue dispatches, ten per request."""
+        messages = self._tampered(messages)
+        for i in range(0, len(messages), 10):
+            chunk = messages[i : i + 10]
+            if len(chunk) == 1:
+                with _translate("send dispatch"):
+                    self.sqs.send_message(QueueUrl=self.dispatch_url, MessageBody=chunk[0].encode())
+                continue
+            entries = [{"Id": str(j), "MessageBody": m.encode()} for j, m in enumerate(chunk)]
+            with _translate("send dispatches"):
+                resp = self.sqs.send_message_batch(QueueUrl=self.dispatch_url, Entries=entries)
+            if resp.get("Failed"):
+                raise StoreError(f"send dispatches: {len(resp['Failed'])} entries refused")
+
+    def timer(self, message: Dispatch, now: float) -> None:
+        """Deliver `message` at its due time (re-delayed hop by hop past 15 minutes)."""
+        for m in self._tampered([message]):
+            # Rounded down: the message arrives at most a second early and the worker
+            # waits out the rest, so sub-second schedules (throttle slots) keep their pace.
+            delay = 0 if m.due_at is None else math.floor(max(0.0, m.due_at - now))
+            with _translate("send timer"):
+                self.sqs.send_message(
+                    QueueUrl=self.timer_url,
+                    MessageBody=m.encode(),
+                    DelaySeconds=min(MAX_DELAY, delay),
+                )
+
+    def receive(self, url: str, *, max_messages: int = 10, wait: int = 5) -> list[Received]:
+        with _translate("receive"):
+            resp = self.sqs.receive_message(
+                QueueUrl=url,
+                MaxNumberOfMessages=max(1, min(10, max_messages)),
+                WaitTimeSeconds=wait,
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],
+            )
+        out = []
+        for m in resp.get("Messages", []):
+            try:
+                msg: Dispatch | None = Dispatch.model_validate_json(m["Body"])
+            except ValidationError:
+                msg = None
+            count = int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
+            out.append(Received(url, m["ReceiptHandle"], msg, count))
+        return out
+
+    def delete(self, url: str, receipts: Sequence[str]) -> None:
+        for i in range(0, len(receipts), 10):
+            chunk = receipts[i : i + 10]
+            entries = [{"Id": str(j), "ReceiptHandle": r} for j, r in enumerate(chunk)]
+            with _translate("delete messages"):
+                self.sqs.delete_message_batch(QueueUrl=url, Entries=entries)
+
+    def backlog(self, url: str) -> int:
+        """Messages visible or in flight (not the delayed ones)."""
+        with _translate("queue depth"):
+            attrs = self.sqs.get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                ],
+            )["Attributes"]
+        return int(attrs.get("ApproximateNumberOfMessages", 0)) + int(
+            attrs.get("ApproximateNumberOfMessagesNotVisible", 0)
+        )

@@ -1,0 +1,26 @@
+"""DynamoDB rows: every read and every conditional write of run state goes through `Store`.
+
+Each write names the state it expects (status, attempt, lease owner). A duplicate,
+late or reordered message finds that guard false and the write raises ConditionFailed,
+which callers treat as "already done by someone else". `ClientError` never leaves the
+store.
+
+`Store` is one facade over its row classes, one module each:
+
+- `run_rows.RunRows`: run rows (create, read, list, admit, count down, halt, finish);
+- `step_rows.StepRows`: step rows as whole items (batch writes, reads, outputs);
+- `step_transitions.StepTransitions`: guarded step moves (claim, promote, record an
+  attempt's outcome, skip), and the `Lease` a claim carries;
+- `store_tables.Tables`: the client and table names they share."""
+
+from __future__ import annotations
+
+from orchestrator.adapters.store.run_rows import RunRows
+from orchestrator.adapters.store.step_rows import StepRows
+from orchestrator.adapters.store.step_writes import Lease, StepTransitions
+
+__all__ = ["Lease", "Store"]
+
+
+class Store(RunRows, StepRows, StepTransitions):
+    """Reads and conditional writes of the runs and steps tables (one DynamoDB client)."""

@@ -1,0 +1,205 @@
+"""The DynamoDB item encoding of run and step rows.
+
+JSON values (run input, step payloads and outputs, errors) are stored as JSON strings:
+the bytes a function returned are the bytes its dependants receive, with no float/Decimal
+or empty-set surprises from DynamoDB's type system."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.engine.records import RunRecord, StepRecord
+from orchestrator.engine.states import RunStatus, StepStatus
+from orchestrator.strict_json import dumps
+
+__all__ = [
+    "history_entry",
+    "num",
+    "run_from_item",
+    "run_to_item",
+    "step_from_item",
+    "step_to_item",
+]
+
+Item = dict[str, dict[str, Any]]
+
+
+def _s(item: Item, key: str) -> str | None:
+    v = item.get(key)
+    return None if v is None else str(v["S"])
+
+
+def _n(item: Item, key: str) -> float | None:
+    v = item.get(key)
+    return None if v is None else float(v["N"])
+
+
+def _json(item: Item, key: str) -> Any:
+    raw = _s(item, key)
+    return None if raw is None else json.loads(raw)
+
+
+def _history(item: Item) -> tuple[dict[str, Any], ...]:
+    entries = item.get("history", {}).get("L", [])
+    return tuple(json.loads(e["S"]) for e in entries)
+
+
+def history_entry(at: float, kind: str, **fields: Any) -> dict[str, Any]:
+    """One line of a row's history (DynamoDB list element): what happened and when."""
+    entry: dict[str, Any] = {"at": round(at, 3), "type": kind}
+    entry.update({k: v for k, v in fields.items() if v is not None})
+    return {"S": dumps(entry)}
+
+
+def _list(item: Item, key: str) -> tuple[str, ...]:
+    # Edge lists are one JSON string, not a DynamoDB list: a join's row is rewritten by
+    # every dependency, and a list of a thousand typed elements is costly to copy.
+    raw = _s(item, key)
+    return () if raw is None else tuple(json.loads(raw))
+
+
+def step_from_item(item: Item) -> StepRecord:
+    sat = item.get("satisfied")
+    return StepRecord(
+        run_id=item["run_id"]["S"],
+        step=item["step"]["S"],
+        status=StepStatus(item["status"]["S"]),
+        backend=_s(item, "backend") or "",
+        route=_s(item, "route") or "",
+        deps=_list(item, "deps"),
+        dependants=_list(item, "dependants"),
+        satisfied=frozenset(sat["SS"]) if sat else frozenset(),
+        payload=_json(item, "payload") or {},
+        attempt=int(_n(item, "attempt") or 0),
+        max_attempts=int(_n(item, "max_attempts") or 1),
+        timeout=_n(item, "timeout") or 60.0,
+        retry_strategy=_s(item, "retry_strategy") or "linear",
+        retry_delay=_n(item, "retry_delay") or 1.0,
+        retry_max_delay=_n(item, "retry_max_delay") or 300.0,
+        lease_owner=_s(item, "lease_owner"),
+        lease_until=_n(item, "lease_until"),
+        due_at=_n(item, "due_at"),
+        ready_at=_n(item, "ready_at"),
+        started_at=_n(item, "started_at"),
+        finished_at=_n(item, "finished_at"),
+        has_output="output" in item or "output_ref" in item,
+        output=_json(item, "output"),
+        output_ref=_s(item, "output_ref"),
+        output_size=int(_n(item, "output_size") or 0),
+        error=_json(item, "error"),
+        expires_at=_n(item, "expires_at"),
+        count_me=bool(item.get("count_me", {}).get("BOOL", False)),
+        history=_history(item),
+    )
+
+
+def num(x: float | int) -> dict[str, str]:
+    if isinstance(x, int) or float(x).is_integer():
+        return {"N": str(int(x))}
+    return {"N": f"{x:.3f}"}
+
+
+def step_to_item(s: StepRecord) -> Item:
+    item: Item = {
+        "run_id": {"S": s.run_id},
+        "step": {"S": s.step},
+        "status": {"S": s.status.value},
+        "backend": {"S": s.backend},
+        "route": {"S": s.route},
+        "deps": {"S": dumps(list(s.deps))},
+        "dependants": {"S": dumps(list(s.dependants))},
+        "payload": {"S": dumps(s.payload)},
+        "attempt": num(s.attempt),
+        "max_attempts": num(s.max_attempts),
+        "timeout": num(s.timeout),
+        "retry_strategy": {"S": s.retry_strategy},
+        "retry_delay": num(s.retry_delay),
+        "retry_max_delay": num(s.retry_max_delay),
+        "output_size": num(s.output_size),
+    }
+    if s.satisfied:
+        item["satisfied"] = {"SS": sorted(s.satisfied)}
+    for key in ("lease_owner", "output_ref"):
+        v = getattr(s, key)
+        if v is not None:
+            item[key] = {"S": v}
+    for key in ("lease_until", "due_at", "ready_at", "started_at", "finished_at", "expires_at"):
+        v = getattr(s, key)
+        if v is not None:
+            item[key] = num(v)
+    if s.has_output and s.output_ref is None:
+        item["output"] = {"S": dumps(s.output)}
+    if s.error is not None:
+        item["error"] = {"S": dumps(s.error)}
+    if s.count_me:
+        item["count_me"] = {"BOOL": True}
+    if s.history:
+        item["history"] = {"L": [{"S": dumps(e)} for e in s.history]}
+    return item
+
+
+def run_from_item(item: Item) -> RunRecord:
+    return RunRecord(
+        run_id=item["run_id"]["S"],
+        workflow=item["workflow"]["S"],
+        status=RunStatus(item["status"]["S"]),
+        input=_json(item, "input"),
+        definition=_json(item, "definition") or {},
+        created_at=(_n(item, "created_at") or 0) / 1000.0,
+        total=int(_n(item, "total") or 0),
+        remaining=int(_n(item, "remaining") or 0),
+        on_failure=_s(item, "on_failure") or "halt",
+        updated_at=_n(item, "updated_at"),
+        kill_requested=bool(item.get("kill_requested", {}).get("BOOL", False)),
+        kill_reason=_s(item, "kill_reason"),
+        halted=bool(item.get("halted", {}).get("BOOL", False)),
+        error=_json(item, "error"),
+        finished_at=_n(item, "finished_at"),
+        expires_at=_n(item, "expires_at"),
+        trigger=_json(item, "trigger"),
+        rerun_of=_s(item, "rerun_of"),
+        gate=_json(item, "gate"),
+        admit_at=_n(item, "admit_at"),
+        started_at=_n(item, "started_at"),
+        history=_history(item),
+    )
+
+
+def run_to_item(r: RunRecord) -> Item:
+    item: Item = {
+        "run_id": {"S": r.run_id},
+        "workflow": {"S": r.workflow},
+        "status": {"S": r.status.value},
+        "input": {"S": dumps(r.input)},
+        "definition": {"S": dumps(r.definition)},
+        # created_at is the GSI sort key: integer milliseconds keep "newest first" exact.
+        "created_at": {"N": str(int(r.created_at * 1000))},
+        "total": num(r.total),
+        "remaining": num(r.remaining),
+        "on_failure": {"S": r.on_failure},
+        "kill_requested": {"BOOL": r.kill_requested},
+        "halted": {"BOOL": r.halted},
+        "listed": {"S": "runs"},  # the partition of the `recent` index: every run
+    }
+    if not r.status.terminal:
+        item["active"] = {"S": "1"}
+    if r.updated_at is not None:
+        item["updated_at"] = num(r.updated_at)
+    if r.kill_reason is not None:
+        item["kill_reason"] = {"S": r.kill_reason}
+    if r.error is not None:
+        item["error"] = {"S": dumps(r.error)}
+    for key in ("finished_at", "expires_at", "admit_at", "started_at"):
+        v = getattr(r, key)
+        if v is not None:
+            item[key] = num(v)
+    for key in ("trigger", "gate"):
+        v = getattr(r, key)
+        if v is not None:
+            item[key] = {"S": dumps(v)}
+    if r.rerun_of is not None:
+        item["rerun_of"] = {"S": r.rerun_of}
+    if r.history:
+        item["history"] = {"L": [{"S": dumps(e)} for e in r.history]}
+    return item

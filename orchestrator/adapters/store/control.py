@@ -1,0 +1,201 @@
+"""The control table: every item around runs that is neither a run nor a step.
+
+One table, one item kind per key prefix, each changed only by conditional writes:
+
+| pk                          | sk                 | what                                  |
+|-----------------------------|--------------------|---------------------------------------|
+| `idem#<key>`                | `-`                | an Idempotency-Key and its run        |
+| `delivery#<hook>#<sha256>`  | `-`                | a webhook delivery id already taken   |
+| `event#<name>`              | `<ms>#<id>`        | an event, kept for its retention      |
+| `eventid#<name>#<id>`       | `-`                | an event id already taken             |
+| `schedule#<workflow>`       | `-`                | the schedule's cursor and pause flag  |
+| `lock#<group>#<key>`        | `-`                | the run holding a concurrency group   |
+| `waiting#<group>#<key>`     | `<ms>#<run id>`    | runs queued for a group, in order     |
+| `throttle#<workflow>#<key>` | `-`                | a throttle budget (its next free slot)|
+| `apikey#<sha256>`           | `-`                | an API key, stored hashed             |
+
+Values that are documents (a delivery's run ids, an event payload) are JSON strings in
+`doc`; attributes that conditions test are plain attributes. Items with `expires_at`
+expire by TTL, and reads here ignore an expired item that DynamoDB has not deleted yet."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.store.codec import num
+from orchestrator.errors import ConditionFailed
+from orchestrator.strict_json import dumps
+
+__all__ = ["REPAIR_WITHIN", "Claim", "Control", "Item", "doc_of", "ms_key"]
+
+Item = dict[str, Any]
+
+# How long after an id was first claimed a duplicate may still complete what the first
+# request left undone (its process died between the claim and the run's creation).
+# Later, a run that is missing has expired and must stay gone.
+REPAIR_WITHIN = 600.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The outcome of claiming an id: was this the first claim, what the first claim
+    stored (with `at`, when), and is it recent enough for a duplicate to repair it."""
+
+    first: bool
+    doc: dict[str, Any]
+    recent: bool
+
+
+def ms_key(t: float) -> str:
+    """A time as a sort key: 15-digit zero-padded milliseconds (sorts as it should)."""
+    return f"{int(t * 1000):015d}"
+
+
+def doc_of(item: Item) -> Any:
+    raw = item.get("doc", {}).get("S")
+    return None if raw is None else json.loads(raw)
+
+
+def _live(item: Item | None, now: float) -> Item | None:
+    if not item:
+        return None
+    exp = item.get("expires_at", {}).get("N")
+    if exp is not None and float(exp) <= now:
+        return None
+    return item
+
+
+class Control:
+    def __init__(self, dynamodb: Any, table: str) -> None:
+        self.ddb = dynamodb
+        self.table = table
+
+    @staticmethod
+    def key(pk: str, sk: str = "-") -> Item:
+        return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+    def put_new(
+        self,
+        pk: str,
+        sk: str = "-",
+        *,
+        now: float,
+        doc: Any = None,
+        attrs: Item | None = None,
+        expires_at: float | None = None,
+    ) -> bool:
+        """Create an item unless a live one exists. True if this call created it."""
+        item = {**self.key(pk, sk), **(attrs or {})}
+        if doc is not None:
+            item["doc"] = {"S": dumps(doc)}
+        if expires_at is not None:
+            item["expires_at"] = num(expires_at)
+        try:
+            with _translate(f"control {pk}: create"):
+                self.ddb.put_item(
+                    TableName=self.table,
+                    Item=item,
+                    # An expired item DynamoDB has not deleted yet counts as absent.
+                    ConditionExpression="attribute_not_exists(pk) OR expires_at <= :now",
+                    ExpressionAttributeValues={":now": num(now)},
+                )
+        except ConditionFailed:
+            return False
+        return True
+
+    def claim(self, pk: str, *, now: float, doc: dict[str, Any], expires_at: float) -> Claim:
+        """Claim an id (a delivery id, an event id, an Idempotency-Key) with one
+        conditional put; a duplicate reads what the first claim stored."""
+        mine = {**doc, "at": now}
+        if self.put_new(pk, now=now, doc=mine, expires_at=expires_at):
+            return Claim(True, mine, True)
+        stored = doc_of(self.get(pk, now=now) or {})
+        if stored is None:  # expired between the two calls: claim it again
+            return self.claim(pk, now=now, doc=doc, expires_at=expires_at)
+        return Claim(False, stored, now - float(stored.get("at", now)) < REPAIR_WITHIN)
+
+    def get(self, pk: str, sk: str = "-", *, now: float) -> Item | None:
+        with _translate(f"control {pk}: read"):
+            resp = self.ddb.get_item(
+                TableName=self.table, Key=self.key(pk, sk), ConsistentRead=True
+            )
+        return _live(resp.get("Item"), now)
+
+    def update(
+        self,
+        pk: str,
+        sk: str = "-",
+        *,
+        update: str,
+        values: Item | None = None,
+        names: dict[str, str] | None = None,
+        condition: str | None = None,
+    ) -> Item:
+        """One UpdateItem; raises ConditionFailed when `condition` does not hold."""
+        request: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": self.key(pk, sk),
+            "UpdateExpression": update,
+            "ReturnValues": "ALL_NEW",
+        }
+        if values:
+            request["ExpressionAttributeValues"] = values
+        if names:
+            request["ExpressionAttributeNames"] = names
+        if condition:
+            request["ConditionExpression"] = condition
+        with _translate(f"control {pk}: update"):
+            resp = self.ddb.update_item(**request)
+        attrs: Item = resp.get("Attributes", {})
+        return attrs
+
+    def delete(
+        self,
+        pk: str,
+        sk: str = "-",
+        *,
+        condition: str | None = None,
+        values: Item | None = None,
+        names: dict[str, str] | None = None,
+    ) -> bool:
+        """Delete an item; False when `condition` did not hold."""
+        request: dict[str, Any] = {"TableName": self.table, "Key": self.key(pk, sk)}
+        if condition:
+            request["ConditionExpression"] = condition
+        if values:
+            request["ExpressionAttributeValues"] = values
+        if names:
+            request["ExpressionAttributeNames"] = names
+        try:
+            with _translate(f"control {pk}: delete"):
+                self.ddb.delete_item(**request)
+        except ConditionFailed:
+            return False
+        return True
+
+    def query(
+        self,
+        pk: str,
+        *,
+        now: float,
+        limit: int = 100,
+        newest_first: bool = False,
+        after: str | None = None,
+    ) -> list[Item]:
+        """Items of one partition in sort-key order (live ones only)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "pk = :pk" + (" AND sk > :after" if after else ""),
+            "ExpressionAttributeValues": {":pk": {"S": pk}},
+            "ScanIndexForward": not newest_first,
+            "ConsistentRead": True,
+            "Limit": limit,
+        }
+        if after:
+            kwargs["ExpressionAttributeValues"][":after"] = {"S": after}
+        with _translate(f"control {pk}: query"):
+            resp = self.ddb.query(**kwargs)
+        return [i for i in resp.get("Items", []) if _live(i, now) is not None]

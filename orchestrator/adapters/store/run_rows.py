@@ -1,0 +1,255 @@
+"""Run rows: reading, listing and the guarded writes that start, count down and finish a
+run. Each write names the status it expects (`queued` or `running`); a late or duplicate
+caller finds that guard false and gets ConditionFailed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.store.codec import num, run_from_item, run_to_item
+from orchestrator.adapters.store.tables import Item, Tables, history_clause, short_error
+from orchestrator.engine.records import RunRecord
+from orchestrator.engine.states import RunStatus
+from orchestrator.errors import ConditionFailed
+from orchestrator.strict_json import dumps
+
+__all__ = ["RunRows"]
+
+
+class RunRows(Tables):
+    """Reads and conditional writes of the runs table."""
+
+    def create_run(self, run: RunRecord) -> None:
+        with _translate(f"run {run.run_id}: create"):
+            self.ddb.put_item(
+                TableName=self.runs,
+                Item=run_to_item(run),
+                ConditionExpression="attribute_not_exists(run_id)",
+            )
+
+    def get_run(self, run_id: str, now: float, *, consistent: bool = True) -> RunRecord | None:
+        with _translate(f"run {run_id}: read"):
+            resp = self.ddb.get_item(
+                TableName=self.runs, Key={"run_id": {"S": run_id}}, ConsistentRead=consistent
+            )
+        item = resp.get("Item")
+        if not item:
+            return None
+        run = run_from_item(item)
+        # DynamoDB deletes expired rows lazily: an expired row is gone as far as we care.
+        if run.expires_at is not None and run.expires_at <= now:
+            return None
+        return run
+
+    def _update_running(
+        self,
+        run_id: str,
+        what: str,
+        update: str,
+        values: dict[str, Any],
+        *,
+        names: dict[str, str] | None = None,
+        returns: str = "NONE",
+    ) -> Item:
+        """One UpdateItem on a run row, guarded by `status = running` (raises
+        ConditionFailed once the run has finished)."""
+        with _translate(f"run {run_id}: {what}"):
+            resp = self.ddb.update_item(
+                TableName=self.runs,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression=update,
+                ConditionExpression="#s = :running",
+                ExpressionAttributeNames={"#s": "status", **(names or {})},
+                ExpressionAttributeValues={
+                    **values, ":running": {"S": RunStatus.RUNNING.value}
+                },
+                ReturnValues=returns,
+            )
+        attrs: Item = resp.get("Attributes", {})
+        return attrs
+
+    def decrement_remaining(self, run_id: str, by: int, now: float) -> int | None:
+        """Count `by` steps as terminal. Returns the new count, or None when the run is
+        no longer running. The count is a hint that triggers the (verified) finish."""
+        try:
+            attrs = self._update_running(
+                run_id, "count", "ADD remaining :d SET updated_at = :now",
+                {":d": {"N": str(-by)}, ":now": num(now)}, returns="UPDATED_NEW",
+            )
+        except ConditionFailed:
+            return None
+        return int(attrs["remaining"]["N"])
+
+    def mark_halted(self, run_id: str, error: dict[str, Any], now: float) -> None:
+        values = {":t": {"BOOL": True}, ":err": {"S": dumps(error)}, ":now": num(now)}
+        hist = history_clause(values, now, "run.halted", error=short_error(error))
+        self._update_running(
+            run_id, "halt",
+            f"SET halted = :t, #e = if_not_exists(#e, :err), updated_at = :now, {hist}",
+            values, names={"#e": "error", "#h": "history"},
+        )
+
+    def request_kill(self, run_id: str, reason: str, now: float) -> RunRecord:
+        values = {":t": {"BOOL": True}, ":r": {"S": reason}, ":now": num(now)}
+        hist = history_clause(values, now, "run.cancel_requested", reason=reason[:300])
+        attrs = self._update_running(
+            run_id, "kill",
+            # The first reason stands: a second cancel is recorded in history only.
+            f"SET kill_requested = :t, kill_reason = if_not_exists(kill_reason, :r),"
+            f" updated_at = :now, {hist}",
+            values, names={"#h": "history"}, returns="ALL_NEW",
+        )
+        return run_from_item(attrs)
+
+    def _update_queued(
+        self, run_id: str, what: str, update: str, values: dict[str, Any],
+        names: dict[str, str],
+    ) -> RunRecord:
+        with _translate(f"run {run_id}: {what}"):
+            resp = self.ddb.update_item(
+                TableName=self.runs,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression=update,
+                ConditionExpression="#s = :queued",
+                ExpressionAttributeNames={"#s": "status", **names},
+                ExpressionAttributeValues={**values, ":queued": {"S": RunStatus.QUEUED.value}},
+                ReturnValues="ALL_NEW",
+            )
+        return run_from_item(resp["Attributes"])
+
+    def admit_run(self, run_id: str, now: float, detail: dict[str, Any]) -> RunRecord:
+        """queued -> running: exactly one caller wins (ConditionFailed for the others)."""
+        values = {":run": {"S": RunStatus.RUNNING.value}, ":now": num(now)}
+        hist = history_clause(values, now, "run.started", **detail)
+        return self._update_queued(
+            run_id, "admit",
+            f"SET #s = :run, started_at = :now, updated_at = :now, {hist}",
+            values, {"#h": "history"},
+        )
+
+    def finish_queued(
+        self, run_id: str, status: RunStatus, error: dict[str, Any], now: float,
+        expires_at: float,
+    ) -> RunRecord:
+        """queued -> skipped or killed: a run that never started."""
+        values = {
+            ":st": {"S": status.value}, ":err": {"S": dumps(error)}, ":now": num(now),
+            ":exp": num(expires_at),
+        }
+        hist = history_clause(values, now, f"run.{status.value}", error=short_error(error))
+        return self._update_queued(
+            run_id, "finish before start",
+            "SET #s = :st, #e = :err, finished_at = :now, updated_at = :now,"
+            f" expires_at = :exp, {hist} REMOVE active",
+            values, {"#e": "error", "#h": "history"},
+        )
+
+    def set_admit_at(self, run_id: str, at: float) -> None:
+        """Record a queued run's throttle slot."""
+        with _translate(f"run {run_id}: throttle slot"):
+            self.ddb.update_item(
+                TableName=self.runs,
+                Key={"run_id": {"S": run_id}},
+                UpdateExpression="SET admit_at = :at",
+                ConditionExpression="#s = :queued AND attribute_not_exists(admit_at)",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={
+                    ":at": num(at), ":queued": {"S": RunStatus.QUEUED.value},
+                },
+            )
+
+    def finish_run(
+        self,
+        run_id: str,
+        status: RunStatus,
+        error: dict[str, Any] | None,
+        now: float,
+        expires_at: float,
+    ) -> None:
+        values: dict[str, Any] = {
+            ":st": {"S": status.value},
+            ":now": num(now),
+            ":exp": num(expires_at),
+        }
+        hist = history_clause(
+            values, now, f"run.{status.value}", error=None if error is None else short_error(error)
+        )
+        update = (
+            f"SET #s = :st, finished_at = :now, updated_at = :now, expires_at = :exp, {hist}"
+        )
+        names: dict[str, str] = {"#h": "history"}
+        if error is not None:
+            update += ", #e = if_not_exists(#e, :err)"
+            values[":err"] = {"S": dumps(error)}
+            names["#e"] = "error"
+        self._update_running(run_id, "finish", update + " REMOVE active", values, names=names)
+
+    def active_run_ids(self) -> list[str]:
+        ids: list[str] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.runs,
+            "IndexName": "active",
+            "KeyConditionExpression": "active = :one",
+            "ExpressionAttributeValues": {":one": {"S": "1"}},
+        }
+        while True:
+            with _translate("active runs"):
+                resp = self.ddb.query(**kwargs)
+            ids.extend(i["run_id"]["S"] for i in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return ids
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    def list_runs(
+        self,
+        workflow: str | None,
+        now: float,
+        *,
+        status: str | None = None,
+        limit: int = 20,
+        start: Item | None = None,
+    ) -> tuple[list[RunRecord], Item | None]:
+        """Runs newest first (of one workflow, or all), optionally of one status.
+
+        A status filter is applied after the read, so a page may hold fewer than `limit`
+        runs while the cursor still leads on; reading continues until the page is full."""
+        values: dict[str, Any] = {}
+        if workflow is None:
+            index, cond = "recent", "listed = :w"
+            values[":w"] = {"S": "runs"}
+        else:
+            index, cond = "by-workflow", "workflow = :w"
+            values[":w"] = {"S": workflow}
+        kwargs: dict[str, Any] = {
+            "TableName": self.runs,
+            "IndexName": index,
+            "KeyConditionExpression": cond,
+            "ScanIndexForward": False,
+            "Limit": limit,
+            # Only what a listing shows: the definition and input can be large.
+            "ProjectionExpression": "run_id, workflow, #s, created_at, finished_at, expires_at,"
+            " started_at, #t, rerun_of",
+            "ExpressionAttributeNames": {"#s": "status", "#t": "trigger"},
+        }
+        if status is not None:
+            kwargs["FilterExpression"] = "#s = :st"
+            values[":st"] = {"S": status}
+        kwargs["ExpressionAttributeValues"] = values
+        if start:
+            kwargs["ExclusiveStartKey"] = start
+        runs: list[RunRecord] = []
+        last: Item | None = None
+        for _ in range(20):  # bounded: a rare status may need several reads per page
+            with _translate(f"runs of {workflow or 'all workflows'}"):
+                resp = self.ddb.query(**kwargs)
+            for item in resp.get("Items", []):
+                run = run_from_item(item)
+                if run.expires_at is None or run.expires_at > now:
+                    runs.append(run)
+            last = resp.get("LastEvaluatedKey")
+            if last is None or len(runs) >= limit:
+                break
+            kwargs["ExclusiveStartKey"] = last
+            kwargs["Limit"] = limit - len(runs)
+        return runs, last

@@ -1,0 +1,102 @@
+"""Step rows as whole items: batch and conditional creation, consistent reads of one
+row, of a run's rows (optionally states only) and of step outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.store.codec import step_from_item, step_to_item
+from orchestrator.adapters.store.tables import Tables, step_key
+from orchestrator.engine.records import StepRecord
+from orchestrator.errors import StoreError
+
+__all__ = ["STATE_PROJECTION", "StepRows"]
+
+STATE_PROJECTION = (
+    "run_id, step, #s, backend, route, deps, dependants, attempt, max_attempts, #t,"
+    " retry_strategy, retry_delay, retry_max_delay, lease_owner, lease_until, due_at,"
+    " ready_at, started_at, finished_at, count_me"
+)
+
+
+class StepRows(Tables):
+    """Whole-row writes and reads of the steps table."""
+
+    def put_steps(self, rows: Sequence[StepRecord]) -> None:
+        """Write whole rows (new runs, and the expiry stamp of a finished run)."""
+        items = [{"PutRequest": {"Item": step_to_item(r)}} for r in rows]
+        for i in range(0, len(items), 25):
+            pending: dict[str, Any] = {self.steps: items[i : i + 25]}
+            for _ in range(10):
+                with _translate("write steps"):
+                    resp = self.ddb.batch_write_item(RequestItems=pending)
+                pending = resp.get("UnprocessedItems") or {}
+                if not pending:
+                    break
+            else:
+                raise StoreError("write steps: DynamoDB kept items unprocessed")
+
+    def create_step_if_absent(self, row: StepRecord) -> None:
+        with _translate(f"step {row.run_id}/{row.step}: create"):
+            self.ddb.put_item(
+                TableName=self.steps,
+                Item=step_to_item(row),
+                ConditionExpression="attribute_not_exists(run_id)",
+            )
+
+    def get_step(self, run_id: str, step: str) -> StepRecord | None:
+        with _translate(f"step {run_id}/{step}: read"):
+            resp = self.ddb.get_item(
+                TableName=self.steps, Key=step_key(run_id, step), ConsistentRead=True
+            )
+        item = resp.get("Item")
+        return step_from_item(item) if item else None
+
+    def query_steps(self, run_id: str, *, states_only: bool = False) -> list[StepRecord]:
+        """Every step row of a run. `states_only` leaves out payloads, outputs and
+        errors: what a sweep decides on, at a fraction of the bytes."""
+        rows: list[StepRecord] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.steps,
+            "KeyConditionExpression": "run_id = :r",
+            "ExpressionAttributeValues": {":r": {"S": run_id}},
+            "ConsistentRead": True,
+        }
+        if states_only:
+            kwargs["ProjectionExpression"] = STATE_PROJECTION
+            kwargs["ExpressionAttributeNames"] = {"#s": "status", "#t": "timeout"}
+        while True:
+            with _translate(f"steps of {run_id}"):
+                resp = self.ddb.query(**kwargs)
+            rows.extend(step_from_item(i) for i in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return rows
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    def get_outputs(self, run_id: str, names: Sequence[str]) -> dict[str, StepRecord]:
+        """The rows (output columns only) of the named steps, in as few requests as
+        DynamoDB allows (100 keys per BatchGetItem)."""
+        found: dict[str, StepRecord] = {}
+        proj = "run_id, step, #s, #o, output_ref, output_size"
+        for i in range(0, len(names), 100):
+            keys = [step_key(run_id, n) for n in names[i : i + 100]]
+            request: dict[str, Any] = {
+                self.steps: {
+                    "Keys": keys,
+                    "ConsistentRead": True,
+                    "ProjectionExpression": proj,
+                    "ExpressionAttributeNames": {"#s": "status", "#o": "output"},
+                }
+            }
+            for _ in range(10):
+                with _translate(f"outputs of {run_id}"):
+                    resp = self.ddb.batch_get_item(RequestItems=request)
+                for item in resp.get("Responses", {}).get(self.steps, []):
+                    row = step_from_item({"backend": {"S": ""}, "route": {"S": ""}, **item})
+                    found[row.step] = row
+                request = resp.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+        return found

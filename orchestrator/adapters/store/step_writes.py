@@ -1,0 +1,395 @@
+"""Step transitions: the guarded UpdateItems that move one step row along its states
+(claim, promote, record success / retry / failure, skip, flag, redispatch).
+
+Each write names the state it expects (status, attempt, lease owner). A duplicate, late
+or reordered message finds that guard false: the write raises ConditionFailed, or
+returns None / False where "someone else already moved the row" is an expected answer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.store.codec import history_entry, num, step_from_item
+from orchestrator.adapters.store.tables import (
+    HISTORY,
+    Item,
+    Tables,
+    history_clause,
+    short_error,
+    step_key,
+)
+from orchestrator.engine.records import StepRecord
+from orchestrator.engine.states import StepStatus
+from orchestrator.errors import ConditionFailed
+from orchestrator.strict_json import dumps
+
+__all__ = ["Lease", "StepTransitions"]
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A claim on one attempt. The row's own timeout is added to `base` in the write
+    (`lease_until = timeout + base`), so a lease always outlives the HTTP call it covers."""
+
+    owner: str
+    base: float
+
+
+def _names(lease: Lease | None) -> dict[str, str]:
+    names = {"#s": "status", "#h": "history"}
+    if lease is not None:
+        names["#t"] = "timeout"
+    return names
+
+
+class StepTransitions(Tables):
+    """Conditional state changes of step rows."""
+
+    def _guarded(self, what: str, **request: Any) -> Item | None:
+        """One conditional UpdateItem on a step row: its attributes, or None when the
+        guard did not hold (someone else already moved the row)."""
+        try:
+            with _translate(what):
+                resp = self.ddb.update_item(TableName=self.steps, **request)
+        except ConditionFailed:
+            return None
+        attrs: Item = resp.get("Attributes", {})
+        return attrs
+
+    def claim(self, run_id: str, step: str, attempt: int, lease: Lease, now: float) -> StepRecord:
+        """Take the lease on one attempt. Exactly one caller wins per attempt."""
+        with _translate(f"step {run_id}/{step}: claim attempt {attempt}"):
+            resp = self.ddb.update_item(
+                TableName=self.steps,
+                Key=step_key(run_id, step),
+                UpdateExpression=(
+                    "SET #s = :disp, lease_owner = :o, lease_until = #t + :lu,"
+                    " started_at = if_not_exists(started_at, :now), attempt_started = :now,"
+                    f" {HISTORY} REMOVE due_at"
+                ),
+                ConditionExpression=(
+                    "attempt = :n AND attribute_not_exists(lease_owner) AND #s IN (:ready, :disp)"
+                ),
+                ExpressionAttributeNames={"#s": "status", "#t": "timeout", "#h": "history"},
+                ExpressionAttributeValues={
+                    ":disp": {"S": StepStatus.DISPATCHED.value},
+                    ":ready": {"S": StepStatus.READY.value},
+                    ":o": {"S": lease.owner},
+                    ":lu": num(lease.base),
+                    ":now": num(now),
+                    ":n": num(attempt),
+                    ":nil": {"L": []},
+                    ":h": {"L": [history_entry(now, "step.started", attempt=attempt)]},
+                },
+                ReturnValues="ALL_NEW",
+            )
+        return step_from_item(resp["Attributes"])
+
+    def _promotion(self, lease: Lease | None, now: float) -> tuple[str, dict[str, Any]]:
+        values: dict[str, Any] = {":one": num(1), ":now": num(now)}
+        if lease is None:
+            values[":st"] = {"S": StepStatus.READY.value}
+            hist = history_clause(values, now, "step.ready")
+            return f"SET #s = :st, attempt = :one, ready_at = :now, {hist}", values
+        hist = history_clause(values, now, "step.ready")
+        # Promoted and claimed in one write: both transitions, in order.
+        values[":h"]["L"].append(history_entry(now, "step.started", attempt=1))
+        values.update(
+            {
+                ":st": {"S": StepStatus.DISPATCHED.value},
+                ":o": {"S": lease.owner},
+                ":lu": num(lease.base),
+            }
+        )
+        return (
+            "SET #s = :st, attempt = :one, ready_at = :now, lease_owner = :o,"
+            f" lease_until = #t + :lu, started_at = :now, attempt_started = :now, {hist}",
+            values,
+        )
+
+    def satisfy(
+        self, run_id: str, step: str, dep: str, ndeps: int, lease: Lease | None, now: float
+    ) -> StepRecord | None:
+        """Record that `dep` succeeded. Returns the row if this call promoted the step
+        (blocked -> ready, or straight to dispatched under `lease`), else None.
+
+        Adding `dep` to the `satisfied` set is idempotent, so a duplicated completion
+        counts once; the promotion is a compare-and-swap, so exactly one caller wins."""
+        key = step_key(run_id, step)
+        blocked = {"S": StepStatus.BLOCKED.value}
+        if ndeps == 1:
+            # The only dependency: the update that records it is the promotion itself.
+            update, values = self._promotion(lease, now)
+            values.update({":b": blocked, ":dep": {"SS": [dep]}})
+            attrs = self._guarded(
+                f"step {run_id}/{step}: promote",
+                Key=key,
+                UpdateExpression=update + " ADD satisfied :dep",
+                ConditionExpression="#s = :b",
+                ExpressionAttributeNames=_names(lease),
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+            )
+            return None if attrs is None else step_from_item(attrs)
+        try:
+            with _translate(f"step {run_id}/{step}: satisfy {dep}"):
+                resp = self.ddb.update_item(
+                    TableName=self.steps,
+                    Key=key,
+                    UpdateExpression="ADD satisfied :dep",
+                    ConditionExpression="#s = :b AND NOT contains(satisfied, :d)",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={
+                        ":b": blocked,
+                        ":dep": {"SS": [dep]},
+                        ":d": {"S": dep},
+                    },
+                    # A known in-degree needs only the set back, not the whole join row.
+                    ReturnValues="UPDATED_NEW" if ndeps else "ALL_NEW",
+                )
+            attrs = resp["Attributes"]
+            count = len(attrs["satisfied"]["SS"])
+            if not ndeps:
+                ndeps = len(step_from_item(attrs).deps)
+        except ConditionFailed:
+            # Already counted (a duplicate) or no longer blocked. A crash may have
+            # fallen between the count and the promotion: try the promotion anyway.
+            count = ndeps
+        if count < ndeps:
+            return None
+        return self.promote(run_id, step, ndeps, lease, now)
+
+    def promote(
+        self,
+        run_id: str,
+        step: str,
+        ndeps: int,
+        lease: Lease | None,
+        now: float,
+        *,
+        all_deps: Sequence[str] | None = None,
+    ) -> StepRecord | None:
+        """blocked -> ready (or dispatched under `lease`) once every dependency counted.
+
+        The sweeper passes `all_deps` when it has seen every dependency succeed; the
+        set is then completed in the same write."""
+        update, values = self._promotion(lease, now)
+        values[":b"] = {"S": StepStatus.BLOCKED.value}
+        if all_deps is not None:
+            cond = "#s = :b"
+            update += ", satisfied = :all"
+            values[":all"] = {"SS": list(all_deps)}
+        else:
+            cond = "#s = :b AND size(satisfied) = :nd"
+            values[":nd"] = num(ndeps)
+        attrs = self._guarded(
+            f"step {run_id}/{step}: promote",
+            Key=step_key(run_id, step),
+            UpdateExpression=update,
+            ConditionExpression=cond,
+            ExpressionAttributeNames=_names(lease),
+            ExpressionAttributeValues=values,
+            ReturnValues="ALL_NEW",
+        )
+        return None if attrs is None else step_from_item(attrs)
+
+    def _finish_attempt(
+        self,
+        run_id: str,
+        step: str,
+        attempt: int,
+        owner: str,
+        update: str,
+        values: dict[str, Any],
+        what: str,
+        *,
+        expired_before: float | None = None,
+        names: dict[str, str] | None = None,
+    ) -> StepRecord:
+        cond = "#s = :disp AND attempt = :n AND lease_owner = :o"
+        values = {
+            **values,
+            ":disp": {"S": StepStatus.DISPATCHED.value},
+            ":n": num(attempt),
+            ":o": {"S": owner},
+        }
+        if expired_before is not None:
+            cond += " AND lease_until < :exp"
+            values[":exp"] = num(expired_before)
+        with _translate(f"step {run_id}/{step}: {what} (attempt {attempt})"):
+            resp = self.ddb.update_item(
+                TableName=self.steps,
+                Key=step_key(run_id, step),
+                UpdateExpression=update,
+                ConditionExpression=cond,
+                ExpressionAttributeNames={"#s": "status", **(names or {})},
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+            )
+        return step_from_item(resp["Attributes"])
+
+    def record_success(
+        self,
+        run_id: str,
+        step: str,
+        attempt: int,
+        owner: str,
+        *,
+        output_json: str | None,
+        output_ref: str | None,
+        size: int,
+        now: float,
+    ) -> StepRecord:
+        values: dict[str, Any] = {
+            ":ok": {"S": StepStatus.SUCCESS.value},
+            ":now": num(now),
+            ":size": num(size),
+        }
+        if output_ref is not None:
+            sets = "output_ref = :ref"
+            values[":ref"] = {"S": output_ref}
+        else:
+            sets = "#out = :out"
+            values[":out"] = {"S": output_json or "null"}
+        hist = history_clause(values, now, "step.succeeded", attempt=attempt, bytes=size)
+        update = (
+            f"SET #s = :ok, {sets}, output_size = :size, finished_at = :now, {hist}"
+            " REMOVE lease_owner, lease_until, #err"
+        )
+        names = {"#err": "error", "#h": "history"}
+        if output_ref is None:
+            names["#out"] = "output"
+        return self._finish_attempt(
+            run_id, step, attempt, owner, update, values, "record success", names=names
+        )
+
+    def record_retry(
+        self,
+        run_id: str,
+        step: str,
+        attempt: int,
+        owner: str,
+        *,
+        next_attempt: int,
+        due_at: float,
+        error: dict[str, Any],
+        now: float,
+        expired_before: float | None = None,
+    ) -> StepRecord:
+        values = {":next": num(next_attempt), ":due": num(due_at), ":err": {"S": dumps(error)}}
+        hist = history_clause(
+            values, now, "step.retrying", attempt=attempt, due_at=round(due_at, 3),
+            error=short_error(error),
+        )
+        return self._finish_attempt(
+            run_id,
+            step,
+            attempt,
+            owner,
+            f"SET attempt = :next, due_at = :due, ready_at = :due, #err = :err, {hist}"
+            " REMOVE lease_owner, lease_until",
+            values,
+            "schedule retry",
+            expired_before=expired_before,
+            names={"#err": "error", "#h": "history"},
+        )
+
+    def record_failure(
+        self,
+        run_id: str,
+        step: str,
+        attempt: int,
+        owner: str,
+        *,
+        error: dict[str, Any],
+        now: float,
+        expired_before: float | None = None,
+    ) -> StepRecord:
+        values = {
+            ":failed": {"S": StepStatus.FAILED.value},
+            ":err": {"S": dumps(error)},
+            ":now": num(now),
+        }
+        hist = history_clause(values, now, "step.failed", attempt=attempt, error=short_error(error))
+        return self._finish_attempt(
+            run_id,
+            step,
+            attempt,
+            owner,
+            f"SET #s = :failed, #err = :err, finished_at = :now, {hist}"
+            " REMOVE lease_owner, lease_until",
+            values,
+            "record failure",
+            expired_before=expired_before,
+            names={"#err": "error", "#h": "history"},
+        )
+
+    def skip(
+        self,
+        run_id: str,
+        step: str,
+        statuses: Sequence[StepStatus],
+        reason: str,
+        now: float,
+    ) -> StepRecord | None:
+        """Mark a step that has not started (no lease) as skipped; None if it has."""
+        values: dict[str, Any] = {
+            ":sk": {"S": StepStatus.SKIPPED.value},
+            ":why": {"S": dumps({"code": "skipped", "message": reason})},
+            ":now": num(now),
+        }
+        placeholders = []
+        for i, st in enumerate(statuses):
+            values[f":f{i}"] = {"S": st.value}
+            placeholders.append(f":f{i}")
+        hist = history_clause(values, now, "step.skipped", reason=reason[:300])
+        attrs = self._guarded(
+            f"step {run_id}/{step}: skip",
+            Key=step_key(run_id, step),
+            UpdateExpression=f"SET #s = :sk, #err = :why, finished_at = :now, {hist}"
+            " REMOVE due_at",
+            ConditionExpression=f"#s IN ({', '.join(placeholders)})"
+            " AND attribute_not_exists(lease_owner)",
+            ExpressionAttributeNames={"#s": "status", "#err": "error", "#h": "history"},
+            ExpressionAttributeValues=values,
+            ReturnValues="ALL_NEW",
+        )
+        return None if attrs is None else step_from_item(attrs)
+
+    def flag_counted(self, run_id: str, step: str) -> bool:
+        """Mark a step still in flight so that its terminal transition counts (once)."""
+        return self._guarded(
+            f"step {run_id}/{step}: flag",
+            Key=step_key(run_id, step),
+            UpdateExpression="SET count_me = :t",
+            ConditionExpression="attribute_not_exists(count_me) AND #s IN (:b, :r, :d)",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={
+                ":t": {"BOOL": True},
+                ":b": {"S": StepStatus.BLOCKED.value},
+                ":r": {"S": StepStatus.READY.value},
+                ":d": {"S": StepStatus.DISPATCHED.value},
+            },
+        ) is not None
+
+    def touch_dispatch(self, run_id: str, step: str, attempt: int, now: float) -> bool:
+        """Stamp a re-sent dispatch so the next sweep does not send it again at once."""
+        values = {
+            ":now": num(now),
+            ":n": num(attempt),
+            ":ready": {"S": StepStatus.READY.value},
+            ":disp": {"S": StepStatus.DISPATCHED.value},
+        }
+        hist = history_clause(values, now, "step.redispatched", attempt=attempt)
+        return self._guarded(
+            f"step {run_id}/{step}: redispatch",
+            Key=step_key(run_id, step),
+            UpdateExpression=f"SET ready_at = :now, {hist}",
+            ConditionExpression="attempt = :n AND attribute_not_exists(lease_owner)"
+            " AND #s IN (:ready, :disp)",
+            ExpressionAttributeNames={"#s": "status", "#h": "history"},
+            ExpressionAttributeValues=values,
+        ) is not None

@@ -1,0 +1,41 @@
+"""The two DynamoDB tables behind `Store`, and what its row classes share: the client and
+table names (`Tables`), a step row's key, and the history entry each transition appends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.adapters.store.codec import history_entry
+from orchestrator.settings import ResourceNames
+
+__all__ = ["HISTORY", "Item", "Tables", "history_clause", "short_error", "step_key"]
+
+Item = dict[str, Any]
+
+HISTORY = "#h = list_append(if_not_exists(#h, :nil), :h)"
+
+
+def history_clause(values: dict[str, Any], at: float, kind: str, **fields: Any) -> str:
+    """The SET clause that appends one history entry (names need `#h`)."""
+    values[":nil"] = {"L": []}
+    values[":h"] = {"L": [history_entry(at, kind, **fields)]}
+    return HISTORY
+
+
+def short_error(error: dict[str, Any]) -> dict[str, Any]:
+    """An error as kept in history: its code and the first 300 characters."""
+    message = str(error.get("message") or error.get("reason") or "")
+    return {"code": error.get("code"), "message": message[:300]}
+
+
+def step_key(run_id: str, step: str) -> Item:
+    return {"run_id": {"S": run_id}, "step": {"S": step}}
+
+
+class Tables:
+    """The DynamoDB client and the names of the runs and steps tables."""
+
+    def __init__(self, dynamodb: Any, names: ResourceNames) -> None:
+        self.ddb = dynamodb
+        self.runs = names.runs_table
+        self.steps = names.steps_table

@@ -1,0 +1,8 @@
+"""6 · The HTTP entry point: the Starlette app (app.py), its request models and body
+parsing, and the OpenAPI document. A web dashboard will be a sub-app mounted here."""
+
+from __future__ import annotations
+
+from orchestrator.api.app import create_app
+
+__all__ = ["create_app"]

@@ -1,0 +1,321 @@
+"""The HTTP API (Starlette): runs, events, webhooks and schedules.
+
+Every error is JSON `{"error": {"code", "message"}}` with a 4xx status for bad input;
+a body is size-checked before it is parsed (http_json.py). Every route but `/healthz`,
+`/openapi.json` and `/webhooks/{name}` (which checks its own signature) wants
+`Authorization: Bearer <key>` (keys from `orchestrator keys create`), unless
+ORCH_API_AUTH=off."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from orchestrator import __version__
+from orchestrator.api.models import CancelRun, EmitEvent, RerunRun, StartRun
+from orchestrator.api.openapi import openapi_document
+from orchestrator.api.requests import MAX_BODY, TooLarge, error, read_body, read_json, validated
+from orchestrator.engine.states import RunStatus
+from orchestrator.errors import (
+    ConditionFailed,
+    Conflict,
+    NotFound,
+    OrchestratorError,
+    Unauthorized,
+    Unprocessable,
+    UsageError,
+)
+from orchestrator.runtime import Runtime
+from orchestrator.services.apikeys import ApiKeys
+from orchestrator.services.idempotency import IdempotencyKeys
+
+__all__ = ["create_app"]
+
+OPEN_PATHS = ("/healthz", "/openapi.json")
+KEY_CACHE_SECONDS = 30.0
+# The attributes a listing's LastEvaluatedKey can hold (table and index keys).
+CURSOR_KEYS = frozenset({"run_id", "workflow", "created_at", "listed"})
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _cursor(last: dict[str, Any] | None) -> str | None:
+    return base64.urlsafe_b64encode(json.dumps(last).encode()).decode() if last else None
+
+
+def _uncursor(cursor: str | None) -> dict[str, Any] | None:
+    if not cursor:
+        return None
+    try:
+        start = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (ValueError, binascii.Error):
+        start = None
+    if not isinstance(start, dict) or not set(start) <= CURSOR_KEYS or not all(
+        isinstance(v, dict) and len(v) == 1 and set(v) <= {"S", "N"} for v in start.values()
+    ):
+        raise UsageError("cursor: not a cursor this API returned")
+    return start
+
+
+def _summary(r: Any) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id,
+        "workflow": r.workflow,
+        "status": r.status.value,
+        "created_at": r.created_at,
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+        "trigger": r.trigger,
+        "rerun_of": r.rerun_of,
+    }
+
+
+def _started(run: Any, created: bool, **extra: Any) -> JSONResponse:
+    body = {
+        "run_id": run.run_id,
+        "workflow": run.workflow,
+        "status": run.status.value,
+        "created": created,
+        **extra,
+    }
+    if run.error:
+        body["error"] = run.error
+    return JSONResponse(body, status_code=201 if created else 200)
+
+
+class _KeyCheck:
+    """Bearer keys, checked against their stored hashes (cached briefly)."""
+
+    def __init__(self, keys: ApiKeys, clock: Callable[[], float]) -> None:
+        self.keys = keys
+        self.clock = clock
+        self.ok: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, header: str | None) -> None:
+        if not header:
+            raise Unauthorized("missing_api_key",
+                               "Authorization: Bearer <key> is required "
+                               "(create a key with `orchestrator keys create`)")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise Unauthorized("bad_api_key", "Authorization must be 'Bearer <key>'")
+        key = key.strip()
+        now = time.monotonic()
+        with self.lock:
+            if self.ok.get(key, 0.0) > now:
+                return
+        if self.keys.check(key, self.clock()) is None:
+            raise Unauthorized("bad_api_key", "the API key is not valid")
+        with self.lock:
+            if len(self.ok) > 1000:
+                self.ok.clear()
+            self.ok[key] = now + KEY_CACHE_SECONDS
+
+
+def create_app(rt: Runtime) -> Starlette:
+    idempotency = IdempotencyKeys(rt.control, rt.settings.idempotency_retention)
+    check_key = _KeyCheck(ApiKeys(rt.control), rt.clock)
+
+    # ---- runs --------------------------------------------------------------------------
+
+    async def start_run(request: Request) -> JSONResponse:
+        doc = await read_json(request)
+        body = validated(StartRun, doc)
+        key = request.headers.get("idempotency-key")
+
+        def start() -> JSONResponse:
+            run_id = body.run_id
+            if key is not None:
+                run_id, _ = idempotency.claim(
+                    key, doc, body.run_id or rt.runs.new_run_id(body.workflow, rt.clock()),
+                    rt.clock(),
+                )
+            run, created = rt.runs.start(
+                body.workflow, body.input, run_id,
+                trigger={"source": "api", **({"idempotency_key": key} if key else {})},
+            )
+            return _started(run, created)
+
+        return await run_in_threadpool(start)
+
+    async def get_run(request: Request) -> JSONResponse:
+        view = await run_in_threadpool(rt.runs.view, request.path_params["run_id"])
+        return JSONResponse(view)
+
+    async def run_events(request: Request) -> JSONResponse:
+        run_id = request.path_params["run_id"]
+        events = await run_in_threadpool(rt.runs.history, run_id)
+        return JSONResponse({"run_id": run_id, "events": events})
+
+    async def list_runs(request: Request) -> JSONResponse:
+        q = request.query_params
+        workflow = q.get("workflow") or None
+        status = q.get("status") or None
+        if status is not None and status not in {s.value for s in RunStatus}:
+            known = ", ".join(s.value for s in RunStatus)
+            raise UsageError(f"status: {status!r} is not a run status ({known})")
+        try:
+            limit = int(q.get("limit", "20"))
+        except ValueError:
+            raise UsageError("limit: not an integer") from None
+        limit = max(1, min(limit, 100))
+        start = _uncursor(q.get("cursor"))
+        runs, last = await run_in_threadpool(
+            lambda: rt.store.list_runs(workflow, rt.clock(), status=status, limit=limit,
+                                       start=start)
+        )
+        return JSONResponse({"runs": [_summary(r) for r in runs], "next_cursor": _cursor(last)})
+
+    async def cancel_run(request: Request) -> JSONResponse:
+        body = validated(CancelRun, await read_json(request))
+        view = await run_in_threadpool(rt.runs.kill, request.path_params["run_id"], body.reason)
+        return JSONResponse(view)
+
+    async def rerun_run(request: Request) -> JSONResponse:
+        doc = await read_json(request)
+        body = validated(RerunRun, doc)
+        kwargs: dict[str, Any] = {"new_run_id": body.run_id}
+        if "input" in body.model_fields_set:
+            kwargs["input"] = body.input
+        run, created = await run_in_threadpool(
+            lambda: rt.runs.rerun(request.path_params["run_id"], **kwargs)
+        )
+        return _started(run, created, rerun_of=run.rerun_of)
+
+    async def workflows(request: Request) -> JSONResponse:
+        out = []
+        for name, wf in rt.manifest.workflows.items():
+            out.append({
+                "name": name,
+                "description": wf.description,
+                "steps": list(wf.steps),
+                "on_failure": wf.on_failure,
+                "schedule": wf.schedule.model_dump(exclude_none=True) if wf.schedule else None,
+                "events": [t.event for t in getattr(wf, "on", None) or ()],
+            })
+        return JSONResponse({"workflows": out})
+
+    # ---- events, webhooks, schedules ---------------------------------------------------
+
+    async def emit_event(request: Request) -> JSONResponse:
+        body = validated(EmitEvent, await read_json(request))
+        result = await run_in_threadpool(
+            lambda: rt.events.emit(body.name, body.data, key=body.key, event_id=body.id)
+        )
+        return JSONResponse(result, status_code=200 if result["duplicate"] else 201)
+
+    async def list_events(request: Request) -> JSONResponse:
+        name = request.query_params.get("name")
+        if not name:
+            raise UsageError("query parameter 'name' is required")
+        try:
+            limit = max(1, min(int(request.query_params.get("limit", "20")), 100))
+        except ValueError:
+            raise UsageError("limit: not an integer") from None
+        events = await run_in_threadpool(rt.events.recent, name, limit)
+        return JSONResponse({"events": events})
+
+    async def webhook(request: Request) -> JSONResponse:
+        raw = await read_body(request)
+        result = await run_in_threadpool(
+            rt.webhooks.deliver, request.path_params["name"], request.headers, raw
+        )
+        return JSONResponse(result, status_code=200 if result["duplicate"] else 202)
+
+    async def schedules(request: Request) -> JSONResponse:
+        return JSONResponse({"schedules": await run_in_threadpool(rt.scheduler.list_all)})
+
+    def schedule_action(action: str) -> Handler:
+        async def handle(request: Request) -> Response:
+            name = request.path_params["name"]
+            result = await run_in_threadpool(getattr(rt.scheduler, action), name)
+            return JSONResponse(result)
+
+        return handle
+
+    # ---- plumbing ----------------------------------------------------------------------
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    spec = openapi_document(__version__, idempotency_retention=rt.settings.idempotency_retention)
+
+    async def openapi(request: Request) -> JSONResponse:
+        return JSONResponse(spec)
+
+    def guarded(handler: Handler) -> Handler:
+        async def wrapped(request: Request) -> Response:
+            if rt.settings.api_auth:
+                await run_in_threadpool(check_key, request.headers.get("authorization"))
+            return await handler(request)
+
+        return wrapped
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, HTTPException):  # routing: no such path, or wrong method
+            code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http")
+            message = (f"no route {request.method} {request.url.path}" if exc.status_code == 404
+                       else str(exc.detail))
+            resp = error(exc.status_code, code, message)
+            resp.headers.update(exc.headers or {})
+            return resp
+        if isinstance(exc, TooLarge):
+            return error(413, "body_too_large", f"request body exceeds {MAX_BODY} bytes")
+        if isinstance(exc, Unauthorized):
+            resp = error(401, exc.code, exc.message)
+            resp.headers["WWW-Authenticate"] = "Bearer"
+            return resp
+        if isinstance(exc, NotFound):
+            return error(404, exc.code, exc.message)
+        if isinstance(exc, Conflict):
+            return error(409, exc.code, exc.message)
+        if isinstance(exc, ConditionFailed):
+            return error(409, "conflict", exc.message)
+        if isinstance(exc, Unprocessable):
+            return error(422, exc.code, exc.message)
+        if isinstance(exc, UsageError):
+            return error(400, exc.code, exc.message)
+        if isinstance(exc, OrchestratorError) and exc.retryable:
+            return error(503, exc.code, exc.message)
+        if isinstance(exc, OrchestratorError):
+            return error(400, exc.code, exc.message)
+        raise exc
+
+    def route(path: str, handler: Handler, method: str) -> Route:
+        open_path = path in OPEN_PATHS or path.startswith("/webhooks/")
+        return Route(path, handler if open_path else guarded(handler), methods=[method])
+
+    routes = [
+        route("/runs", start_run, "POST"),
+        route("/runs", list_runs, "GET"),
+        route("/runs/{run_id}", get_run, "GET"),
+        route("/runs/{run_id}/events", run_events, "GET"),
+        route("/runs/{run_id}/cancel", cancel_run, "POST"),
+        route("/runs/{run_id}/rerun", rerun_run, "POST"),
+        route("/workflows", workflows, "GET"),
+        route("/events", emit_event, "POST"),
+        route("/events", list_events, "GET"),
+        route("/webhooks/{name}", webhook, "POST"),
+        route("/schedules", schedules, "GET"),
+        route("/schedules/{name}/pause", schedule_action("pause"), "POST"),
+        route("/schedules/{name}/resume", schedule_action("resume"), "POST"),
+        route("/schedules/{name}/trigger", schedule_action("trigger"), "POST"),
+        route("/healthz", healthz, "GET"),
+        route("/openapi.json", openapi, "GET"),
+    ]
+    handlers: dict[Any, Any] = {
+        OrchestratorError: on_error, TooLarge: on_error, HTTPException: on_error,
+    }
+    return Starlette(routes=routes, exception_handlers=handlers)

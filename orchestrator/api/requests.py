@@ -1,0 +1,69 @@
+"""Reading HTTP request bodies: size-checked before parsing, strict JSON, validated
+against a request model with a 422 naming each wrong field."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from orchestrator.errors import Unprocessable
+from orchestrator.strict_json import parse_json
+
+__all__ = [
+    "MAX_BODY",
+    "TooLarge",
+    "error",
+    "read_body",
+    "read_json",
+    "validated",
+]
+
+MAX_BODY = 1024 * 1024
+
+
+class TooLarge(Exception):
+    pass
+
+
+def error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+async def read_body(request: Request) -> bytes:
+    """The raw body, refused (TooLarge) as soon as it passes MAX_BODY."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raise TooLarge()
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise TooLarge()
+    return body
+
+
+async def read_json(request: Request) -> Any:
+    body = await read_body(request)
+    return {} if not body else parse_json(body)
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for e in exc.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "body"
+        parts.append(f"{loc}: {e['msg']}")
+    return "; ".join(parts)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], document: Any) -> M:
+    """The body as `model`, or a 422 naming each field that is wrong."""
+    try:
+        return model.model_validate(document)
+    except ValidationError as exc:
+        raise Unprocessable("invalid_body", _validation_message(exc)) from None

@@ -1,0 +1,244 @@
+"""The `orchestrator` command.
+
+Commands that talk to the HTTP API take --url ($ORCHESTRATOR_URL) and --api-key
+($ORCHESTRATOR_API_KEY, sent as `Authorization: Bearer <key>`); every command that reads
+takes --json. The run commands live in cli_runs.py, events, schedules and webhooks in
+cli_triggers.py; the local and admin commands (lint, worker, sweeper, dev, keys) here.
+
+Exit codes:
+  0  success
+  1  the run failed, was killed or skipped (`trigger --wait`, `rerun --wait`), or lint
+     found problems
+  2  usage error: a bad flag or argument, invalid JSON, an invalid manifest; or the API
+     refused the request as given (400, 409, 422), e.g. cancelling a finished run or
+     rerunning one that is still running: the API's message says why
+  3  the API or the AWS endpoint could not be reached or failed (5xx), or `--wait` timed
+     out with the run still queued or running
+  4  no such run, workflow, schedule or webhook
+  5  authentication failed (401): set ORCHESTRATOR_API_KEY or --api-key"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orchestrator.cli import runs as cli_runs
+from orchestrator.cli import triggers as cli_triggers
+from orchestrator.cli.client import KEY_VARIABLE
+from orchestrator.cli.common import (
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    exit_for,
+    fail,
+    load,
+    manifest_option,
+)
+from orchestrator.errors import ManifestError, OrchestratorError
+
+__all__ = ["main"]
+
+# `orchestrator --help` ends with the exit codes of the docstring above ("\b": keep lines).
+EPILOG = "\b\nExit codes:" + (__doc__ or "").partition("Exit codes:")[2]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
+@click.version_option(package_name="orchestrator")
+@click.option("-v", "--verbose", is_flag=True, help="Log what the workers and sweeper do.")
+def main(verbose: bool) -> None:
+    """Durable workflows over stateless HTTP functions, on DynamoDB and SQS."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+
+
+for _command in (*cli_runs.COMMANDS, *cli_triggers.COMMANDS):
+    main.add_command(_command)
+
+
+@main.command()
+@manifest_option
+def lint(manifest_path: str) -> None:
+    """Check a manifest: DAG shape, fields, durations, cron, backends, routes."""
+    from orchestrator.manifest.loader import lint_manifest
+
+    if not Path(manifest_path).is_file():
+        fail(f"{manifest_path}: manifest not found (use --manifest PATH)", EXIT_USAGE)
+    try:
+        report = lint_manifest(manifest_path)
+    except ManifestError as exc:
+        click.echo(exc.message, err=True)
+        click.echo(f"{len(exc.problems)} problem(s) found", err=True)
+        sys.exit(EXIT_RUN_FAILED)
+    for w in report.warnings:
+        click.echo(f"warning: {w}", err=True)
+    n = len(report.manifest.workflows)
+    click.echo(f"{manifest_path}: ok ({n} workflow{'s' if n != 1 else ''})")
+
+
+def _stop_event() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
+
+
+def _runtime(manifest_path: str) -> Any:
+    from orchestrator.runtime import Runtime
+    from orchestrator.settings import Settings
+
+    manifest = load(manifest_path)
+    try:
+        return Runtime.build(Settings.from_env(), manifest)
+    except OrchestratorError as exc:
+        exit_for(exc)
+
+
+@main.command()
+@manifest_option
+@click.option("--threads", type=int, default=None, help="Concurrent steps (default 8).")
+def worker(manifest_path: str, threads: int | None) -> None:
+    """Run a worker against the configured endpoint (AWS_ENDPOINT_URL, ORCH_PREFIX)."""
+    rt = _runtime(manifest_path)
+    stop = _stop_event()
+    click.echo(f"worker polling {rt.queues.dispatch_url}", err=True)
+    rt.worker().run(stop, threads=threads)
+
+
+@main.command()
+@manifest_option
+@click.option("--once", is_flag=True, help="Sweep once and print what was repaired.")
+def sweeper(manifest_path: str, once: bool) -> None:
+    """Run the sweeper: re-dispatch lost work, expire leases, finish stuck runs."""
+    rt = _runtime(manifest_path)
+    if once:
+        click.echo(json.dumps(rt.sweeper().sweep().__dict__))
+        return
+    rt.sweeper().run(_stop_event())
+
+
+@main.group()
+def keys() -> None:
+    """API keys (stored hashed in the control table)."""
+
+
+@keys.command("create")
+@click.option("--name", default="cli", show_default=True,
+              help="What the key is for (kept with its hash).")
+def create_key(name: str) -> None:
+    """Create an API key, writing directly to the tables (AWS_ENDPOINT_URL, ORCH_PREFIX).
+    The key is printed once, on stdout; only its hash is stored."""
+    from orchestrator.adapters.aws import make_clients
+    from orchestrator.adapters.store.control import Control
+    from orchestrator.services.apikeys import ApiKeys
+    from orchestrator.settings import Settings
+
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    control = Control(make_clients(settings).dynamodb, settings.names.control_table)
+    try:
+        key = ApiKeys(control).create(name, time.time())
+    except OrchestratorError as exc:
+        where = settings.endpoint_url or f"AWS ({settings.region})"
+        fail(f"cannot store the key in {settings.names.control_table} at {where}: "
+             f"{exc.message} (deployed? check AWS_ENDPOINT_URL and ORCH_PREFIX)",
+             EXIT_UNAVAILABLE)
+    click.echo(key)
+    click.echo(
+        f"API key {name!r} created. It is shown only this once; use it with\n"
+        f"  export {KEY_VARIABLE}={key}\n"
+        "or pass --api-key to each command, or send 'Authorization: Bearer <key>'.",
+        err=True,
+    )
+
+
+@main.command()
+@manifest_option
+@click.option("--port", default=8080, show_default=True, help="Port of the orchestrator API.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--functions",
+    "functions_app",
+    default="functions.examples.monthly_report:create_app",
+    show_default=True,
+    help="module:factory of the functions app to serve ('none' to serve none).",
+)
+@click.option("--functions-port", default=8001, show_default=True)
+@click.option("--emulator-port", default=4566, show_default=True)
+@click.option(
+    "--no-emulator",
+    is_flag=True,
+    help="Use AWS_ENDPOINT_URL or real AWS instead of the embedded emulator.",
+)
+@click.option("--workers", default=1, show_default=True, help="Worker loops to run.")
+@click.option("--sweep-interval", default=5.0, show_default=True)
+@click.option("--demo", is_flag=True, help="Trigger the demo workflow and print its outcome.")
+@click.option("--exit-after-demo", is_flag=True, help="Stop once the demo run finished.")
+def dev(
+    manifest_path: str,
+    port: int,
+    host: str,
+    functions_app: str,
+    functions_port: int,
+    emulator_port: int,
+    no_emulator: bool,
+    workers: int,
+    sweep_interval: float,
+    demo: bool,
+    exit_after_demo: bool,
+) -> None:
+    """Start the whole stack locally: emulator, tables and queues, functions, API,
+    workers and sweeper. Ctrl-C stops everything."""
+    from infra.local import LocalStack, StackOptions
+
+    opts = StackOptions(
+        manifest=Path(manifest_path),
+        host=host,
+        api_port=port,
+        functions_app=None if functions_app == "none" else functions_app,
+        functions_port=functions_port,
+        emulator_port=emulator_port,
+        embedded_emulator=not no_emulator and not os.environ.get("AWS_ENDPOINT_URL"),
+        workers=workers,
+        sweep_interval=sweep_interval,
+    )
+    stop = _stop_event()
+    stack = LocalStack(opts, echo=click.echo)
+    try:
+        stack.start()
+    except ManifestError as exc:
+        fail(f"invalid manifest:\n{exc.message}", EXIT_USAGE)
+    except OrchestratorError as exc:
+        stack.stop()
+        exit_for(exc)
+    code = EXIT_OK
+    try:
+        if demo or exit_after_demo:
+            status = stack.run_demo()
+            code = EXIT_OK if status == "success" else EXIT_RUN_FAILED
+            if exit_after_demo:
+                return
+        click.echo("Ready. Ctrl-C to stop.")
+        stop.wait()
+    finally:
+        click.echo("stopping…")
+        stack.stop()
+        if exit_after_demo:
+            sys.exit(code)

@@ -1,0 +1,242 @@
+"""The run commands: trigger (alias run), runs, show, cancel (alias kill), rerun and
+history. Each is one or two calls to the HTTP API."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from orchestrator.cli.client import KEEP, ApiClient
+from orchestrator.cli.common import (
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    EXIT_UNAVAILABLE,
+    api_options,
+    client,
+    emit,
+    fail,
+    json_option,
+    parse_json,
+    reported,
+)
+from orchestrator.cli.render import render_history, render_run, render_runs
+from orchestrator.engine.states import RunStatus
+from orchestrator.errors import NotFound
+
+__all__ = ["COMMANDS", "wait_for"]
+
+UNFINISHED = frozenset({RunStatus.QUEUED.value, RunStatus.RUNNING.value})
+
+input_option = click.option("--input", "input_json", help="Run input as JSON (or @file.json).")
+wait_option = click.option(
+    "--wait", is_flag=True, help="Wait for the run to finish; exit 1 unless it succeeded."
+)
+timeout_option = click.option("--timeout", default=600.0, show_default=True,
+                              help="Seconds to --wait.")
+
+
+def wait_for(api: ApiClient, run_id: str, timeout: float,
+             pause: Callable[[float], Any] | None = None) -> Any:
+    """Poll the API while the run is queued or running, until `timeout` passed
+    (backing off to 1 s between polls)."""
+    pause = pause or threading.Event().wait
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        view = api.run(run_id)
+        if view["status"] not in UNFINISHED or time.monotonic() > deadline:
+            return view
+        pause(delay)
+        delay = min(delay * 1.5, 1.0)
+
+
+def _started(api: ApiClient, started: dict[str, Any], wait: bool, timeout: float,
+             as_json: bool) -> None:
+    """Print a run just started (or found); with `wait`, its outcome, and exit by it."""
+    if not wait:
+        if as_json:
+            emit(started)
+        else:
+            click.echo(started["run_id"])
+            if started.get("created") is False:
+                click.echo("(an existing run: same run id or Idempotency-Key)", err=True)
+        return
+    with reported():
+        view = wait_for(api, started["run_id"], timeout)
+    if as_json:
+        emit(view)
+    else:
+        click.echo(render_run(view))
+    if view["status"] in UNFINISHED:
+        fail(f"run {view['run_id']} still {view['status']} after {timeout:g}s", EXIT_UNAVAILABLE)
+    sys.exit(EXIT_OK if view["status"] == RunStatus.SUCCESS.value else EXIT_RUN_FAILED)
+
+
+@click.command()
+@click.argument("workflow")
+@input_option
+@click.option("--run-id", help="Choose the run id (starting it twice returns the same run).")
+@click.option(
+    "--idempotency-key",
+    help="Sent as the Idempotency-Key header: a retry with the same key and body returns "
+    "the first run.",
+)
+@wait_option
+@timeout_option
+@json_option
+@api_options
+def trigger(
+    workflow: str,
+    input_json: str | None,
+    run_id: str | None,
+    idempotency_key: str | None,
+    wait: bool,
+    timeout: float,
+    as_json: bool,
+    url: str,
+    api_key: str | None,
+) -> None:
+    """Start a run of WORKFLOW; print its id (or, with --wait, its outcome)."""
+    payload = parse_json(input_json)
+    api = client(url, api_key)
+    with reported():
+        started = api.start(workflow, payload, run_id, idempotency_key=idempotency_key)
+    _started(api, started, wait, timeout, as_json)
+
+
+@click.command()
+@click.argument("workflow", required=False)
+@click.option("--status", type=click.Choice([s.value for s in RunStatus]),
+              help="Only runs in this status.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100))
+@click.option("--cursor", help="Continue a listing (the cursor a previous page printed).")
+@json_option
+@api_options
+def runs(
+    workflow: str | None,
+    status: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+    url: str,
+    api_key: str | None,
+) -> None:
+    """List runs, newest first: of WORKFLOW, or of every workflow."""
+    with reported():
+        data = client(url, api_key).runs(workflow, limit, status=status, cursor=cursor)
+    if as_json:
+        emit(data)
+        return
+    click.echo(render_runs(data["runs"]))
+    if data.get("next_cursor"):
+        click.echo(f"more: add --cursor {data['next_cursor']}", err=True)
+
+
+@click.command()
+@click.argument("target")
+@json_option
+@click.option("--ascii", "ascii_only", is_flag=True, default=None, help="Plain ASCII output.")
+@api_options
+def show(target: str, as_json: bool, ascii_only: bool | None, url: str,
+         api_key: str | None) -> None:
+    """Show a run (by id), or the newest run of a workflow (by name)."""
+    api = client(url, api_key)
+    with reported():
+        try:
+            view = api.run(target)
+        except NotFound:
+            newest = api.runs(target, 1)["runs"]
+            if not newest:
+                raise NotFound(f"no run or workflow with runs named {target!r}") from None
+            view = api.run(newest[0]["run_id"])
+    if as_json:
+        emit(
+            {
+                "run_id": view["run_id"],
+                "workflow": view["workflow"],
+                "status": view["status"],
+                "steps": [
+                    {k: s.get(k) for k in ("step", "status", "attempts", "output", "error")}
+                    for s in view["steps"]
+                ],
+            }
+        )
+    else:
+        click.echo(render_run(view, ascii_only=ascii_only or None))
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--reason", default="cancelled from the CLI", show_default=True)
+@json_option
+@api_options
+def cancel(run_id: str, reason: str, as_json: bool, url: str, api_key: str | None) -> None:
+    """Cancel a run: a queued one never starts; a running one starts nothing new, its
+    in-flight steps land and the rest is skipped. A finished run exits 2."""
+    with reported():
+        view = client(url, api_key).cancel(run_id, reason)
+    if as_json:
+        emit(view)
+    elif view["status"] in UNFINISHED:
+        click.echo(f"{run_id}: cancel requested ({view['status']}; in-flight steps finish)")
+    else:
+        click.echo(f"{run_id}: cancelled ({view['status']})")
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--input", "input_json",
+              help="New input as JSON (or @file.json); default: the old run's input.")
+@click.option("--run-id", "new_run_id", help="Choose the new run's id.")
+@wait_option
+@timeout_option
+@json_option
+@api_options
+def rerun(
+    run_id: str,
+    input_json: str | None,
+    new_run_id: str | None,
+    wait: bool,
+    timeout: float,
+    as_json: bool,
+    url: str,
+    api_key: str | None,
+) -> None:
+    """Start a new run from a finished one that did not succeed: its successful steps
+    are reused, the failed, skipped or cancelled ones run again. Prints the new run id."""
+    payload = KEEP if input_json is None else parse_json(input_json)
+    api = client(url, api_key)
+    with reported():
+        started = api.rerun(run_id, input=payload, new_run_id=new_run_id)
+    _started(api, started, wait, timeout, as_json)
+
+
+@click.command()
+@click.argument("run_id")
+@json_option
+@api_options
+def history(run_id: str, as_json: bool, url: str, api_key: str | None) -> None:
+    """Every transition of a run and its steps, oldest first (local times)."""
+    with reported():
+        data = client(url, api_key).history(run_id)
+    if as_json:
+        emit(data)
+    else:
+        click.echo(render_history(data["events"]))
+
+
+def alias(command: click.Command, name: str) -> click.Command:
+    """`command` under another name (the old name of a renamed command)."""
+    return click.Command(
+        name, params=command.params, callback=command.callback,
+        help=f"Same as `{command.name}` (its older name).",
+    )
+
+
+COMMANDS = [trigger, alias(trigger, "run"), runs, show, cancel, alias(cancel, "kill"), rerun,
+            history]

@@ -1,0 +1,149 @@
+"""One attempt's outcome and what it changes on its row: the function contract's
+classification of an HTTP answer, the one backoff formula, succeed / retry / fail.
+
+Pure: nothing here does I/O."""
+
+from __future__ import annotations
+
+import email.utils
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from orchestrator.engine.records import StepRecord
+
+__all__ = [
+    "MAX_RETRY_AFTER",
+    "RETRYABLE_4XX",
+    "Decision",
+    "Fail",
+    "Outcome",
+    "OutcomeKind",
+    "Retry",
+    "Succeed",
+    "after_attempt",
+    "backoff",
+    "classify_response",
+    "parse_retry_after",
+]
+
+# Status codes in 4xx that mean "try again later", not "your request is wrong".
+RETRYABLE_4XX = frozenset({408, 409, 425, 429})
+
+
+MAX_RETRY_AFTER = 24 * 3600.0
+
+
+class OutcomeKind(StrEnum):
+    SUCCESS = "success"
+    RETRYABLE = "retryable"
+    PERMANENT = "permanent"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: OutcomeKind
+    output: Any = None
+    error: dict[str, Any] | None = None
+    retry_after: float | None = None
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """`Retry-After` is either delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - now
+    if math.isnan(seconds) or seconds < 0:
+        return 0.0
+    return min(seconds, MAX_RETRY_AFTER)
+
+
+def _error_reason(body: Any) -> Any:
+    if isinstance(body, dict) and "error" in body:
+        return body["error"]
+    return body
+
+
+def classify_response(
+    status: int, body: Any, *, retry_after: str | None, now: float, body_is_json: bool
+) -> Outcome:
+    """The function contract: 2xx+JSON is success, 4xx is permanent except 408/409/425/429,
+    5xx is retryable; Retry-After is honoured."""
+    if 200 <= status < 300:
+        if not body_is_json:
+            return Outcome(
+                OutcomeKind.PERMANENT,
+                error={
+                    "code": "invalid_output",
+                    "status": status,
+                    "message": "2xx response body is not JSON",
+                },
+            )
+        return Outcome(OutcomeKind.SUCCESS, output=body)
+    err = {"code": "http_error", "status": status, "reason": _error_reason(body)}
+    if 400 <= status < 500 and status not in RETRYABLE_4XX:
+        return Outcome(OutcomeKind.PERMANENT, error=err)
+    return Outcome(
+        OutcomeKind.RETRYABLE, error=err, retry_after=parse_retry_after(retry_after, now)
+    )
+
+
+def backoff(strategy: str, base: float, cap: float, attempt: int, rand: float) -> float:
+    """Delay before attempt `attempt + 1`, after `attempt` failed.
+
+    linear: base * attempt; exponential: base * 2^(attempt-1); both capped, then
+    "equal jitter" (half fixed, half random) so retries of a fan-out spread out."""
+    if strategy == "exponential":
+        raw = base * float(2 ** max(0, attempt - 1))
+    else:
+        raw = base * max(1, attempt)
+    d = min(raw, cap)
+    return d / 2 + d / 2 * max(0.0, min(1.0, rand))
+
+
+@dataclass(frozen=True)
+class Succeed:
+    output: Any
+
+
+@dataclass(frozen=True)
+class Retry:
+    next_attempt: int
+    due_at: float
+    error: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Fail:
+    error: dict[str, Any]
+
+
+Decision = Succeed | Retry | Fail
+
+
+def after_attempt(step: StepRecord, outcome: Outcome, now: float, rand: float) -> Decision:
+    """What one finished attempt changes on its own row."""
+    if outcome.kind is OutcomeKind.SUCCESS:
+        return Succeed(outcome.output)
+    error = dict(outcome.error or {})
+    error.setdefault("attempt", step.attempt)
+    if outcome.kind is OutcomeKind.RETRYABLE and step.attempt < step.max_attempts:
+        if outcome.retry_after is not None:
+            delay = outcome.retry_after
+        else:
+            delay = backoff(
+                step.retry_strategy, step.retry_delay, step.retry_max_delay, step.attempt, rand
+            )
+        return Retry(step.attempt + 1, now + delay, error)
+    if outcome.kind is OutcomeKind.RETRYABLE:
+        error["exhausted"] = True
+    return Fail(error)

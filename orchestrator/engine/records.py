@@ -1,0 +1,92 @@
+"""Run and step rows as frozen dataclasses: what the engine decides on.
+
+How they are stored in DynamoDB is adapters/store/codec.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.engine.states import RunStatus, StepStatus
+
+__all__ = [
+    "RunRecord",
+    "StepRecord",
+]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    run_id: str
+    step: str
+    status: StepStatus
+    backend: str
+    route: str
+    deps: tuple[str, ...] = ()
+    dependants: tuple[str, ...] = ()
+    satisfied: frozenset[str] = frozenset()
+    payload: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 0
+    max_attempts: int = 4
+    timeout: float = 60.0
+    retry_strategy: str = "linear"
+    retry_delay: float = 1.0
+    retry_max_delay: float = 300.0
+    lease_owner: str | None = None
+    lease_until: float | None = None
+    due_at: float | None = None
+    ready_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    has_output: bool = False
+    output: Any = None
+    output_ref: str | None = None
+    output_size: int = 0
+    error: dict[str, Any] | None = None
+    expires_at: float | None = None
+    # Set on the rows a finishing run still waits for (see Advancer.finish_if_done).
+    count_me: bool = False
+    # Every transition of this row with its time (appended in the same conditional
+    # writes that make them, so history costs no extra request).
+    history: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def claimed(self) -> bool:
+        return self.lease_owner is not None
+
+    @property
+    def counted(self) -> bool:
+        """Does this step's terminal transition decrement the run's `remaining` hint?
+        Sinks do (a run whose sinks all succeeded has succeeded everywhere), and so do
+        the steps a failing run was found still waiting for."""
+        return not self.dependants or self.count_me
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    workflow: str
+    status: RunStatus
+    input: Any
+    definition: dict[str, Any]
+    created_at: float
+    total: int
+    remaining: int
+    on_failure: str = "halt"
+    updated_at: float | None = None
+    kill_requested: bool = False
+    kill_reason: str | None = None
+    halted: bool = False
+    error: dict[str, Any] | None = None
+    finished_at: float | None = None
+    expires_at: float | None = None
+    # Where the run came from: {"source": "api" | "webhook" | "event" | "schedule" |
+    # "rerun", ...ids}.
+    trigger: dict[str, Any] | None = None
+    rerun_of: str | None = None
+    # Admission (status queued): the concurrency group {"group", "key", "policy"} and the
+    # throttle slot (a time before which the run may not start).
+    gate: dict[str, Any] | None = None
+    admit_at: float | None = None
+    started_at: float | None = None
+    history: tuple[dict[str, Any], ...] = ()

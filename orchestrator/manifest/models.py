@@ -1,0 +1,144 @@
+"""The manifest as pydantic models: backends (where functions live), workflows (DAGs
+of steps, each one POST to a backend route) and webhooks (signed HTTP deliveries that
+start a workflow).
+
+Field names are snake_case in Python and camelCase in YAML/JSON (`depends_on` is
+`dependsOn`). Models are frozen and refuse unknown fields, so a misspelt key is an error
+rather than a silently ignored setting. Durations are stored as float seconds.
+
+A `Workflow` checks its own graph (known dependencies, no self-dependency, no cycle), so
+every instance, including one read back with `Workflow.from_json`, is a valid DAG. The
+manifest loader runs the same checks itself, with file lines, and asks the models to skip
+them by passing `context={DEFER_CHECKS: True}`.
+
+Expressions and templates (`on[].if`, concurrency and throttle keys, webhook inputs) are
+written in the language of `orchestrator.expressions` and compiled once, when a model is
+validated, so a mistake in one is a manifest error; the models keep their source text.
+Each kind reads a fixed set of names, the context its consumer passes: `TRIGGER_NAMES`,
+`KEY_NAMES`, `WEBHOOK_NAMES`.
+
+The models live in three modules, re-exported here: `manifest_fields` (the shared base
+model and field types), `manifest_workflows` (steps, retry, forEach, the `Workflow` DAG)
+and `manifest_triggers` (schedule, event triggers, concurrency, throttle, webhooks).
+`Backend` and the whole `Manifest` are defined here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Self
+from urllib.parse import urlsplit
+
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+
+from orchestrator.manifest.fields import (
+    DEFER_CHECKS,
+    NAME_PATTERN,
+    Duration,
+    ManifestModel,
+    Name,
+    checks_deferred,
+    did_you_mean,
+)
+from orchestrator.manifest.triggers import (
+    EVENT_PATTERN,
+    KEY_NAMES,
+    TRIGGER_NAMES,
+    UNION_TAGS,
+    WEBHOOK_NAMES,
+    ConcurrencyGroup,
+    EventTrigger,
+    Schedule,
+    Throttle,
+    Verify,
+    Webhook,
+    webhook_problems,
+)
+from orchestrator.manifest.workflows import (
+    RESERVED_PAYLOAD_KEYS,
+    ForEach,
+    RetryPolicy,
+    Step,
+    Workflow,
+    backend_problems,
+    graph_problems,
+)
+from orchestrator.manifest.yamlsafe import dotted
+
+__all__ = [
+    "DEFER_CHECKS",
+    "EVENT_PATTERN",
+    "KEY_NAMES",
+    "NAME_PATTERN",
+    "RESERVED_PAYLOAD_KEYS",
+    "TRIGGER_NAMES",
+    "UNION_TAGS",
+    "WEBHOOK_NAMES",
+    "Backend",
+    "ConcurrencyGroup",
+    "EventTrigger",
+    "ForEach",
+    "Manifest",
+    "RetryPolicy",
+    "Schedule",
+    "Step",
+    "Throttle",
+    "Verify",
+    "Webhook",
+    "Workflow",
+    "backend_problems",
+    "did_you_mean",
+    "graph_problems",
+    "webhook_problems",
+]
+
+
+class Backend(ManifestModel):
+    """A deployment of functions: steps POST to `url + route`."""
+
+    url: str
+    secret: str | None = Field(default=None, repr=False)  # HMAC key for request signatures
+    openapi: str | None = None  # spec path (relative to the manifest) or http(s) URL
+    timeout: Duration | None = None  # default per-call timeout for its steps
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"url {value!r} must be an absolute http:// or https:// URL")
+        if parts.query or parts.fragment:
+            raise ValueError(f"url {value!r} must not carry a query or fragment")
+        return value.rstrip("/")
+
+
+class Manifest(ManifestModel):
+    """Backends, workflows and webhooks; `source` is the file the manifest was read from."""
+
+    backends: dict[Name, Backend]
+    workflows: dict[Name, Workflow]
+    webhooks: dict[Name, Webhook] = Field(default_factory=dict)
+    _source: Path = PrivateAttr(default_factory=Path)
+
+    @model_validator(mode="after")
+    def _check_backends(self, info: ValidationInfo) -> Self:
+        if not checks_deferred(info):
+            for name, workflow in self.workflows.items():
+                raw = workflow.model_dump(by_alias=True)
+                problems = backend_problems(raw, list(self.backends))
+                if problems:
+                    raise ValueError(
+                        "; ".join(f"workflows.{name}.{dotted(p)}: {m}" for p, m in problems)
+                    )
+            for name, webhook in self.webhooks.items():
+                raw = webhook.model_dump(by_alias=True)
+                problems = webhook_problems(raw, list(self.workflows))
+                if problems:
+                    raise ValueError(
+                        "; ".join(f"webhooks.{name}.{dotted(p)}: {m}" for p, m in problems)
+                    )
+        return self
+
+    @property
+    def source(self) -> Path:
+        return self._source

@@ -1,0 +1,319 @@
+"""The DAG half of the manifest: a `Workflow` of `Step`s (each one POST to a backend
+route, with its `RetryPolicy`), its optional `ForEach` fan-out, and the graph and
+backend-reference checks (`graph_problems`, `backend_problems`) that the models and the
+loader share.
+
+A `Workflow` checks its own graph (known dependencies, no self-dependency, no cycle), so
+every instance, including one read back with `Workflow.from_json`, is a valid DAG. What
+starts a workflow and what paces it (schedule, `on:` triggers, concurrency, throttle) is
+in `manifest_triggers`."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, model_validator
+
+from orchestrator.manifest.fields import (
+    Duration,
+    ManifestModel,
+    Name,
+    checks_deferred,
+    did_you_mean,
+)
+from orchestrator.manifest.triggers import (
+    Concurrency,
+    ConcurrencyGroup,
+    EventTrigger,
+    Schedule,
+    Throttle,
+    one_or_list,
+)
+from orchestrator.manifest.yamlsafe import YamlPath, dotted
+
+__all__ = [
+    "RESERVED_PAYLOAD_KEYS",
+    "ForEach",
+    "RetryPolicy",
+    "Step",
+    "Workflow",
+    "backend_problems",
+    "graph_problems",
+]
+
+
+# The request body sent to a function already uses these keys (see DESIGN.md, "The
+# function contract"); a static payload must not shadow them.
+RESERVED_PAYLOAD_KEYS = ("input", "steps", "run")
+
+
+def _payload_key(value: str) -> str:
+    if value in RESERVED_PAYLOAD_KEYS:
+        raise ValueError(
+            f"payload key {value!r} is reserved: the request body already carries "
+            f"{', '.join(RESERVED_PAYLOAD_KEYS)}"
+        )
+    return value
+
+
+def _route(value: str) -> str:
+    if not value.startswith("/") or any(ch.isspace() for ch in value):
+        raise ValueError(f"route {value!r} must start with '/' and contain no spaces")
+    return value
+
+
+Route = Annotated[str, AfterValidator(_route)]
+PayloadKey = Annotated[str, AfterValidator(_payload_key)]
+
+
+class RetryPolicy(ManifestModel):
+    """How often a step's call is retried and how long to wait in between.
+
+    `max` and `strategy` follow the reference semantics; `delay` (the base wait) and
+    `maxDelay` (the cap) are our extension so the backoff is explicit."""
+
+    max: int = Field(default=3, ge=0, le=100, strict=True)
+    strategy: Literal["linear", "exponential"] = "linear"
+    delay: Duration = 1.0
+    max_delay: Duration = 300.0
+
+    @model_validator(mode="after")
+    def _check_cap(self) -> Self:
+        if self.max_delay < self.delay:
+            raise ValueError(
+                f"maxDelay ({self.max_delay:g}s) is shorter than delay ({self.delay:g}s)"
+            )
+        return self
+
+    def delay_before(self, retry: int) -> float:
+        """Seconds to wait before retry number `retry` (1 = the first retry)."""
+        if retry < 1:
+            raise ValueError(f"retry number must be >= 1, got {retry}")
+        if self.strategy == "linear":
+            wait = self.delay * retry
+        else:
+            wait = self.delay * 2.0 ** min(retry - 1, 64)
+        return min(wait, self.max_delay)
+
+
+class Step(ManifestModel):
+    """One POST to `backend`'s `route`, after every step in `depends_on` succeeded."""
+
+    backend: str
+    route: Route
+    depends_on: list[str] = Field(default_factory=list)
+    payload: dict[PayloadKey, Any] = Field(default_factory=dict)
+    retry: RetryPolicy = RetryPolicy()
+    timeout: Duration | None = None
+
+
+class ForEach(ManifestModel):
+    """Fan a workflow out: one run per row.
+
+    Rows come from `items`, or from a POST to `backend` + `route` that answers a list.
+    `query` is accepted for compatibility with reference manifests but cannot be
+    executed here (lint warns)."""
+
+    query: str | None = None
+    backend: str | None = None
+    route: Route | None = None
+    items: list[Any] | None = None
+    key: str = "id"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if (self.backend is None) != (self.route is None):
+            raise ValueError("forEach.backend and forEach.route go together")
+        sources = [
+            name
+            for name, present in (
+                ("query", self.query is not None),
+                ("backend+route", self.backend is not None),
+                ("items", self.items is not None),
+            )
+            if present
+        ]
+        if len(sources) > 1:
+            raise ValueError(f"give at most one row source, not {' and '.join(sources)}")
+        return self
+
+
+_GROUP_OVERLAP: dict[str, Literal["skip", "replace", "queue"]] = {
+    "queue": "queue",
+    "skip": "skip",
+    "cancel-running": "replace",
+}
+
+
+class Workflow(ManifestModel):
+    """A DAG of named steps; declaration order is irrelevant, `dependsOn` decides.
+
+    `concurrency` is either a policy for scheduled fires (`skip`, `allow`, `replace`:
+    what a fire does while the previous run for the same forEach key is still going) or
+    a `ConcurrencyGroup` mapping; see the `overlap` and `group` properties."""
+
+    steps: dict[Name, Step] = Field(min_length=1)
+    on_failure: Literal["halt", "continue-independent"] = "halt"
+    schedule: Schedule | None = None
+    for_each: ForEach | None = None
+    concurrency: Concurrency = "skip"
+    throttle: Throttle | None = None
+    on: Annotated[list[EventTrigger], BeforeValidator(one_or_list)] = Field(
+        default_factory=list
+    )
+    description: str | None = None
+
+    @property
+    def overlap(self) -> Literal["skip", "allow", "replace", "queue"]:
+        """What a new run does while an earlier one it collides with is still going:
+        the string form of `concurrency` as written, or for a group its policy as
+        `queue`, `skip` or `replace` (= `cancel-running`)."""
+        if isinstance(self.concurrency, ConcurrencyGroup):
+            return _GROUP_OVERLAP[self.concurrency.policy]
+        return self.concurrency
+
+    @property
+    def group(self) -> ConcurrencyGroup | None:
+        """The concurrency group, when `concurrency` is given as a mapping."""
+        return self.concurrency if isinstance(self.concurrency, ConcurrencyGroup) else None
+
+    @model_validator(mode="after")
+    def _check_graph(self, info: ValidationInfo) -> Self:
+        if not checks_deferred(info):
+            deps = {name: step.depends_on for name, step in self.steps.items()}
+            problems = graph_problems(deps)
+            if problems:
+                raise ValueError("; ".join(f"{dotted(p)}: {m}" for p, m in problems))
+        return self
+
+    def roots(self) -> list[str]:
+        """Steps without dependencies, in declaration order."""
+        return [name for name, step in self.steps.items() if not step.depends_on]
+
+    def dependants(self) -> dict[str, list[str]]:
+        """Reverse edges: every step -> the steps that depend on it (declaration order)."""
+        out: dict[str, list[str]] = {name: [] for name in self.steps}
+        for name, step in self.steps.items():
+            for dep in dict.fromkeys(step.depends_on):
+                out[dep].append(name)
+        return out
+
+    def topological_order(self) -> list[str]:
+        """Every step after its dependencies; ties keep declaration order."""
+        index = {name: i for i, name in enumerate(self.steps)}
+        unmet = {name: len(set(step.depends_on)) for name, step in self.steps.items()}
+        dependants = self.dependants()
+        ready = [index[name] for name, count in unmet.items() if count == 0]
+        heapq.heapify(ready)
+        names = list(self.steps)
+        order: list[str] = []
+        while ready:
+            name = names[heapq.heappop(ready)]
+            order.append(name)
+            for child in dependants[name]:
+                unmet[child] -= 1
+                if unmet[child] == 0:
+                    heapq.heappush(ready, index[child])
+        if len(order) != len(names):  # only reachable for a deferred-check instance
+            raise ValueError("the workflow has a dependency cycle")
+        return order
+
+    def to_json(self) -> str:
+        """The definition as JSON (camelCase keys), as stored with each run."""
+        return self.model_dump_json(by_alias=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Workflow:
+        """Read back `to_json` output (all checks run again)."""
+        return cls.model_validate_json(text)
+
+
+def graph_problems(deps: Mapping[str, Sequence[str]]) -> list[tuple[YamlPath, str]]:
+    """Problems in a step graph given as step -> dependencies, each with its path
+    relative to the workflow: duplicates, self-dependencies, unknown steps, cycles."""
+    problems: list[tuple[YamlPath, str]] = []
+    names = list(deps)
+    for step, wanted in deps.items():
+        seen: set[str] = set()
+        for i, dep in enumerate(wanted):
+            at: YamlPath = ("steps", step, "dependsOn", i)
+            if dep in seen:
+                problems.append((at, f"step {step!r} lists {dep!r} more than once"))
+            elif dep == step:
+                problems.append((at, f"step {step!r} depends on itself"))
+            elif dep not in deps:
+                others = [n for n in names if n != step]
+                problems.append(
+                    (
+                        at,
+                        f"step {step!r} depends on unknown step {dep!r}{did_you_mean(dep, others)}",
+                    )
+                )
+            seen.add(dep)
+    for cycle in _cycles(deps):
+        problems.append(
+            (("steps", cycle[0], "dependsOn"), f"dependency cycle: {' -> '.join(cycle)}")
+        )
+    return problems
+
+
+def _cycles(deps: Mapping[str, Sequence[str]]) -> list[list[str]]:
+    """Cycles found by a depth-first walk in run order (a -> b: b depends on a),
+    one per back edge, ignoring self-loops and unknown steps."""
+    children: dict[str, list[str]] = {name: [] for name in deps}
+    for name, wanted in deps.items():
+        for dep in dict.fromkeys(wanted):
+            if dep != name and dep in children:
+                children[dep].append(name)
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    found: list[list[str]] = []
+    seen_sets: set[frozenset[str]] = set()
+    for start in deps:
+        if start in state:
+            continue
+        path = [start]
+        stack = [iter(children[start])]
+        state[start] = 1
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(child) == 1:
+                cycle = [*path[path.index(child) :], child]
+                if frozenset(cycle) not in seen_sets:
+                    seen_sets.add(frozenset(cycle))
+                    found.append(cycle)
+            elif child not in state:
+                state[child] = 1
+                path.append(child)
+                stack.append(iter(children[child]))
+    return found
+
+
+def backend_problems(workflow: Any, backends: Sequence[str]) -> list[tuple[YamlPath, str]]:
+    """Steps (and forEach) of a raw workflow mapping that name an undeclared backend."""
+    problems: list[tuple[YamlPath, str]] = []
+    if not isinstance(workflow, Mapping):
+        return problems
+    targets: list[tuple[YamlPath, Any]] = []
+    steps = workflow.get("steps")
+    if isinstance(steps, Mapping):
+        for name, step in steps.items():
+            if isinstance(step, Mapping):
+                targets.append((("steps", name, "backend"), step.get("backend")))
+    for_each = workflow.get("forEach")
+    if isinstance(for_each, Mapping):
+        targets.append((("forEach", "backend"), for_each.get("backend")))
+    for at, backend in targets:
+        if isinstance(backend, str) and backend not in backends:
+            problems.append(
+                (
+                    at,
+                    f"unknown backend {backend!r}{did_you_mean(backend, backends)}"
+                    f" (declared: {', '.join(backends) or 'none'})",
+                )
+            )
+    return problems

@@ -1,0 +1,268 @@
+"""Admission: when a queued run may start (semantics of reference 002's run admission).
+
+A run of a workflow with a `throttle:` or a concurrency group is created `queued` and
+admitted here; one without either starts at once and never comes here.
+
+- **Throttle** (`limit` per `period`, per key, `burst`): a generic cell-rate budget
+  kept in one control item per key (`tat`, the theoretical arrival time), moved forward
+  only by a conditional write that names the value it read. Each arrival takes the next
+  slot, so queued runs start evenly spaced, `period / limit` apart; `burst` lets that
+  many start together after a quiet spell. Policy `drop` refuses (status `skipped`) a
+  run that would have to wait. A slot in the future is a timer message.
+- **Concurrency group** (one run at a time per group and key): a lock item holds the
+  admitted run's id, taken with a conditional put. Runs waiting for it are items sorted
+  by arrival time; only the oldest waiting run may take a free lock, so they start in
+  arrival order. Policy `skip` refuses a run that finds the group busy; `cancel-running`
+  cancels the holder (and any older waiting runs) so that the newest run goes next.
+- A finished run releases its lock and admits the next waiting run. Releases are an
+  optimisation: the sweeper re-examines every queued run each interval, and a lock
+  whose holder has finished (or is gone) is broken by whoever finds it. A run waiting
+  for admission is a row, never a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from orchestrator.adapters.queue import Dispatch, Queues
+from orchestrator.adapters.store import Store
+from orchestrator.adapters.store.codec import num
+from orchestrator.adapters.store.control import Control, ms_key
+from orchestrator.engine.records import RunRecord
+from orchestrator.engine.states import RunStatus
+from orchestrator.errors import ConditionFailed, StoreError
+
+__all__ = ["Admission", "throttle_slot"]
+
+log = logging.getLogger(__name__)
+
+# A slot this close to now starts at once rather than via a timer.
+SLACK = 0.05
+
+
+def throttle_slot(
+    tat: float, now: float, *, limit: int, period: float, burst: int
+) -> tuple[float, float]:
+    """(start time, new tat) for one arrival: the generic cell-rate algorithm."""
+    interval = period / limit
+    tolerance = (burst - 1) * interval
+    start = max(now, tat - tolerance)
+    return start, max(tat, start) + interval
+
+
+class Admission:
+    def __init__(
+        self,
+        store: Store,
+        control: Control,
+        queues: Queues,
+        clock: Callable[[], float],
+        *,
+        launch: Callable[[RunRecord], None],
+        cancel: Callable[[str, str], object],
+        ttl: float,
+    ) -> None:
+        self.store = store
+        self.control = control
+        self.queues = queues
+        self.clock = clock
+        self.launch = launch
+        self.cancel = cancel
+        self.ttl = ttl
+
+    # ---- arrival and repair ------------------------------------------------------------
+
+    def arrive(self, run: RunRecord) -> RunRecord:
+        """Move a queued run as far as it can go now. Idempotent: the sweeper calls it
+        again for every run still queued, which repairs any step a crash cut short."""
+        gate = run.gate or {}
+        now = self.clock()
+        throttle = gate.get("throttle")
+        if throttle and run.admit_at is None:
+            slot = self.reserve(run.workflow, throttle, now)
+            if slot is None:
+                return self._refuse(run, "throttled", f"over the rate of {throttle['limit']}"
+                                    f" per {throttle['period']:g}s for key {throttle['key']!r}")
+            try:
+                self.store.set_admit_at(run.run_id, slot)
+            except ConditionFailed:
+                return self._reread(run)
+            run = replace(run, admit_at=slot)
+        if run.admit_at is not None and run.admit_at > now + SLACK:
+            self.queues.timer(
+                Dispatch(run_id=run.run_id, step="", attempt=0, due_at=run.admit_at, op="admit"),
+                now,
+            )
+            return run
+        if not gate.get("group"):
+            return self._admit(run, {})
+        return self._arrive_group(run, gate, now)
+
+    def _arrive_group(self, run: RunRecord, gate: dict[str, Any], now: float) -> RunRecord:
+        gid = _group_id(gate)
+        policy = gate.get("policy", "queue")
+        if policy != "skip":
+            self.control.put_new(
+                f"waiting#{gid}", _waiting_sk(run), now=now, attrs={"run_id": {"S": run.run_id}}
+            )
+        if policy == "cancel-running":
+            self._replace_others(run, gid)
+        return self.try_admit(run)
+
+    def due(self, run_id: str) -> None:
+        """A throttle timer fired: carry the run on."""
+        run = self.store.get_run(run_id, self.clock())
+        if run is not None and run.status is RunStatus.QUEUED:
+            self.arrive(run)
+
+    def try_admit(self, run: RunRecord) -> RunRecord:
+        """Take the group's lock if it is free and this run is first in line."""
+        gate = run.gate or {}
+        gid = _group_id(gate)
+        now = self.clock()
+        holder = self._holder(gid, now)
+        if holder == run.run_id:
+            return self._admit(run, {"group": gate["group"], "key": gate["key"]})
+        if holder is not None:
+            if gate.get("policy") == "skip":
+                return self._refuse(run, "concurrency_busy",
+                                    f"group {gate['group']!r} key {gate['key']!r} is busy"
+                                    f" with run {holder}")
+            return run
+        if gate.get("policy") != "skip":
+            head = self._head(gid, now)
+            if head is not None and head.run_id != run.run_id:
+                self.try_admit(head)  # the head is queued and due: let it go first
+                return self._reread(run)
+        if not self.control.put_new(
+            f"lock#{gid}", now=now, attrs={"holder": {"S": run.run_id}}
+        ):
+            if gate.get("policy") == "skip":
+                return self.try_admit(run)  # re-read the holder to report it
+            return run
+        return self._admit(run, {"group": gate["group"], "key": gate["key"]})
+
+    # ---- release -----------------------------------------------------------------------
+
+    def release(self, run: RunRecord) -> None:
+        """A run of a group finished: free the lock it held and admit the next one."""
+        gate = run.gate or {}
+        if not gate.get("group"):
+            return
+        gid = _group_id(gate)
+        now = self.clock()
+        self.control.delete(
+            f"lock#{gid}", condition="holder = :me", values={":me": {"S": run.run_id}}
+        )
+        # Its waiting entry went when it was admitted (or _head drops it as finished).
+        head = self._head(gid, now)
+        if head is not None and head.status is RunStatus.QUEUED:
+            self.try_admit(head)
+
+    # ---- pieces ------------------------------------------------------------------------
+
+    def reserve(self, workflow: str, spec: dict[str, Any], now: float) -> float | None:
+        """Take the next throttle slot for this key (None: policy drop and none free)."""
+        pk = f"throttle#{workflow}#{spec['key']}"
+        for _ in range(50):
+            item = self.control.get(pk, now=now)
+            tat = float(item["tat"]["N"]) if item else 0.0
+            start, new_tat = throttle_slot(
+                tat, now, limit=int(spec["limit"]), period=float(spec["period"]),
+                burst=int(spec.get("burst", 1)),
+            )
+            if spec.get("policy") == "drop" and start > now + SLACK:
+                return None
+            values: dict[str, Any] = {
+                ":new": num(new_tat), ":exp": num(new_tat + float(spec["period"]) + 86400),
+            }
+            if item is None:
+                cond = "attribute_not_exists(tat) OR expires_at <= :now"
+                values[":now"] = num(now)
+            else:
+                cond = "tat = :old"
+                values[":old"] = item["tat"]
+            try:
+                self.control.update(
+                    pk, update="SET tat = :new, expires_at = :exp", values=values,
+                    condition=cond,
+                )
+            except ConditionFailed:
+                now = self.clock()
+                continue
+            return start
+        raise StoreError(f"throttle {pk}: too much contention, try again")
+
+    def _holder(self, gid: str, now: float) -> str | None:
+        """The run holding the group, after breaking a lock whose holder has finished."""
+        item = self.control.get(f"lock#{gid}", now=now)
+        if item is None:
+            return None
+        holder = str(item["holder"]["S"])
+        run = self.store.get_run(holder, now)
+        if run is None or run.status.terminal:
+            self.control.delete(
+                f"lock#{gid}", condition="holder = :me", values={":me": {"S": holder}}
+            )
+            log.info("group %s: broke the lock of finished run %s", gid, holder)
+            return self._holder(gid, now)  # None, unless another run took it meanwhile
+        return holder
+
+    def _head(self, gid: str, now: float) -> RunRecord | None:
+        """The oldest waiting run still queued (finished ones are removed on the way)."""
+        while True:
+            items = self.control.query(f"waiting#{gid}", now=now, limit=10)
+            if not items:
+                return None
+            for item in items:
+                run = self.store.get_run(item["run_id"]["S"], now)
+                if run is not None and run.status is RunStatus.QUEUED:
+                    return run
+                self.control.delete(f"waiting#{gid}", item["sk"]["S"])
+
+    def _replace_others(self, run: RunRecord, gid: str) -> None:
+        now = self.clock()
+        holder = self._holder(gid, now)
+        reason = f"replaced by run {run.run_id}"
+        if holder is not None and holder != run.run_id:
+            self.cancel(holder, reason)
+        for item in self.control.query(f"waiting#{gid}", now=now, limit=100):
+            other = item["run_id"]["S"]
+            if other != run.run_id and item["sk"]["S"] < _waiting_sk(run):
+                self.cancel(other, reason)
+
+    def _admit(self, run: RunRecord, detail: dict[str, Any]) -> RunRecord:
+        try:
+            admitted = self.store.admit_run(run.run_id, self.clock(), detail)
+        except ConditionFailed:
+            return self._reread(run)
+        self.launch(admitted)
+        gid = _group_id(run.gate or {})
+        if gid:
+            self.control.delete(f"waiting#{gid}", _waiting_sk(run))
+        return admitted
+
+    def _refuse(self, run: RunRecord, code: str, message: str) -> RunRecord:
+        now = self.clock()
+        try:
+            return self.store.finish_queued(
+                run.run_id, RunStatus.SKIPPED, {"code": code, "message": message}, now,
+                now + self.ttl,
+            )
+        except ConditionFailed:
+            return self._reread(run)
+
+    def _reread(self, run: RunRecord) -> RunRecord:
+        return self.store.get_run(run.run_id, self.clock()) or run
+
+
+def _group_id(gate: dict[str, Any]) -> str:
+    return "" if not gate.get("group") else f"{gate['group']}#{gate['key']}"
+
+
+def _waiting_sk(run: RunRecord) -> str:
+    """A waiting run's sort key: arrival order, ties broken by run id."""
+    return f"{ms_key(run.created_at)}#{run.run_id}"

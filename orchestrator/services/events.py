@@ -1,0 +1,126 @@
+"""Events: `POST /events` and `orchestrator event emit`, and the workflows they start.
+
+An event has a name, an optional subject key (the customer, order, ... it is about), an
+id (given, or made up) and a JSON payload. It is stored for ORCH_EVENT_RETENTION
+(7 days by default) under its name, newest last, so that a run that starts waiting for
+an event shortly after it arrived can still find it.
+
+Every workflow with `on: {event: NAME, if: EXPR}` whose expression holds for the event
+starts one run. The run id is derived from the workflow, the event name and the event
+id, so the same event delivered twice (a client retry, a redelivery) starts one run.
+The expression sees `event` = {name, key, id, data, received_at}; see expressions.py."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.adapters.store.control import Control, doc_of, ms_key
+from orchestrator.errors import UsageError
+from orchestrator.expressions import compile_expression
+from orchestrator.services.runs import RunService
+from orchestrator.strict_json import dumps
+
+__all__ = ["EventService", "event_run_id"]
+
+log = logging.getLogger(__name__)
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
+ID_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
+MAX_EVENT_BYTES = 256 * 1024
+
+
+def event_run_id(workflow: str, name: str, event_id: str) -> str:
+    digest = hashlib.sha256(f"{name}\x00{event_id}".encode()).hexdigest()[:24]
+    return f"{workflow[:150]}-ev-{digest}"
+
+
+class EventService:
+    def __init__(
+        self,
+        control: Control,
+        runs: RunService,
+        clock: Callable[[], float],
+        retention: float,
+    ) -> None:
+        self.control = control
+        self.runs = runs
+        self.clock = clock
+        self.retention = retention
+
+    def emit(
+        self, name: str, data: Any = None, *, key: str | None = None, event_id: str | None = None
+    ) -> dict[str, Any]:
+        if not NAME_RE.fullmatch(name):
+            raise UsageError(
+                f"name {name!r}: 1-128 of A-Z a-z 0-9 _ . : / -, starting with a letter or digit"
+            )
+        if event_id is not None and not ID_RE.fullmatch(event_id):
+            raise UsageError("id: 1-200 printable ASCII characters without spaces")
+        if key is not None and len(key) > 512:
+            raise UsageError("key: longer than 512 characters")
+        if len(dumps(data).encode()) > MAX_EVENT_BYTES:
+            raise UsageError(f"data: larger than {MAX_EVENT_BYTES} bytes")
+        now = self.clock()
+        eid = event_id or uuid.uuid4().hex
+        event = {"name": name, "key": key, "id": eid, "data": data, "received_at": now}
+        workflows = self.handlers(event)
+        # The id is claimed with the workflows the event matched: a duplicate is answered
+        # from the first delivery (its runs), whatever data it carries this time.
+        claim = self.control.claim(
+            f"eventid#{name}#{eid}", now=now, doc={"workflows": workflows},
+            expires_at=now + self.retention,
+        )
+        first, repair = claim.first, claim.recent
+        if not first:
+            workflows = list(claim.doc.get("workflows", workflows))
+            event = {**event, "received_at": float(claim.doc["at"])}
+        if first or repair:
+            self._store(event)
+        started = []
+        trigger = {"source": "event", "event": name, "id": eid}
+        for wf_name in workflows:
+            run_id = event_run_id(wf_name, name, eid)
+            if first or (repair and self.runs.store.get_run(run_id, now) is None):
+                run, created = self.runs.start(wf_name, event, run_id, trigger=trigger)
+                run_id = run.run_id
+            else:
+                created = False
+            started.append({"workflow": wf_name, "run_id": run_id, "created": created})
+        return {"id": eid, "name": name, "duplicate": not first, "runs": started}
+
+    def _store(self, event: dict[str, Any]) -> None:
+        received = float(event["received_at"])
+        # Keyed by arrival time and id, written only if absent: a crash repair completes
+        # the first delivery and never overwrites what it stored.
+        self.control.put_new(
+            f"event#{event['name']}", f"{ms_key(received)}#{event['id']}", now=received,
+            doc=event, expires_at=received + self.retention,
+        )
+
+    def handlers(self, event: dict[str, Any]) -> list[str]:
+        """Workflows with a trigger on this event whose `if` holds (each once)."""
+        context = {"event": event}
+        out = []
+        for wf_name, wf in self.runs.manifest.workflows.items():
+            for trigger in getattr(wf, "on", None) or ():
+                if trigger.event != event["name"]:
+                    continue
+                condition = getattr(trigger, "if_", None)
+                if condition is None or compile_expression(condition).test(context):
+                    out.append(wf_name)
+                    break
+        return out
+
+    def recent(self, name: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest stored events of a name, newest first."""
+        if not NAME_RE.fullmatch(name):
+            raise UsageError(f"name {name[:200]!r}: not an event name")
+        items = self.control.query(
+            f"event#{name}", now=self.clock(), limit=limit, newest_first=True
+        )
+        return [doc_of(i) for i in items]

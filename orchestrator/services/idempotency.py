@@ -1,0 +1,54 @@
+"""Idempotency-Key for `POST /runs`: the same key with the same body is the same run.
+
+The first request with a key stores (fingerprint of the body, run id) with a conditional
+put; every later request with the key reads that item. The same fingerprint gets the
+same run id (and the start is repeated, which is itself idempotent for a chosen run id,
+so a crash between the put and the start is repaired by the retry); another fingerprint
+is refused with 422. Keys are kept for `retention` seconds (ORCH_IDEMPOTENCY_RETENTION,
+24 h by default), after which the key is free again."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from orchestrator.adapters.store.control import Control
+from orchestrator.errors import Unprocessable, UsageError
+
+__all__ = ["IdempotencyKeys", "fingerprint"]
+
+KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+def fingerprint(document: Any) -> str:
+    """SHA-256 of the canonical JSON of a request body (key order does not matter)."""
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class IdempotencyKeys:
+    def __init__(self, control: Control, retention: float) -> None:
+        self.control = control
+        self.retention = retention
+
+    def claim(self, key: str, document: Any, run_id: str, now: float) -> tuple[str, bool]:
+        """The run id this request must use, and whether this request was the first."""
+        if not KEY_RE.fullmatch(key):
+            raise UsageError(
+                "Idempotency-Key: use 1-255 printable ASCII characters without spaces"
+            )
+        fp = fingerprint(document)
+        claim = self.control.claim(
+            f"idem#{key}", now=now, doc={"fp": fp, "run_id": run_id},
+            expires_at=now + self.retention,
+        )
+        first_run = str(claim.doc["run_id"])
+        if claim.doc["fp"] != fp:
+            raise Unprocessable(
+                "idempotency_key_reused",
+                f"Idempotency-Key {key!r} was used with a different request body "
+                f"(run {first_run}); use a new key for a new request",
+            )
+        return first_run, claim.first

@@ -1,0 +1,443 @@
+"""Starting, viewing and killing runs: the service the API, the CLI and the tests share.
+
+A run row stores the workflow definition it started with (timeouts resolved), so a run
+never changes under its feet when the manifest is edited, and the sweeper can rebuild
+any step row a crashed start left out."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.adapters.queue import Dispatch
+from orchestrator.engine.plan import StepSpec, plan_steps
+from orchestrator.engine.records import RunRecord, StepRecord
+from orchestrator.engine.states import RunStatus, StepStatus
+from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
+from orchestrator.expressions import ExpressionError, compile_template
+from orchestrator.services.executor import Advancer
+from orchestrator.strict_json import dumps
+
+if TYPE_CHECKING:
+    from orchestrator.services.admission import Admission
+
+__all__ = [
+    "RunService",
+    "definition_of",
+    "gate_of",
+    "run_view",
+    "topological",
+]
+
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
+MAX_INPUT_BYTES = 256 * 1024
+
+
+def definition_of(
+    workflow: Any, backends: Mapping[str, Any], default_timeout: float
+) -> dict[str, Any]:
+    """The JSON form of a manifest workflow, with each step's timeout resolved."""
+    steps: dict[str, Any] = {}
+    for name, st in workflow.steps.items():
+        backend = backends.get(st.backend)
+        timeout = st.timeout or (backend.timeout if backend is not None else None)
+        steps[name] = {
+            "backend": st.backend,
+            "route": st.route,
+            "dependsOn": list(st.depends_on),
+            "payload": dict(st.payload),
+            "retry": {
+                "max": st.retry.max,
+                "strategy": st.retry.strategy,
+                "delay": st.retry.delay,
+                "maxDelay": st.retry.max_delay,
+            },
+            "timeout": timeout or default_timeout,
+        }
+    return {"steps": steps, "onFailure": workflow.on_failure}
+
+
+def specs_of(definition: Mapping[str, Any]) -> list[StepSpec]:
+    out = []
+    for name, st in definition.get("steps", {}).items():
+        retry = st.get("retry") or {}
+        out.append(
+            StepSpec(
+                name=name,
+                backend=st["backend"],
+                route=st["route"],
+                deps=tuple(st.get("dependsOn") or ()),
+                payload=st.get("payload") or {},
+                retry_max=int(retry.get("max", 3)),
+                retry_strategy=retry.get("strategy", "linear"),
+                retry_delay=float(retry.get("delay", 1.0)),
+                retry_max_delay=float(retry.get("maxDelay", 300.0)),
+                timeout=float(st.get("timeout") or 60.0),
+            )
+        )
+    return out
+
+
+class _Keep:
+    """Sentinel: keep the old run's input."""
+
+
+_KEEP: Any = _Keep()
+
+
+def gate_of(
+    wf: Any, workflow: str, input: Any, overlap: str | None, fire_key: str
+) -> dict[str, Any] | None:
+    """The admission a new run needs: its concurrency group and throttle, with keys
+    rendered from the run's input; None when it may start at once."""
+    try:
+        return _gate(wf, workflow, input, overlap, fire_key)
+    except ExpressionError as exc:
+        raise UsageError(f"workflow {workflow!r}: a concurrency or throttle key: {exc}") from None
+
+
+def _gate(
+    wf: Any, workflow: str, input: Any, overlap: str | None, fire_key: str
+) -> dict[str, Any] | None:
+    context = {"input": input}
+    gate: dict[str, Any] = {}
+    group = getattr(wf, "group", None)
+    if group is not None:
+        gate = {
+            # A group that renders empty (a missing input field) is still a group.
+            "group": compile_template(group.group).render(context) or group.group,
+            "key": compile_template(group.key).render(context) if group.key else "",
+            "policy": group.policy,
+        }
+    elif overlap in ("skip", "replace"):
+        gate = {
+            "group": f"schedule:{workflow}",
+            "key": fire_key,
+            "policy": "skip" if overlap == "skip" else "cancel-running",
+        }
+    throttle = getattr(wf, "throttle", None)
+    if throttle is not None:
+        gate["throttle"] = {
+            "key": compile_template(throttle.key).render(context) if throttle.key else "",
+            "limit": throttle.limit,
+            "period": throttle.period,
+            "burst": throttle.burst,
+            "policy": throttle.policy,
+        }
+    for field in ("group", "key"):
+        if len(str(gate.get(field, ""))) > 200:
+            raise UsageError(f"concurrency {field}: longer than 200 characters once rendered")
+    return gate or None
+
+
+def topological(definition: Mapping[str, Any]) -> list[str]:
+    steps = definition.get("steps", {})
+    order: list[str] = []
+    placed: set[str] = set()
+    pending = list(steps)
+    while pending:
+        progressed = False
+        for name in list(pending):
+            if all(d in placed for d in steps[name].get("dependsOn") or ()):
+                order.append(name)
+                placed.add(name)
+                pending.remove(name)
+                progressed = True
+        if not progressed:  # cannot happen for a linted manifest; never loop forever
+            order.extend(pending)
+            break
+    return order
+
+
+def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any]) -> dict[str, Any]:
+    if s is None:
+        return {
+            "step": name,
+            "status": StepStatus.BLOCKED.value,
+            "attempts": 0,
+            "output": None,
+            "error": None,
+        }
+    return {
+        "step": s.step,
+        "status": s.status.value,
+        "attempts": s.attempt,
+        "output": load(s) if s.status is StepStatus.SUCCESS else None,
+        "error": s.error if s.status is not StepStatus.SUCCESS else None,
+        "depends_on": list(s.deps),
+        "started_at": s.started_at,
+        "finished_at": s.finished_at,
+        "output_bytes": s.output_size if s.status is StepStatus.SUCCESS else None,
+    }
+
+
+def run_view(
+    run: RunRecord, steps: list[StepRecord], load: Callable[[StepRecord], Any]
+) -> dict[str, Any]:
+    by_name = {s.step: s for s in steps}
+    order = topological(run.definition)
+    order += [n for n in by_name if n not in order]  # steps added at run time
+    return {
+        "run_id": run.run_id,
+        "workflow": run.workflow,
+        "status": run.status.value,
+        "input": run.input,
+        "error": run.error,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "kill_reason": run.kill_reason,
+        "trigger": run.trigger,
+        "rerun_of": run.rerun_of,
+        "admission": None
+        if not run.gate
+        else {
+            "group": run.gate.get("group"),
+            "key": run.gate.get("key"),
+            "policy": run.gate.get("policy"),
+            "throttle_key": (run.gate.get("throttle") or {}).get("key"),
+            "admit_at": run.admit_at,
+        },
+        "steps": [step_view(by_name.get(n), n, load) for n in order],
+    }
+
+
+class RunService:
+    def __init__(
+        self,
+        advancer: Advancer,
+        manifest: Any,
+        *,
+        default_timeout: float,
+        ttl_skipped: float = 24 * 3600.0,
+    ) -> None:
+        self.adv = advancer
+        self.store = advancer.store
+        self.manifest = manifest
+        self.default_timeout = default_timeout
+        self.admission: Admission | None = None  # wired by Runtime
+        self.ttl_skipped = ttl_skipped
+
+    def new_run_id(self, workflow: str, now: float) -> str:
+        return f"{workflow}-{int(now * 1000)}-{secrets.token_hex(3)}"
+
+    def workflow(self, name: str) -> Any:
+        wf = self.manifest.workflows.get(name)
+        if wf is None:
+            known = ", ".join(sorted(self.manifest.workflows)) or "none"
+            raise NotFound(f"workflow {name!r} is not defined (known: {known})")
+        return wf
+
+    def start(
+        self,
+        workflow: str,
+        input: Any = None,
+        run_id: str | None = None,
+        *,
+        trigger: dict[str, Any] | None = None,
+        overlap: str | None = None,
+        fire_key: str = "",
+    ) -> tuple[RunRecord, bool]:
+        """Start a run; returns (run, created). A caller-chosen run id that exists
+        already returns the existing run (created=False).
+
+        `overlap` (skip | allow | replace) is what a schedule fire does while the
+        previous run for `fire_key` is still going; a workflow's own concurrency group
+        takes precedence."""
+        wf = self.workflow(workflow)
+        definition = definition_of(wf, self.manifest.backends, self.default_timeout)
+        gate = gate_of(wf, workflow, input, overlap, fire_key)
+        return self.create(
+            workflow, definition, input, run_id, trigger=trigger or {"source": "api"},
+            gate=gate,
+        )
+
+    def create(
+        self,
+        workflow: str,
+        definition: dict[str, Any],
+        input: Any,
+        run_id: str | None,
+        *,
+        trigger: dict[str, Any],
+        gate: dict[str, Any] | None,
+        rerun_of: str | None = None,
+    ) -> tuple[RunRecord, bool]:
+        if run_id is not None and not RUN_ID_RE.fullmatch(run_id):
+            raise UsageError(f"run_id {run_id!r}: use 1-200 of A-Z a-z 0-9 _ . : -")
+        if len(dumps(input).encode()) > MAX_INPUT_BYTES:
+            raise UsageError(f"input: larger than {MAX_INPUT_BYTES} bytes")
+        now = self.adv.clock()
+        rid = run_id or self.new_run_id(workflow, now)
+        specs = specs_of(definition)
+        sinks = {s.name for s in specs} - {d for s in specs for d in s.deps}
+        reused = set(definition.get("reused") or ())
+        status = RunStatus.QUEUED if gate else RunStatus.RUNNING
+        run = RunRecord(
+            run_id=rid,
+            workflow=workflow,
+            status=status,
+            input=input,
+            definition=definition,
+            created_at=now,
+            total=len(specs),
+            # A hint that triggers the verified finish: only sinks count down (see
+            # StepRecord.counted), so a fan-out pays no per-step write on the run row.
+            remaining=len(sinks - reused),
+            on_failure=definition.get("onFailure", "halt"),
+            updated_at=now,
+            trigger=trigger,
+            rerun_of=rerun_of,
+            gate=gate,
+            started_at=None if gate else now,
+            history=(
+                {"at": round(now, 3), "type": f"run.{status.value}", "trigger": trigger},
+            ),
+        )
+        # Order matters for crash safety: the run row first (the sweeper can rebuild
+        # missing step rows from its definition), then the steps, then the roots' dispatch.
+        try:
+            self.store.create_run(run)
+        except ConditionFailed:
+            existing = self.store.get_run(rid, now)
+            if existing is None:
+                raise UsageError(f"run_id {rid!r} was used by a run that has expired") from None
+            return existing, False
+        if gate:
+            assert self.admission is not None, "Runtime wires admission"
+            return self.admission.arrive(run), True
+        self.launch(run)
+        return run, True
+
+    def rows_for(self, run: RunRecord) -> list[StepRecord]:
+        """The step rows a run starts with: planned from its definition, with the steps
+        a rerun reuses already successful (their outputs copied from the old run)."""
+        now = self.adv.clock()
+        rows = plan_steps(run.run_id, specs_of(run.definition), now)
+        reused: dict[str, str] = dict(run.definition.get("reused") or {})
+        if not reused:
+            return rows
+        old: dict[str, StepRecord] = {}
+        for source in set(reused.values()):
+            names = [n for n, src in reused.items() if src == source]
+            old.update(self.store.get_outputs(source, names))
+        done = {n for n, r in old.items() if r.status is StepStatus.SUCCESS}
+        out = []
+        for row in rows:
+            if row.step in done:
+                prev = old[row.step]
+                out.append(replace(
+                    row, status=StepStatus.SUCCESS, attempt=1, ready_at=None, finished_at=now,
+                    has_output=True, output=prev.output, output_ref=prev.output_ref,
+                    output_size=prev.output_size, satisfied=frozenset(row.deps),
+                    history=({"at": round(now, 3), "type": "step.reused",
+                              "from_run": reused[row.step]},),
+                ))
+                continue
+            met = frozenset(d for d in row.deps if d in done)
+            if row.deps and len(met) == len(set(row.deps)):
+                row = replace(row, status=StepStatus.READY, attempt=1, ready_at=now,
+                              history=({"at": round(now, 3), "type": "step.ready"},))
+            out.append(replace(row, satisfied=met))
+        return out
+
+    def launch(self, run: RunRecord) -> None:
+        """Write a started run's step rows and dispatch the ones that are ready."""
+        rows = self.rows_for(run)
+        self.store.put_steps(rows)
+        ready = [
+            Dispatch(run_id=run.run_id, step=r.step, attempt=1)
+            for r in rows
+            if r.status is StepStatus.READY
+        ]
+        self.adv.queues.dispatch(ready)
+        if not ready and all(r.status.terminal for r in rows):
+            self.adv.finish_if_done(run.run_id)
+
+    def get(self, run_id: str) -> RunRecord:
+        if not RUN_ID_RE.fullmatch(run_id):  # no run can have it; spare DynamoDB the key
+            raise NotFound(f"run {run_id[:200]!r} not found (not a run id)")
+        run = self.store.get_run(run_id, self.adv.clock())
+        if run is None:
+            raise NotFound(f"run {run_id!r} not found (or expired)")
+        return run
+
+    def view(self, run_id: str) -> dict[str, Any]:
+        run = self.get(run_id)
+        steps = self.store.query_steps(run_id)
+        return run_view(run, steps, self.adv.load_output)
+
+    def history(self, run_id: str) -> list[dict[str, Any]]:
+        """Every transition of the run and its steps, oldest first."""
+        run = self.get(run_id)
+        entries = [dict(e) for e in run.history]
+        for s in self.store.query_steps(run_id):
+            entries.extend({**e, "step": s.step} for e in s.history)
+        entries.sort(key=lambda e: (e.get("at", 0.0), _ORDER.get(e.get("type", ""), 5)))
+        return entries
+
+    def kill(self, run_id: str, reason: str) -> dict[str, Any]:
+        run = self.get(run_id)
+        if run.status.terminal:
+            raise Conflict(
+                "run_finished", f"run {run_id} already finished ({run.status.value})"
+            )
+        if not self.cancel(run_id, reason):
+            raise Conflict("run_finished", f"run {run_id} already finished")
+        return self.view(run_id)
+
+    def cancel(self, run_id: str, reason: str) -> bool:
+        """Cancel a queued or running run; False if it had already finished."""
+        now = self.adv.clock()
+        run = self.store.get_run(run_id, now)
+        if run is None or run.status.terminal:
+            return False
+        if run.status is RunStatus.QUEUED:
+            try:
+                done = self.store.finish_queued(
+                    run_id, RunStatus.KILLED, {"code": "killed", "reason": reason}, now,
+                    now + self.adv.settings.ttl_failed,
+                )
+            except ConditionFailed:
+                return self.cancel(run_id, reason)  # it was admitted meanwhile
+            if self.admission is not None:
+                self.admission.release(done)
+            return True
+        try:
+            self.adv.kill(run_id, reason)
+        except ConditionFailed:
+            return False
+        return True
+
+    def rerun(
+        self, run_id: str, *, input: Any = _KEEP, new_run_id: str | None = None
+    ) -> tuple[RunRecord, bool]:
+        """A new run of a finished run's definition that reuses every successful step
+        and runs the rest (the failed, skipped or cancelled ones) again."""
+        old = self.get(run_id)
+        if not old.status.terminal:
+            raise Conflict("run_not_finished", f"run {run_id} is still {old.status.value}:"
+                           " cancel it or wait for it to finish")
+        if old.status is RunStatus.SUCCESS:
+            raise Conflict("nothing_to_rerun", f"run {run_id} succeeded: every step has its"
+                           " output; start a new run instead")
+        steps = self.store.query_steps(run_id, states_only=True)
+        definition = dict(old.definition)
+        definition["reused"] = {
+            s.step: run_id for s in steps if s.status is StepStatus.SUCCESS
+        }
+        new_input = old.input if input is _KEEP else input
+        wf = self.manifest.workflows.get(old.workflow)
+        gate = gate_of(wf, old.workflow, new_input, None, "") if wf is not None else None
+        return self.create(
+            old.workflow, definition, new_input, new_run_id,
+            trigger={"source": "rerun", "run_id": run_id}, gate=gate, rerun_of=run_id,
+        )
+
+
+# Same-instant history entries read best in this order.
+_ORDER = {"run.queued": 0, "run.running": 0, "run.started": 1, "step.reused": 2,
+          "step.ready": 2, "step.started": 3}

@@ -16,9 +16,10 @@ from orchestrator.adapters.invoker import Invoker
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.control import Control
+from orchestrator.engine.records import RunRecord
 from orchestrator.services.admission import Admission
 from orchestrator.services.events import EventService
-from orchestrator.services.executor import Advancer
+from orchestrator.services.executor import Executor
 from orchestrator.services.runs import RunService
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.services.webhooks import WebhookService
@@ -37,7 +38,7 @@ class Runtime:
     store: Store
     queues: Queues
     blobs: Blobs
-    advancer: Advancer
+    executor: Executor
     runs: RunService
     clock: Callable[[], float]
     control: Control
@@ -57,18 +58,29 @@ class Runtime:
     ) -> Runtime:
         clients = clients or make_clients(settings)
         names = settings.names
-        store = Store(clients.dynamodb, names)
+        store = Store(clients.dynamodb, names, step_retention=settings.ttl_failed)
         queues = Queues(clients.sqs, names)
         blobs = Blobs(clients.s3, names.blob_bucket)
-        adv = Advancer(store, queues, blobs, settings, clock)
-        runs = RunService(adv, manifest, default_timeout=settings.default_step_timeout)
         control = Control(clients.dynamodb, names.control_table)
+        # Admission and runs need each other (a finished run admits the next, which is
+        # launched; cancel-running cancels a run): the cycle is closed by these two
+        # functions, which call `admission` once it is built just below. Every part is
+        # complete when its constructor returns; nothing is patched in afterwards.
+        def arrive(run: RunRecord) -> RunRecord:
+            return admission.arrive(run)
+
+        def release(run: RunRecord) -> None:
+            admission.release(run)
+
+        executor = Executor(store, queues, blobs, settings, clock, on_finish=release)
+        runs = RunService(
+            executor, manifest, default_timeout=settings.default_step_timeout,
+            arrive=arrive, release=release,
+        )
         admission = Admission(
             store, control, queues, clock, launch=runs.launch, cancel=runs.cancel,
             ttl=settings.ttl_success,
         )
-        runs.admission = admission
-        adv.on_finish = admission.release
         events = EventService(control, runs, clock, settings.event_retention)
         webhooks = WebhookService(control, runs, clock, settings.delivery_retention)
         scheduler = Scheduler(
@@ -76,7 +88,7 @@ class Runtime:
             max_body=settings.output_hard_cap,
         )
         return cls(
-            settings, manifest, clients, store, queues, blobs, adv, runs, clock, control,
+            settings, manifest, clients, store, queues, blobs, executor, runs, clock, control,
             admission, events, webhooks, scheduler,
         )
 
@@ -88,12 +100,13 @@ class Runtime:
 
     def worker(self, **kwargs: Any) -> Worker:
         invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock)
-        worker = Worker(self.advancer, invoker, self.backends(), clock=self.clock, **kwargs)
-        worker.on_admit = self.admission.due
-        return worker
+        return Worker(
+            self.executor, invoker, self.backends(), admit=self.admission.due, clock=self.clock,
+            **kwargs,
+        )
 
     def sweeper(self) -> Sweeper:
         return Sweeper(
-            self.advancer, plan=self.runs.rows_for, clock=self.clock,
+            self.executor, plan=self.runs.rows_for, clock=self.clock,
             on_queued=self.admission.arrive, tasks=(self.scheduler.tick,),
         )

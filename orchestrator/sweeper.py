@@ -16,22 +16,23 @@ from dataclasses import dataclass
 
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.engine.attempts import Retry
-from orchestrator.engine.reconcile import (
+from orchestrator.engine.commands import (
     CreateStep,
     ExpireLease,
     Finalize,
+    HaltRun,
     Promote,
     Redispatch,
+    SkipBranch,
     SkipStep,
-    SweepPolicy,
-    awaiting_message,
-    reconcile,
-    redispatch_grace,
+    StopInFlight,
 )
+from orchestrator.engine.reconcile import SweepPolicy, awaiting_message, reconcile, redispatch_grace
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
+from orchestrator.engine.transitions import NOT_STARTED
 from orchestrator.errors import ConditionFailed, OrchestratorError
-from orchestrator.services.executor import Advancer, RunContext, Tally
+from orchestrator.services.executor import Executor, RunContext, Tally
 
 __all__ = ["SweepReport", "Sweeper"]
 
@@ -53,7 +54,7 @@ class SweepReport:
 class Sweeper:
     def __init__(
         self,
-        advancer: Advancer,
+        executor: Executor,
         *,
         plan: Callable[[RunRecord], list[StepRecord]],
         clock: Callable[[], float] = time.time,
@@ -66,10 +67,10 @@ class Sweeper:
         self.plan = plan
         self.on_queued = on_queued
         self.tasks = tasks
-        self.adv = advancer
-        self.store = advancer.store
-        self.queues = advancer.queues
-        self.settings = advancer.settings
+        self.adv = executor
+        self.store = executor.store
+        self.queues = executor.queues
+        self.settings = executor.settings
         self.clock = clock
         self.rand = rand
         self._read_time = 0.0  # how long the last sweep took to read the rows
@@ -156,12 +157,21 @@ class Sweeper:
                         sends.append(Dispatch(run_id=run_id, step=c.record.step, attempt=1))
                 except ConditionFailed:
                     pass
+            elif isinstance(c, SkipStep | StopInFlight) and (
+                isinstance(c, StopInFlight) or c.statuses == NOT_STARTED
+            ):
+                self.adv.apply_stop(run_id, c, tally)  # a stop pass carried on
+                report.skipped += 1
             elif isinstance(c, SkipStep):
                 skipped = self.store.skip(run_id, c.step, c.statuses, c.reason, now)
                 if skipped is not None:
                     report.skipped += 1
                     if skipped.counted:
                         tally.add(run_id)
+            elif isinstance(c, HaltRun):
+                self.adv.halt(run_id, c, tally)
+            elif isinstance(c, SkipBranch):
+                self.adv.skip_branch(run_id, c, tally)
             elif isinstance(c, Promote):
                 row = by_name[c.step]
                 if (
@@ -181,7 +191,7 @@ class Sweeper:
             elif isinstance(c, ExpireLease):
                 row = by_name[c.step]
                 if isinstance(c.decision, Retry):
-                    ok = self.adv.retry(row, c.decision, expired_before=now)
+                    ok = self.adv.retry(row, c.decision, tally, expired_before=now)
                 else:
                     ok = self.adv.fail(row, ctx, c.decision, tally, expired_before=now)
                 report.leases_expired += int(ok)

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.adapters.invoker import Call, Invoker
-from orchestrator.adapters.queue import Dispatch, Received
+from orchestrator.adapters.messages import AdmitRun, Dispatch
+from orchestrator.adapters.queue import Received
 from orchestrator.adapters.store import Lease
 from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, Succeed, after_attempt
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import ConditionFailed, OrchestratorError, StoreError
-from orchestrator.services.executor import LRU, Advancer, RunContext, Tally
+from orchestrator.services.executor import LRU, Executor, RunContext, Tally
 
 __all__ = ["BackendRef", "Worker"]
 
@@ -48,18 +49,20 @@ class BackendRef:
 class Worker:
     def __init__(
         self,
-        advancer: Advancer,
+        executor: Executor,
         invoker: Invoker,
         backends: Mapping[str, BackendRef],
         *,
+        admit: Callable[[str], object] | None = None,
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
+        sleep: Callable[[float], object] = time.sleep,
         worker_id: str | None = None,
     ) -> None:
-        self.adv = advancer
-        self.store = advancer.store
-        self.queues = advancer.queues
-        self.settings = advancer.settings
+        self.adv = executor
+        self.store = executor.store
+        self.queues = executor.queues
+        self.settings = executor.settings
         self.invoker = invoker
         self.backends = dict(backends)
         self.clock = clock
@@ -75,16 +78,16 @@ class Worker:
         self._batching = False
         self._tally = Tally()
         self._oldest_ack = float("inf")
-        self.sleep: Callable[[float], object] = time.sleep
-        # Admission of a queued run whose throttle slot came due (wired by Runtime).
-        self.on_admit: Callable[[str], None] | None = None
+        self.sleep = sleep
+        # Admission of a queued run whose throttle slot came due.
+        self.admit = admit
 
     # ---- one message -----------------------------------------------------------------
 
     def lease(self) -> Lease:
         return Lease(self.id, self.clock() + self.settings.lease_margin)
 
-    def handle(self, msg: Dispatch, receipt: Received | None = None) -> None:
+    def handle(self, msg: Dispatch | AdmitRun, receipt: Received | None = None) -> None:
         """Claim the attempt the message names and run it (and its inline successors)."""
         now = self.clock()
         if msg.due_at is not None and msg.due_at > now + EARLY_WAIT:
@@ -94,9 +97,9 @@ class Worker:
             return
         if msg.due_at is not None and msg.due_at > now:
             self.sleep(msg.due_at - now)  # at most EARLY_WAIT: SQS delays are whole seconds
-        if msg.op == "admit":
-            if self.on_admit is not None:
-                self.on_admit(msg.run_id)
+        if isinstance(msg, AdmitRun):
+            if self.admit is not None:
+                self.admit(msg.run_id)
             self._ack(receipt)
             return
         try:
@@ -220,18 +223,21 @@ class Worker:
                 result = self.invoker.invoke(call)
                 outcome, raw = result.outcome, result.raw
         decision = after_attempt(row, outcome, self.clock(), self.rand())
-        if ctx is None:
-            ctx = RunContext(row.run_id, "", None, "halt", {})
+        ctx = ctx or RunContext.missing(row.run_id)
         if isinstance(decision, Succeed):
             try:
                 output_json, output_ref = self.adv.store_output(row, raw)
             except StoreError as exc:
-                err = {"code": "output_store_failed", "message": str(exc), "attempt": row.attempt}
-                retry = Retry(row.attempt + 1, self.clock() + 1.0, err)
-                if row.attempt < row.max_attempts:
-                    self.adv.retry(row, retry)
-                else:
-                    self.adv.fail(row, ctx, Fail(err), tally)
+                # The function answered, but its output could not be kept: the engine
+                # decides this attempt like any other retryable failure.
+                lost = Outcome(
+                    OutcomeKind.RETRYABLE,
+                    error={"code": "output_store_failed", "message": str(exc)},
+                    retry_after=1.0,
+                )
+                retry_or_fail = after_attempt(row, lost, self.clock(), self.rand())
+                assert not isinstance(retry_or_fail, Succeed)
+                self.apply(row, ctx, retry_or_fail, tally)
                 return None
 
             def remember() -> None:  # before dependants start: they read it from here
@@ -244,11 +250,14 @@ class Worker:
                 on_recorded=remember,
             )
             return None if res is None else res[0]
+        self.apply(row, ctx, decision, tally)
+        return None
+
+    def apply(self, row: StepRecord, ctx: RunContext, decision: Retry | Fail, tally: Tally) -> None:
         if isinstance(decision, Retry):
-            self.adv.retry(row, decision)
+            self.adv.retry(row, decision, tally)
         else:
             self.adv.fail(row, ctx, decision, tally)
-        return None
 
     # ---- the loop ----------------------------------------------------------------------
 

@@ -9,39 +9,25 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.messages import AdmitRun, Dispatch, decode, encode
 from orchestrator.errors import StoreError
 from orchestrator.settings import ResourceNames
 
-__all__ = ["MAX_DELAY", "Dispatch", "Queues", "Received"]
+__all__ = ["MAX_DELAY", "AdmitRun", "Dispatch", "Queues", "Received"]
 
 MAX_DELAY = 900  # SQS's ceiling on DelaySeconds
-
-
-class Dispatch(BaseModel):
-    """Look at this step's attempt (not before due_at); or, with `op: admit`, look at
-    whether this queued run may start (a throttle slot came due)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    run_id: str
-    step: str
-    attempt: int
-    due_at: float | None = None
-    op: Literal["step", "admit"] = "step"
-
-    def encode(self) -> str:
-        return self.model_dump_json(exclude_none=True, exclude_defaults=True)
 
 
 @dataclass(frozen=True)
 class Received:
     queue: str
     receipt: str
-    message: Dispatch | None  # None: not one of ours; delete it
+    message: Dispatch | AdmitRun | None  # None: not one of ours; delete it
     receive_count: int
 
 
@@ -54,9 +40,9 @@ class Queues:
         # Fault injection for the chaos tests: a real function in front of the real
         # SendMessage (never a mock). It returns the messages to send: fewer to drop
         # some, repeated ones to duplicate them.
-        self.tamper: Callable[[list[Dispatch]], list[Dispatch]] | None = None
+        self.tamper: Callable[[list[Any]], list[Any]] | None = None
 
-    def _tampered(self, messages: Sequence[Dispatch]) -> list[Dispatch]:
+    def _tampered(self, messages: Sequence[Any]) -> list[Any]:
         return list(messages) if self.tamper is None else self.tamper(list(messages))
 
     def dispatch(self, messages: Sequence[Dispatch]) -> None:
@@ -66,15 +52,15 @@ class Queues:
             chunk = messages[i : i + 10]
             if len(chunk) == 1:
                 with _translate("send dispatch"):
-                    self.sqs.send_message(QueueUrl=self.dispatch_url, MessageBody=chunk[0].encode())
+                    self.sqs.send_message(QueueUrl=self.dispatch_url, MessageBody=encode(chunk[0]))
                 continue
-            entries = [{"Id": str(j), "MessageBody": m.encode()} for j, m in enumerate(chunk)]
+            entries = [{"Id": str(j), "MessageBody": encode(m)} for j, m in enumerate(chunk)]
             with _translate("send dispatches"):
                 resp = self.sqs.send_message_batch(QueueUrl=self.dispatch_url, Entries=entries)
             if resp.get("Failed"):
                 raise StoreError(f"send dispatches: {len(resp['Failed'])} entries refused")
 
-    def timer(self, message: Dispatch, now: float) -> None:
+    def timer(self, message: Dispatch | AdmitRun, now: float) -> None:
         """Deliver `message` at its due time (re-delayed hop by hop past 15 minutes)."""
         for m in self._tampered([message]):
             # Rounded down: the message arrives at most a second early and the worker
@@ -83,7 +69,7 @@ class Queues:
             with _translate("send timer"):
                 self.sqs.send_message(
                     QueueUrl=self.timer_url,
-                    MessageBody=m.encode(),
+                    MessageBody=encode(m),
                     DelaySeconds=min(MAX_DELAY, delay),
                 )
 
@@ -98,7 +84,7 @@ class Queues:
         out = []
         for m in resp.get("Messages", []):
             try:
-                msg: Dispatch | None = Dispatch.model_validate_json(m["Body"])
+                msg: Dispatch | AdmitRun | None = decode(m["Body"])
             except ValidationError:
                 msg = None
             count = int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1"))

@@ -8,81 +8,22 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, Succeed, after_attempt
+from orchestrator.engine.attempts import Outcome, OutcomeKind, Succeed, after_attempt
+from orchestrator.engine.commands import (
+    Command,
+    CreateStep,
+    ExpireLease,
+    Finalize,
+    Promote,
+    Redispatch,
+    SkipStep,
+)
+from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
-from orchestrator.engine.states import RunStatus, StepStatus
+from orchestrator.engine.states import StepStatus
+from orchestrator.engine.transitions import after_failure, final_status, stop_pass, stop_reason
 
-__all__ = [
-    "Command",
-    "CreateStep",
-    "ExpireLease",
-    "Finalize",
-    "Promote",
-    "Redispatch",
-    "SkipStep",
-    "SweepPolicy",
-    "awaiting_message",
-    "final_status",
-    "not_started_statuses",
-    "reconcile",
-    "redispatch_grace",
-]
-
-
-def final_status(run: RunRecord, steps: Iterable[StepRecord]) -> RunStatus | None:
-    """The run's terminal status, or None while anything can still move."""
-    any_failed = False
-    for s in steps:
-        if not s.status.terminal:
-            return None
-        if s.status is StepStatus.FAILED:
-            any_failed = True
-    if run.kill_requested:
-        return RunStatus.KILLED
-    if any_failed or run.halted:
-        return RunStatus.FAILED
-    return RunStatus.SUCCESS
-
-
-@dataclass(frozen=True)
-class CreateStep:
-    record: StepRecord
-
-
-@dataclass(frozen=True)
-class Promote:
-    step: str
-    ndeps: int
-
-
-@dataclass(frozen=True)
-class SkipStep:
-    step: str
-    statuses: tuple[StepStatus, ...]
-    reason: str
-
-
-@dataclass(frozen=True)
-class Redispatch:
-    step: str
-    attempt: int
-    due_at: float | None
-
-
-@dataclass(frozen=True)
-class ExpireLease:
-    step: str
-    attempt: int
-    owner: str
-    decision: Retry | Fail
-
-
-@dataclass(frozen=True)
-class Finalize:
-    status: RunStatus
-
-
-Command = CreateStep | Promote | SkipStep | Redispatch | ExpireLease | Finalize
+__all__ = ["SweepPolicy", "awaiting_message", "reconcile", "redispatch_grace"]
 
 
 @dataclass(frozen=True)
@@ -125,13 +66,6 @@ def redispatch_grace(
     return float(settings.redispatch_ceiling)
 
 
-def not_started_statuses(run: RunRecord) -> tuple[StepStatus, ...]:
-    """Halt skips what has not started; kill also stops steps waiting for a retry."""
-    if run.kill_requested:
-        return (StepStatus.BLOCKED, StepStatus.READY, StepStatus.DISPATCHED)
-    return (StepStatus.BLOCKED, StepStatus.READY)
-
-
 def reconcile(
     run: RunRecord,
     steps: Sequence[StepRecord],
@@ -165,17 +99,18 @@ def reconcile(
         times += [by_name[n].ready_at or 0.0 for n in dep.dependants if n in by_name]
         return max(times)
 
-    stopping = run.kill_requested or run.halted
-    stop_statuses = not_started_statuses(run)
     doomed: set[str] = set()
-    for s in steps:
-        if stopping and s.status in stop_statuses and not s.claimed:
-            cmds.append(
-                SkipStep(
-                    s.step, stop_statuses, "run killed" if run.kill_requested else "run halted"
-                )
-            )
-            doomed.add(s.step)
+    if run.kill_requested or run.halted:
+        # A stop whose process died half-way: the same pass, from these rows.
+        for stop in stop_pass(steps, stop_reason(run)):
+            cmds.append(stop)
+            if isinstance(stop, SkipStep):
+                doomed.add(stop.step)
+    elif run.on_failure is OnFailure.HALT:
+        failed = [s for s in steps if s.status is StepStatus.FAILED]
+        if failed and now - max(s.finished_at or 0.0 for s in failed) >= policy.settle:
+            # A step failed and its worker died before halting the run.
+            return [after_failure(OnFailure.HALT, failed[0])]
     for s in steps:
         if s.step in doomed:
             continue

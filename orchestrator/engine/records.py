@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.states import RunStatus, StepStatus
 
 __all__ = [
@@ -44,8 +45,10 @@ class StepRecord:
     output_size: int = 0
     error: dict[str, Any] | None = None
     expires_at: float | None = None
-    # Set on the rows a finishing run still waits for (see Advancer.finish_if_done).
+    # Set on the rows a finishing run still waits for (see Executor.finish_if_done).
     count_me: bool = False
+    # Set on an in-flight step of a stopping run: it lands, and is never tried again.
+    stopping: bool = False
     # Every transition of this row with its time (appended in the same conditional
     # writes that make them, so history costs no extra request).
     history: tuple[dict[str, Any], ...] = ()
@@ -72,7 +75,7 @@ class RunRecord:
     created_at: float
     total: int
     remaining: int
-    on_failure: str = "halt"
+    on_failure: OnFailure = OnFailure.HALT
     updated_at: float | None = None
     kill_requested: bool = False
     kill_reason: str | None = None

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from orchestrator.adapters.queue import Dispatch, Queues
+from orchestrator.adapters.messages import AdmitRun
+from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.codec import num
 from orchestrator.adapters.store.control import Control, ms_key
@@ -93,7 +94,7 @@ class Admission:
             run = replace(run, admit_at=slot)
         if run.admit_at is not None and run.admit_at > now + SLACK:
             self.queues.timer(
-                Dispatch(run_id=run.run_id, step="", attempt=0, due_at=run.admit_at, op="admit"),
+                AdmitRun(run_id=run.run_id, due_at=run.admit_at),
                 now,
             )
             return run

@@ -1,30 +1,36 @@
-"""Applying the engine's decisions: the transitions a finished attempt, a failure, a
-halt, a kill or a finished run cause, each as conditional writes plus dispatches.
+"""The executor: applies the engine's commands through the store and the queue, one
+small method per command, each a conditional write (plus the dispatches it causes).
 
-Shared by the worker (after each attempt), the sweeper (repairs) and the API (kill)."""
+The decisions themselves are the engine's (engine/attempts.py for one attempt,
+engine/transitions.py for the run, engine/reconcile.py for repairs); this module only
+carries them out. Shared by the worker (after each attempt), the sweeper (repairs) and
+the API (cancel)."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.adapters.blobs import Blobs
-from orchestrator.adapters.queue import Dispatch, Queues
+from orchestrator.adapters.messages import Dispatch
+from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Lease, Store
 from orchestrator.engine.attempts import Fail, Retry
-from orchestrator.engine.reconcile import final_status, not_started_statuses
+from orchestrator.engine.commands import HaltRun, SkipBranch, SkipStep, StopInFlight
+from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
+from orchestrator.engine.transitions import NOT_STARTED, after_failure, finish, stop_pass
 from orchestrator.errors import ConditionFailed, OrchestratorError
 from orchestrator.settings import Settings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Advancer", "RunContext"]
+__all__ = ["LRU", "Executor", "RunContext", "Tally"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +40,7 @@ class RunContext:
     run_id: str
     workflow: str
     input: Any
-    on_failure: str
+    on_failure: OnFailure
     ndeps: dict[str, int]
 
     @classmethod
@@ -47,6 +53,11 @@ class RunContext:
             on_failure=run.on_failure,
             ndeps={n: len(s.get("dependsOn") or []) for n, s in steps.items()},
         )
+
+    @classmethod
+    def missing(cls, run_id: str) -> RunContext:
+        """For a step whose run row is gone: its failure stops nothing else."""
+        return cls(run_id, "", None, OnFailure.HALT, {})
 
 
 class LRU(OrderedDict[Any, Any]):
@@ -72,7 +83,11 @@ class Tally:
             self.counts[run_id] = self.counts.get(run_id, 0) + n
 
 
-class Advancer:
+def _no_release(run: RunRecord) -> None:
+    return None
+
+
+class Executor:
     def __init__(
         self,
         store: Store,
@@ -80,14 +95,16 @@ class Advancer:
         blobs: Blobs,
         settings: Settings,
         clock: Callable[[], float],
+        *,
+        on_finish: Callable[[RunRecord], None] = _no_release,
     ) -> None:
         self.store = store
         self.queues = queues
         self.blobs = blobs
         self.settings = settings
         self.clock = clock
-        # Called once a run has finished (Runtime wires admission's release here).
-        self.on_finish: Callable[[RunRecord], None] | None = None
+        # Called once a run has finished: admission's release (frees its group's lock).
+        self.on_finish = on_finish
 
     # ---- outputs --------------------------------------------------------------------
 
@@ -172,10 +189,18 @@ class Advancer:
         return inline, sends
 
     def retry(
-        self, row: StepRecord, decision: Retry, *, expired_before: float | None = None
+        self,
+        row: StepRecord,
+        decision: Retry,
+        tally: Tally,
+        *,
+        expired_before: float | None = None,
     ) -> bool:
+        """Record a failed attempt and send the timer of the next. A step of a stopping
+        run (flagged `stopping` while this attempt ran) is skipped instead."""
+        now = self.clock()
         try:
-            self.store.record_retry(
+            waiting = self.store.record_retry(
                 row.run_id,
                 row.step,
                 row.attempt,
@@ -183,11 +208,14 @@ class Advancer:
                 next_attempt=decision.next_attempt,
                 due_at=decision.due_at,
                 error=decision.error,
-                now=self.clock(),
+                now=now,
                 expired_before=expired_before,
             )
         except ConditionFailed:
             return False
+        if waiting.stopping:
+            self.stop_step(row.run_id, row.step, "run stopped: not retried", tally)
+            return True
         self.queues.timer(
             Dispatch(
                 run_id=row.run_id,
@@ -195,7 +223,7 @@ class Advancer:
                 attempt=decision.next_attempt,
                 due_at=decision.due_at,
             ),
-            self.clock(),
+            now,
         )
         return True
 
@@ -208,7 +236,7 @@ class Advancer:
         *,
         expired_before: float | None = None,
     ) -> bool:
-        now = self.clock()
+        """Record a step's failure, then what the engine says it does to its run."""
         try:
             failed = self.store.record_failure(
                 row.run_id,
@@ -216,73 +244,88 @@ class Advancer:
                 row.attempt,
                 row.lease_owner or "",
                 error=decision.error,
-                now=now,
+                now=self.clock(),
                 expired_before=expired_before,
             )
         except ConditionFailed:
             return False
         if failed.counted:
             tally.add(row.run_id)
-        if ctx.on_failure == "continue-independent":
-            self.cascade_skip(failed, tally)
+        then = after_failure(ctx.on_failure, failed)
+        if isinstance(then, SkipBranch):
+            self.skip_branch(row.run_id, then, tally)
         else:
-            err = {"code": "step_failed", "step": row.step, "reason": decision.error}
-            try:
-                self.store.mark_halted(row.run_id, err, now)
-            except ConditionFailed:
-                return True
-            self.stop_not_started(
-                row.run_id,
-                (StepStatus.BLOCKED, StepStatus.READY),
-                f"run halted: step {row.step} failed",
-                tally,
-            )
+            self.halt(row.run_id, then, tally)
         return True
 
-    def cascade_skip(self, failed: StepRecord, tally: Tally) -> None:
+    # ---- the run's transitions ---------------------------------------------------------
+
+    def skip_branch(self, run_id: str, cmd: SkipBranch, tally: Tally) -> None:
         """continue-independent: skip the branch below a failure, nothing else."""
         now = self.clock()
-        frontier = list(failed.dependants)
+        frontier = list(cmd.dependants)
         seen: set[str] = set()
         while frontier:
             name = frontier.pop()
             if name in seen:
                 continue
             seen.add(name)
-            skipped = self.store.skip(
-                failed.run_id,
-                name,
-                (StepStatus.BLOCKED,),
-                f"dependency {failed.step} did not succeed",
-                now,
-            )
+            skipped = self.store.skip(run_id, name, (StepStatus.BLOCKED,), cmd.reason, now)
             if skipped is not None:
                 if skipped.counted:
-                    tally.add(failed.run_id)
+                    tally.add(run_id)
                 frontier.extend(skipped.dependants)
 
-    def stop_not_started(
-        self, run_id: str, statuses: Sequence[StepStatus], reason: str, tally: Tally
-    ) -> int:
-        """Halt or kill: skip every step that has not started; in-flight ones land."""
-        now = self.clock()
-        n = 0
-        for s in self.store.query_steps(run_id):
-            if (
-                s.status in statuses
-                and not s.claimed
-                and self.store.skip(run_id, s.step, statuses, reason, now) is not None
-            ):
-                n += 1
-        tally.add(run_id, n)
-        return n
+    def halt(self, run_id: str, cmd: HaltRun, tally: Tally) -> None:
+        """Stop the run, then flag it halted: the flag comes after the pass, so no step
+        starts after the run's `run.halted` entry."""
+        self.stop(run_id, cmd.reason, tally)
+        try:
+            self.store.mark_halted(run_id, cmd.error, self.clock())
+        except ConditionFailed:
+            pass  # halted by another failure already, killed, or finished
 
     def kill(self, run_id: str, reason: str) -> RunRecord:
+        """Cancel a running run: the request is recorded first (the sweeper carries on
+        from it if this process dies), then the run is stopped."""
         run = self.store.request_kill(run_id, reason, self.clock())
         tally = Tally()
-        self.stop_not_started(run_id, not_started_statuses(run), f"run killed: {reason}", tally)
+        self.stop(run_id, f"run killed: {reason}", tally)
         self.flush(tally)
         return run
+
+    def stop(self, run_id: str, reason: str, tally: Tally) -> None:
+        """The stop pass (engine.transitions): skip every step that has not started,
+        flag every step in flight; in-flight ones land."""
+        for cmd in stop_pass(self.store.query_steps(run_id, states_only=True), reason):
+            self.apply_stop(run_id, cmd, tally)
+
+    def apply_stop(self, run_id: str, cmd: SkipStep | StopInFlight, tally: Tally) -> None:
+        if isinstance(cmd, SkipStep):
+            self.stop_step(run_id, cmd.step, cmd.reason, tally)
+        else:
+            self.stop_step(run_id, cmd.step, "", tally, in_flight=True)
+
+    def stop_step(
+        self, run_id: str, step: str, reason: str, tally: Tally, *, in_flight: bool = False
+    ) -> None:
+        """Skip the step if it has not started, else flag it `stopping`. Each write is
+        guarded by the state it expects; a row that moved between the read and the write
+        (claimed, or back to waiting for a retry) is read again and handled as it is."""
+        now = self.clock()
+        for _ in range(4):
+            if not in_flight:
+                skipped = self.store.skip(run_id, step, NOT_STARTED, reason or "run stopped", now)
+                if skipped is not None:
+                    if skipped.counted:
+                        tally.add(run_id)
+                    return
+            if self.store.mark_stopping(run_id, step, now):
+                return
+            row = self.store.get_step(run_id, step)
+            if row is None or row.status.terminal or row.stopping:
+                return
+            in_flight = row.claimed
 
     # ---- finishing ---------------------------------------------------------------------
 
@@ -300,8 +343,11 @@ class Advancer:
         if run is None or run.status.terminal:
             return None
         steps = self.store.query_steps(run_id)
-        status = final_status(run, steps)
-        if status is None:
+        done = finish(
+            run, steps, now, ttl_success=self.settings.ttl_success,
+            ttl_failed=self.settings.ttl_failed,
+        )
+        if done is None:
             # Every sink is done but a failing, halted or killed run still has steps in
             # flight (their branches below were skipped). Make those steps count too,
             # so the last of them to land finishes the run.
@@ -311,33 +357,16 @@ class Advancer:
             if flagged:
                 self.store.decrement_remaining(run_id, -flagged, now)
             return None
-        ttl = self.settings.ttl_success if status is RunStatus.SUCCESS else self.settings.ttl_failed
-        expires = now + ttl
-        error: dict[str, Any] | None = None
-        failed = [s.step for s in steps if s.status is StepStatus.FAILED]
-        if status is RunStatus.KILLED:
-            error = {"code": "killed", "reason": run.kill_reason or ""}
-        elif status is RunStatus.FAILED:
-            first = next((s for s in steps if s.status is StepStatus.FAILED), None)
-            error = {
-                "code": "step_failed",
-                "step": failed[0] if failed else None,
-                "steps": failed,
-                "reason": first.error if first else None,
-            }
-        # Steps expire with their run: stamp them before the run row says "finished".
-        self.store.put_steps([_with_expiry(s, expires) for s in steps])
+        # Step rows stamped their own expiry when they finished; only rows that would
+        # expire before their run are written again (see engine.transitions.finish).
+        for name in done.restamp:
+            self.store.stamp_expiry(run_id, name, done.expires_at)
         try:
-            self.store.finish_run(run_id, status, error, now, expires)
+            self.store.finish_run(run_id, done.status, done.error, now, done.expires_at)
         except ConditionFailed:
             return None
-        if self.on_finish is not None:
-            try:
-                self.on_finish(run)
-            except OrchestratorError as exc:  # the sweeper repairs what this left undone
-                log.warning("run %s: after-finish hook failed: %s", run_id, exc)
-        return status
-
-
-def _with_expiry(s: StepRecord, expires: float) -> StepRecord:
-    return replace(s, expires_at=expires)
+        try:
+            self.on_finish(run)
+        except OrchestratorError as exc:  # the sweeper repairs what this left undone
+            log.warning("run %s: after-finish hook failed: %s", run_id, exc)
+        return done.status

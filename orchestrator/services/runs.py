@@ -14,15 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.engine.plan import StepSpec, plan_steps
+from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
 from orchestrator.expressions import ExpressionError, compile_template
-from orchestrator.services.executor import Advancer
+from orchestrator.services.executor import Executor
 from orchestrator.strict_json import dumps
 
 if TYPE_CHECKING:
-    from orchestrator.services.admission import Admission
+    pass
 
 __all__ = [
     "RunService",
@@ -208,18 +209,21 @@ def run_view(
 class RunService:
     def __init__(
         self,
-        advancer: Advancer,
+        executor: Executor,
         manifest: Any,
         *,
         default_timeout: float,
-        ttl_skipped: float = 24 * 3600.0,
+        arrive: Callable[[RunRecord], RunRecord],
+        release: Callable[[RunRecord], None],
     ) -> None:
-        self.adv = advancer
-        self.store = advancer.store
+        # `arrive` and `release` are admission's: a gated run waits for its group and
+        # throttle; a cancelled queued run gives its place up.
+        self.adv = executor
+        self.store = executor.store
         self.manifest = manifest
         self.default_timeout = default_timeout
-        self.admission: Admission | None = None  # wired by Runtime
-        self.ttl_skipped = ttl_skipped
+        self.arrive = arrive
+        self.release = release
 
     def new_run_id(self, workflow: str, now: float) -> str:
         return f"{workflow}-{int(now * 1000)}-{secrets.token_hex(3)}"
@@ -287,7 +291,7 @@ class RunService:
             # A hint that triggers the verified finish: only sinks count down (see
             # StepRecord.counted), so a fan-out pays no per-step write on the run row.
             remaining=len(sinks - reused),
-            on_failure=definition.get("onFailure", "halt"),
+            on_failure=OnFailure(definition.get("onFailure", "halt")),
             updated_at=now,
             trigger=trigger,
             rerun_of=rerun_of,
@@ -307,8 +311,7 @@ class RunService:
                 raise UsageError(f"run_id {rid!r} was used by a run that has expired") from None
             return existing, False
         if gate:
-            assert self.admission is not None, "Runtime wires admission"
-            return self.admission.arrive(run), True
+            return self.arrive(run), True
         self.launch(run)
         return run, True
 
@@ -399,12 +402,11 @@ class RunService:
             try:
                 done = self.store.finish_queued(
                     run_id, RunStatus.KILLED, {"code": "killed", "reason": reason}, now,
-                    now + self.adv.settings.ttl_failed,
+                    now + self.adv.settings.ttl_failed, kill_reason=reason,
                 )
             except ConditionFailed:
                 return self.cancel(run_id, reason)  # it was admitted meanwhile
-            if self.admission is not None:
-                self.admission.release(done)
+            self.release(done)
             return True
         try:
             self.adv.kill(run_id, reason)

@@ -166,7 +166,7 @@ def test_duplicated_completion_promotes_the_join_once(
     sent: list[Dispatch] = []
     h.rt.queues.tamper = lambda msgs: sent.extend(msgs) or []
     run_id = h.start("fan")
-    store, adv, now = h.rt.store, h.rt.advancer, time.time()
+    store, adv, now = h.rt.store, h.rt.executor, time.time()
     run = store.get_run(run_id, now)
     assert run is not None
     ctx = RunContext.of(run)

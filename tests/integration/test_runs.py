@@ -254,12 +254,36 @@ def test_kill_lets_in_flight_land_and_skips_the_rest(harness_factory: Any) -> No
 
 def test_finished_runs_carry_a_ttl(harness_factory: Any) -> None:
     h = harness_factory(DIAMOND)
-    h.start_workers()
+    writes: list[str] = []
+    h.rt.clients.dynamodb.meta.events.register(
+        "before-call.dynamodb", lambda model, params, **_: writes.append(
+            f"{model.name} {params.get('TableName', '')}")
+    )
     run_id = h.start("diamond")
+    del writes[:]  # the launch wrote the rows; nothing after it writes a whole row again
+    h.start_workers()
     h.wait(run_id)
     run = h.rt.store.get_run(run_id, h.rt.clock())
     assert run is not None and run.expires_at is not None
     assert 23 * 3600 < run.expires_at - run.finished_at <= 24 * 3600 + 1
-    assert all(s.expires_at == run.expires_at for s in h.rt.store.query_steps(run_id))
+    # Each step row stamped its expiry in its own terminal write: the longest retention,
+    # so no row of a run expires before the run does.
+    steps = h.rt.store.query_steps(run_id)
+    assert all(s.expires_at is not None and s.expires_at >= run.expires_at for s in steps)
+    assert not [w for w in writes if w.startswith(("BatchWriteItem", "PutItem"))], writes
     # readers ignore a row past its expiry even before DynamoDB deletes it
     assert h.rt.store.get_run(run_id, run.expires_at + 1) is None
+
+
+def test_a_failed_run_expires_with_its_first_step_row(harness_factory: Any) -> None:
+    h = harness_factory(manifest(NIGHTLY.format(policy="continue-independent")))
+    h.start_workers()
+    run_id = h.start("nightly")
+    h.wait(run_id)
+    run = h.rt.store.get_run(run_id, h.rt.clock())
+    assert run is not None and run.expires_at is not None and run.finished_at is not None
+    steps = h.rt.store.query_steps(run_id)
+    ttl = h.rt.settings.ttl_failed
+    # Kept ttl_failed, less the few seconds it ran: never past one of its rows.
+    assert run.expires_at == min(s.expires_at or 0.0 for s in steps)
+    assert ttl - 60 < run.expires_at - run.finished_at <= ttl

@@ -17,18 +17,19 @@ from orchestrator.engine.attempts import (
     classify_response,
     parse_retry_after,
 )
-from orchestrator.engine.plan import StepSpec, plan_steps
-from orchestrator.engine.reconcile import (
+from orchestrator.engine.commands import (
     CreateStep,
     ExpireLease,
     Finalize,
+    HaltRun,
     Promote,
     Redispatch,
     SkipStep,
-    SweepPolicy,
-    final_status,
-    reconcile,
+    StopInFlight,
 )
+from orchestrator.engine.plan import StepSpec, plan_steps
+from orchestrator.engine.policies import OnFailure
+from orchestrator.engine.reconcile import SweepPolicy, reconcile
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import (
     RUN_TRANSITIONS,
@@ -37,6 +38,7 @@ from orchestrator.engine.states import (
     StepStatus,
     can_move,
 )
+from orchestrator.engine.transitions import final_status
 
 NOW = 1_800_000_000.0
 POLICY = SweepPolicy(redispatch_after=10.0, settle=2.0)
@@ -206,13 +208,17 @@ def test_reconcile_expires_a_dead_workers_lease() -> None:
 
 def test_reconcile_skips_below_a_failure_and_stops_halted_runs() -> None:
     rows = by(diamond(), a={"status": StepStatus.FAILED})
-    cmds = reconcile(run(), rows, rows, NOW, POLICY)
+    cmds = reconcile(run(on_failure=OnFailure.CONTINUE_INDEPENDENT), rows, rows, NOW, POLICY)
     assert {c.step for c in cmds if isinstance(c, SkipStep)} == {"b", "c"}
+    # Under halt, a failure its worker did not live to act on halts the run.
+    (halt,) = reconcile(run(), rows, rows, NOW, POLICY)
+    assert isinstance(halt, HaltRun) and halt.error["step"] == "a"
     rows = by(
         diamond(), a={"status": StepStatus.DISPATCHED, "lease_owner": "w", "lease_until": NOW + 100}
     )
     cmds = reconcile(run(halted=True), rows, rows, NOW, POLICY)
     assert {c.step for c in cmds if isinstance(c, SkipStep)} == {"b", "c", "d"}  # not a
+    assert [c for c in cmds if isinstance(c, StopInFlight)] == [StopInFlight("a")]  # flagged
 
 
 def test_reconcile_finalizes_and_fixes_the_counter() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.strict_json import dumps
@@ -90,6 +91,7 @@ def step_from_item(item: Item) -> StepRecord:
         error=_json(item, "error"),
         expires_at=_n(item, "expires_at"),
         count_me=bool(item.get("count_me", {}).get("BOOL", False)),
+        stopping=bool(item.get("stopping", {}).get("BOOL", False)),
         history=_history(item),
     )
 
@@ -134,6 +136,8 @@ def step_to_item(s: StepRecord) -> Item:
         item["error"] = {"S": dumps(s.error)}
     if s.count_me:
         item["count_me"] = {"BOOL": True}
+    if s.stopping:
+        item["stopping"] = {"BOOL": True}
     if s.history:
         item["history"] = {"L": [{"S": dumps(e)} for e in s.history]}
     return item
@@ -149,7 +153,7 @@ def run_from_item(item: Item) -> RunRecord:
         created_at=(_n(item, "created_at") or 0) / 1000.0,
         total=int(_n(item, "total") or 0),
         remaining=int(_n(item, "remaining") or 0),
-        on_failure=_s(item, "on_failure") or "halt",
+        on_failure=OnFailure(_s(item, "on_failure") or "halt"),
         updated_at=_n(item, "updated_at"),
         kill_requested=bool(item.get("kill_requested", {}).get("BOOL", False)),
         kill_reason=_s(item, "kill_reason"),
@@ -177,7 +181,7 @@ def run_to_item(r: RunRecord) -> Item:
         "created_at": {"N": str(int(r.created_at * 1000))},
         "total": num(r.total),
         "remaining": num(r.remaining),
-        "on_failure": {"S": r.on_failure},
+        "on_failure": {"S": r.on_failure.value},
         "kill_requested": {"BOOL": r.kill_requested},
         "halted": {"BOOL": r.halted},
         "listed": {"S": "runs"},  # the partition of the `recent` index: every run

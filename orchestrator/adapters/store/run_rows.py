@@ -51,15 +51,16 @@ class RunRows(Tables):
         *,
         names: dict[str, str] | None = None,
         returns: str = "NONE",
+        also: str = "",
     ) -> Item:
-        """One UpdateItem on a run row, guarded by `status = running` (raises
-        ConditionFailed once the run has finished)."""
+        """One UpdateItem on a run row, guarded by `status = running` (and `also`):
+        raises ConditionFailed once the run has finished."""
         with _translate(f"run {run_id}: {what}"):
             resp = self.ddb.update_item(
                 TableName=self.runs,
                 Key={"run_id": {"S": run_id}},
                 UpdateExpression=update,
-                ConditionExpression="#s = :running",
+                ConditionExpression="#s = :running" + (f" AND {also}" if also else ""),
                 ExpressionAttributeNames={"#s": "status", **(names or {})},
                 ExpressionAttributeValues={
                     **values, ":running": {"S": RunStatus.RUNNING.value}
@@ -82,12 +83,14 @@ class RunRows(Tables):
         return int(attrs["remaining"]["N"])
 
     def mark_halted(self, run_id: str, error: dict[str, Any], now: float) -> None:
+        """Flag the run halted (once: a second halter gets ConditionFailed). Written after
+        the stop pass, so no step starts after this entry in the run's history."""
         values = {":t": {"BOOL": True}, ":err": {"S": dumps(error)}, ":now": num(now)}
         hist = history_clause(values, now, "run.halted", error=short_error(error))
         self._update_running(
             run_id, "halt",
             f"SET halted = :t, #e = if_not_exists(#e, :err), updated_at = :now, {hist}",
-            values, names={"#e": "error", "#h": "history"},
+            values, names={"#e": "error", "#h": "history"}, also="halted <> :t",
         )
 
     def request_kill(self, run_id: str, reason: str, now: float) -> RunRecord:
@@ -130,17 +133,26 @@ class RunRows(Tables):
 
     def finish_queued(
         self, run_id: str, status: RunStatus, error: dict[str, Any], now: float,
-        expires_at: float,
+        expires_at: float, *, kill_reason: str | None = None,
     ) -> RunRecord:
-        """queued -> skipped or killed: a run that never started."""
-        values = {
+        """queued -> skipped or killed: a run that never started. A cancel keeps its
+        reason as `kill_reason` and in history, as it does for a running run."""
+        values: dict[str, Any] = {
             ":st": {"S": status.value}, ":err": {"S": dumps(error)}, ":now": num(now),
             ":exp": num(expires_at),
         }
-        hist = history_clause(values, now, f"run.{status.value}", error=short_error(error))
+        sets = ""
+        if kill_reason is not None:
+            values[":r"] = {"S": kill_reason}
+            values[":t"] = {"BOOL": True}
+            sets = " kill_requested = :t, kill_reason = :r,"
+        hist = history_clause(
+            values, now, f"run.{status.value}", error=short_error(error),
+            reason=None if kill_reason is None else kill_reason[:300],
+        )
         return self._update_queued(
             run_id, "finish before start",
-            "SET #s = :st, #e = :err, finished_at = :now, updated_at = :now,"
+            f"SET #s = :st, #e = :err,{sets} finished_at = :now, updated_at = :now,"
             f" expires_at = :exp, {hist} REMOVE active",
             values, {"#e": "error", "#h": "history"},
         )

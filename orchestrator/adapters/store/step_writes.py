@@ -72,6 +72,7 @@ class StepTransitions(Tables):
                 ),
                 ConditionExpression=(
                     "attempt = :n AND attribute_not_exists(lease_owner) AND #s IN (:ready, :disp)"
+                    " AND attribute_not_exists(stopping)"
                 ),
                 ExpressionAttributeNames={"#s": "status", "#t": "timeout", "#h": "history"},
                 ExpressionAttributeValues={
@@ -246,6 +247,7 @@ class StepTransitions(Tables):
         values: dict[str, Any] = {
             ":ok": {"S": StepStatus.SUCCESS.value},
             ":now": num(now),
+            ":exp": num(now + self.step_retention),
             ":size": num(size),
         }
         if output_ref is not None:
@@ -256,7 +258,8 @@ class StepTransitions(Tables):
             values[":out"] = {"S": output_json or "null"}
         hist = history_clause(values, now, "step.succeeded", attempt=attempt, bytes=size)
         update = (
-            f"SET #s = :ok, {sets}, output_size = :size, finished_at = :now, {hist}"
+            f"SET #s = :ok, {sets}, output_size = :size, finished_at = :now, expires_at = :exp,"
+            f" {hist}"
             " REMOVE lease_owner, lease_until, #err"
         )
         names = {"#err": "error", "#h": "history"}
@@ -312,6 +315,7 @@ class StepTransitions(Tables):
             ":failed": {"S": StepStatus.FAILED.value},
             ":err": {"S": dumps(error)},
             ":now": num(now),
+            ":exp": num(now + self.step_retention),
         }
         hist = history_clause(values, now, "step.failed", attempt=attempt, error=short_error(error))
         return self._finish_attempt(
@@ -319,7 +323,7 @@ class StepTransitions(Tables):
             step,
             attempt,
             owner,
-            f"SET #s = :failed, #err = :err, finished_at = :now, {hist}"
+            f"SET #s = :failed, #err = :err, finished_at = :now, expires_at = :exp, {hist}"
             " REMOVE lease_owner, lease_until",
             values,
             "record failure",
@@ -340,6 +344,7 @@ class StepTransitions(Tables):
             ":sk": {"S": StepStatus.SKIPPED.value},
             ":why": {"S": dumps({"code": "skipped", "message": reason})},
             ":now": num(now),
+            ":exp": num(now + self.step_retention),
         }
         placeholders = []
         for i, st in enumerate(statuses):
@@ -349,7 +354,8 @@ class StepTransitions(Tables):
         attrs = self._guarded(
             f"step {run_id}/{step}: skip",
             Key=step_key(run_id, step),
-            UpdateExpression=f"SET #s = :sk, #err = :why, finished_at = :now, {hist}"
+            UpdateExpression=f"SET #s = :sk, #err = :why, finished_at = :now, expires_at = :exp,"
+            f" {hist}"
             " REMOVE due_at",
             ConditionExpression=f"#s IN ({', '.join(placeholders)})"
             " AND attribute_not_exists(lease_owner)",
@@ -393,3 +399,29 @@ class StepTransitions(Tables):
             ExpressionAttributeNames={"#s": "status", "#h": "history"},
             ExpressionAttributeValues=values,
         ) is not None
+
+    def mark_stopping(self, run_id: str, step: str, now: float) -> bool:
+        """Flag a step running under a lease in a stopping run: it lands, but its claim
+        and retry guards refuse another attempt. False if it holds no lease (any more)."""
+        values = {":disp": {"S": StepStatus.DISPATCHED.value}, ":t": {"BOOL": True}}
+        hist = history_clause(values, now, "step.stopping")
+        return self._guarded(
+            f"step {run_id}/{step}: stop in flight",
+            Key=step_key(run_id, step),
+            UpdateExpression=f"SET stopping = :t, {hist}",
+            ConditionExpression="#s = :disp AND attribute_exists(lease_owner)"
+            " AND attribute_not_exists(stopping)",
+            ExpressionAttributeNames={"#s": "status", "#h": "history"},
+            ExpressionAttributeValues=values,
+        ) is not None
+
+    def stamp_expiry(self, run_id: str, step: str, expires_at: float) -> None:
+        """Make a finished step row live as long as its run (rows that ran for longer
+        than the retention, or were written before terminal writes stamped it)."""
+        self._guarded(
+            f"step {run_id}/{step}: expiry",
+            Key=step_key(run_id, step),
+            UpdateExpression="SET expires_at = :exp",
+            ConditionExpression="attribute_exists(run_id)",
+            ExpressionAttributeValues={":exp": num(expires_at)},
+        )

@@ -7,6 +7,7 @@ from typing import Any
 
 from orchestrator.adapters.store.codec import history_entry
 from orchestrator.settings import ResourceNames
+from orchestrator.strict_json import dumps
 
 __all__ = ["HISTORY", "Item", "Tables", "history_clause", "short_error", "step_key"]
 
@@ -24,7 +25,9 @@ def history_clause(values: dict[str, Any], at: float, kind: str, **fields: Any) 
 
 def short_error(error: dict[str, Any]) -> dict[str, Any]:
     """An error as kept in history: its code and the first 300 characters."""
-    message = str(error.get("message") or error.get("reason") or "")
+    raw = error.get("message") or error.get("reason") or ""
+    # A function's error body is JSON: keep it JSON, never a language's printout of it.
+    message = raw if isinstance(raw, str) else dumps(raw)
     return {"code": error.get("code"), "message": message[:300]}
 
 
@@ -35,7 +38,12 @@ def step_key(run_id: str, step: str) -> Item:
 class Tables:
     """The DynamoDB client and the names of the runs and steps tables."""
 
-    def __init__(self, dynamodb: Any, names: ResourceNames) -> None:
+    def __init__(
+        self, dynamodb: Any, names: ResourceNames, *, step_retention: float = 30 * 24 * 3600.0
+    ) -> None:
         self.ddb = dynamodb
         self.runs = names.runs_table
         self.steps = names.steps_table
+        # A step row's terminal write stamps its expiry (the longest run retention) in
+        # the same request, so finishing a run does not write its rows again.
+        self.step_retention = step_retention

@@ -1,0 +1,58 @@
+"""The queue messages: a discriminated union on `op`, validated at the edge (pydantic).
+
+Messages are hints ("look at this"); the rows decide what happens. Each kind carries
+only what it names, so a new kind (a durable workflow's wake-up) is one more class here
+and one more branch in the worker."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Tag, TypeAdapter
+
+__all__ = ["AdmitRun", "Dispatch", "Message", "decode", "encode"]
+
+
+class Dispatch(BaseModel):
+    """Look at this step's attempt (not before `due_at`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    op: Literal["step"] = "step"
+    run_id: str
+    step: str
+    attempt: int
+    due_at: float | None = None
+
+
+class AdmitRun(BaseModel):
+    """A queued run's throttle slot came due: look at whether it may start."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    op: Literal["admit"] = "admit"
+    run_id: str
+    due_at: float | None = None
+
+
+def _op(value: Any) -> str:
+    # A step dispatch leaves `op` out on the wire (the hot path's messages stay small).
+    if isinstance(value, dict):
+        return str(value.get("op", "step"))
+    return str(getattr(value, "op", "step"))
+
+
+Message = Annotated[
+    Annotated[Dispatch, Tag("step")] | Annotated[AdmitRun, Tag("admit")],
+    Discriminator(_op),
+]
+_ADAPTER: TypeAdapter[Dispatch | AdmitRun] = TypeAdapter(Message)
+
+
+def encode(message: Dispatch | AdmitRun) -> str:
+    if isinstance(message, Dispatch):
+        return message.model_dump_json(exclude_none=True, exclude_defaults=True)
+    return message.model_dump_json(exclude_none=True)
+
+
+def decode(body: str) -> Dispatch | AdmitRun:
+    """Raises pydantic.ValidationError for a body that is not one of ours."""
+    return _ADAPTER.validate_json(body)

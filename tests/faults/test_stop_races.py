@@ -1,0 +1,250 @@
+"""Halt, kill and cancel-running against every interleaving a process could hit by chance,
+forced deterministically: the racing act is made by a second, independent set of parts
+(its own boto3 clients, as another worker process would be) from a botocore event hook at
+the exact moment named, against the real emulator and real functions.
+
+The rule under test (engine/transitions.py): a stop skips every step that has not
+started; steps in flight land and are never tried again; no step starts after the run's
+`run.halted` entry, nor after a cancel has been answered."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.adapters.aws import make_clients
+from orchestrator.adapters.messages import Dispatch
+from orchestrator.adapters.store import Lease
+from orchestrator.engine.attempts import Retry
+from orchestrator.engine.records import StepRecord
+from orchestrator.runtime import Runtime
+from orchestrator.services.executor import RunContext, Tally
+from orchestrator.sweeper import Sweeper
+from tests.support.harness import Harness, steps_of
+from tests.support.testfns import Recorder
+
+WORKFLOWS = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  w:
+    onFailure: halt
+    steps:
+      boom:  { backend: fn, route: /status, payload: { code: 422 } }
+      flaky: { backend: fn, route: /flaky, payload: { fail: 1 }, retry: { max: 2, delay: 10ms } }
+      slow:  { backend: fn, route: /echo, retry: { max: 2, delay: 10ms } }
+      after: { backend: fn, route: /echo, dependsOn: [slow] }
+  chain:
+    onFailure: halt
+    steps:
+      boom: { backend: fn, route: /status, payload: { code: 422 } }
+      a:    { backend: fn, route: /echo }
+      x:    { backend: fn, route: /flaky, payload: { fail: 1 }, dependsOn: [a],
+              retry: { max: 2, delay: 10ms } }
+  grouped:
+    concurrency: { group: g, key: "${{ input.k }}", policy: cancel-running }
+    steps:
+      flaky: { backend: fn, route: /flaky, payload: { fail: 1 }, retry: { max: 2, delay: 10ms } }
+"""
+
+
+def setup(harness_factory: Any) -> tuple[Harness, Runtime, list[Any]]:
+    """The harness with every message captured (delivered by hand), and a second
+    Runtime on the same tables: the other process that races."""
+    h: Harness = harness_factory(WORKFLOWS)
+    sent: list[Any] = []
+    h.rt.queues.tamper = lambda msgs: sent.extend(msgs) or []
+    other = Runtime.build(h.rt.settings, h.rt.manifest, clients=make_clients(h.rt.settings))
+    other.queues.tamper = lambda msgs: sent.extend(msgs) or []
+    return h, other, sent
+
+
+def once_after(h: Harness, operation: str, act: Callable[[], None]) -> list[bool]:
+    """Run `act` once, right after this process's next `operation` call returns."""
+    fired: list[bool] = []
+
+    def hook(**_: Any) -> None:
+        if not fired:
+            fired.append(True)
+            act()
+
+    h.rt.clients.dynamodb.meta.events.register(f"after-call.dynamodb.{operation}", hook)
+    return fired
+
+
+def started_after(history: list[dict[str, Any]], moment: float) -> list[dict[str, Any]]:
+    return [e for e in history if e["type"] == "step.started" and e["at"] > moment]
+
+
+def halted_at(history: list[dict[str, Any]]) -> float:
+    (entry,) = [e for e in history if e["type"] == "run.halted"]
+    return float(entry["at"])
+
+
+def claim(rt: Runtime, run_id: str, step: str, owner: str) -> StepRecord:
+    now = time.time()
+    return rt.store.claim(run_id, step, 1, Lease(owner, now + rt.settings.lease_margin), now)
+
+
+def fail_retryably(rt: Runtime, row: StepRecord) -> None:
+    """What the worker holding `row` does when its call failed with a 503."""
+    tally = Tally()
+    rt.executor.retry(
+        row, Retry(row.attempt + 1, time.time() + 0.01, {"code": "http_error"}), tally
+    )
+    rt.executor.flush(tally)
+
+
+def test_a_step_waiting_for_its_retry_is_not_retried_after_a_halt(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h, _, sent = setup(harness_factory)
+    run_id = h.start("w")
+    w = h.rt.worker()
+    w.handle(Dispatch(run_id=run_id, step="flaky", attempt=1))  # 503: a retry is due
+    retry = [m for m in sent if m.step == "flaky" and m.attempt == 2]
+    assert retry
+    w.handle(Dispatch(run_id=run_id, step="boom", attempt=1))  # 422: the run halts
+    w.handle(retry[0].model_copy(update={"due_at": None}))  # the retry's timer fires
+    w.handle(Dispatch(run_id=run_id, step="slow", attempt=1))  # a message sent before
+    view = h.rt.runs.view(run_id)
+    steps = steps_of(view)
+    assert len(recorder.for_step(run_id, "flaky")) == 1
+    assert recorder.for_step(run_id, "slow") == []
+    assert (steps["flaky"]["status"], steps["slow"]["status"], steps["after"]["status"]) == (
+        "skipped", "skipped", "skipped")
+    assert view["status"] == "failed" and view["error"]["step"] == "boom"
+    history = h.rt.runs.history(run_id)
+    assert started_after(history, halted_at(history)) == []
+
+
+def test_a_claim_racing_the_halt_pass_lands_before_the_halt_and_is_not_retried(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h, other, sent = setup(harness_factory)
+    run_id = h.start("w")
+    claimed: list[StepRecord] = []
+    # The halter has read the rows (slow: ready) when another worker claims slow.
+    fired = once_after(h, "Query", lambda: claimed.append(claim(other, run_id, "slow", "w2")))
+    h.rt.worker().handle(Dispatch(run_id=run_id, step="boom", attempt=1))
+    assert fired and claimed
+    history = h.rt.runs.history(run_id)
+    assert started_after(history, halted_at(history)) == []  # slow started before the halt
+    fail_retryably(other, claimed[0])  # slow's call fails with a 503 ...
+    assert not [m for m in sent if m.step == "slow" and m.attempt == 2]  # ... not retried
+    view = h.rt.runs.view(run_id)
+    assert steps_of(view)["slow"]["status"] == "skipped"
+    assert steps_of(view)["after"]["status"] == "skipped"
+    assert view["status"] == "failed"
+
+
+def test_a_promotion_racing_the_halt_pass_starts_before_the_halt_or_not_at_all(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h, other, sent = setup(harness_factory)
+    run_id = h.start("chain")
+    a = claim(other, run_id, "a", "w2")
+    done = other.store.record_success(
+        run_id, "a", 1, "w2", output_json="{}", output_ref=None, size=2, now=time.time()
+    )
+    run = other.store.get_run(run_id, time.time())
+    assert run is not None and a.claimed
+    inline: list[StepRecord | None] = []
+    # The halter has read the rows (x: blocked) when a's worker promotes x into its lease.
+    once_after(h, "Query", lambda: inline.append(other.executor.promote_dependants(
+        done, RunContext.of(run), Lease("w2", time.time() + 30))[0]))
+    h.rt.worker().handle(Dispatch(run_id=run_id, step="boom", attempt=1))
+    assert inline and inline[0] is not None and inline[0].step == "x"
+    history = h.rt.runs.history(run_id)
+    assert started_after(history, halted_at(history)) == []
+    # x runs (it started before the halt), fails with a 503, and is not tried again.
+    other.worker(worker_id="w2").execute(inline[0], Tally())
+    assert len(recorder.for_step(run_id, "x")) == 1
+    assert not [m for m in sent if m.step == "x" and m.attempt == 2]
+    other.executor.finish_if_done(run_id)
+    view = h.rt.runs.view(run_id)
+    assert steps_of(view)["x"]["status"] == "skipped"
+    assert view["status"] == "failed"
+
+
+def test_a_dead_workers_step_is_not_retried_after_the_halt(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h, other, sent = setup(harness_factory)
+    run_id = h.start("w")
+    claim(other, run_id, "slow", "dead-worker")  # ... and the worker dies
+    h.rt.worker().handle(Dispatch(run_id=run_id, step="boom", attempt=1))
+    assert h.rt.store.get_step(run_id, "slow").stopping  # type: ignore[union-attr]
+    later = Sweeper(h.rt.executor, plan=h.rt.runs.rows_for, clock=lambda: time.time() + 3600)
+    later.sweep()  # the lease has expired: that attempt failed, and it is not retried
+    assert not [m for m in sent if m.step == "slow" and m.attempt == 2]
+    assert recorder.for_step(run_id, "slow") == []
+    view = h.rt.runs.view(run_id)
+    assert steps_of(view)["slow"]["status"] == "skipped"
+    assert view["status"] == "failed"
+
+
+def test_the_sweeper_halts_a_run_whose_failing_worker_died(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h, other, sent = setup(harness_factory)
+    run_id = h.start("w")
+    row = claim(other, run_id, "boom", "dead-worker")
+    # The failure is recorded, then the worker dies before halting the run.
+    other.store.record_failure(run_id, "boom", 1, "dead-worker", error={"code": "http_error"},
+                               now=time.time())
+    later = Sweeper(h.rt.executor, plan=h.rt.runs.rows_for, clock=lambda: time.time() + 60)
+    later.sweep()
+    assert row.claimed
+    w = h.rt.worker()
+    for m in list(sent):
+        w.handle(m.model_copy(update={"due_at": None}))
+    for step in ("flaky", "slow"):
+        w.handle(Dispatch(run_id=run_id, step=step, attempt=1))
+    assert recorder.for_step(run_id, "flaky") == recorder.for_step(run_id, "slow") == []
+    later.sweep()
+    view = h.rt.runs.view(run_id)
+    assert view["status"] == "failed" and view["error"]["step"] == "boom"
+    assert {s["status"] for n, s in steps_of(view).items() if n != "boom"} == {"skipped"}
+
+
+def test_a_claim_racing_a_cancel_is_not_retried_and_nothing_starts_after_it(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h, other, sent = setup(harness_factory)
+    run_id = h.start("w")
+    w = h.rt.worker()
+    w.handle(Dispatch(run_id=run_id, step="flaky", attempt=1))  # a retry is due
+    claimed: list[StepRecord] = []
+    once_after(h, "Query", lambda: claimed.append(claim(other, run_id, "slow", "w2")))
+    h.rt.runs.kill(run_id, "stop it")  # the cancel has been answered
+    assert claimed
+    fail_retryably(other, claimed[0])
+    for m in list(sent):
+        w.handle(m.model_copy(update={"due_at": None}))
+    w.handle(Dispatch(run_id=run_id, step="boom", attempt=1))
+    assert len(recorder.for_step(run_id, "flaky")) == 1
+    assert recorder.for_step(run_id, "slow") == recorder.for_step(run_id, "boom") == []
+    view = h.rt.runs.view(run_id)
+    assert view["status"] == "killed" and view["kill_reason"] == "stop it"
+    assert {s["status"] for s in view["steps"]} == {"skipped"}
+
+
+def test_cancel_running_stops_the_replaced_run_retries_included(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h, _, sent = setup(harness_factory)
+    first, _ = h.rt.runs.start("grouped", {"k": "t"})
+    assert first.status.value == "running"
+    w = h.rt.worker()
+    w.handle(Dispatch(run_id=first.run_id, step="flaky", attempt=1))  # a retry is due
+    second, _ = h.rt.runs.start("grouped", {"k": "t"})  # replaces the first
+    for m in list(sent):
+        if m.run_id == first.run_id:
+            w.handle(m.model_copy(update={"due_at": None}))
+    assert len(recorder.for_step(first.run_id, "flaky")) == 1
+    view = h.rt.runs.view(first.run_id)
+    assert view["status"] == "killed"
+    assert view["kill_reason"] == f"replaced by run {second.run_id}"
+    assert steps_of(view)["flaky"]["status"] == "skipped"

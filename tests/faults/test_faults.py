@@ -23,6 +23,7 @@ from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.services.executor import RunContext
 from orchestrator.services.runs import definition_of
+from orchestrator.sweeper import Sweeper
 from tests.support.harness import steps_of
 from tests.support.testfns import Recorder
 
@@ -93,15 +94,22 @@ def test_a_dropped_dispatch_is_recovered_by_the_sweep(
     h.rt.queues.tamper = drop_b_once
     h.start_workers()
     run_id = h.start("fan")
-    # Without a sweeper the run cannot finish: b's message is gone.
-    time.sleep(1.5)
+    # Without a sweeper the run cannot finish: b's message is gone. Every other step
+    # that can run does; b stays ready.
+    for step in ("a", "c", "d", "e"):
+        h.wait_for_step(run_id, step, ("success",))
     assert steps_of(h.rt.runs.view(run_id))["b"]["status"] == "ready"
     assert dropped
-    t0 = time.monotonic()
-    h.start_sweeper()
+    # The queue is idle, so the sweep knows the message is lost after one interval of
+    # grace, not after redispatch_after (30 s): a sweep whose clock reads 5 s later
+    # sends it again at once.
+    later = Sweeper(h.rt.executor, plan=h.rt.runs.rows_for, clock=lambda: time.time() + 5)
+    deadline = time.monotonic() + 10
+    while later.backlog() != 0:  # the worker's batched deletes go out
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert later.sweep().redispatched == 1
     view = h.wait(run_id, timeout=10)
-    # The queue is idle, so the sweep knows the message is lost: one interval of grace.
-    assert time.monotonic() - t0 < 0.5 * 2 + 1.5
     assert view["status"] == "success"
     assert len(recorder.for_step(run_id, "b")) == 1
 

@@ -133,6 +133,20 @@ def test_cancel_running_replaces_the_holder(harness_factory: Any, recorder: Reco
     assert [run for _, _, run in holds] == [old, newest] and no_overlap(holds)
 
 
+def test_cancelling_a_queued_run_keeps_its_reason(harness_factory: Any) -> None:
+    h = harness_factory(MANIFEST)  # no workers: the first run holds the group
+    tenant = f"t{time.time_ns()}"
+    holder, waiting = start_all(h, "keyed", [{"tenant": tenant}] * 2)
+    assert h.rt.runs.get(waiting).status.value == "queued"
+    view = h.rt.runs.kill(waiting, "not needed any more")
+    assert view["status"] == "killed"
+    assert view["kill_reason"] == "not needed any more"
+    assert view["error"] == {"code": "killed", "reason": "not needed any more"}
+    (entry,) = [e for e in h.rt.runs.history(waiting) if e["type"] == "run.killed"]
+    assert entry["reason"] == "not needed any more"
+    assert h.rt.runs.get(holder).status.value == "running"
+
+
 def test_throttle_spaces_runs_evenly_per_key(harness_factory: Any) -> None:
     h = harness_factory(MANIFEST)
     h.start_workers(threads=8)
@@ -146,10 +160,11 @@ def test_throttle_spaces_runs_evenly_per_key(harness_factory: Any) -> None:
     slots = [v["admission"]["admit_at"] for v in views]
     gaps = [round(b - a, 3) for a, b in itertools.pairwise(slots)]
     assert gaps == [0.5] * 4, gaps
+    # Each run starts at its slot or later, within a tolerance for a loaded machine;
+    # runs whose slots are closer than that tolerance may start in either order, so
+    # their start order is not asserted (their slots' order is, above).
     lateness = [v["started_at"] - slot for v, slot in zip(views, slots, strict=True)]
     assert all(-0.06 <= late < 1.5 for late in lateness), lateness
-    starts = [v["started_at"] for v in views]
-    assert starts == sorted(starts)
     assert views[0]["admission"]["throttle_key"] == "crm-acme"
     # globex has its own budget: it started at once, not after acme's queue.
     assert h.wait(other)["started_at"] - h.rt.runs.get(other).created_at < 0.4

@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,7 +84,7 @@ def test_kill(api: tuple[Harness, str]) -> None:
     h, url = api
     res = cli("run", "sleepy", "--url", url)
     run_id = res.output.strip()
-    time.sleep(0.3)
+    h.wait_for_step(run_id, "nap", ("dispatched",))  # in flight
     res = cli("kill", run_id, "--url", url)
     assert res.exit_code == 0, res.output
     view = h.wait(run_id)
@@ -173,7 +172,7 @@ def test_runs_of_every_workflow_by_status_and_page(api: tuple[Harness, str]) -> 
 def test_cancel_a_running_run_then_a_finished_one(api: tuple[Harness, str]) -> None:
     h, url = api
     run_id = cli("trigger", "sleepy", "--url", url).stdout.strip()
-    time.sleep(0.3)
+    h.wait_for_step(run_id, "nap", ("dispatched",))  # in flight
     res = cli("cancel", run_id, "--reason", "wrong input", "--url", url)
     assert res.exit_code == 0, res.output
     assert f"{run_id}: cancel requested" in res.stdout

@@ -80,6 +80,19 @@ class Harness:
             view = self.rt.runs.view(run_id)
         return view
 
+    def wait_for_step(
+        self, run_id: str, step: str, statuses: tuple[str, ...], timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """Poll the run until `step` is in one of `statuses` (e.g. claimed: dispatched)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            row = steps_of(self.rt.runs.view(run_id))[step]
+            if row["status"] in statuses:
+                return row
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{run_id}/{step} still {row['status']} after {timeout}s")
+            time.sleep(0.02)
+
     def close(self) -> None:
         self.stop.set()
         for t in self.threads:

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 __all__ = [
+    "RUN_MOVES",
     "RUN_TRANSITIONS",
+    "STEP_MOVES",
     "STEP_TRANSITIONS",
+    "Move",
     "RunStatus",
     "StepStatus",
     "can_move",
+    "status_guard",
+    "status_set",
 ]
 
 
@@ -66,3 +73,89 @@ RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
 
 def can_move(old: StepStatus, new: StepStatus) -> bool:
     return new in STEP_TRANSITIONS[old]
+
+
+@dataclass(frozen=True)
+class Move:
+    """One guarded write of a row's status, as the store makes it: the statuses its
+    condition accepts and the status it sets (None: it sets none, e.g. a flag). A move
+    the transition table does not allow cannot be made: it fails at import time."""
+
+    name: str
+    sources: frozenset[StrEnum]
+    target: StrEnum | None = None
+
+    def __post_init__(self) -> None:
+        table: dict[Any, frozenset[Any]] = (
+            STEP_TRANSITIONS if isinstance(next(iter(self.sources)), StepStatus)
+            else RUN_TRANSITIONS
+        )
+        for src in self.sources:
+            if self.target is not None and self.target not in table[src]:
+                raise ValueError(f"move {self.name}: {src} -> {self.target} is not in the table")
+            if self.target is None and src.terminal:  # type: ignore[attr-defined]
+                raise ValueError(f"move {self.name}: writes a terminal {src} row")
+
+
+def _step(name: str, sources: set[StepStatus], target: StepStatus | None = None) -> Move:
+    return Move(name, frozenset(sources), target)
+
+
+def _run(name: str, sources: set[RunStatus], target: RunStatus | None = None) -> Move:
+    return Move(name, frozenset(sources), target)
+
+
+B, RD, D = S.BLOCKED, S.READY, S.DISPATCHED
+# Every guarded write of a step row (adapters/store/step_writes.py names its move).
+STEP_MOVES = {
+    m.name: m
+    for m in (
+        _step("promote", {B}, RD),
+        _step("promote+claim", {B}, D),
+        _step("satisfy", {B}),
+        _step("claim", {RD, D}, D),
+        _step("succeed", {D}, S.SUCCESS),
+        _step("retry", {D}, D),
+        _step("fail", {D}, S.FAILED),
+        _step("skip", {B, RD, D}, S.SKIPPED),
+        _step("flag-counted", {B, RD, D}),
+        _step("redispatch", {RD, D}),
+        _step("stop-in-flight", {D}),
+    )
+}
+# Every guarded write of a run row (adapters/store/run_rows.py names its move).
+RUN_MOVES = {
+    m.name: m
+    for m in (
+        _run("admit", {R.QUEUED}, R.RUNNING),
+        _run("throttle-slot", {R.QUEUED}),
+        _run("skip-queued", {R.QUEUED}, R.SKIPPED),
+        _run("kill-queued", {R.QUEUED}, R.KILLED),
+        _run("count", {R.RUNNING}),
+        _run("halt", {R.RUNNING}),
+        _run("request-kill", {R.RUNNING}),
+        _run("succeed", {R.RUNNING}, R.SUCCESS),
+        _run("fail", {R.RUNNING}, R.FAILED),
+        _run("kill", {R.RUNNING}, R.KILLED),
+    )
+}
+
+
+def status_guard(move: Move, values: dict[str, Any], only: Any = None) -> str:
+    """The condition `#s IN (...)` of `move` (narrowed to `only`, which must be among
+    its sources), with its values added to `values`."""
+    sources = move.sources if only is None else frozenset(only)
+    if not sources <= move.sources:
+        raise ValueError(f"move {move.name}: {sorted(sources)} not among its sources")
+    names = []
+    for i, st in enumerate(sorted(sources)):
+        values[f":from{i}"] = {"S": st.value}
+        names.append(f":from{i}")
+    return f"#s = {names[0]}" if len(names) == 1 else f"#s IN ({', '.join(names)})"
+
+
+def status_set(move: Move, values: dict[str, Any]) -> str:
+    """The `#s = :to` assignment of `move`, with its value added to `values`."""
+    assert move.target is not None, move.name
+    values[":to"] = {"S": move.target.value}
+    return "#s = :to"

@@ -10,11 +10,14 @@ from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import num, run_from_item, run_to_item
 from orchestrator.adapters.store.tables import Item, Tables, history_clause, short_error
 from orchestrator.engine.records import RunRecord
-from orchestrator.engine.states import RunStatus
+from orchestrator.engine.states import RUN_MOVES, Move, RunStatus, status_guard, status_set
 from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 
 __all__ = ["RunRows"]
+
+# The move that finishes a running run with each terminal status.
+_FINISH = {RunStatus.SUCCESS: "succeed", RunStatus.FAILED: "fail", RunStatus.KILLED: "kill"}
 
 
 class RunRows(Tables):
@@ -45,7 +48,7 @@ class RunRows(Tables):
     def _update_running(
         self,
         run_id: str,
-        what: str,
+        move: Move,
         update: str,
         values: dict[str, Any],
         *,
@@ -55,16 +58,16 @@ class RunRows(Tables):
     ) -> Item:
         """One UpdateItem on a run row, guarded by `status = running` (and `also`):
         raises ConditionFailed once the run has finished."""
-        with _translate(f"run {run_id}: {what}"):
+        values = dict(values)
+        guard = status_guard(move, values)
+        with _translate(f"run {run_id}: {move.name}"):
             resp = self.ddb.update_item(
                 TableName=self.runs,
                 Key={"run_id": {"S": run_id}},
                 UpdateExpression=update,
-                ConditionExpression="#s = :running" + (f" AND {also}" if also else ""),
+                ConditionExpression=guard + (f" AND {also}" if also else ""),
                 ExpressionAttributeNames={"#s": "status", **(names or {})},
-                ExpressionAttributeValues={
-                    **values, ":running": {"S": RunStatus.RUNNING.value}
-                },
+                ExpressionAttributeValues=values,
                 ReturnValues=returns,
             )
         attrs: Item = resp.get("Attributes", {})
@@ -75,7 +78,7 @@ class RunRows(Tables):
         no longer running. The count is a hint that triggers the (verified) finish."""
         try:
             attrs = self._update_running(
-                run_id, "count", "ADD remaining :d SET updated_at = :now",
+                run_id, RUN_MOVES["count"], "ADD remaining :d SET updated_at = :now",
                 {":d": {"N": str(-by)}, ":now": num(now)}, returns="UPDATED_NEW",
             )
         except ConditionFailed:
@@ -88,7 +91,7 @@ class RunRows(Tables):
         values = {":t": {"BOOL": True}, ":err": {"S": dumps(error)}, ":now": num(now)}
         hist = history_clause(values, now, "run.halted", error=short_error(error))
         self._update_running(
-            run_id, "halt",
+            run_id, RUN_MOVES["halt"],
             f"SET halted = :t, #e = if_not_exists(#e, :err), updated_at = :now, {hist}",
             values, names={"#e": "error", "#h": "history"}, also="halted <> :t",
         )
@@ -97,7 +100,7 @@ class RunRows(Tables):
         values = {":t": {"BOOL": True}, ":r": {"S": reason}, ":now": num(now)}
         hist = history_clause(values, now, "run.cancel_requested", reason=reason[:300])
         attrs = self._update_running(
-            run_id, "kill",
+            run_id, RUN_MOVES["request-kill"],
             # The first reason stands: a second cancel is recorded in history only.
             f"SET kill_requested = :t, kill_reason = if_not_exists(kill_reason, :r),"
             f" updated_at = :now, {hist}",
@@ -106,28 +109,30 @@ class RunRows(Tables):
         return run_from_item(attrs)
 
     def _update_queued(
-        self, run_id: str, what: str, update: str, values: dict[str, Any],
+        self, run_id: str, move: Move, update: str, values: dict[str, Any],
         names: dict[str, str],
     ) -> RunRecord:
-        with _translate(f"run {run_id}: {what}"):
+        guard = status_guard(move, values)
+        with _translate(f"run {run_id}: {move.name}"):
             resp = self.ddb.update_item(
                 TableName=self.runs,
                 Key={"run_id": {"S": run_id}},
                 UpdateExpression=update,
-                ConditionExpression="#s = :queued",
+                ConditionExpression=guard,
                 ExpressionAttributeNames={"#s": "status", **names},
-                ExpressionAttributeValues={**values, ":queued": {"S": RunStatus.QUEUED.value}},
+                ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",
             )
         return run_from_item(resp["Attributes"])
 
     def admit_run(self, run_id: str, now: float, detail: dict[str, Any]) -> RunRecord:
         """queued -> running: exactly one caller wins (ConditionFailed for the others)."""
-        values = {":run": {"S": RunStatus.RUNNING.value}, ":now": num(now)}
+        move = RUN_MOVES["admit"]
+        values: dict[str, Any] = {":now": num(now)}
         hist = history_clause(values, now, "run.started", **detail)
         return self._update_queued(
-            run_id, "admit",
-            f"SET #s = :run, started_at = :now, updated_at = :now, {hist}",
+            run_id, move,
+            f"SET {status_set(move, values)}, started_at = :now, updated_at = :now, {hist}",
             values, {"#h": "history"},
         )
 
@@ -137,9 +142,9 @@ class RunRows(Tables):
     ) -> RunRecord:
         """queued -> skipped or killed: a run that never started. A cancel keeps its
         reason as `kill_reason` and in history, as it does for a running run."""
+        move = RUN_MOVES["skip-queued" if status is RunStatus.SKIPPED else "kill-queued"]
         values: dict[str, Any] = {
-            ":st": {"S": status.value}, ":err": {"S": dumps(error)}, ":now": num(now),
-            ":exp": num(expires_at),
+            ":err": {"S": dumps(error)}, ":now": num(now), ":exp": num(expires_at),
         }
         sets = ""
         if kill_reason is not None:
@@ -151,24 +156,24 @@ class RunRows(Tables):
             reason=None if kill_reason is None else kill_reason[:300],
         )
         return self._update_queued(
-            run_id, "finish before start",
-            f"SET #s = :st, #e = :err,{sets} finished_at = :now, updated_at = :now,"
-            f" expires_at = :exp, {hist} REMOVE active",
+            run_id, move,
+            f"SET {status_set(move, values)}, #e = :err,{sets} finished_at = :now,"
+            f" updated_at = :now, expires_at = :exp, {hist} REMOVE active",
             values, {"#e": "error", "#h": "history"},
         )
 
     def set_admit_at(self, run_id: str, at: float) -> None:
         """Record a queued run's throttle slot."""
+        values: dict[str, Any] = {":at": num(at)}
+        guard = status_guard(RUN_MOVES["throttle-slot"], values)
         with _translate(f"run {run_id}: throttle slot"):
             self.ddb.update_item(
                 TableName=self.runs,
                 Key={"run_id": {"S": run_id}},
                 UpdateExpression="SET admit_at = :at",
-                ConditionExpression="#s = :queued AND attribute_not_exists(admit_at)",
+                ConditionExpression=f"{guard} AND attribute_not_exists(admit_at)",
                 ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={
-                    ":at": num(at), ":queued": {"S": RunStatus.QUEUED.value},
-                },
+                ExpressionAttributeValues=values,
             )
 
     def finish_run(
@@ -179,23 +184,21 @@ class RunRows(Tables):
         now: float,
         expires_at: float,
     ) -> None:
-        values: dict[str, Any] = {
-            ":st": {"S": status.value},
-            ":now": num(now),
-            ":exp": num(expires_at),
-        }
+        move = RUN_MOVES[_FINISH[status]]
+        values: dict[str, Any] = {":now": num(now), ":exp": num(expires_at)}
         hist = history_clause(
             values, now, f"run.{status.value}", error=None if error is None else short_error(error)
         )
         update = (
-            f"SET #s = :st, finished_at = :now, updated_at = :now, expires_at = :exp, {hist}"
+            f"SET {status_set(move, values)}, finished_at = :now, updated_at = :now,"
+            f" expires_at = :exp, {hist}"
         )
         names: dict[str, str] = {"#h": "history"}
         if error is not None:
             update += ", #e = if_not_exists(#e, :err)"
             values[":err"] = {"S": dumps(error)}
             names["#e"] = "error"
-        self._update_running(run_id, "finish", update + " REMOVE active", values, names=names)
+        self._update_running(run_id, move, update + " REMOVE active", values, names=names)
 
     def active_run_ids(self) -> list[str]:
         ids: list[str] = []

@@ -1,5 +1,9 @@
-"""Step transitions: the guarded UpdateItems that move one step row along its states
-(claim, promote, record success / retry / failure, skip, flag, redispatch).
+"""Step writes: the guarded UpdateItems that move one step row along its states
+(claim, promote, record success / retry / failure, skip, flag, redispatch, stop).
+
+Each write names its move in `engine.states.STEP_MOVES`: the statuses its guard accepts
+and the status it sets come from there, and the moves are checked against the one
+transition table when they are defined.
 
 Each write names the state it expects (status, attempt, lease owner). A duplicate, late
 or reordered message finds that guard false: the write raises ConditionFailed, or
@@ -22,7 +26,7 @@ from orchestrator.adapters.store.tables import (
     step_key,
 )
 from orchestrator.engine.records import StepRecord
-from orchestrator.engine.states import StepStatus
+from orchestrator.engine.states import STEP_MOVES, Move, StepStatus, status_guard, status_set
 from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 
@@ -60,55 +64,55 @@ class StepTransitions(Tables):
         return attrs
 
     def claim(self, run_id: str, step: str, attempt: int, lease: Lease, now: float) -> StepRecord:
-        """Take the lease on one attempt. Exactly one caller wins per attempt."""
+        """Take the lease on one attempt. Exactly one caller wins per attempt, and none
+        on a step of a stopping run."""
+        move = STEP_MOVES["claim"]
+        values: dict[str, Any] = {
+            ":o": {"S": lease.owner},
+            ":lu": num(lease.base),
+            ":now": num(now),
+            ":n": num(attempt),
+            ":nil": {"L": []},
+            ":h": {"L": [history_entry(now, "step.started", attempt=attempt)]},
+        }
+        guard = status_guard(move, values)
         with _translate(f"step {run_id}/{step}: claim attempt {attempt}"):
             resp = self.ddb.update_item(
                 TableName=self.steps,
                 Key=step_key(run_id, step),
                 UpdateExpression=(
-                    "SET #s = :disp, lease_owner = :o, lease_until = #t + :lu,"
+                    f"SET {status_set(move, values)}, lease_owner = :o, lease_until = #t + :lu,"
                     " started_at = if_not_exists(started_at, :now), attempt_started = :now,"
                     f" {HISTORY} REMOVE due_at"
                 ),
                 ConditionExpression=(
-                    "attempt = :n AND attribute_not_exists(lease_owner) AND #s IN (:ready, :disp)"
+                    f"attempt = :n AND attribute_not_exists(lease_owner) AND {guard}"
                     " AND attribute_not_exists(stopping)"
                 ),
                 ExpressionAttributeNames={"#s": "status", "#t": "timeout", "#h": "history"},
-                ExpressionAttributeValues={
-                    ":disp": {"S": StepStatus.DISPATCHED.value},
-                    ":ready": {"S": StepStatus.READY.value},
-                    ":o": {"S": lease.owner},
-                    ":lu": num(lease.base),
-                    ":now": num(now),
-                    ":n": num(attempt),
-                    ":nil": {"L": []},
-                    ":h": {"L": [history_entry(now, "step.started", attempt=attempt)]},
-                },
+                ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",
             )
         return step_from_item(resp["Attributes"])
 
-    def _promotion(self, lease: Lease | None, now: float) -> tuple[str, dict[str, Any]]:
+    def _promotion(self, lease: Lease | None, now: float) -> tuple[str, str, dict[str, Any]]:
+        """(the SET clause, the status guard, their values) of a promotion."""
         values: dict[str, Any] = {":one": num(1), ":now": num(now)}
-        if lease is None:
-            values[":st"] = {"S": StepStatus.READY.value}
-            hist = history_clause(values, now, "step.ready")
-            return f"SET #s = :st, attempt = :one, ready_at = :now, {hist}", values
+        move = STEP_MOVES["promote" if lease is None else "promote+claim"]
+        guard = status_guard(move, values)
         hist = history_clause(values, now, "step.ready")
+        if lease is None:
+            return (
+                f"SET {status_set(move, values)}, attempt = :one, ready_at = :now, {hist}",
+                guard, values,
+            )
         # Promoted and claimed in one write: both transitions, in order.
         values[":h"]["L"].append(history_entry(now, "step.started", attempt=1))
-        values.update(
-            {
-                ":st": {"S": StepStatus.DISPATCHED.value},
-                ":o": {"S": lease.owner},
-                ":lu": num(lease.base),
-            }
-        )
+        values.update({":o": {"S": lease.owner}, ":lu": num(lease.base)})
         return (
-            "SET #s = :st, attempt = :one, ready_at = :now, lease_owner = :o,"
+            f"SET {status_set(move, values)}, attempt = :one, ready_at = :now, lease_owner = :o,"
             f" lease_until = #t + :lu, started_at = :now, attempt_started = :now, {hist}",
-            values,
+            guard, values,
         )
 
     def satisfy(
@@ -120,34 +124,31 @@ class StepTransitions(Tables):
         Adding `dep` to the `satisfied` set is idempotent, so a duplicated completion
         counts once; the promotion is a compare-and-swap, so exactly one caller wins."""
         key = step_key(run_id, step)
-        blocked = {"S": StepStatus.BLOCKED.value}
         if ndeps == 1:
             # The only dependency: the update that records it is the promotion itself.
-            update, values = self._promotion(lease, now)
-            values.update({":b": blocked, ":dep": {"SS": [dep]}})
+            update, guard, values = self._promotion(lease, now)
+            values[":dep"] = {"SS": [dep]}
             attrs = self._guarded(
                 f"step {run_id}/{step}: promote",
                 Key=key,
                 UpdateExpression=update + " ADD satisfied :dep",
-                ConditionExpression="#s = :b",
+                ConditionExpression=guard,
                 ExpressionAttributeNames=_names(lease),
                 ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",
             )
             return None if attrs is None else step_from_item(attrs)
+        counting: dict[str, Any] = {":dep": {"SS": [dep]}, ":d": {"S": dep}}
+        guard = status_guard(STEP_MOVES["satisfy"], counting)
         try:
             with _translate(f"step {run_id}/{step}: satisfy {dep}"):
                 resp = self.ddb.update_item(
                     TableName=self.steps,
                     Key=key,
                     UpdateExpression="ADD satisfied :dep",
-                    ConditionExpression="#s = :b AND NOT contains(satisfied, :d)",
+                    ConditionExpression=f"{guard} AND NOT contains(satisfied, :d)",
                     ExpressionAttributeNames={"#s": "status"},
-                    ExpressionAttributeValues={
-                        ":b": blocked,
-                        ":dep": {"SS": [dep]},
-                        ":d": {"S": dep},
-                    },
+                    ExpressionAttributeValues=counting,
                     # A known in-degree needs only the set back, not the whole join row.
                     ReturnValues="UPDATED_NEW" if ndeps else "ALL_NEW",
                 )
@@ -177,14 +178,12 @@ class StepTransitions(Tables):
 
         The sweeper passes `all_deps` when it has seen every dependency succeed; the
         set is then completed in the same write."""
-        update, values = self._promotion(lease, now)
-        values[":b"] = {"S": StepStatus.BLOCKED.value}
+        update, cond, values = self._promotion(lease, now)
         if all_deps is not None:
-            cond = "#s = :b"
             update += ", satisfied = :all"
             values[":all"] = {"SS": list(all_deps)}
         else:
-            cond = "#s = :b AND size(satisfied) = :nd"
+            cond += " AND size(satisfied) = :nd"
             values[":nd"] = num(ndeps)
         attrs = self._guarded(
             f"step {run_id}/{step}: promote",
@@ -205,21 +204,18 @@ class StepTransitions(Tables):
         owner: str,
         update: str,
         values: dict[str, Any],
-        what: str,
+        move: Move,
         *,
         expired_before: float | None = None,
         names: dict[str, str] | None = None,
     ) -> StepRecord:
-        cond = "#s = :disp AND attempt = :n AND lease_owner = :o"
-        values = {
-            **values,
-            ":disp": {"S": StepStatus.DISPATCHED.value},
-            ":n": num(attempt),
-            ":o": {"S": owner},
-        }
+        """An attempt's outcome, written by the lease holder of exactly that attempt."""
+        values = {**values, ":n": num(attempt), ":o": {"S": owner}}
+        cond = f"{status_guard(move, values)} AND attempt = :n AND lease_owner = :o"
+        what = move.name
         if expired_before is not None:
-            cond += " AND lease_until < :exp"
-            values[":exp"] = num(expired_before)
+            cond += " AND lease_until < :expired"
+            values[":expired"] = num(expired_before)
         with _translate(f"step {run_id}/{step}: {what} (attempt {attempt})"):
             resp = self.ddb.update_item(
                 TableName=self.steps,
@@ -244,8 +240,8 @@ class StepTransitions(Tables):
         size: int,
         now: float,
     ) -> StepRecord:
+        move = STEP_MOVES["succeed"]
         values: dict[str, Any] = {
-            ":ok": {"S": StepStatus.SUCCESS.value},
             ":now": num(now),
             ":exp": num(now + self.step_retention),
             ":size": num(size),
@@ -258,7 +254,8 @@ class StepTransitions(Tables):
             values[":out"] = {"S": output_json or "null"}
         hist = history_clause(values, now, "step.succeeded", attempt=attempt, bytes=size)
         update = (
-            f"SET #s = :ok, {sets}, output_size = :size, finished_at = :now, expires_at = :exp,"
+            f"SET {status_set(move, values)}, {sets}, output_size = :size, finished_at = :now,"
+            " expires_at = :exp,"
             f" {hist}"
             " REMOVE lease_owner, lease_until, #err"
         )
@@ -266,7 +263,7 @@ class StepTransitions(Tables):
         if output_ref is None:
             names["#out"] = "output"
         return self._finish_attempt(
-            run_id, step, attempt, owner, update, values, "record success", names=names
+            run_id, step, attempt, owner, update, values, move, names=names
         )
 
     def record_retry(
@@ -282,20 +279,23 @@ class StepTransitions(Tables):
         now: float,
         expired_before: float | None = None,
     ) -> StepRecord:
+        move = STEP_MOVES["retry"]
         values = {":next": num(next_attempt), ":due": num(due_at), ":err": {"S": dumps(error)}}
         hist = history_clause(
             values, now, "step.retrying", attempt=attempt, due_at=round(due_at, 3),
             error=short_error(error),
         )
+        # The status stays `dispatched` (the table's dispatched -> dispatched): said
+        # explicitly, as every move's write says what it sets.
         return self._finish_attempt(
             run_id,
             step,
             attempt,
             owner,
-            f"SET attempt = :next, due_at = :due, ready_at = :due, #err = :err, {hist}"
-            " REMOVE lease_owner, lease_until",
+            f"SET {status_set(move, values)}, attempt = :next, due_at = :due, ready_at = :due,"
+            f" #err = :err, {hist} REMOVE lease_owner, lease_until",
             values,
-            "schedule retry",
+            move,
             expired_before=expired_before,
             names={"#err": "error", "#h": "history"},
         )
@@ -311,8 +311,8 @@ class StepTransitions(Tables):
         now: float,
         expired_before: float | None = None,
     ) -> StepRecord:
+        move = STEP_MOVES["fail"]
         values = {
-            ":failed": {"S": StepStatus.FAILED.value},
             ":err": {"S": dumps(error)},
             ":now": num(now),
             ":exp": num(now + self.step_retention),
@@ -323,10 +323,11 @@ class StepTransitions(Tables):
             step,
             attempt,
             owner,
-            f"SET #s = :failed, #err = :err, finished_at = :now, expires_at = :exp, {hist}"
+            f"SET {status_set(move, values)}, #err = :err, finished_at = :now, expires_at = :exp,"
+            f" {hist}"
             " REMOVE lease_owner, lease_until",
             values,
-            "record failure",
+            move,
             expired_before=expired_before,
             names={"#err": "error", "#h": "history"},
         )
@@ -340,25 +341,21 @@ class StepTransitions(Tables):
         now: float,
     ) -> StepRecord | None:
         """Mark a step that has not started (no lease) as skipped; None if it has."""
+        move = STEP_MOVES["skip"]
         values: dict[str, Any] = {
-            ":sk": {"S": StepStatus.SKIPPED.value},
             ":why": {"S": dumps({"code": "skipped", "message": reason})},
             ":now": num(now),
             ":exp": num(now + self.step_retention),
         }
-        placeholders = []
-        for i, st in enumerate(statuses):
-            values[f":f{i}"] = {"S": st.value}
-            placeholders.append(f":f{i}")
+        guard = status_guard(move, values, only=statuses)
         hist = history_clause(values, now, "step.skipped", reason=reason[:300])
         attrs = self._guarded(
             f"step {run_id}/{step}: skip",
             Key=step_key(run_id, step),
-            UpdateExpression=f"SET #s = :sk, #err = :why, finished_at = :now, expires_at = :exp,"
-            f" {hist}"
+            UpdateExpression=f"SET {status_set(move, values)}, #err = :why, finished_at = :now,"
+            f" expires_at = :exp, {hist}"
             " REMOVE due_at",
-            ConditionExpression=f"#s IN ({', '.join(placeholders)})"
-            " AND attribute_not_exists(lease_owner)",
+            ConditionExpression=f"{guard} AND attribute_not_exists(lease_owner)",
             ExpressionAttributeNames={"#s": "status", "#err": "error", "#h": "history"},
             ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW",
@@ -367,35 +364,27 @@ class StepTransitions(Tables):
 
     def flag_counted(self, run_id: str, step: str) -> bool:
         """Mark a step still in flight so that its terminal transition counts (once)."""
+        values: dict[str, Any] = {":t": {"BOOL": True}}
+        guard = status_guard(STEP_MOVES["flag-counted"], values)
         return self._guarded(
             f"step {run_id}/{step}: flag",
             Key=step_key(run_id, step),
             UpdateExpression="SET count_me = :t",
-            ConditionExpression="attribute_not_exists(count_me) AND #s IN (:b, :r, :d)",
+            ConditionExpression=f"attribute_not_exists(count_me) AND {guard}",
             ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={
-                ":t": {"BOOL": True},
-                ":b": {"S": StepStatus.BLOCKED.value},
-                ":r": {"S": StepStatus.READY.value},
-                ":d": {"S": StepStatus.DISPATCHED.value},
-            },
+            ExpressionAttributeValues=values,
         ) is not None
 
     def touch_dispatch(self, run_id: str, step: str, attempt: int, now: float) -> bool:
         """Stamp a re-sent dispatch so the next sweep does not send it again at once."""
-        values = {
-            ":now": num(now),
-            ":n": num(attempt),
-            ":ready": {"S": StepStatus.READY.value},
-            ":disp": {"S": StepStatus.DISPATCHED.value},
-        }
+        values: dict[str, Any] = {":now": num(now), ":n": num(attempt)}
+        guard = status_guard(STEP_MOVES["redispatch"], values)
         hist = history_clause(values, now, "step.redispatched", attempt=attempt)
         return self._guarded(
             f"step {run_id}/{step}: redispatch",
             Key=step_key(run_id, step),
             UpdateExpression=f"SET ready_at = :now, {hist}",
-            ConditionExpression="attempt = :n AND attribute_not_exists(lease_owner)"
-            " AND #s IN (:ready, :disp)",
+            ConditionExpression=f"attempt = :n AND attribute_not_exists(lease_owner) AND {guard}",
             ExpressionAttributeNames={"#s": "status", "#h": "history"},
             ExpressionAttributeValues=values,
         ) is not None
@@ -403,13 +392,14 @@ class StepTransitions(Tables):
     def mark_stopping(self, run_id: str, step: str, now: float) -> bool:
         """Flag a step running under a lease in a stopping run: it lands, but its claim
         and retry guards refuse another attempt. False if it holds no lease (any more)."""
-        values = {":disp": {"S": StepStatus.DISPATCHED.value}, ":t": {"BOOL": True}}
+        values: dict[str, Any] = {":t": {"BOOL": True}}
+        guard = status_guard(STEP_MOVES["stop-in-flight"], values)
         hist = history_clause(values, now, "step.stopping")
         return self._guarded(
             f"step {run_id}/{step}: stop in flight",
             Key=step_key(run_id, step),
             UpdateExpression=f"SET stopping = :t, {hist}",
-            ConditionExpression="#s = :disp AND attribute_exists(lease_owner)"
+            ConditionExpression=f"{guard} AND attribute_exists(lease_owner)"
             " AND attribute_not_exists(stopping)",
             ExpressionAttributeNames={"#s": "status", "#h": "history"},
             ExpressionAttributeValues=values,

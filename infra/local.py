@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 import secrets
 import shlex
 import threading
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchestratorError, UsageError
-from orchestrator.settings import Settings
+from orchestrator.settings import Settings, environment
 
 __all__ = ["LocalStack", "StackOptions", "load_factory"]
 
@@ -40,7 +39,7 @@ class StackOptions:
     workers: int = 1
     sweep_interval: float = 5.0
     prefix: str | None = None
-    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    environ: dict[str, str] = field(default_factory=lambda: dict(environment()))
 
 
 def load_factory(spec: str) -> Callable[..., Any]:

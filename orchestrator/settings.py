@@ -1,8 +1,19 @@
 """Settings, built once at the edge from the environment and passed down.
 
-Every environment variable the orchestrator reads is named here and nowhere else.
-boto3 itself honours `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`, ... and the usual
-credential variables; we only pass them through."""
+Every environment variable the orchestrator reads is named here and nowhere else, and
+`environment()` is the one read of the process environment (the manifest's `${VAR}`
+substitution, the local stack's child processes and the CLI's defaults all go through
+it). boto3 itself honours `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`, ... and the
+usual credential variables; we only pass them through.
+
+| variable | read by | meaning |
+|---|---|---|
+| `ORCH_*` | `Settings.from_env` | the engine's settings (fields below) |
+| `AWS_REGION`, `AWS_DEFAULT_REGION` | `Settings.from_env` | the region |
+| `AWS_ENDPOINT_URL` | `Settings.from_env`, `dev` | an endpoint (then no embedded emulator) |
+| `ORCH_MANIFEST` | the CLI | the manifest's path (default `orchestrator.yml`) |
+| `ORCHESTRATOR_URL` | the CLI | the API's URL (default `http://127.0.0.1:8080`) |
+| `ORCHESTRATOR_API_KEY` | the CLI | the bearer key sent to the API |"""
 
 from __future__ import annotations
 
@@ -10,9 +21,52 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-__all__ = ["ResourceNames", "Settings"]
+__all__ = [
+    "DEFAULT_API_URL",
+    "DEFAULT_MANIFEST",
+    "ENDPOINT_VARIABLE",
+    "KEY_VARIABLE",
+    "MANIFEST_VARIABLE",
+    "URL_VARIABLE",
+    "ClientDefaults",
+    "ResourceNames",
+    "Settings",
+    "environment",
+]
 
 ENV_PREFIX = "ORCH_"
+ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL"
+MANIFEST_VARIABLE = "ORCH_MANIFEST"
+URL_VARIABLE = "ORCHESTRATOR_URL"
+KEY_VARIABLE = "ORCHESTRATOR_API_KEY"
+DEFAULT_MANIFEST = "orchestrator.yml"
+DEFAULT_API_URL = "http://127.0.0.1:8080"
+
+
+def environment() -> Mapping[str, str]:
+    """The process environment: the one place it is read."""
+    return os.environ
+
+
+@dataclass(frozen=True)
+class ClientDefaults:
+    """What the CLI takes from the environment when a flag is not given."""
+
+    manifest: str = DEFAULT_MANIFEST
+    url: str = DEFAULT_API_URL
+    api_key: str | None = None
+    # An AWS endpoint is set: `orchestrator dev` uses it instead of its own emulator.
+    endpoint: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ClientDefaults:
+        env = environment() if environ is None else environ
+        return cls(
+            manifest=env.get(MANIFEST_VARIABLE) or DEFAULT_MANIFEST,
+            url=env.get(URL_VARIABLE) or DEFAULT_API_URL,
+            api_key=env.get(KEY_VARIABLE) or None,
+            endpoint=env.get(ENDPOINT_VARIABLE) or None,
+        )
 
 
 @dataclass(frozen=True)
@@ -110,12 +164,12 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if environ is None else environ
+        env = environment() if environ is None else environ
         d = cls()
         return cls(
             prefix=env.get(ENV_PREFIX + "PREFIX", d.prefix),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or d.region,
-            endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
+            endpoint_url=env.get(ENDPOINT_VARIABLE) or None,
             sweep_interval=_float(env, "SWEEP_INTERVAL", d.sweep_interval),
             redispatch_after=_float(env, "REDISPATCH_AFTER", d.redispatch_after),
             redispatch_ceiling=_float(env, "REDISPATCH_CEILING", d.redispatch_ceiling),

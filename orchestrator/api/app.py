@@ -76,7 +76,7 @@ def _summary(r: Any) -> dict[str, Any]:
         "created_at": r.created_at,
         "started_at": r.started_at,
         "finished_at": r.finished_at,
-        "trigger": r.trigger,
+        "trigger": None if r.trigger is None else r.trigger.to_json(),
         "rerun_of": r.rerun_of,
     }
 

@@ -6,7 +6,6 @@ becomes the error of its status: 401 `Unauthorized`, 404 `NotFound`, 409 `Confli
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,12 +19,24 @@ from orchestrator.errors import (
     Unprocessable,
     UsageError,
 )
+from orchestrator.settings import (
+    DEFAULT_API_URL,
+    KEY_VARIABLE,
+    URL_VARIABLE,
+    ClientDefaults,
+)
 
-__all__ = ["KEEP", "ApiClient", "ApiUnavailable", "default_api_key", "default_url"]
+__all__ = [
+    "KEEP",
+    "KEY_VARIABLE",
+    "URL_VARIABLE",
+    "ApiClient",
+    "ApiUnavailable",
+    "default_api_key",
+    "default_url",
+]
 
-DEFAULT_URL = "http://127.0.0.1:8080"
-URL_VARIABLE = "ORCHESTRATOR_URL"
-KEY_VARIABLE = "ORCHESTRATOR_API_KEY"
+DEFAULT_URL = DEFAULT_API_URL
 
 
 class _Keep:
@@ -38,13 +49,11 @@ KEEP: Any = _Keep()
 
 
 def default_url(environ: Mapping[str, str] | None = None) -> str:
-    env = os.environ if environ is None else environ
-    return env.get(URL_VARIABLE) or DEFAULT_URL
+    return ClientDefaults.from_env(environ).url
 
 
 def default_api_key(environ: Mapping[str, str] | None = None) -> str | None:
-    env = os.environ if environ is None else environ
-    return env.get(KEY_VARIABLE) or None
+    return ClientDefaults.from_env(environ).api_key
 
 
 class ApiUnavailable(OrchestratorError):

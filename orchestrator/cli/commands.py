@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -45,6 +44,7 @@ from orchestrator.cli.common import (
     manifest_option,
 )
 from orchestrator.errors import ManifestError, OrchestratorError
+from orchestrator.settings import ClientDefaults
 
 __all__ = ["main"]
 
@@ -215,7 +215,7 @@ def dev(
         functions_app=None if functions_app == "none" else functions_app,
         functions_port=functions_port,
         emulator_port=emulator_port,
-        embedded_emulator=not no_emulator and not os.environ.get("AWS_ENDPOINT_URL"),
+        embedded_emulator=not no_emulator and ClientDefaults.from_env().endpoint is None,
         workers=workers,
         sweep_interval=sweep_interval,
     )

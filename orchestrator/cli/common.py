@@ -4,7 +4,6 @@ the common options and the JSON helpers. The exit codes are documented in cli.py
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from orchestrator.errors import (
     Unprocessable,
     UsageError,
 )
+from orchestrator.settings import ClientDefaults
 
 __all__ = [
     "EXIT_NOT_FOUND",
@@ -61,7 +61,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 manifest_option = click.option(
     "--manifest",
     "manifest_path",
-    default=lambda: os.environ.get("ORCH_MANIFEST", "orchestrator.yml"),
+    default=lambda: ClientDefaults.from_env().manifest,
     show_default="orchestrator.yml (or $ORCH_MANIFEST)",
     type=click.Path(dir_okay=False),
     help="The manifest file.",

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.engine.records import StepRecord
+from orchestrator.manifest.workflows import retry_delay
 
 __all__ = [
     "MAX_RETRY_AFTER",
@@ -98,15 +99,10 @@ def classify_response(
 
 
 def backoff(strategy: str, base: float, cap: float, attempt: int, rand: float) -> float:
-    """Delay before attempt `attempt + 1`, after `attempt` failed.
-
-    linear: base * attempt; exponential: base * 2^(attempt-1); both capped, then
-    "equal jitter" (half fixed, half random) so retries of a fan-out spread out."""
-    if strategy == "exponential":
-        raw = base * float(2 ** max(0, attempt - 1))
-    else:
-        raw = base * max(1, attempt)
-    d = min(raw, cap)
+    """Delay before attempt `attempt + 1`, after `attempt` failed: the manifest's one
+    formula (manifest.workflows.retry_delay), then "equal jitter" (half fixed, half
+    random) so that the retries of a fan-out spread out."""
+    d = retry_delay(strategy, base, cap, attempt)
     return d / 2 + d / 2 * max(0.0, min(1.0, rand))
 
 

@@ -4,10 +4,9 @@ Pure: nothing here does I/O."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
+from orchestrator.engine.definition import StepSpec
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
 
@@ -15,22 +14,6 @@ __all__ = [
     "StepSpec",
     "plan_steps",
 ]
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    """What the engine needs to know about one declared step."""
-
-    name: str
-    backend: str
-    route: str
-    deps: tuple[str, ...] = ()
-    payload: Mapping[str, Any] = field(default_factory=dict)
-    retry_max: int = 3
-    retry_strategy: str = "linear"
-    retry_delay: float = 1.0
-    retry_max_delay: float = 300.0
-    timeout: float = 60.0
 
 
 def plan_steps(run_id: str, specs: Sequence[StepSpec], now: float) -> list[StepRecord]:

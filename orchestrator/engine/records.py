@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.engine.definition import Definition, Gate, Trigger
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.states import RunStatus, StepStatus
 
@@ -71,7 +72,7 @@ class RunRecord:
     workflow: str
     status: RunStatus
     input: Any
-    definition: dict[str, Any]
+    definition: Definition
     created_at: float
     total: int
     remaining: int
@@ -83,13 +84,12 @@ class RunRecord:
     error: dict[str, Any] | None = None
     finished_at: float | None = None
     expires_at: float | None = None
-    # Where the run came from: {"source": "api" | "webhook" | "event" | "schedule" |
-    # "rerun", ...ids}.
-    trigger: dict[str, Any] | None = None
+    # Where the run came from (api, webhook, event, schedule, manual, rerun; with ids).
+    trigger: Trigger | None = None
     rerun_of: str | None = None
-    # Admission (status queued): the concurrency group {"group", "key", "policy"} and the
-    # throttle slot (a time before which the run may not start).
-    gate: dict[str, Any] | None = None
+    # Admission (status queued): the concurrency group and throttle, and the throttle
+    # slot (a time before which the run may not start).
+    gate: Gate | None = None
     admit_at: float | None = None
     started_at: float | None = None
     history: tuple[dict[str, Any], ...] = ()

@@ -49,6 +49,7 @@ from orchestrator.manifest.problems import ALIASES, Findings, Sources, as_writte
 from orchestrator.manifest.routes import MAX_SPEC_BYTES, OPENAPI_TIMEOUT, Call, SpecRoutes
 from orchestrator.manifest.variables import Variables
 from orchestrator.manifest.yamlsafe import LineMap, YamlPath, load_yaml, load_yaml_file
+from orchestrator.settings import environment
 
 __all__ = [
     "MAX_SPEC_BYTES",
@@ -160,7 +161,7 @@ class _Loader:
     ) -> None:
         self.filename = filename
         self.base_dir = base_dir
-        self.variables = Variables(os.environ if environ is None else environ)
+        self.variables = Variables(environment() if environ is None else environ)
         self.check_openapi = check_openapi
         self.routes = SpecRoutes(base_dir)
 

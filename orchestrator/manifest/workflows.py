@@ -68,6 +68,44 @@ Route = Annotated[str, AfterValidator(_route)]
 PayloadKey = Annotated[str, AfterValidator(_payload_key)]
 
 
+def retry_delay(strategy: str, delay: float, max_delay: float, retry: int) -> float:
+    """The one backoff formula: seconds before retry number `retry` (1 = the first).
+    linear: delay * retry; exponential: delay * 2^(retry-1); both capped at max_delay.
+    (The engine spreads it with jitter: engine.attempts.backoff.)"""
+    if strategy == "exponential":
+        wait = delay * 2.0 ** min(max(0, retry - 1), 64)
+    else:
+        wait = delay * max(1, retry)
+    return min(wait, max_delay)
+
+
+def topological_order(deps: Mapping[str, Sequence[str]]) -> list[str]:
+    """The one topological sort: every step after its dependencies, ties in declaration
+    (mapping) order. Raises ValueError on a cycle or an unknown dependency."""
+    index = {name: i for i, name in enumerate(deps)}
+    names = list(deps)
+    unmet = {name: len(set(ds)) for name, ds in deps.items()}
+    dependants: dict[str, list[str]] = {name: [] for name in deps}
+    for name, ds in deps.items():
+        for dep in dict.fromkeys(ds):
+            if dep not in dependants:
+                raise ValueError(f"step {name!r} depends on unknown step {dep!r}")
+            dependants[dep].append(name)
+    ready = [index[name] for name, count in unmet.items() if count == 0]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        name = names[heapq.heappop(ready)]
+        order.append(name)
+        for child in dependants[name]:
+            unmet[child] -= 1
+            if unmet[child] == 0:
+                heapq.heappush(ready, index[child])
+    if len(order) != len(names):
+        raise ValueError("the workflow has a dependency cycle")
+    return order
+
+
 class RetryPolicy(ManifestModel):
     """How often a step's call is retried and how long to wait in between.
 
@@ -91,11 +129,7 @@ class RetryPolicy(ManifestModel):
         """Seconds to wait before retry number `retry` (1 = the first retry)."""
         if retry < 1:
             raise ValueError(f"retry number must be >= 1, got {retry}")
-        if self.strategy == "linear":
-            wait = self.delay * retry
-        else:
-            wait = self.delay * 2.0 ** min(retry - 1, 64)
-        return min(wait, self.max_delay)
+        return retry_delay(self.strategy, self.delay, self.max_delay, retry)
 
 
 class Step(ManifestModel):
@@ -202,23 +236,7 @@ class Workflow(ManifestModel):
 
     def topological_order(self) -> list[str]:
         """Every step after its dependencies; ties keep declaration order."""
-        index = {name: i for i, name in enumerate(self.steps)}
-        unmet = {name: len(set(step.depends_on)) for name, step in self.steps.items()}
-        dependants = self.dependants()
-        ready = [index[name] for name, count in unmet.items() if count == 0]
-        heapq.heapify(ready)
-        names = list(self.steps)
-        order: list[str] = []
-        while ready:
-            name = names[heapq.heappop(ready)]
-            order.append(name)
-            for child in dependants[name]:
-                unmet[child] -= 1
-                if unmet[child] == 0:
-                    heapq.heappush(ready, index[child])
-        if len(order) != len(names):  # only reachable for a deferred-check instance
-            raise ValueError("the workflow has a dependency cycle")
-        return order
+        return topological_order({n: s.depends_on for n, s in self.steps.items()})
 
     def to_json(self) -> str:
         """The definition as JSON (camelCase keys), as stored with each run."""

@@ -30,28 +30,20 @@ from typing import Any
 from orchestrator.adapters.messages import AdmitRun
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
-from orchestrator.adapters.store.codec import num
 from orchestrator.adapters.store.control import Control, ms_key
+from orchestrator.engine.admission import throttle_slot
+from orchestrator.engine.definition import Gate, Throttle
+from orchestrator.engine.policies import GroupPolicy, ThrottlePolicy
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import ConditionFailed, StoreError
 
-__all__ = ["Admission", "throttle_slot"]
+__all__ = ["Admission"]
 
 log = logging.getLogger(__name__)
 
 # A slot this close to now starts at once rather than via a timer.
 SLACK = 0.05
-
-
-def throttle_slot(
-    tat: float, now: float, *, limit: int, period: float, burst: int
-) -> tuple[float, float]:
-    """(start time, new tat) for one arrival: the generic cell-rate algorithm."""
-    interval = period / limit
-    tolerance = (burst - 1) * interval
-    start = max(now, tat - tolerance)
-    return start, max(tat, start) + interval
 
 
 class Admission:
@@ -79,14 +71,14 @@ class Admission:
     def arrive(self, run: RunRecord) -> RunRecord:
         """Move a queued run as far as it can go now. Idempotent: the sweeper calls it
         again for every run still queued, which repairs any step a crash cut short."""
-        gate = run.gate or {}
+        gate = run.gate or Gate()
         now = self.clock()
-        throttle = gate.get("throttle")
-        if throttle and run.admit_at is None:
+        throttle = gate.throttle
+        if throttle is not None and run.admit_at is None:
             slot = self.reserve(run.workflow, throttle, now)
             if slot is None:
-                return self._refuse(run, "throttled", f"over the rate of {throttle['limit']}"
-                                    f" per {throttle['period']:g}s for key {throttle['key']!r}")
+                return self._refuse(run, "throttled", f"over the rate of {throttle.limit}"
+                                    f" per {throttle.period:g}s for key {throttle.key!r}")
             try:
                 self.store.set_admit_at(run.run_id, slot)
             except ConditionFailed:
@@ -98,18 +90,17 @@ class Admission:
                 now,
             )
             return run
-        if not gate.get("group"):
+        if not gate.group:
             return self._admit(run, {})
         return self._arrive_group(run, gate, now)
 
-    def _arrive_group(self, run: RunRecord, gate: dict[str, Any], now: float) -> RunRecord:
-        gid = _group_id(gate)
-        policy = gate.get("policy", "queue")
-        if policy != "skip":
+    def _arrive_group(self, run: RunRecord, gate: Gate, now: float) -> RunRecord:
+        gid = gate.group_id
+        if gate.policy is not GroupPolicy.SKIP:
             self.control.put_new(
                 f"waiting#{gid}", _waiting_sk(run), now=now, attrs={"run_id": {"S": run.run_id}}
             )
-        if policy == "cancel-running":
+        if gate.policy is GroupPolicy.CANCEL_RUNNING:
             self._replace_others(run, gid)
         return self.try_admit(run)
 
@@ -121,19 +112,19 @@ class Admission:
 
     def try_admit(self, run: RunRecord) -> RunRecord:
         """Take the group's lock if it is free and this run is first in line."""
-        gate = run.gate or {}
-        gid = _group_id(gate)
+        gate = run.gate or Gate()
+        gid = gate.group_id
         now = self.clock()
         holder = self._holder(gid, now)
         if holder == run.run_id:
-            return self._admit(run, {"group": gate["group"], "key": gate["key"]})
+            return self._admit(run, {"group": gate.group, "key": gate.key})
         if holder is not None:
-            if gate.get("policy") == "skip":
+            if gate.policy is GroupPolicy.SKIP:
                 return self._refuse(run, "concurrency_busy",
-                                    f"group {gate['group']!r} key {gate['key']!r} is busy"
+                                    f"group {gate.group!r} key {gate.key!r} is busy"
                                     f" with run {holder}")
             return run
-        if gate.get("policy") != "skip":
+        if gate.policy is not GroupPolicy.SKIP:
             head = self._head(gid, now)
             if head is not None and head.run_id != run.run_id:
                 self.try_admit(head)  # the head is queued and due: let it go first
@@ -141,19 +132,19 @@ class Admission:
         if not self.control.put_new(
             f"lock#{gid}", now=now, attrs={"holder": {"S": run.run_id}}
         ):
-            if gate.get("policy") == "skip":
+            if gate.policy is GroupPolicy.SKIP:
                 return self.try_admit(run)  # re-read the holder to report it
             return run
-        return self._admit(run, {"group": gate["group"], "key": gate["key"]})
+        return self._admit(run, {"group": gate.group, "key": gate.key})
 
     # ---- release -----------------------------------------------------------------------
 
     def release(self, run: RunRecord) -> None:
         """A run of a group finished: free the lock it held and admit the next one."""
-        gate = run.gate or {}
-        if not gate.get("group"):
+        gate = run.gate or Gate()
+        if not gate.group:
             return
-        gid = _group_id(gate)
+        gid = gate.group_id
         now = self.clock()
         self.control.delete(
             f"lock#{gid}", condition="holder = :me", values={":me": {"S": run.run_id}}
@@ -165,36 +156,21 @@ class Admission:
 
     # ---- pieces ------------------------------------------------------------------------
 
-    def reserve(self, workflow: str, spec: dict[str, Any], now: float) -> float | None:
+    def reserve(self, workflow: str, spec: Throttle, now: float) -> float | None:
         """Take the next throttle slot for this key (None: policy drop and none free)."""
-        pk = f"throttle#{workflow}#{spec['key']}"
+        pk = f"throttle#{workflow}#{spec.key}"
         for _ in range(50):
-            item = self.control.get(pk, now=now)
-            tat = float(item["tat"]["N"]) if item else 0.0
+            tat = self.control.throttle_tat(pk, now)
             start, new_tat = throttle_slot(
-                tat, now, limit=int(spec["limit"]), period=float(spec["period"]),
-                burst=int(spec.get("burst", 1)),
+                tat or 0.0, now, limit=spec.limit, period=spec.period, burst=spec.burst
             )
-            if spec.get("policy") == "drop" and start > now + SLACK:
+            if spec.policy is ThrottlePolicy.DROP and start > now + SLACK:
                 return None
-            values: dict[str, Any] = {
-                ":new": num(new_tat), ":exp": num(new_tat + float(spec["period"]) + 86400),
-            }
-            if item is None:
-                cond = "attribute_not_exists(tat) OR expires_at <= :now"
-                values[":now"] = num(now)
-            else:
-                cond = "tat = :old"
-                values[":old"] = item["tat"]
-            try:
-                self.control.update(
-                    pk, update="SET tat = :new, expires_at = :exp", values=values,
-                    condition=cond,
-                )
-            except ConditionFailed:
-                now = self.clock()
-                continue
-            return start
+            if self.control.move_throttle(
+                pk, tat, new_tat, expires_at=new_tat + spec.period + 86400, now=now
+            ):
+                return start
+            now = self.clock()
         raise StoreError(f"throttle {pk}: too much contention, try again")
 
     def _holder(self, gid: str, now: float) -> str | None:
@@ -241,7 +217,7 @@ class Admission:
         except ConditionFailed:
             return self._reread(run)
         self.launch(admitted)
-        gid = _group_id(run.gate or {})
+        gid = (run.gate or Gate()).group_id
         if gid:
             self.control.delete(f"waiting#{gid}", _waiting_sk(run))
         return admitted
@@ -258,10 +234,6 @@ class Admission:
 
     def _reread(self, run: RunRecord) -> RunRecord:
         return self.store.get_run(run.run_id, self.clock()) or run
-
-
-def _group_id(gate: dict[str, Any]) -> str:
-    return "" if not gate.get("group") else f"{gate['group']}#{gate['key']}"
 
 
 def _waiting_sk(run: RunRecord) -> str:

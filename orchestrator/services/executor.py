@@ -45,13 +45,12 @@ class RunContext:
 
     @classmethod
     def of(cls, run: RunRecord) -> RunContext:
-        steps = run.definition.get("steps", {})
         return cls(
             run_id=run.run_id,
             workflow=run.workflow,
             input=run.input,
             on_failure=run.on_failure,
-            ndeps={n: len(s.get("dependsOn") or []) for n, s in steps.items()},
+            ndeps=run.definition.ndeps,
         )
 
     @classmethod

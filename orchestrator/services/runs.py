@@ -8,78 +8,28 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.adapters.queue import Dispatch
-from orchestrator.engine.plan import StepSpec, plan_steps
-from orchestrator.engine.policies import OnFailure
+from orchestrator.engine.admission import gate_of
+from orchestrator.engine.definition import Definition, Gate, Trigger
+from orchestrator.engine.plan import plan_steps
 from orchestrator.engine.records import RunRecord, StepRecord
+from orchestrator.engine.rerun import with_reused
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
-from orchestrator.expressions import ExpressionError, compile_template
 from orchestrator.services.executor import Executor
+from orchestrator.services.views import run_view
 from orchestrator.strict_json import dumps
 
 if TYPE_CHECKING:
     pass
 
-__all__ = [
-    "RunService",
-    "definition_of",
-    "gate_of",
-    "run_view",
-    "topological",
-]
+__all__ = ["MAX_INPUT_BYTES", "RUN_ID_RE", "RunService"]
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 MAX_INPUT_BYTES = 256 * 1024
-
-
-def definition_of(
-    workflow: Any, backends: Mapping[str, Any], default_timeout: float
-) -> dict[str, Any]:
-    """The JSON form of a manifest workflow, with each step's timeout resolved."""
-    steps: dict[str, Any] = {}
-    for name, st in workflow.steps.items():
-        backend = backends.get(st.backend)
-        timeout = st.timeout or (backend.timeout if backend is not None else None)
-        steps[name] = {
-            "backend": st.backend,
-            "route": st.route,
-            "dependsOn": list(st.depends_on),
-            "payload": dict(st.payload),
-            "retry": {
-                "max": st.retry.max,
-                "strategy": st.retry.strategy,
-                "delay": st.retry.delay,
-                "maxDelay": st.retry.max_delay,
-            },
-            "timeout": timeout or default_timeout,
-        }
-    return {"steps": steps, "onFailure": workflow.on_failure}
-
-
-def specs_of(definition: Mapping[str, Any]) -> list[StepSpec]:
-    out = []
-    for name, st in definition.get("steps", {}).items():
-        retry = st.get("retry") or {}
-        out.append(
-            StepSpec(
-                name=name,
-                backend=st["backend"],
-                route=st["route"],
-                deps=tuple(st.get("dependsOn") or ()),
-                payload=st.get("payload") or {},
-                retry_max=int(retry.get("max", 3)),
-                retry_strategy=retry.get("strategy", "linear"),
-                retry_delay=float(retry.get("delay", 1.0)),
-                retry_max_delay=float(retry.get("maxDelay", 300.0)),
-                timeout=float(st.get("timeout") or 60.0),
-            )
-        )
-    return out
 
 
 class _Keep:
@@ -87,123 +37,6 @@ class _Keep:
 
 
 _KEEP: Any = _Keep()
-
-
-def gate_of(
-    wf: Any, workflow: str, input: Any, overlap: str | None, fire_key: str
-) -> dict[str, Any] | None:
-    """The admission a new run needs: its concurrency group and throttle, with keys
-    rendered from the run's input; None when it may start at once."""
-    try:
-        return _gate(wf, workflow, input, overlap, fire_key)
-    except ExpressionError as exc:
-        raise UsageError(f"workflow {workflow!r}: a concurrency or throttle key: {exc}") from None
-
-
-def _gate(
-    wf: Any, workflow: str, input: Any, overlap: str | None, fire_key: str
-) -> dict[str, Any] | None:
-    context = {"input": input}
-    gate: dict[str, Any] = {}
-    group = getattr(wf, "group", None)
-    if group is not None:
-        gate = {
-            # A group that renders empty (a missing input field) is still a group.
-            "group": compile_template(group.group).render(context) or group.group,
-            "key": compile_template(group.key).render(context) if group.key else "",
-            "policy": group.policy,
-        }
-    elif overlap in ("skip", "replace"):
-        gate = {
-            "group": f"schedule:{workflow}",
-            "key": fire_key,
-            "policy": "skip" if overlap == "skip" else "cancel-running",
-        }
-    throttle = getattr(wf, "throttle", None)
-    if throttle is not None:
-        gate["throttle"] = {
-            "key": compile_template(throttle.key).render(context) if throttle.key else "",
-            "limit": throttle.limit,
-            "period": throttle.period,
-            "burst": throttle.burst,
-            "policy": throttle.policy,
-        }
-    for field in ("group", "key"):
-        if len(str(gate.get(field, ""))) > 200:
-            raise UsageError(f"concurrency {field}: longer than 200 characters once rendered")
-    return gate or None
-
-
-def topological(definition: Mapping[str, Any]) -> list[str]:
-    steps = definition.get("steps", {})
-    order: list[str] = []
-    placed: set[str] = set()
-    pending = list(steps)
-    while pending:
-        progressed = False
-        for name in list(pending):
-            if all(d in placed for d in steps[name].get("dependsOn") or ()):
-                order.append(name)
-                placed.add(name)
-                pending.remove(name)
-                progressed = True
-        if not progressed:  # cannot happen for a linted manifest; never loop forever
-            order.extend(pending)
-            break
-    return order
-
-
-def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any]) -> dict[str, Any]:
-    if s is None:
-        return {
-            "step": name,
-            "status": StepStatus.BLOCKED.value,
-            "attempts": 0,
-            "output": None,
-            "error": None,
-        }
-    return {
-        "step": s.step,
-        "status": s.status.value,
-        "attempts": s.attempt,
-        "output": load(s) if s.status is StepStatus.SUCCESS else None,
-        "error": s.error if s.status is not StepStatus.SUCCESS else None,
-        "depends_on": list(s.deps),
-        "started_at": s.started_at,
-        "finished_at": s.finished_at,
-        "output_bytes": s.output_size if s.status is StepStatus.SUCCESS else None,
-    }
-
-
-def run_view(
-    run: RunRecord, steps: list[StepRecord], load: Callable[[StepRecord], Any]
-) -> dict[str, Any]:
-    by_name = {s.step: s for s in steps}
-    order = topological(run.definition)
-    order += [n for n in by_name if n not in order]  # steps added at run time
-    return {
-        "run_id": run.run_id,
-        "workflow": run.workflow,
-        "status": run.status.value,
-        "input": run.input,
-        "error": run.error,
-        "created_at": run.created_at,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "kill_reason": run.kill_reason,
-        "trigger": run.trigger,
-        "rerun_of": run.rerun_of,
-        "admission": None
-        if not run.gate
-        else {
-            "group": run.gate.get("group"),
-            "key": run.gate.get("key"),
-            "policy": run.gate.get("policy"),
-            "throttle_key": (run.gate.get("throttle") or {}).get("key"),
-            "admit_at": run.admit_at,
-        },
-        "steps": [step_view(by_name.get(n), n, load) for n in order],
-    }
 
 
 class RunService:
@@ -252,22 +85,22 @@ class RunService:
         previous run for `fire_key` is still going; a workflow's own concurrency group
         takes precedence."""
         wf = self.workflow(workflow)
-        definition = definition_of(wf, self.manifest.backends, self.default_timeout)
+        definition = Definition.of(wf, self.manifest.backends, self.default_timeout)
         gate = gate_of(wf, workflow, input, overlap, fire_key)
         return self.create(
-            workflow, definition, input, run_id, trigger=trigger or {"source": "api"},
-            gate=gate,
+            workflow, definition, input, run_id,
+            trigger=Trigger.from_json(trigger or {"source": "api"}), gate=gate,
         )
 
     def create(
         self,
         workflow: str,
-        definition: dict[str, Any],
+        definition: Definition,
         input: Any,
         run_id: str | None,
         *,
-        trigger: dict[str, Any],
-        gate: dict[str, Any] | None,
+        trigger: Trigger,
+        gate: Gate | None,
         rerun_of: str | None = None,
     ) -> tuple[RunRecord, bool]:
         if run_id is not None and not RUN_ID_RE.fullmatch(run_id):
@@ -276,9 +109,7 @@ class RunService:
             raise UsageError(f"input: larger than {MAX_INPUT_BYTES} bytes")
         now = self.adv.clock()
         rid = run_id or self.new_run_id(workflow, now)
-        specs = specs_of(definition)
-        sinks = {s.name for s in specs} - {d for s in specs for d in s.deps}
-        reused = set(definition.get("reused") or ())
+        reused = set(definition.reused)
         status = RunStatus.QUEUED if gate else RunStatus.RUNNING
         run = RunRecord(
             run_id=rid,
@@ -287,18 +118,19 @@ class RunService:
             input=input,
             definition=definition,
             created_at=now,
-            total=len(specs),
+            total=len(definition.steps),
             # A hint that triggers the verified finish: only sinks count down (see
             # StepRecord.counted), so a fan-out pays no per-step write on the run row.
-            remaining=len(sinks - reused),
-            on_failure=OnFailure(definition.get("onFailure", "halt")),
+            remaining=len(definition.sinks - reused),
+            on_failure=definition.on_failure,
             updated_at=now,
             trigger=trigger,
             rerun_of=rerun_of,
             gate=gate,
             started_at=None if gate else now,
             history=(
-                {"at": round(now, 3), "type": f"run.{status.value}", "trigger": trigger},
+                {"at": round(now, 3), "type": f"run.{status.value}",
+                 "trigger": trigger.to_json()},
             ),
         )
         # Order matters for crash safety: the run row first (the sweeper can rebuild
@@ -319,33 +151,15 @@ class RunService:
         """The step rows a run starts with: planned from its definition, with the steps
         a rerun reuses already successful (their outputs copied from the old run)."""
         now = self.adv.clock()
-        rows = plan_steps(run.run_id, specs_of(run.definition), now)
-        reused: dict[str, str] = dict(run.definition.get("reused") or {})
+        rows = plan_steps(run.run_id, run.definition.steps, now)
+        reused = run.definition.reused
         if not reused:
             return rows
         old: dict[str, StepRecord] = {}
         for source in set(reused.values()):
             names = [n for n, src in reused.items() if src == source]
             old.update(self.store.get_outputs(source, names))
-        done = {n for n, r in old.items() if r.status is StepStatus.SUCCESS}
-        out = []
-        for row in rows:
-            if row.step in done:
-                prev = old[row.step]
-                out.append(replace(
-                    row, status=StepStatus.SUCCESS, attempt=1, ready_at=None, finished_at=now,
-                    has_output=True, output=prev.output, output_ref=prev.output_ref,
-                    output_size=prev.output_size, satisfied=frozenset(row.deps),
-                    history=({"at": round(now, 3), "type": "step.reused",
-                              "from_run": reused[row.step]},),
-                ))
-                continue
-            met = frozenset(d for d in row.deps if d in done)
-            if row.deps and len(met) == len(set(row.deps)):
-                row = replace(row, status=StepStatus.READY, attempt=1, ready_at=now,
-                              history=({"at": round(now, 3), "type": "step.ready"},))
-            out.append(replace(row, satisfied=met))
-        return out
+        return with_reused(rows, reused, old, now)
 
     def launch(self, run: RunRecord) -> None:
         """Write a started run's step rows and dispatch the ones that are ready."""
@@ -427,16 +241,15 @@ class RunService:
             raise Conflict("nothing_to_rerun", f"run {run_id} succeeded: every step has its"
                            " output; start a new run instead")
         steps = self.store.query_steps(run_id, states_only=True)
-        definition = dict(old.definition)
-        definition["reused"] = {
-            s.step: run_id for s in steps if s.status is StepStatus.SUCCESS
-        }
+        definition = old.definition.reusing(
+            {s.step: run_id for s in steps if s.status is StepStatus.SUCCESS}
+        )
         new_input = old.input if input is _KEEP else input
         wf = self.manifest.workflows.get(old.workflow)
         gate = gate_of(wf, old.workflow, new_input, None, "") if wf is not None else None
         return self.create(
             old.workflow, definition, new_input, new_run_id,
-            trigger={"source": "rerun", "run_id": run_id}, gate=gate, rerun_of=run_id,
+            trigger=Trigger("rerun", {"run_id": run_id}), gate=gate, rerun_of=run_id,
         )
 
 

@@ -19,10 +19,10 @@ import pytest
 
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.adapters.store import Lease
+from orchestrator.engine.definition import Definition
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.services.executor import RunContext
-from orchestrator.services.runs import definition_of
 from orchestrator.sweeper import Sweeper
 from tests.support.harness import steps_of
 from tests.support.testfns import Recorder
@@ -270,7 +270,7 @@ def test_a_start_that_died_after_the_run_row_is_completed_by_the_sweep(
     rt = h.rt
     # The start's first write landed (the run row); its process died before the steps.
     wf = rt.manifest.workflows["fan"]
-    definition = definition_of(wf, rt.manifest.backends, rt.settings.default_step_timeout)
+    definition = Definition.of(wf, rt.manifest.backends, rt.settings.default_step_timeout)
     now = time.time()
     rt.store.create_run(RunRecord(
         run_id="orphan-1", workflow="fan", status=RunStatus.RUNNING, input={"n": 1},

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.services.admission import throttle_slot
+from orchestrator.engine.admission import throttle_slot
 from tests.support.harness import Harness, steps_of
 from tests.support.testfns import Recorder
 

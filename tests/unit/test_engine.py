@@ -27,7 +27,8 @@ from orchestrator.engine.commands import (
     SkipStep,
     StopInFlight,
 )
-from orchestrator.engine.plan import StepSpec, plan_steps
+from orchestrator.engine.definition import StepSpec
+from orchestrator.engine.plan import plan_steps
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.reconcile import SweepPolicy, reconcile
 from orchestrator.engine.records import RunRecord, StepRecord

@@ -7,8 +7,10 @@ or empty-set surprises from DynamoDB's type system."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from orchestrator.engine.definition import Definition, Gate, Trigger
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
@@ -24,6 +26,7 @@ __all__ = [
 ]
 
 Item = dict[str, dict[str, Any]]
+T = TypeVar("T")
 
 
 def _s(item: Item, key: str) -> str | None:
@@ -39,6 +42,11 @@ def _n(item: Item, key: str) -> float | None:
 def _json(item: Item, key: str) -> Any:
     raw = _s(item, key)
     return None if raw is None else json.loads(raw)
+
+
+def _typed(item: Item, key: str, read: Callable[[Any], T]) -> T | None:
+    doc = _json(item, key)
+    return None if doc is None else read(doc)
 
 
 def _history(item: Item) -> tuple[dict[str, Any], ...]:
@@ -149,7 +157,7 @@ def run_from_item(item: Item) -> RunRecord:
         workflow=item["workflow"]["S"],
         status=RunStatus(item["status"]["S"]),
         input=_json(item, "input"),
-        definition=_json(item, "definition") or {},
+        definition=Definition.from_json(_json(item, "definition") or {}),
         created_at=(_n(item, "created_at") or 0) / 1000.0,
         total=int(_n(item, "total") or 0),
         remaining=int(_n(item, "remaining") or 0),
@@ -161,9 +169,9 @@ def run_from_item(item: Item) -> RunRecord:
         error=_json(item, "error"),
         finished_at=_n(item, "finished_at"),
         expires_at=_n(item, "expires_at"),
-        trigger=_json(item, "trigger"),
+        trigger=_typed(item, "trigger", Trigger.from_json),
         rerun_of=_s(item, "rerun_of"),
-        gate=_json(item, "gate"),
+        gate=_typed(item, "gate", Gate.from_json),
         admit_at=_n(item, "admit_at"),
         started_at=_n(item, "started_at"),
         history=_history(item),
@@ -176,7 +184,7 @@ def run_to_item(r: RunRecord) -> Item:
         "workflow": {"S": r.workflow},
         "status": {"S": r.status.value},
         "input": {"S": dumps(r.input)},
-        "definition": {"S": dumps(r.definition)},
+        "definition": {"S": dumps(r.definition.to_json())},
         # created_at is the GSI sort key: integer milliseconds keep "newest first" exact.
         "created_at": {"N": str(int(r.created_at * 1000))},
         "total": num(r.total),
@@ -198,10 +206,10 @@ def run_to_item(r: RunRecord) -> Item:
         v = getattr(r, key)
         if v is not None:
             item[key] = num(v)
-    for key in ("trigger", "gate"):
-        v = getattr(r, key)
-        if v is not None:
-            item[key] = {"S": dumps(v)}
+    if r.trigger is not None:
+        item["trigger"] = {"S": dumps(r.trigger.to_json())}
+    if r.gate is not None:
+        item["gate"] = {"S": dumps(r.gate.to_json())}
     if r.rerun_of is not None:
         item["rerun_of"] = {"S": r.rerun_of}
     if r.history:

@@ -199,3 +199,29 @@ class Control:
         with _translate(f"control {pk}: query"):
             resp = self.ddb.query(**kwargs)
         return [i for i in resp.get("Items", []) if _live(i, now) is not None]
+
+    # ---- named writes of one item kind each ------------------------------------------
+
+    def throttle_tat(self, pk: str, now: float) -> float | None:
+        """A throttle budget's theoretical arrival time (None: no live budget yet)."""
+        item = self.get(pk, now=now)
+        return None if item is None else float(item["tat"]["N"])
+
+    def move_throttle(
+        self, pk: str, old: float | None, new: float, *, expires_at: float, now: float
+    ) -> bool:
+        """Move a throttle budget from the `old` time it was read at to `new` (guarded:
+        False if another arrival moved it first)."""
+        values: dict[str, Any] = {":new": num(new), ":exp": num(expires_at)}
+        if old is None:
+            cond = "attribute_not_exists(tat) OR expires_at <= :now"
+            values[":now"] = num(now)
+        else:
+            cond = "tat = :old"
+            values[":old"] = num(old)
+        try:
+            self.update(pk, update="SET tat = :new, expires_at = :exp", values=values,
+                        condition=cond)
+        except ConditionFailed:
+            return False
+        return True

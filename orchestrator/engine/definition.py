@@ -1,0 +1,214 @@
+"""What a run row stores about itself, typed: the workflow definition it started with
+(timeouts resolved), its admission gate (concurrency group and throttle) and its
+trigger. Each reads and writes the JSON the run row has always held, so stored runs and
+the API's JSON keep their shape.
+
+A run never changes under its feet when the manifest is edited: it runs the definition
+it stored, and the sweeper rebuilds any step row a crashed start left out from it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.engine.policies import GroupPolicy, OnFailure, ThrottlePolicy
+from orchestrator.manifest.workflows import topological_order
+
+__all__ = ["Definition", "Gate", "StepSpec", "Throttle", "Trigger"]
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """What the engine needs to know about one declared step."""
+
+    name: str
+    backend: str
+    route: str
+    deps: tuple[str, ...] = ()
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    retry_max: int = 3
+    retry_strategy: str = "linear"
+    retry_delay: float = 1.0
+    retry_max_delay: float = 300.0
+    timeout: float = 60.0
+
+
+@dataclass(frozen=True)
+class Definition:
+    """The steps (in declaration order), the failure policy, and for a rerun the steps
+    it reuses (step -> the run whose output it takes)."""
+
+    steps: tuple[StepSpec, ...]
+    on_failure: OnFailure = OnFailure.HALT
+    reused: Mapping[str, str] = field(default_factory=dict)
+
+    def step(self, name: str) -> StepSpec | None:
+        return next((s for s in self.steps if s.name == name), None)
+
+    @property
+    def ndeps(self) -> dict[str, int]:
+        return {s.name: len(s.deps) for s in self.steps}
+
+    @property
+    def sinks(self) -> set[str]:
+        return {s.name for s in self.steps} - {d for s in self.steps for d in s.deps}
+
+    def order(self) -> list[str]:
+        """Steps in topological order (declaration order if the stored graph is bad)."""
+        try:
+            return topological_order({s.name: s.deps for s in self.steps})
+        except ValueError:
+            return [s.name for s in self.steps]
+
+    def reusing(self, reused: Mapping[str, str]) -> Definition:
+        return Definition(self.steps, self.on_failure, dict(reused))
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "steps": {
+                s.name: {
+                    "backend": s.backend,
+                    "route": s.route,
+                    "dependsOn": list(s.deps),
+                    "payload": dict(s.payload),
+                    "retry": {
+                        "max": s.retry_max,
+                        "strategy": s.retry_strategy,
+                        "delay": s.retry_delay,
+                        "maxDelay": s.retry_max_delay,
+                    },
+                    "timeout": s.timeout,
+                }
+                for s in self.steps
+            },
+            "onFailure": self.on_failure.value,
+        }
+        if self.reused:
+            doc["reused"] = dict(self.reused)
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Definition:
+        steps = []
+        for name, st in (doc.get("steps") or {}).items():
+            retry = st.get("retry") or {}
+            steps.append(
+                StepSpec(
+                    name=name,
+                    backend=st["backend"],
+                    route=st["route"],
+                    deps=tuple(st.get("dependsOn") or ()),
+                    payload=st.get("payload") or {},
+                    retry_max=int(retry.get("max", 3)),
+                    retry_strategy=retry.get("strategy", "linear"),
+                    retry_delay=float(retry.get("delay", 1.0)),
+                    retry_max_delay=float(retry.get("maxDelay", 300.0)),
+                    timeout=float(st.get("timeout") or 60.0),
+                )
+            )
+        return cls(
+            tuple(steps), OnFailure(doc.get("onFailure") or "halt"), dict(doc.get("reused") or {})
+        )
+
+    @classmethod
+    def of(cls, workflow: Any, backends: Mapping[str, Any], default_timeout: float) -> Definition:
+        """A manifest workflow's definition, with each step's timeout resolved."""
+        steps = []
+        for name, st in workflow.steps.items():
+            backend = backends.get(st.backend)
+            timeout = st.timeout or (backend.timeout if backend is not None else None)
+            steps.append(
+                StepSpec(
+                    name=name,
+                    backend=st.backend,
+                    route=st.route,
+                    deps=tuple(st.depends_on),
+                    payload=dict(st.payload),
+                    retry_max=st.retry.max,
+                    retry_strategy=st.retry.strategy,
+                    retry_delay=st.retry.delay,
+                    retry_max_delay=st.retry.max_delay,
+                    timeout=timeout or default_timeout,
+                )
+            )
+        return cls(tuple(steps), OnFailure(workflow.on_failure))
+
+
+@dataclass(frozen=True)
+class Throttle:
+    key: str
+    limit: int
+    period: float
+    burst: int = 1
+    policy: ThrottlePolicy = ThrottlePolicy.QUEUE
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "limit": self.limit, "period": self.period,
+                "burst": self.burst, "policy": self.policy.value}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Throttle:
+        return cls(
+            key=str(doc.get("key", "")), limit=int(doc["limit"]), period=float(doc["period"]),
+            burst=int(doc.get("burst", 1)), policy=ThrottlePolicy(doc.get("policy") or "queue"),
+        )
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The admission a run needs: a concurrency group (one run at a time per group and
+    key) and/or a throttle."""
+
+    group: str | None = None
+    key: str = ""
+    policy: GroupPolicy = GroupPolicy.QUEUE
+    throttle: Throttle | None = None
+
+    @property
+    def group_id(self) -> str:
+        return "" if not self.group else f"{self.group}#{self.key}"
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        if self.group:
+            doc = {"group": self.group, "key": self.key, "policy": self.policy.value}
+        if self.throttle is not None:
+            doc["throttle"] = self.throttle.to_json()
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Gate:
+        throttle = doc.get("throttle")
+        return cls(
+            group=doc.get("group") or None,
+            key=str(doc.get("key", "")),
+            policy=GroupPolicy(doc.get("policy") or "queue"),
+            throttle=Throttle.from_json(throttle) if throttle else None,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Trigger(Mapping[str, Any]):
+    """Where a run came from: `source` (api, webhook, event, schedule, manual, rerun)
+    and the ids that go with it (webhook and delivery id, event, tick and key, the run
+    rerun). A read-only mapping of its JSON, so it compares equal to that JSON."""
+
+    source: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, **self.detail}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Trigger:
+        return cls(str(doc.get("source", "api")), {k: v for k, v in doc.items() if k != "source"})
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_json())
+
+    def __len__(self) -> int:
+        return 1 + len(self.detail)

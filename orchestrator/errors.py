@@ -3,7 +3,11 @@ that names the run, step, field or file line it is about."""
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import Any
+
 __all__ = [
+    "Code",
     "ConditionFailed",
     "Conflict",
     "ManifestError",
@@ -13,13 +17,91 @@ __all__ = [
     "Unauthorized",
     "Unprocessable",
     "UsageError",
+    "error_doc",
 ]
+
+
+class Code(StrEnum):
+    """Every error code the orchestrator reports, in one registry: the stable code
+    (clients match on it), whether what it names is retried, and what it means. Step
+    and run errors are `{"code", "message", ...details}`; API errors are
+    `{"error": {"code", "message"}}`. The README lists them all (a test checks it)."""
+
+    retryable: bool | None
+    meaning: str
+
+    def __new__(cls, value: str, retryable: bool | None, meaning: str) -> Code:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.retryable = retryable
+        member.meaning = meaning
+        return member
+
+    # A step's error (`steps[].error` in a run's view, and its history).
+    HTTP_ERROR = ("http_error", None, "the function answered an error status: retried for"
+                  " 5xx, 408, 409, 425 and 429, not for any other 4xx")
+    TIMEOUT = "timeout", True, "the function did not answer within the step's timeout"
+    CONNECTION_ERROR = "connection_error", True, "the function could not be reached"
+    INVALID_OUTPUT = "invalid_output", False, "a 2xx answer whose body is not JSON"
+    OUTPUT_TOO_LARGE = "output_too_large", False, "the answer is larger than the hard cap"
+    OUTPUT_STORE_FAILED = "output_store_failed", True, "the output could not be stored"
+    INPUTS_UNAVAILABLE = ("inputs_unavailable", True,
+                          "the dependencies' outputs could not be read")
+    LEASE_EXPIRED = ("lease_expired", True,
+                     "the worker running the attempt stopped answering")
+    UNKNOWN_BACKEND = "unknown_backend", False, "the step's backend is not configured"
+    RUN_MISSING = "run_missing", False, "the step's run row is gone"
+    SKIPPED = "skipped", False, "the step never ran: a dependency failed or the run stopped"
+    # A run's error (`error` in a run's view).
+    STEP_FAILED = "step_failed", False, "a step failed (`step`, `steps`, `reason`)"
+    KILLED = "killed", False, "the run was cancelled (`reason`)"
+    CONCURRENCY_BUSY = ("concurrency_busy", False,
+                        "the run's concurrency group was busy (policy skip)")
+    THROTTLED = "throttled", False, "the run was over its throttle's rate (policy drop)"
+    # API refusals (`{"error": {...}}`), and the CLI's.
+    BAD_REQUEST = "bad_request", False, "400: malformed request (JSON, flag, parameter)"
+    INVALID_BODY = "invalid_body", False, "422: the body does not fit the request's model"
+    BODY_TOO_LARGE = "body_too_large", False, "413: the request body is over 1 MiB"
+    NOT_FOUND = "not_found", False, "404: no such run, workflow, schedule, webhook or route"
+    METHOD_NOT_ALLOWED = "method_not_allowed", False, "405: the route takes another method"
+    HTTP = "http", False, "another HTTP refusal of the routing layer"
+    CONFLICT = "conflict", False, "409: the request does not fit the run's state"
+    RUN_FINISHED = "run_finished", False, "409: the run has already finished"
+    RUN_NOT_FINISHED = "run_not_finished", False, "409: rerun of a run still going"
+    NOTHING_TO_RERUN = "nothing_to_rerun", False, "409: rerun of a run that succeeded"
+    IDEMPOTENCY_KEY_REUSED = ("idempotency_key_reused", False,
+                              "422: an Idempotency-Key sent again with another body")
+    MISSING_API_KEY = "missing_api_key", False, "401: no bearer key"
+    BAD_API_KEY = "bad_api_key", False, "401: a wrong key or scheme"
+    MISSING_SIGNATURE = "missing_signature", False, "401: a webhook delivery without one"
+    BAD_SIGNATURE = "bad_signature", False, "401: no secret's signature matches the body"
+    MALFORMED_SIGNATURE = "malformed_signature", False, "401: a signature header unparsable"
+    STALE_TIMESTAMP = "stale_timestamp", False, "401: a delivery older than the tolerance"
+    FUTURE_TIMESTAMP = ("future_timestamp", False,
+                        "401: a delivery dated past the tolerance ahead")
+    MISSING_DELIVERY_ID = "missing_delivery_id", False, "401: a delivery without its id"
+    # Internal: what the AWS endpoint, the API or the manifest did.
+    STORE_ERROR = "store_error", True, "a DynamoDB, SQS or S3 call failed"
+    API_UNAVAILABLE = "api_unavailable", True, "the API could not be reached or failed (5xx)"
+    BAD_RESPONSE = "bad_response", True, "the API answered something that is not its JSON"
+    CONDITION_FAILED = "condition_failed", False, "a guarded write found another state"
+    INVALID_MANIFEST = "invalid_manifest", False, "the manifest failed to load or lint"
+    FIRE_FAILED = "fire_failed", True, "a schedule's forEach rows could not be fetched"
+    ORCHESTRATOR_ERROR = "orchestrator_error", False, "an error with no more precise code"
+
+
+def error_doc(code: Code, message: str, **details: Any) -> dict[str, Any]:
+    """A step's or a run's error: its code, a message for humans, and details (None
+    values left out)."""
+    doc: dict[str, Any] = {"code": code.value, "message": message}
+    doc.update({k: v for k, v in details.items() if v is not None})
+    return doc
 
 
 class OrchestratorError(Exception):
     """Base of every error the orchestrator raises on purpose."""
 
-    code = "orchestrator_error"
+    code: str = Code.ORCHESTRATOR_ERROR
     retryable = False
 
     def __init__(self, message: str) -> None:
@@ -33,11 +115,11 @@ class OrchestratorError(Exception):
 class UsageError(OrchestratorError):
     """The caller asked for something malformed (bad flag, bad JSON, bad body)."""
 
-    code = "bad_request"
+    code = Code.BAD_REQUEST
 
 
 class NotFound(OrchestratorError):
-    code = "not_found"
+    code = Code.NOT_FOUND
 
 
 class Unprocessable(OrchestratorError):
@@ -68,7 +150,7 @@ class ManifestError(OrchestratorError):
     """A manifest failed to load or lint; `problems` holds one line per finding,
     each formatted `file:line: field: message`."""
 
-    code = "invalid_manifest"
+    code = Code.INVALID_MANIFEST
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
@@ -78,7 +160,7 @@ class ManifestError(OrchestratorError):
 class StoreError(OrchestratorError):
     """A DynamoDB/SQS/S3 call failed for a reason other than a guard (the cause is chained)."""
 
-    code = "store_error"
+    code = Code.STORE_ERROR
     retryable = True
 
 
@@ -88,4 +170,4 @@ class ConditionFailed(OrchestratorError):
     This is the normal outcome of a duplicate, late or reordered message: callers
     treat it as "someone else already did this" and move on."""
 
-    code = "condition_failed"
+    code = Code.CONDITION_FAILED

@@ -26,7 +26,7 @@ from orchestrator.adapters.queue import Received
 from orchestrator.adapters.store import Lease
 from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, Succeed, after_attempt
 from orchestrator.engine.records import StepRecord
-from orchestrator.errors import ConditionFailed, OrchestratorError, StoreError
+from orchestrator.errors import Code, ConditionFailed, OrchestratorError, StoreError, error_doc
 from orchestrator.services.executor import LRU, Executor, RunContext, Tally
 
 __all__ = ["BackendRef", "Worker"]
@@ -190,22 +190,22 @@ class Worker:
         if ctx is None:
             outcome = Outcome(
                 OutcomeKind.PERMANENT,
-                error={"code": "run_missing", "message": f"run {row.run_id} is gone"},
+                error=error_doc(Code.RUN_MISSING, f"run {row.run_id} is gone"),
             )
         elif backend is None:
             outcome = Outcome(
                 OutcomeKind.PERMANENT,
-                error={
-                    "code": "unknown_backend",
-                    "message": f"step {row.step}: backend {row.backend!r} is not configured",
-                },
+                error=error_doc(
+                    Code.UNKNOWN_BACKEND,
+                    f"step {row.step}: backend {row.backend!r} is not configured",
+                ),
             )
         else:
             try:
                 steps = self.dep_outputs(row)
             except (OrchestratorError, ValueError) as exc:
                 outcome = Outcome(
-                    OutcomeKind.RETRYABLE, error={"code": "inputs_unavailable", "message": str(exc)}
+                    OutcomeKind.RETRYABLE, error=error_doc(Code.INPUTS_UNAVAILABLE, str(exc))
                 )
             else:
                 call = Call(
@@ -232,7 +232,7 @@ class Worker:
                 # decides this attempt like any other retryable failure.
                 lost = Outcome(
                     OutcomeKind.RETRYABLE,
-                    error={"code": "output_store_failed", "message": str(exc)},
+                    error=error_doc(Code.OUTPUT_STORE_FAILED, str(exc)),
                     retry_after=1.0,
                 )
                 retry_or_fail = after_attempt(row, lost, self.clock(), self.rand())

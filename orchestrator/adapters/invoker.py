@@ -19,6 +19,7 @@ from functions.signing import (
     signed_headers,
 )
 from orchestrator.engine.attempts import Outcome, OutcomeKind, classify_response
+from orchestrator.errors import Code, error_doc
 from orchestrator.strict_json import dumps
 
 __all__ = ["Call", "Invoker", "idempotency_key"]
@@ -99,11 +100,11 @@ class Invoker:
                         return Result(
                             Outcome(
                                 OutcomeKind.PERMANENT,
-                                error={
-                                    "code": "output_too_large",
-                                    "message": f"response body exceeds the hard cap of "
-                                    f"{self.max_body} bytes",
-                                },
+                                error=error_doc(
+                                    Code.OUTPUT_TOO_LARGE,
+                                    f"response body exceeds the hard cap of {self.max_body}"
+                                    " bytes",
+                                ),
                             ),
                             b"",
                         )
@@ -115,7 +116,7 @@ class Invoker:
             return Result(
                 Outcome(
                     OutcomeKind.RETRYABLE,
-                    error={"code": "timeout", "message": f"no answer within {call.timeout:g}s"},
+                    error=error_doc(Code.TIMEOUT, f"no answer within {call.timeout:g}s"),
                 ),
                 b"",
             )
@@ -123,7 +124,7 @@ class Invoker:
             return Result(
                 Outcome(
                     OutcomeKind.RETRYABLE,
-                    error={"code": "connection_error", "message": f"{type(exc).__name__}: {exc}"},
+                    error=error_doc(Code.CONNECTION_ERROR, f"{type(exc).__name__}: {exc}"),
                 ),
                 b"",
             )

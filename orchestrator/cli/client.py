@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from orchestrator.errors import (
+    Code,
     Conflict,
     NotFound,
     OrchestratorError,
@@ -57,7 +58,7 @@ def default_api_key(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 class ApiUnavailable(OrchestratorError):
-    code = "api_unavailable"
+    code = Code.API_UNAVAILABLE
     retryable = True
 
 
@@ -81,7 +82,7 @@ class ApiClient:
         try:
             body = resp.json()
         except ValueError:
-            body = {"error": {"code": "bad_response", "message": resp.text[:300]}}
+            body = {"error": {"code": Code.BAD_RESPONSE.value, "message": resp.text[:300]}}
         if resp.status_code >= 400:
             err = body.get("error", {}) if isinstance(body, dict) else {}
             code = str(err.get("code") or f"http_{resp.status_code}")

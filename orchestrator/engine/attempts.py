@@ -12,7 +12,9 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.engine.records import StepRecord
+from orchestrator.errors import Code, error_doc
 from orchestrator.manifest.workflows import retry_delay
+from orchestrator.strict_json import dumps
 
 __all__ = [
     "MAX_RETRY_AFTER",
@@ -68,6 +70,15 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return min(seconds, MAX_RETRY_AFTER)
 
 
+def as_text(value: Any) -> str:
+    """A function's error, as a message: text as it is, anything else as its JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("message"), str):
+        return str(value["message"])
+    return dumps(value)
+
+
 def _error_reason(body: Any) -> Any:
     if isinstance(body, dict) and "error" in body:
         return body["error"]
@@ -83,14 +94,15 @@ def classify_response(
         if not body_is_json:
             return Outcome(
                 OutcomeKind.PERMANENT,
-                error={
-                    "code": "invalid_output",
-                    "status": status,
-                    "message": "2xx response body is not JSON",
-                },
+                error=error_doc(Code.INVALID_OUTPUT, "2xx response body is not JSON",
+                                status=status),
             )
         return Outcome(OutcomeKind.SUCCESS, output=body)
-    err = {"code": "http_error", "status": status, "reason": _error_reason(body)}
+    reason = _error_reason(body)
+    err = {
+        "code": Code.HTTP_ERROR.value, "message": as_text(reason)[:500],
+        "status": status, "reason": reason,
+    }
     if 400 <= status < 500 and status not in RETRYABLE_4XX:
         return Outcome(OutcomeKind.PERMANENT, error=err)
     return Outcome(

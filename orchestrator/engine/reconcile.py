@@ -22,6 +22,7 @@ from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import StepStatus
 from orchestrator.engine.transitions import after_failure, final_status, stop_pass, stop_reason
+from orchestrator.errors import Code, error_doc
 
 __all__ = ["SweepPolicy", "awaiting_message", "reconcile", "redispatch_grace"]
 
@@ -131,10 +132,7 @@ def reconcile(
         ):
             lost = Outcome(
                 OutcomeKind.RETRYABLE,
-                error={
-                    "code": "lease_expired",
-                    "message": f"worker {s.lease_owner} stopped answering",
-                },
+                error=error_doc(Code.LEASE_EXPIRED, f"worker {s.lease_owner} stopped answering"),
             )
             decision = after_attempt(s, lost, now, rand)
             assert not isinstance(decision, Succeed)

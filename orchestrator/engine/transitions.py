@@ -22,6 +22,7 @@ from orchestrator.engine.commands import Finish, HaltRun, SkipBranch, SkipStep, 
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
+from orchestrator.errors import Code, error_doc
 
 __all__ = [
     "NOT_STARTED",
@@ -38,7 +39,15 @@ NOT_STARTED = (StepStatus.BLOCKED, StepStatus.READY, StepStatus.DISPATCHED)
 
 
 def halt_error(failed: StepRecord) -> dict[str, Any]:
-    return {"code": "step_failed", "step": failed.step, "reason": failed.error}
+    return error_doc(Code.STEP_FAILED, failed_message([failed]), step=failed.step,
+                     reason=failed.error)
+
+
+def failed_message(failed: Sequence[StepRecord]) -> str:
+    first = failed[0]
+    why = (first.error or {}).get("message") or ""
+    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    return f"step {first.step} failed{more}: {why}".rstrip(": ")[:500]
 
 
 def after_failure(on_failure: OnFailure, failed: StepRecord) -> SkipBranch | HaltRun:
@@ -48,6 +57,11 @@ def after_failure(on_failure: OnFailure, failed: StepRecord) -> SkipBranch | Hal
             failed.step, failed.dependants, f"dependency {failed.step} did not succeed"
         )
     return HaltRun(halt_error(failed), f"run halted: step {failed.step} failed")
+
+
+def killed_error(reason: str) -> dict[str, Any]:
+    return {"code": Code.KILLED.value, "message": f"cancelled: {reason}".rstrip(": "),
+            "reason": reason}
 
 
 def stop_reason(run: RunRecord) -> str:
@@ -111,10 +125,11 @@ def finish(
     error: dict[str, Any] | None = None
     failed = [s for s in steps if s.status is StepStatus.FAILED]
     if status is RunStatus.KILLED:
-        error = {"code": "killed", "reason": run.kill_reason or ""}
+        error = killed_error(run.kill_reason or "")
     elif status is RunStatus.FAILED:
         error = {
-            "code": "step_failed",
+            "code": Code.STEP_FAILED.value,
+            "message": failed_message(failed) if failed else "the run was halted",
             "step": failed[0].step if failed else None,
             "steps": [s.step for s in failed],
             "reason": failed[0].error if failed else None,

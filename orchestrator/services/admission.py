@@ -36,7 +36,7 @@ from orchestrator.engine.definition import Gate, Throttle
 from orchestrator.engine.policies import GroupPolicy, ThrottlePolicy
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RunStatus
-from orchestrator.errors import ConditionFailed, StoreError
+from orchestrator.errors import Code, ConditionFailed, StoreError, error_doc
 
 __all__ = ["Admission"]
 
@@ -77,7 +77,7 @@ class Admission:
         if throttle is not None and run.admit_at is None:
             slot = self.reserve(run.workflow, throttle, now)
             if slot is None:
-                return self._refuse(run, "throttled", f"over the rate of {throttle.limit}"
+                return self._refuse(run, Code.THROTTLED, f"over the rate of {throttle.limit}"
                                     f" per {throttle.period:g}s for key {throttle.key!r}")
             try:
                 self.store.set_admit_at(run.run_id, slot)
@@ -120,7 +120,7 @@ class Admission:
             return self._admit(run, {"group": gate.group, "key": gate.key})
         if holder is not None:
             if gate.policy is GroupPolicy.SKIP:
-                return self._refuse(run, "concurrency_busy",
+                return self._refuse(run, Code.CONCURRENCY_BUSY,
                                     f"group {gate.group!r} key {gate.key!r} is busy"
                                     f" with run {holder}")
             return run
@@ -222,11 +222,11 @@ class Admission:
             self.control.delete(f"waiting#{gid}", _waiting_sk(run))
         return admitted
 
-    def _refuse(self, run: RunRecord, code: str, message: str) -> RunRecord:
+    def _refuse(self, run: RunRecord, code: Code, message: str) -> RunRecord:
         now = self.clock()
         try:
             return self.store.finish_queued(
-                run.run_id, RunStatus.SKIPPED, {"code": code, "message": message}, now,
+                run.run_id, RunStatus.SKIPPED, error_doc(code, message), now,
                 now + self.ttl,
             )
         except ConditionFailed:

@@ -18,6 +18,7 @@ from orchestrator.engine.plan import plan_steps
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.rerun import with_reused
 from orchestrator.engine.states import RunStatus, StepStatus
+from orchestrator.engine.transitions import killed_error
 from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
 from orchestrator.services.executor import Executor
 from orchestrator.services.views import run_view
@@ -215,7 +216,7 @@ class RunService:
         if run.status is RunStatus.QUEUED:
             try:
                 done = self.store.finish_queued(
-                    run_id, RunStatus.KILLED, {"code": "killed", "reason": reason}, now,
+                    run_id, RunStatus.KILLED, killed_error(reason), now,
                     now + self.adv.settings.ttl_failed, kill_reason=reason,
                 )
             except ConditionFailed:

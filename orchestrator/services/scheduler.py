@@ -31,7 +31,7 @@ from orchestrator.adapters.store.codec import num
 from orchestrator.adapters.store.control import Control, doc_of
 from orchestrator.engine.attempts import OutcomeKind
 from orchestrator.engine.ticks import describe, next_tick, ticks_between
-from orchestrator.errors import ConditionFailed, NotFound, OrchestratorError, UsageError
+from orchestrator.errors import Code, ConditionFailed, NotFound, OrchestratorError, UsageError
 from orchestrator.services.runs import RunService
 from orchestrator.strict_json import dumps
 
@@ -56,7 +56,7 @@ def fire_run_id(workflow: str, tick: float, key: str | None, source: str = "") -
 class FireFailed(OrchestratorError):
     """The forEach rows could not be fetched (the backend failed): worth retrying."""
 
-    code = "fire_failed"
+    code = Code.FIRE_FAILED
     retryable = True
 
 

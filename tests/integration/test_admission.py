@@ -141,7 +141,8 @@ def test_cancelling_a_queued_run_keeps_its_reason(harness_factory: Any) -> None:
     view = h.rt.runs.kill(waiting, "not needed any more")
     assert view["status"] == "killed"
     assert view["kill_reason"] == "not needed any more"
-    assert view["error"] == {"code": "killed", "reason": "not needed any more"}
+    assert view["error"] == {"code": "killed", "reason": "not needed any more",
+                             "message": "cancelled: not needed any more"}
     (entry,) = [e for e in h.rt.runs.history(waiting) if e["type"] == "run.killed"]
     assert entry["reason"] == "not needed any more"
     assert h.rt.runs.get(holder).status.value == "running"

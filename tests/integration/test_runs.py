@@ -249,7 +249,8 @@ def test_kill_lets_in_flight_land_and_skips_the_rest(harness_factory: Any) -> No
     assert steps["first"]["status"] == "success"  # in flight: landed
     assert steps["second"]["status"] == "skipped"
     assert steps["third"]["status"] == "skipped"
-    assert view["error"] == {"code": "killed", "reason": "test says stop"}
+    assert view["error"] == {"code": "killed", "reason": "test says stop",
+                             "message": "cancelled: test says stop"}
 
 
 def test_finished_runs_carry_a_ttl(harness_factory: Any) -> None:

@@ -23,6 +23,7 @@ from orchestrator.engine.states import (
     RunStatus,
     StepStatus,
 )
+from orchestrator.errors import Code
 from orchestrator.sweeper import Sweeper
 from tests.support.harness import Harness
 
@@ -142,6 +143,14 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
     assert views[nightly] == "failed" and views[sleepy] == "killed"
     assert sorted(views[r] for r in single) == ["skipped", "success"]
     assert views[waiting] == "killed"
+
+    # Every error of every run and step is data: a registered code and a message.
+    codes = {c.value for c in Code}
+    for r in views:
+        view = h.rt.runs.view(r)
+        for err in [view["error"], *(s["error"] for s in view["steps"])]:
+            if err is not None:
+                assert err["code"] in codes and isinstance(err["message"], str), err
 
     assert seen
     covered: set[str] = set()

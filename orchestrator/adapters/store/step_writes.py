@@ -27,7 +27,7 @@ from orchestrator.adapters.store.tables import (
 )
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import STEP_MOVES, Move, StepStatus, status_guard, status_set
-from orchestrator.errors import ConditionFailed
+from orchestrator.errors import Code, ConditionFailed, error_doc
 from orchestrator.strict_json import dumps
 
 __all__ = ["Lease", "StepTransitions"]
@@ -343,7 +343,7 @@ class StepTransitions(Tables):
         """Mark a step that has not started (no lease) as skipped; None if it has."""
         move = STEP_MOVES["skip"]
         values: dict[str, Any] = {
-            ":why": {"S": dumps({"code": "skipped", "message": reason})},
+            ":why": {"S": dumps(error_doc(Code.SKIPPED, reason))},
             ":now": num(now),
             ":exp": num(now + self.step_retention),
         }

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from functions.protocol import RunInfo, request_body
 from functions.signing import (
     ATTEMPT_HEADER,
     IDEMPOTENCY_HEADER,
@@ -65,17 +66,13 @@ class Invoker:
         self.client.close()
 
     def body(self, call: Call) -> bytes:
-        doc: dict[str, Any] = dict(call.payload)
-        doc["input"] = call.input
-        if call.steps is not None:
-            doc["steps"] = call.steps
-        doc["run"] = {
-            "run_id": call.run_id,
-            "workflow": call.workflow,
-            "step": call.step,
-            "attempt": call.attempt,
-        }
-        return dumps(doc).encode()
+        """The request body, built by the one definition of the wire contract that the
+        SDK parses (functions/protocol.py)."""
+        run = RunInfo(run_id=call.run_id, workflow=call.workflow, step=call.step,
+                      attempt=call.attempt)
+        return dumps(
+            request_body(input=call.input, steps=call.steps, run=run, payload=call.payload)
+        ).encode()
 
     def invoke(self, call: Call) -> Result:
         body = self.body(call)

@@ -129,9 +129,7 @@ class Admission:
             if head is not None and head.run_id != run.run_id:
                 self.try_admit(head)  # the head is queued and due: let it go first
                 return self._reread(run)
-        if not self.control.put_new(
-            f"lock#{gid}", now=now, attrs={"holder": {"S": run.run_id}}
-        ):
+        if not self.control.take_lock(f"lock#{gid}", run.run_id, now):
             if gate.policy is GroupPolicy.SKIP:
                 return self.try_admit(run)  # re-read the holder to report it
             return run
@@ -146,9 +144,7 @@ class Admission:
             return
         gid = gate.group_id
         now = self.clock()
-        self.control.delete(
-            f"lock#{gid}", condition="holder = :me", values={":me": {"S": run.run_id}}
-        )
+        self.control.release_lock(f"lock#{gid}", run.run_id)
         # Its waiting entry went when it was admitted (or _head drops it as finished).
         head = self._head(gid, now)
         if head is not None and head.status is RunStatus.QUEUED:
@@ -181,9 +177,7 @@ class Admission:
         holder = str(item["holder"]["S"])
         run = self.store.get_run(holder, now)
         if run is None or run.status.terminal:
-            self.control.delete(
-                f"lock#{gid}", condition="holder = :me", values={":me": {"S": holder}}
-            )
+            self.control.release_lock(f"lock#{gid}", holder)
             log.info("group %s: broke the lock of finished run %s", gid, holder)
             return self._holder(gid, now)  # None, unless another run took it meanwhile
         return holder

@@ -27,11 +27,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from orchestrator.adapters.invoker import Call, Invoker
-from orchestrator.adapters.store.codec import num
 from orchestrator.adapters.store.control import Control, doc_of
 from orchestrator.engine.attempts import OutcomeKind
 from orchestrator.engine.ticks import describe, next_tick, ticks_between
-from orchestrator.errors import Code, ConditionFailed, NotFound, OrchestratorError, UsageError
+from orchestrator.errors import Code, NotFound, OrchestratorError, UsageError
 from orchestrator.services.runs import RunService
 from orchestrator.strict_json import dumps
 
@@ -192,18 +191,14 @@ class Scheduler:
     def pause(self, name: str) -> dict[str, Any]:
         wf = self._workflow(name)
         self._state(name, wf, self.clock())
-        self.control.update(f"schedule#{name}", update="SET paused = :t",
-                            values={":t": {"BOOL": True}})
+        self.control.pause_schedule(f"schedule#{name}")
         return self.show(name)
 
     def resume(self, name: str) -> dict[str, Any]:
         wf = self._workflow(name)
         now = self.clock()
         self._state(name, wf, now)
-        self.control.update(
-            f"schedule#{name}", update="SET paused = :f, next_fire = :next",
-            values={":f": {"BOOL": False}, ":next": num(next_tick(wf.schedule, now))},
-        )
+        self.control.resume_schedule(f"schedule#{name}", next_tick(wf.schedule, now))
         return self.show(name)
 
     def trigger(self, name: str) -> dict[str, Any]:
@@ -220,21 +215,9 @@ class Scheduler:
         pk = f"schedule#{name}"
         item = self.control.get(pk, now=now)
         if item is None or item.get("spec", {}).get("S") != spec:
-            first = next_tick(wf.schedule, now)
-            values: dict[str, Any] = {":spec": {"S": spec}, ":next": num(first),
-                                      ":f": {"BOOL": False}}
-            if item is None:
-                cond = "attribute_not_exists(pk)"
-            else:
-                cond = "spec = :old"
-                values[":old"] = item["spec"]
-            try:
-                self.control.update(
-                    pk, update="SET spec = :spec, next_fire = :next,"
-                    " paused = if_not_exists(paused, :f)", values=values, condition=cond,
-                )
-            except ConditionFailed:
-                pass  # another scheduler set it up: read theirs
+            old = None if item is None else str(item["spec"]["S"])
+            # False: another scheduler set it up first; read theirs.
+            self.control.reset_schedule(pk, spec, next_tick(wf.schedule, now), old_spec=old)
             item = self.control.get(pk, now=now) or {}
         doc = doc_of(item) or {}
         return {
@@ -255,21 +238,13 @@ class Scheduler:
             "missed": int(state.get("missed", 0)) + missed,
             "last_error": None,
         }
-        try:
-            self.control.update(
-                f"schedule#{name}", update="SET next_fire = :next, doc = :doc",
-                values={":next": num(following), ":due": num(due),
-                        ":doc": {"S": dumps(doc)}},
-                condition="next_fire = :due",
-            )
-        except ConditionFailed:
-            pass  # another scheduler moved it on: the runs were the same ones
+        # False: another scheduler moved it on; the runs were the same ones.
+        self.control.advance_schedule(f"schedule#{name}", due, following, doc)
 
     def _record_error(self, name: str, state: dict[str, Any], error: str) -> None:
         doc = {k: v for k, v in state.items() if k not in ("next_fire", "paused")}
         doc["last_error"] = {"tick": state["next_fire"], "message": error[:500]}
-        self.control.update(f"schedule#{name}", update="SET doc = :doc",
-                            values={":doc": {"S": dumps(doc)}})
+        self.control.record_schedule(f"schedule#{name}", doc)
 
 
 def _overlap(wf: Any) -> str:

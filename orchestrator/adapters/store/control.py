@@ -225,3 +225,50 @@ class Control:
         except ConditionFailed:
             return False
         return True
+
+    def take_lock(self, pk: str, holder: str, now: float) -> bool:
+        """Take a concurrency group's lock (True) unless another run holds it."""
+        return self.put_new(pk, now=now, attrs={"holder": {"S": holder}})
+
+    def release_lock(self, pk: str, holder: str) -> bool:
+        """Free a lock, only if `holder` still holds it."""
+        return self.delete(pk, condition="holder = :me", values={":me": {"S": holder}})
+
+    def reset_schedule(self, pk: str, spec: str, first: float, *, old_spec: str | None) -> bool:
+        """Create a schedule's cursor, or reset it after its cadence changed from
+        `old_spec` (guarded: False if another scheduler did it first)."""
+        values: dict[str, Any] = {":spec": {"S": spec}, ":next": num(first),
+                                  ":f": {"BOOL": False}}
+        if old_spec is None:
+            cond = "attribute_not_exists(pk)"
+        else:
+            cond = "spec = :old"
+            values[":old"] = {"S": old_spec}
+        try:
+            self.update(pk, update="SET spec = :spec, next_fire = :next,"
+                        " paused = if_not_exists(paused, :f)", values=values, condition=cond)
+        except ConditionFailed:
+            return False
+        return True
+
+    def advance_schedule(self, pk: str, due: float, following: float, doc: Any) -> bool:
+        """Move a schedule's cursor from the tick `due` it was read at (guarded: once)."""
+        try:
+            self.update(pk, update="SET next_fire = :next, doc = :doc",
+                        values={":next": num(following), ":due": num(due),
+                                ":doc": {"S": dumps(doc)}},
+                        condition="next_fire = :due")
+        except ConditionFailed:
+            return False
+        return True
+
+    def record_schedule(self, pk: str, doc: Any) -> None:
+        """What the last fire did (its runs, misses, error)."""
+        self.update(pk, update="SET doc = :doc", values={":doc": {"S": dumps(doc)}})
+
+    def pause_schedule(self, pk: str) -> None:
+        self.update(pk, update="SET paused = :t", values={":t": {"BOOL": True}})
+
+    def resume_schedule(self, pk: str, next_fire: float) -> None:
+        self.update(pk, update="SET paused = :f, next_fire = :next",
+                    values={":f": {"BOOL": False}, ":next": num(next_fire)})

@@ -1,9 +1,9 @@
 """The HTTP API (Starlette): runs, events, webhooks and schedules.
 
 Every error is JSON `{"error": {"code", "message"}}` with a 4xx status for bad input;
-a body is size-checked before it is parsed (http_json.py). Every route but `/healthz`,
-`/openapi.json` and `/webhooks/{name}` (which checks its own signature) wants
-`Authorization: Bearer <key>` (keys from `orchestrator keys create`), unless
+a body is size-checked before it is parsed (requests.py, strict_json.py). Every route
+but `/healthz`, `/openapi.json` and `/webhooks/{name}` (which checks its own signature)
+wants `Authorization: Bearer <key>` (keys from `orchestrator keys create`), unless
 ORCH_API_AUTH=off."""
 
 from __future__ import annotations

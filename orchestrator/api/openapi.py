@@ -1,9 +1,9 @@
 """The OpenAPI 3.1 document of the orchestrator's HTTP API (served at `/openapi.json`).
 
-Request bodies are the pydantic models the handlers validate with (api_models.py), and
-every limit quoted comes from the module that enforces it (http_json, runs, events,
+Request bodies are the pydantic models the handlers validate with (models.py), and
+every limit quoted comes from the module that enforces it (requests, services.runs, events,
 idempotency), so the document cannot drift from the code by a constant. Response shapes
-mirror what api.py and runs.run_view build; tests/integration/test_api_fuzz.py checks
+mirror what app.py and services.views.run_view build; tests/integration/test_api_fuzz.py checks
 the live API against this document."""
 
 from __future__ import annotations

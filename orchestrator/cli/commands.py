@@ -2,8 +2,8 @@
 
 Commands that talk to the HTTP API take --url ($ORCHESTRATOR_URL) and --api-key
 ($ORCHESTRATOR_API_KEY, sent as `Authorization: Bearer <key>`); every command that reads
-takes --json. The run commands live in cli_runs.py, events, schedules and webhooks in
-cli_triggers.py; the local and admin commands (lint, worker, sweeper, dev, keys) here.
+takes --json. The run commands live in runs.py, events, schedules and webhooks in
+triggers.py; the local and admin commands (lint, worker, sweeper, dev, keys) here.
 
 Exit codes:
   0  success

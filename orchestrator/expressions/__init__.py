@@ -61,9 +61,9 @@ Where it lives
 --------------
 
 This module is the public face of the language. Values, operators, functions, limits
-and `ExpressionError` are in `expression_values`; the compile-time node checks in
-`expression_checks`; `Expression` and its simpleeval evaluator in
-`expression_evaluator`; templates in `expression_templates`.
+and `ExpressionError` are in `values`; the compile-time node checks in
+`checks`; `Expression` and its simpleeval evaluator in
+`evaluator`; templates in `templates`.
 """
 
 from __future__ import annotations

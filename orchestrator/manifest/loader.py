@@ -17,9 +17,9 @@ Every problem is one line `FILE:LINE: dotted.field: message`; `ManifestError.pro
 holds them all, ordered by file and line.
 
 This module holds the entry points and the section-by-section loader. Problem lines and
-pydantic error messages are in `manifest_problems`, `${VAR}` substitution in
-`manifest_variables`, the OpenAPI route check in `manifest_routes`, and the models in
-`manifest_models`.
+pydantic error messages are in `problems`, `${VAR}` substitution in
+`variables`, the OpenAPI route check in `routes`, and the models in
+`models`.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ validated, so a mistake in one is a manifest error; the models keep their source
 Each kind reads a fixed set of names, the context its consumer passes: `TRIGGER_NAMES`,
 `KEY_NAMES`, `WEBHOOK_NAMES`.
 
-The models live in three modules, re-exported here: `manifest_fields` (the shared base
-model and field types), `manifest_workflows` (steps, retry, forEach, the `Workflow` DAG)
-and `manifest_triggers` (schedule, event triggers, concurrency, throttle, webhooks).
+The models live in three modules, re-exported here: `fields` (the shared base
+model and field types), `workflows` (steps, retry, forEach, the `Workflow` DAG)
+and `triggers` (schedule, event triggers, concurrency, throttle, webhooks).
 `Backend` and the whole `Manifest` are defined here.
 """
 

@@ -6,7 +6,7 @@ loader share.
 A `Workflow` checks its own graph (known dependencies, no self-dependency, no cycle), so
 every instance, including one read back with `Workflow.from_json`, is a valid DAG. What
 starts a workflow and what paces it (schedule, `on:` triggers, concurrency, throttle) is
-in `manifest_triggers`."""
+in `triggers`."""
 
 from __future__ import annotations
 

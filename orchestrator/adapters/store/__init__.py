@@ -9,9 +9,12 @@ store.
 
 - `run_rows.RunRows`: run rows (create, read, list, admit, count down, halt, finish);
 - `step_rows.StepRows`: step rows as whole items (batch writes, reads, outputs);
-- `step_transitions.StepTransitions`: guarded step moves (claim, promote, record an
+- `step_writes.StepTransitions`: guarded step moves (claim, promote, record an
   attempt's outcome, skip), and the `Lease` a claim carries;
-- `store_tables.Tables`: the client and table names they share."""
+- `tables.Tables`: the client and table names they share;
+- `codec`: the item encoding of rows; `control.Control`: the control table's items.
+
+Durable-workflow journal rows will be one more row class here."""
 
 from __future__ import annotations
 

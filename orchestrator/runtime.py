@@ -58,7 +58,8 @@ class Runtime:
     ) -> Runtime:
         clients = clients or make_clients(settings)
         names = settings.names
-        store = Store(clients.dynamodb, names, step_retention=settings.ttl_failed)
+        retention = max(settings.ttl_success, settings.ttl_failed)
+        store = Store(clients.dynamodb, names, step_retention=retention)
         queues = Queues(clients.sqs, names)
         blobs = Blobs(clients.s3, names.blob_bucket)
         control = Control(clients.dynamodb, names.control_table)

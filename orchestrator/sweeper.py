@@ -23,6 +23,7 @@ from orchestrator.engine.commands import (
     HaltRun,
     Promote,
     Redispatch,
+    Restamp,
     SkipBranch,
     SkipStep,
     StopInFlight,
@@ -116,7 +117,8 @@ class Sweeper:
                   len(snapshots), waiting, old, backlog, grace)
         # A promotion is repaired only once it is as overdue as a lost message: the
         # worker promoting a wide fan-out may legitimately still be at it.
-        policy = SweepPolicy(redispatch_after=grace, settle=self.settings.redispatch_after)
+        policy = SweepPolicy(redispatch_after=grace, settle=self.settings.redispatch_after,
+                             step_retention=self.store.step_retention)
         for run, steps in snapshots:
             try:
                 self.sweep_run(run, steps, policy, report, now)
@@ -168,6 +170,8 @@ class Sweeper:
                     report.skipped += 1
                     if skipped.counted:
                         tally.add(run_id)
+            elif isinstance(c, Restamp):
+                self.store.stamp_expiry(run_id, c.step, c.expires_at)
             elif isinstance(c, HaltRun):
                 self.adv.halt(run_id, c, tally)
             elif isinstance(c, SkipBranch):

@@ -153,9 +153,9 @@ class Worker:
 
     # ---- one attempt -------------------------------------------------------------------
 
-    def context(self, run_id: str) -> RunContext | None:
+    def context(self, run_id: str, *, fresh: bool = False) -> RunContext | None:
         with self._lock:
-            ctx: RunContext | None = self._contexts.get(run_id)
+            ctx: RunContext | None = None if fresh else self._contexts.get(run_id)
         if ctx is None:
             run = self.store.get_run(run_id, self.clock())
             if run is None:
@@ -184,7 +184,16 @@ class Worker:
 
     def execute(self, row: StepRecord, tally: Tally) -> StepRecord | None:
         """Run one claimed attempt; return the next row to run inline, if any."""
-        ctx = self.context(row.run_id)
+        # A step that was ready at launch may have been written after a cancel's stop
+        # pass read the rows: its claim reads the run afresh (for a run's first step the
+        # cache is empty anyway) and gives the attempt up if the run is stopping.
+        ctx = self.context(row.run_id, fresh=row.at_launch)
+        if ctx is not None and ctx.stopping and row.at_launch:
+            gone = self.store.abandon(row.run_id, row.step, row.attempt, row.lease_owner or "",
+                                      "run stopped before the step started", self.clock())
+            if gone is not None and gone.counted:
+                tally.add(row.run_id)
+            return None
         backend = self.backends.get(row.backend)
         raw = b""
         if ctx is None:

@@ -27,7 +27,9 @@ class Dispatch(BaseModel):
 class AdmitRun(BaseModel):
     """A queued run's throttle slot came due: look at whether it may start."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Ignores the placeholder `step` and `attempt` that admit messages used to carry, so
+    # one sent before an upgrade is still understood.
+    model_config = ConfigDict(frozen=True, extra="ignore")
     op: Literal["admit"] = "admit"
     run_id: str
     due_at: float | None = None

@@ -20,6 +20,7 @@ __all__ = [
     "HaltRun",
     "Promote",
     "Redispatch",
+    "Restamp",
     "SkipBranch",
     "SkipStep",
     "StopInFlight",
@@ -56,6 +57,15 @@ class StopInFlight:
     again (its row is flagged `stopping`; claims and retries test the flag)."""
 
     step: str
+
+
+@dataclass(frozen=True)
+class Restamp:
+    """A finished step of a run still going would expire within half its retention:
+    give it a new expiry (the run is still reading it)."""
+
+    step: str
+    expires_at: float
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,7 @@ Command = (
     | Promote
     | SkipStep
     | StopInFlight
+    | Restamp
     | Redispatch
     | ExpireLease
     | SkipBranch

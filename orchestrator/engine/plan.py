@@ -44,6 +44,7 @@ def plan_steps(run_id: str, specs: Sequence[StepSpec], now: float) -> list[StepR
                 retry_delay=s.retry_delay,
                 retry_max_delay=s.retry_max_delay,
                 ready_at=now if root else None,
+                at_launch=root,
                 history=({"at": round(now, 3), "type": "step.ready"},) if root else (),
             )
         )

@@ -5,7 +5,7 @@ Pure: nothing here does I/O; the sweeper applies the commands as conditional wri
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.engine.attempts import Outcome, OutcomeKind, Succeed, after_attempt
@@ -16,6 +16,7 @@ from orchestrator.engine.commands import (
     Finalize,
     Promote,
     Redispatch,
+    Restamp,
     SkipStep,
 )
 from orchestrator.engine.policies import OnFailure
@@ -33,6 +34,9 @@ class SweepPolicy:
     redispatch_after: float
     # Leave fresh work to the normal path: only repair a promotion this long overdue.
     settle: float = 30.0
+    # How long a finished step row is kept (its terminal write stamps it): a run still
+    # going renews rows due to expire within half of it.
+    step_retention: float = 30 * 24 * 3600.0
 
 
 def awaiting_message(steps: Iterable[StepRecord], now: float, older_than: float = 0.0) -> int:
@@ -90,7 +94,11 @@ def reconcile(
     if missing or len(steps) < run.total:
         # Repair the rows first (the next sweep sees a whole run); never judge a run
         # from part of its rows.
-        return [CreateStep(p) for p in missing] if now - started >= policy.settle else []
+        if now - started < policy.settle:
+            return []
+        if run.kill_requested or run.halted:  # nothing of a stopping run starts
+            missing = [_skipped(p, now, stop_reason(run)) for p in missing]
+        return [CreateStep(p) for p in missing]
 
     def progress(dep: StepRecord) -> float:
         # The last sign of life of whoever advances `dep`: its finish, or the latest of
@@ -114,6 +122,10 @@ def reconcile(
             return [after_failure(OnFailure.HALT, failed[0])]
     for s in steps:
         if s.step in doomed:
+            continue
+        if s.status.terminal:
+            if s.expires_at is not None and s.expires_at - now < policy.step_retention / 2:
+                cmds.append(Restamp(s.step, now + policy.step_retention))
             continue
         if s.status is StepStatus.BLOCKED:
             dep_rows = [by_name[d] for d in s.deps if d in by_name]
@@ -144,3 +156,11 @@ def reconcile(
         if status is not None:
             cmds.append(Finalize(status))
     return cmds
+
+
+def _skipped(row: StepRecord, now: float, reason: str) -> StepRecord:
+    return replace(
+        row, status=StepStatus.SKIPPED, attempt=0, ready_at=None, finished_at=now,
+        at_launch=False, error=error_doc(Code.SKIPPED, reason),
+        history=({"at": round(now, 3), "type": "step.skipped", "reason": reason},),
+    )

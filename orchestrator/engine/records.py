@@ -50,6 +50,9 @@ class StepRecord:
     count_me: bool = False
     # Set on an in-flight step of a stopping run: it lands, and is never tried again.
     stopping: bool = False
+    # Ready when its run was launched (a root, or a rerun's step whose dependencies were
+    # all reused): its claim reads the run afresh (see Worker.execute).
+    at_launch: bool = False
     # Every transition of this row with its time (appended in the same conditional
     # writes that make them, so history costs no extra request).
     history: tuple[dict[str, Any], ...] = ()

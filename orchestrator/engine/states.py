@@ -121,6 +121,7 @@ STEP_MOVES = {
         _step("flag-counted", {B, RD, D}),
         _step("redispatch", {RD, D}),
         _step("stop-in-flight", {D}),
+        _step("abandon", {D}, S.SKIPPED),
     )
 }
 # Every guarded write of a run row (adapters/store/run_rows.py names its move).

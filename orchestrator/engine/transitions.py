@@ -115,8 +115,10 @@ def finish(
     `finished + ttl_failed` in their own terminal write (no extra request), so a
     successful run's rows outlive it (reads go through the run: they are never seen)
     and a failed run's rows would expire up to its duration before it: such a run
-    expires with its first row instead, unless it ran longer than `RESTAMP_AFTER`, when
-    the rows that would go first are stamped again (`restamp`)."""
+    expires with its first row instead, unless that is more than `RESTAMP_AFTER` (or a
+    tenth of the retention) early, when the rows that would go first are stamped again
+    (`restamp`). The sweeper keeps the finished rows of a run that runs for longer than
+    half the retention alive (engine.reconcile)."""
     status = final_status(run, steps)
     if status is None:
         return None
@@ -135,12 +137,15 @@ def finish(
             "reason": failed[0].error if failed else None,
         }
     early = [s for s in steps if s.expires_at is None or s.expires_at < expires]
-    first = min((s.expires_at or 0.0 for s in early), default=expires)
-    if early and expires - first <= RESTAMP_AFTER:
+    if not early:
+        return Finish(status, error, expires)
+    first = min(s.expires_at or 0.0 for s in early)
+    if first >= expires - min(RESTAMP_AFTER, ttl / 10):
         return Finish(status, error, first)
     return Finish(status, error, expires, tuple(s.step for s in early))
 
 
-# A failed run that ran longer than this has its early step rows stamped again at its
-# finish, rather than being kept that much less than `ttl_failed`.
+# A run whose first step row would expire more than this (or a tenth of its retention)
+# before the run has its early rows stamped again at its finish, rather than being kept
+# that much less than its retention.
 RESTAMP_AFTER = 3600.0

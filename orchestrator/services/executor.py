@@ -42,6 +42,8 @@ class RunContext:
     input: Any
     on_failure: OnFailure
     ndeps: dict[str, int]
+    # Cancelled or halted when it was read (only a fresh read is worth acting on).
+    stopping: bool = False
 
     @classmethod
     def of(cls, run: RunRecord) -> RunContext:
@@ -51,6 +53,7 @@ class RunContext:
             input=run.input,
             on_failure=run.on_failure,
             ndeps=run.definition.ndeps,
+            stopping=run.kill_requested or run.halted,
         )
 
     @classmethod
@@ -154,6 +157,12 @@ class Executor:
             tally.add(row.run_id)
         if on_recorded is not None:
             on_recorded()
+        if done.stopping:
+            # It landed in a stopping run: nothing below it starts (rows the stop pass
+            # could not see, written by a launch still under way, are skipped here).
+            self.skip_branch(row.run_id, SkipBranch(done.step, done.dependants, "run stopped"),
+                             tally)
+            return None, done
         inline, sends = self.promote_dependants(done, ctx, keep_one)
         if sends:
             self.queues.dispatch(sends)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.engine.admission import gate_of
@@ -23,9 +23,6 @@ from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
 from orchestrator.services.executor import Executor
 from orchestrator.services.views import run_view
 from orchestrator.strict_json import dumps
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["MAX_INPUT_BYTES", "RUN_ID_RE", "RunService"]
 

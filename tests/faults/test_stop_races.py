@@ -42,11 +42,18 @@ workflows:
       a:    { backend: fn, route: /echo }
       x:    { backend: fn, route: /flaky, payload: { fail: 1 }, dependsOn: [a],
               retry: { max: 2, delay: 10ms } }
+  wide:
+    steps:
+$WIDE
   grouped:
     concurrency: { group: g, key: "${{ input.k }}", policy: cancel-running }
     steps:
       flaky: { backend: fn, route: /flaky, payload: { fail: 1 }, retry: { max: 2, delay: 10ms } }
 """
+
+
+WORKFLOWS = WORKFLOWS.replace("$WIDE", "\n".join(
+    f"      s{i:02d}: {{ backend: fn, route: /echo }}" for i in range(30)))
 
 
 def setup(harness_factory: Any) -> tuple[Harness, Runtime, list[Any]]:
@@ -248,3 +255,36 @@ def test_cancel_running_stops_the_replaced_run_retries_included(
     assert view["status"] == "killed"
     assert view["kill_reason"] == f"replaced by run {second.run_id}"
     assert steps_of(view)["flaky"]["status"] == "skipped"
+
+
+def test_a_cancel_whose_pass_runs_while_the_launch_writes_rows_starts_nothing(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    """30 roots are written 25 to a request: the cancel's pass, made between the two,
+    cannot see the last 5. They are dispatched, claimed, read the run afresh and give
+    the attempt up: no function is called."""
+    h, other, sent = setup(harness_factory)
+    killed: list[str] = []
+
+    def cancel() -> None:
+        (run_id,) = [r.run_id for r in other.store.list_runs("wide", time.time())[0]]
+        other.runs.cancel(run_id, "changed my mind")
+        killed.append(run_id)
+
+    once_after(h, "BatchWriteItem", cancel)
+    run_id = h.start("wide")
+    assert killed == [run_id]
+    dispatched = [m for m in sent if m.run_id == run_id]
+    assert len(dispatched) == 30  # the launch dispatched every root it wrote
+    w = h.rt.worker()
+    for m in dispatched:
+        w.handle(m)
+    assert all(recorder.for_step(run_id, f"s{i:02d}") == [] for i in range(30))
+    # The 25 the pass saw were skipped by it; the 5 it could not see were claimed, and
+    # their claims gave the attempt up before calling anything.
+    history = h.rt.runs.history(run_id)
+    claimed = {e["step"] for e in history if e["type"] == "step.started"}
+    assert claimed == {f"s{i:02d}" for i in range(25, 30)}
+    view = h.rt.runs.view(run_id)
+    assert view["status"] == "killed"
+    assert {s["status"] for s in view["steps"]} == {"skipped"}

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.adapters.store import Lease
 from orchestrator.engine.states import (
     RUN_MOVES,
     RUN_TRANSITIONS,
@@ -24,6 +25,7 @@ from orchestrator.engine.states import (
     StepStatus,
 )
 from orchestrator.errors import Code
+from orchestrator.services.executor import Tally
 from orchestrator.sweeper import Sweeper
 from tests.support.harness import Harness
 
@@ -58,6 +60,9 @@ workflows:
     concurrency: { group: queued }
     steps:
       hold: { backend: fn, route: /hold, payload: { seconds: 0.5 } }
+  held:
+    steps:
+      only: { backend: fn, route: /echo }
   paced:
     throttle: { limit: 1, period: 1s }
     steps:
@@ -120,7 +125,10 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
 
     h.rt.queues.tamper = drop_left_once
     shapes = h.start("shapes")
-    h.wait_for_step(shapes, "left", ("ready",))
+    deadline = time.monotonic() + 10
+    while not dropped:  # left was promoted and its message dropped
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     h.rt.queues.tamper = None
     later = Sweeper(h.rt.executor, plan=h.rt.runs.rows_for, clock=lambda: time.time() + 60)
     deadline = time.monotonic() + 10
@@ -133,16 +141,25 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
     h.wait_for_step(sleepy, "nap", ("dispatched",))
     h.rt.runs.kill(sleepy, "enough")
     single = [h.start("single") for _ in range(2)]
-    held = h.start("queued")
+    queued_run = h.start("queued")
     waiting = h.start("queued")
     h.rt.runs.kill(waiting, "not needed")
+    # A step claimed, then its run cancelled before the call: the claim gives it up.
+    h.rt.queues.tamper = lambda msgs: [m for m in msgs if getattr(m, "step", "") != "only"]
+    held = h.start("held")
+    h.rt.queues.tamper = None
+    now = time.time()
+    row = h.rt.store.claim(held, "only", 1, Lease("w-held", now + 30), now)
+    h.rt.runs.kill(held, "before the call")
+    h.rt.worker(worker_id="w-held").execute(row, Tally())
+    h.rt.executor.finish_if_done(held)
     paced = [h.start("paced") for _ in range(2)]
     views = {r: h.wait(r, timeout=30)["status"] for r in [shapes, nightly, sleepy, *single,
-                                                           held, waiting, *paced]}
+                                                           queued_run, waiting, held, *paced]}
     assert views[shapes] == "success" and dropped
     assert views[nightly] == "failed" and views[sleepy] == "killed"
     assert sorted(views[r] for r in single) == ["skipped", "success"]
-    assert views[waiting] == "killed"
+    assert views[waiting] == "killed" and views[held] == "killed"
 
     # Every error of every run and step is data: a registered code and a message.
     codes = {c.value for c in Code}

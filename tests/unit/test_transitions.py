@@ -176,3 +176,26 @@ def test_definition_and_trigger_round_trip_their_stored_json() -> None:
     t = Trigger.from_json({"source": "webhook", "webhook": "gh", "delivery_id": "d1"})
     assert t == {"source": "webhook", "webhook": "gh", "delivery_id": "d1"}
     assert t["source"] == "webhook" and t.to_json()["delivery_id"] == "d1"
+
+
+def test_a_finish_never_expires_the_run_before_now() -> None:
+    # A short retention (30 min) and a row that finished 2000 s ago: its expiry has
+    # passed; the run keeps its full retention and the row is stamped again.
+    rows = [replace(r, status=S.FAILED if r.step == "a" else S.SKIPPED,
+                    expires_at=NOW - 2000 + 1800) for r in diamond()]
+    out = finish(run(), rows, NOW, ttl_success=1800, ttl_failed=1800)
+    assert out is not None and out.expires_at == NOW + 1800
+    assert set(out.restamp) == {"a", "b", "c", "d"}
+
+
+def test_the_sweeper_renews_the_rows_of_a_run_that_runs_long() -> None:
+    from orchestrator.engine.commands import Restamp
+    from orchestrator.engine.reconcile import SweepPolicy, reconcile
+
+    policy = SweepPolicy(redispatch_after=10.0, settle=2.0, step_retention=30 * DAY)
+    rows = by(diamond(), a={"status": S.SUCCESS, "expires_at": NOW + 30 * DAY},
+              b={"status": S.DISPATCHED, "lease_owner": "w", "lease_until": NOW + 20 * DAY})
+    assert [c for c in reconcile(run(), rows, rows, NOW, policy) if isinstance(c, Restamp)] == []
+    later = NOW + 16 * DAY  # a's row would go within half the retention
+    cmds = reconcile(run(), rows, rows, later, policy)
+    assert Restamp("a", later + 30 * DAY) in cmds

@@ -100,6 +100,7 @@ def step_from_item(item: Item) -> StepRecord:
         expires_at=_n(item, "expires_at"),
         count_me=bool(item.get("count_me", {}).get("BOOL", False)),
         stopping=bool(item.get("stopping", {}).get("BOOL", False)),
+        at_launch=bool(item.get("at_launch", {}).get("BOOL", False)),
         history=_history(item),
     )
 
@@ -146,6 +147,8 @@ def step_to_item(s: StepRecord) -> Item:
         item["count_me"] = {"BOOL": True}
     if s.stopping:
         item["stopping"] = {"BOOL": True}
+    if s.at_launch:
+        item["at_launch"] = {"BOOL": True}
     if s.history:
         item["history"] = {"L": [{"S": dumps(e)} for e in s.history]}
     return item

@@ -195,7 +195,10 @@ class RunRows(Tables):
         )
         names: dict[str, str] = {"#h": "history"}
         if error is not None:
-            update += ", #e = if_not_exists(#e, :err)"
+            # A halt's error stands (it names the step that failed first), but a cancel
+            # is what ended a killed run, whatever failed meanwhile.
+            keep = status is not RunStatus.KILLED
+            update += ", #e = if_not_exists(#e, :err)" if keep else ", #e = :err"
             values[":err"] = {"S": dumps(error)}
             names["#e"] = "error"
         self._update_running(run_id, move, update + " REMOVE active", values, names=names)

@@ -415,3 +415,29 @@ class StepTransitions(Tables):
             ConditionExpression="attribute_exists(run_id)",
             ExpressionAttributeValues={":exp": num(expires_at)},
         )
+
+    def abandon(self, run_id: str, step: str, attempt: int, owner: str, reason: str,
+                now: float) -> StepRecord | None:
+        """Give up a claimed attempt before calling the function (its run is stopping):
+        the lease holder skips the step. None if the lease is no longer ours."""
+        move = STEP_MOVES["abandon"]
+        values: dict[str, Any] = {
+            ":why": {"S": dumps(error_doc(Code.SKIPPED, reason))},
+            ":now": num(now),
+            ":exp": num(now + self.step_retention),
+            ":n": num(attempt),
+            ":o": {"S": owner},
+        }
+        guard = status_guard(move, values)
+        hist = history_clause(values, now, "step.skipped", reason=reason[:300])
+        attrs = self._guarded(
+            f"step {run_id}/{step}: abandon",
+            Key=step_key(run_id, step),
+            UpdateExpression=f"SET {status_set(move, values)}, #err = :why, finished_at = :now,"
+            f" expires_at = :exp, {hist} REMOVE lease_owner, lease_until",
+            ConditionExpression=f"{guard} AND attempt = :n AND lease_owner = :o",
+            ExpressionAttributeNames={"#s": "status", "#err": "error", "#h": "history"},
+            ExpressionAttributeValues=values,
+            ReturnValues="ALL_NEW",
+        )
+        return None if attrs is None else step_from_item(attrs)

@@ -15,19 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from orchestrator.adapters.queue import Dispatch
+from orchestrator.engine import commands as do
 from orchestrator.engine.attempts import Retry
-from orchestrator.engine.commands import (
-    CreateStep,
-    ExpireLease,
-    Finalize,
-    HaltRun,
-    Promote,
-    Redispatch,
-    Restamp,
-    SkipBranch,
-    SkipStep,
-    StopInFlight,
-)
 from orchestrator.engine.reconcile import SweepPolicy, awaiting_message, reconcile, redispatch_grace
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
@@ -151,7 +140,7 @@ class Sweeper:
         by_name = {s.step: s for s in steps}
         ctx = RunContext.of(run)
         for c in cmds:
-            if isinstance(c, CreateStep):
+            if isinstance(c, do.CreateStep):
                 try:
                     self.store.create_step_if_absent(c.record)
                     report.created += 1
@@ -159,24 +148,24 @@ class Sweeper:
                         sends.append(Dispatch(run_id=run_id, step=c.record.step, attempt=1))
                 except ConditionFailed:
                     pass
-            elif isinstance(c, SkipStep | StopInFlight) and (
-                isinstance(c, StopInFlight) or c.statuses == NOT_STARTED
+            elif isinstance(c, do.SkipStep | do.StopInFlight) and (
+                isinstance(c, do.StopInFlight) or c.statuses == NOT_STARTED
             ):
                 self.adv.apply_stop(run_id, c, tally)  # a stop pass carried on
                 report.skipped += 1
-            elif isinstance(c, SkipStep):
+            elif isinstance(c, do.SkipStep):
                 skipped = self.store.skip(run_id, c.step, c.statuses, c.reason, now)
                 if skipped is not None:
                     report.skipped += 1
                     if skipped.counted:
                         tally.add(run_id)
-            elif isinstance(c, Restamp):
+            elif isinstance(c, do.Restamp):
                 self.store.stamp_expiry(run_id, c.step, c.expires_at)
-            elif isinstance(c, HaltRun):
+            elif isinstance(c, do.HaltRun):
                 self.adv.halt(run_id, c, tally)
-            elif isinstance(c, SkipBranch):
+            elif isinstance(c, do.SkipBranch):
                 self.adv.skip_branch(run_id, c, tally)
-            elif isinstance(c, Promote):
+            elif isinstance(c, do.Promote):
                 row = by_name[c.step]
                 if (
                     self.store.promote(run_id, c.step, c.ndeps, None, now, all_deps=list(row.deps))
@@ -184,7 +173,7 @@ class Sweeper:
                 ):
                     sends.append(Dispatch(run_id=run_id, step=c.step, attempt=1))
                     report.promoted += 1
-            elif isinstance(c, Redispatch):
+            elif isinstance(c, do.Redispatch):
                 log.debug("redispatch %s/%s attempt %d (waited %.1fs, grace %.1fs)", run_id,
                           c.step, c.attempt, now - max(by_name[c.step].ready_at or 0,
                                                        by_name[c.step].due_at or 0),
@@ -192,14 +181,14 @@ class Sweeper:
                 if self.store.touch_dispatch(run_id, c.step, c.attempt, now):
                     sends.append(Dispatch(run_id=run_id, step=c.step, attempt=c.attempt))
                     report.redispatched += 1
-            elif isinstance(c, ExpireLease):
+            elif isinstance(c, do.ExpireLease):
                 row = by_name[c.step]
                 if isinstance(c.decision, Retry):
                     ok = self.adv.retry(row, c.decision, tally, expired_before=now)
                 else:
                     ok = self.adv.fail(row, ctx, c.decision, tally, expired_before=now)
                 report.leases_expired += int(ok)
-            elif isinstance(c, Finalize) and self.adv.finish_if_done(run_id) is not None:
+            elif isinstance(c, do.Finalize) and self.adv.finish_if_done(run_id) is not None:
                 report.finished += 1
         if sends:
             log.info("run %s: sending %d dispatches (%s)", run_id, len(sends),

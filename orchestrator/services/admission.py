@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 
 from orchestrator.adapters.messages import AdmitRun
@@ -46,25 +46,19 @@ log = logging.getLogger(__name__)
 SLACK = 0.05
 
 
+@dataclass(frozen=True)
 class Admission:
-    def __init__(
-        self,
-        store: Store,
-        control: Control,
-        queues: Queues,
-        clock: Callable[[], float],
-        *,
-        launch: Callable[[RunRecord], None],
-        cancel: Callable[[str, str], object],
-        ttl: float,
-    ) -> None:
-        self.store = store
-        self.control = control
-        self.queues = queues
-        self.clock = clock
-        self.launch = launch
-        self.cancel = cancel
-        self.ttl = ttl
+    """`launch` starts an admitted run; `cancel` cancels a replaced one (cancel-running);
+    `ttl` is how long a run refused admission is kept."""
+
+    store: Store
+    control: Control
+    queues: Queues
+    clock: Callable[[], float]
+    _: KW_ONLY
+    launch: Callable[[RunRecord], None]
+    cancel: Callable[[str, str], object]
+    ttl: float
 
     # ---- arrival and repair ------------------------------------------------------------
 

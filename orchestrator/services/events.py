@@ -17,6 +17,7 @@ import logging
 import re
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.adapters.store.control import Control, doc_of, ms_key
@@ -39,18 +40,12 @@ def event_run_id(workflow: str, name: str, event_id: str) -> str:
     return f"{workflow[:150]}-ev-{digest}"
 
 
+@dataclass(frozen=True)
 class EventService:
-    def __init__(
-        self,
-        control: Control,
-        runs: RunService,
-        clock: Callable[[], float],
-        retention: float,
-    ) -> None:
-        self.control = control
-        self.runs = runs
-        self.clock = clock
-        self.retention = retention
+    control: Control
+    runs: RunService
+    clock: Callable[[], float]
+    retention: float  # how long events and their ids are kept
 
     def emit(
         self, name: str, data: Any = None, *, key: str | None = None, event_id: str | None = None

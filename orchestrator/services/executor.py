@@ -12,7 +12,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from orchestrator.adapters.blobs import Blobs
@@ -89,24 +89,21 @@ def _no_release(run: RunRecord) -> None:
     return None
 
 
+def _attempt_of(row: StepRecord) -> tuple[str, str, int, str]:
+    """(run, step, attempt, lease owner): what names an attempt in the store's writes."""
+    return row.run_id, row.step, row.attempt, row.lease_owner or ""
+
+
+@dataclass(frozen=True)
 class Executor:
-    def __init__(
-        self,
-        store: Store,
-        queues: Queues,
-        blobs: Blobs,
-        settings: Settings,
-        clock: Callable[[], float],
-        *,
-        on_finish: Callable[[RunRecord], None] = _no_release,
-    ) -> None:
-        self.store = store
-        self.queues = queues
-        self.blobs = blobs
-        self.settings = settings
-        self.clock = clock
-        # Called once a run has finished: admission's release (frees its group's lock).
-        self.on_finish = on_finish
+    store: Store
+    queues: Queues
+    blobs: Blobs
+    settings: Settings
+    clock: Callable[[], float]
+    _: KW_ONLY
+    # Called once a run has finished: admission's release (frees its group's lock).
+    on_finish: Callable[[RunRecord], None] = _no_release
 
     # ---- outputs --------------------------------------------------------------------
 
@@ -142,10 +139,7 @@ class Executor:
         now = self.clock()
         try:
             done = self.store.record_success(
-                row.run_id,
-                row.step,
-                row.attempt,
-                row.lease_owner or "",
+                *_attempt_of(row),
                 output_json=output_json,
                 output_ref=output_ref,
                 size=size,
@@ -209,10 +203,7 @@ class Executor:
         now = self.clock()
         try:
             waiting = self.store.record_retry(
-                row.run_id,
-                row.step,
-                row.attempt,
-                row.lease_owner or "",
+                *_attempt_of(row),
                 next_attempt=decision.next_attempt,
                 due_at=decision.due_at,
                 error=decision.error,
@@ -247,10 +238,7 @@ class Executor:
         """Record a step's failure, then what the engine says it does to its run."""
         try:
             failed = self.store.record_failure(
-                row.run_id,
-                row.step,
-                row.attempt,
-                row.lease_owner or "",
+                *_attempt_of(row),
                 error=decision.error,
                 now=self.clock(),
                 expired_before=expired_before,

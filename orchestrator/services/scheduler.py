@@ -24,6 +24,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from orchestrator.adapters.invoker import Call, Invoker
@@ -59,22 +60,16 @@ class FireFailed(OrchestratorError):
     retryable = True
 
 
+@dataclass
 class Scheduler:
-    def __init__(
-        self,
-        control: Control,
-        runs: RunService,
-        clock: Callable[[], float],
-        *,
-        grace: float,
-        max_body: int,
-    ) -> None:
-        self.control = control
-        self.runs = runs
-        self.clock = clock
-        self.grace = grace
-        self.max_body = max_body
-        self._invoker: Invoker | None = None  # made on the first forEach row fetch
+    control: Control
+    runs: RunService
+    clock: Callable[[], float]
+    _: KW_ONLY
+    grace: float  # how late a tick may still fire
+    max_body: int  # the largest forEach row answer read
+    # Made on the first forEach row fetch (most schedules never need one).
+    _invoker: Invoker | None = field(default=None, init=False, repr=False)
 
     @property
     def scheduled(self) -> dict[str, Any]:

@@ -94,6 +94,19 @@ def claim(rt: Runtime, run_id: str, step: str, owner: str) -> StepRecord:
     return rt.store.claim(run_id, step, 1, Lease(owner, now + rt.settings.lease_margin), now)
 
 
+def retried(sent: list[Any], step: str) -> bool:
+    """Was a second attempt of `step` sent (a retry's timer)?"""
+    return any(getattr(m, "step", "") == step and m.attempt == 2 for m in sent)
+
+
+def ends(h: Harness, run_id: str, status: str, *, skipped: tuple[str, ...]) -> dict[str, Any]:
+    """The run's view, once it is `status` with each of `skipped` skipped."""
+    view = h.rt.runs.view(run_id)
+    assert view["status"] == status, view
+    assert {n: steps_of(view)[n]["status"] for n in skipped} == dict.fromkeys(skipped, "skipped")
+    return view
+
+
 def fail_retryably(rt: Runtime, row: StepRecord) -> None:
     """What the worker holding `row` does when its call failed with a 503."""
     tally = Tally()
@@ -139,11 +152,8 @@ def test_a_claim_racing_the_halt_pass_lands_before_the_halt_and_is_not_retried(
     history = h.rt.runs.history(run_id)
     assert started_after(history, halted_at(history)) == []  # slow started before the halt
     fail_retryably(other, claimed[0])  # slow's call fails with a 503 ...
-    assert not [m for m in sent if m.step == "slow" and m.attempt == 2]  # ... not retried
-    view = h.rt.runs.view(run_id)
-    assert steps_of(view)["slow"]["status"] == "skipped"
-    assert steps_of(view)["after"]["status"] == "skipped"
-    assert view["status"] == "failed"
+    assert not retried(sent, "slow")  # ... not retried
+    ends(h, run_id, "failed", skipped=("slow", "after"))
 
 
 def test_a_promotion_racing_the_halt_pass_starts_before_the_halt_or_not_at_all(
@@ -168,11 +178,9 @@ def test_a_promotion_racing_the_halt_pass_starts_before_the_halt_or_not_at_all(
     # x runs (it started before the halt), fails with a 503, and is not tried again.
     other.worker(worker_id="w2").execute(inline[0], Tally())
     assert len(recorder.for_step(run_id, "x")) == 1
-    assert not [m for m in sent if m.step == "x" and m.attempt == 2]
+    assert not retried(sent, "x")
     other.executor.finish_if_done(run_id)
-    view = h.rt.runs.view(run_id)
-    assert steps_of(view)["x"]["status"] == "skipped"
-    assert view["status"] == "failed"
+    ends(h, run_id, "failed", skipped=("x",))
 
 
 def test_a_dead_workers_step_is_not_retried_after_the_halt(
@@ -185,11 +193,9 @@ def test_a_dead_workers_step_is_not_retried_after_the_halt(
     assert h.rt.store.get_step(run_id, "slow").stopping  # type: ignore[union-attr]
     later = Sweeper(h.rt.executor, plan=h.rt.runs.rows_for, clock=lambda: time.time() + 3600)
     later.sweep()  # the lease has expired: that attempt failed, and it is not retried
-    assert not [m for m in sent if m.step == "slow" and m.attempt == 2]
+    assert not retried(sent, "slow")
     assert recorder.for_step(run_id, "slow") == []
-    view = h.rt.runs.view(run_id)
-    assert steps_of(view)["slow"]["status"] == "skipped"
-    assert view["status"] == "failed"
+    ends(h, run_id, "failed", skipped=("slow",))
 
 
 def test_the_sweeper_halts_a_run_whose_failing_worker_died(

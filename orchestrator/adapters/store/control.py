@@ -124,6 +124,19 @@ class Control:
             )
         return _live(resp.get("Item"), now)
 
+    def _request(
+        self, pk: str, sk: str, condition: str | None, values: Item | None,
+        names: dict[str, str] | None, **extra: Any,
+    ) -> dict[str, Any]:
+        request: dict[str, Any] = {"TableName": self.table, "Key": self.key(pk, sk), **extra}
+        if condition:
+            request["ConditionExpression"] = condition
+        if values:
+            request["ExpressionAttributeValues"] = values
+        if names:
+            request["ExpressionAttributeNames"] = names
+        return request
+
     def update(
         self,
         pk: str,
@@ -135,22 +148,20 @@ class Control:
         condition: str | None = None,
     ) -> Item:
         """One UpdateItem; raises ConditionFailed when `condition` does not hold."""
-        request: dict[str, Any] = {
-            "TableName": self.table,
-            "Key": self.key(pk, sk),
-            "UpdateExpression": update,
-            "ReturnValues": "ALL_NEW",
-        }
-        if values:
-            request["ExpressionAttributeValues"] = values
-        if names:
-            request["ExpressionAttributeNames"] = names
-        if condition:
-            request["ConditionExpression"] = condition
+        request = self._request(pk, sk, condition, values, names, UpdateExpression=update,
+                                ReturnValues="ALL_NEW")
         with _translate(f"control {pk}: update"):
             resp = self.ddb.update_item(**request)
         attrs: Item = resp.get("Attributes", {})
         return attrs
+
+    def update_if(self, pk: str, update: str, values: Item, condition: str) -> bool:
+        """One guarded UpdateItem: False when `condition` did not hold."""
+        try:
+            self.update(pk, update=update, values=values, condition=condition)
+        except ConditionFailed:
+            return False
+        return True
 
     def delete(
         self,
@@ -162,13 +173,7 @@ class Control:
         names: dict[str, str] | None = None,
     ) -> bool:
         """Delete an item; False when `condition` did not hold."""
-        request: dict[str, Any] = {"TableName": self.table, "Key": self.key(pk, sk)}
-        if condition:
-            request["ConditionExpression"] = condition
-        if values:
-            request["ExpressionAttributeValues"] = values
-        if names:
-            request["ExpressionAttributeNames"] = names
+        request = self._request(pk, sk, condition, values, names)
         try:
             with _translate(f"control {pk}: delete"):
                 self.ddb.delete_item(**request)
@@ -219,12 +224,7 @@ class Control:
         else:
             cond = "tat = :old"
             values[":old"] = num(old)
-        try:
-            self.update(pk, update="SET tat = :new, expires_at = :exp", values=values,
-                        condition=cond)
-        except ConditionFailed:
-            return False
-        return True
+        return self.update_if(pk, "SET tat = :new, expires_at = :exp", values, cond)
 
     def take_lock(self, pk: str, holder: str, now: float) -> bool:
         """Take a concurrency group's lock (True) unless another run holds it."""
@@ -244,23 +244,16 @@ class Control:
         else:
             cond = "spec = :old"
             values[":old"] = {"S": old_spec}
-        try:
-            self.update(pk, update="SET spec = :spec, next_fire = :next,"
-                        " paused = if_not_exists(paused, :f)", values=values, condition=cond)
-        except ConditionFailed:
-            return False
-        return True
+        return self.update_if(
+            pk, "SET spec = :spec, next_fire = :next, paused = if_not_exists(paused, :f)",
+            values, cond,
+        )
 
     def advance_schedule(self, pk: str, due: float, following: float, doc: Any) -> bool:
         """Move a schedule's cursor from the tick `due` it was read at (guarded: once)."""
-        try:
-            self.update(pk, update="SET next_fire = :next, doc = :doc",
-                        values={":next": num(following), ":due": num(due),
-                                ":doc": {"S": dumps(doc)}},
-                        condition="next_fire = :due")
-        except ConditionFailed:
-            return False
-        return True
+        values = {":next": num(following), ":due": num(due), ":doc": {"S": dumps(doc)}}
+        return self.update_if(pk, "SET next_fire = :next, doc = :doc", values,
+                              "next_fire = :due")
 
     def record_schedule(self, pk: str, doc: Any) -> None:
         """What the last fire did (its runs, misses, error)."""

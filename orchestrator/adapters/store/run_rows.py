@@ -56,8 +56,8 @@ class RunRows(Tables):
         returns: str = "NONE",
         also: str = "",
     ) -> Item:
-        """One UpdateItem on a run row, guarded by `status = running` (and `also`):
-        raises ConditionFailed once the run has finished."""
+        """One UpdateItem on a run row, guarded by its move's statuses (and `also`):
+        raises ConditionFailed once the run is in another state."""
         values = dict(values)
         guard = status_guard(move, values)
         with _translate(f"run {run_id}: {move.name}"):
@@ -112,18 +112,10 @@ class RunRows(Tables):
         self, run_id: str, move: Move, update: str, values: dict[str, Any],
         names: dict[str, str],
     ) -> RunRecord:
-        guard = status_guard(move, values)
-        with _translate(f"run {run_id}: {move.name}"):
-            resp = self.ddb.update_item(
-                TableName=self.runs,
-                Key={"run_id": {"S": run_id}},
-                UpdateExpression=update,
-                ConditionExpression=guard,
-                ExpressionAttributeNames={"#s": "status", **names},
-                ExpressionAttributeValues=values,
-                ReturnValues="ALL_NEW",
-            )
-        return run_from_item(resp["Attributes"])
+        """A queued run's move (admit, refuse, cancel): the row after it."""
+        return run_from_item(
+            self._update_running(run_id, move, update, values, names=names, returns="ALL_NEW")
+        )
 
     def admit_run(self, run_id: str, now: float, detail: dict[str, Any]) -> RunRecord:
         """queued -> running: exactly one caller wins (ConditionFailed for the others)."""

@@ -19,6 +19,7 @@ accounts, tables and queues: give concurrent users distinct resource prefixes.""
 from __future__ import annotations
 
 import argparse
+import io
 import threading
 from collections.abc import Callable, Iterable
 from types import TracebackType
@@ -61,6 +62,11 @@ class SerializeDynamoDB:
     ) -> Iterable[bytes]:
         if not self.serializes(environ):
             return self.app(environ, start_response)
+        # The whole request is read before the lock is taken: a client that stalls half-way
+        # through sending its body holds only its own thread, never everyone's DynamoDB.
+        # Inside the lock moto only computes (the answer is sent after it is released), so
+        # one request holds the lock for as long as moto takes to handle it, no longer.
+        environ["wsgi.input"] = io.BytesIO(_read_body(environ))
         with self.lock:
             body = self.app(environ, start_response)
             try:
@@ -71,7 +77,25 @@ class SerializeDynamoDB:
                     close()
 
 
+def _read_body(environ: dict[str, Any]) -> bytes:
+    stream = environ["wsgi.input"]
+    if not environ.get("CONTENT_LENGTH") and environ.get("wsgi.input_terminated"):
+        return bytes(stream.read())  # chunked: werkzeug ends the stream at the last chunk
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    chunks, left = [], length
+    while left > 0:
+        chunk = stream.read(min(left, 1 << 16))
+        if not chunk:
+            break  # the client went away: moto answers the short body as malformed
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 class _QuietHandler(WSGIRequestHandler):
+    # A client that stops sending gives its thread back after this long (reads only: an
+    # SQS long-poll waits in moto, not on the socket).
+    timeout = 60
     # One log line per request would drown the test output; errors are still logged.
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass

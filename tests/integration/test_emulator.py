@@ -197,3 +197,36 @@ def test_stop_closes_the_port() -> None:
         _ = emulator.url
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((host, port), timeout=5)
+
+
+def test_a_client_stalled_mid_request_freezes_no_one_elses_dynamodb(
+    own_emulator: Emulator, clients: Clients, table: str
+) -> None:
+    """A DynamoDB request whose client sends half its body and stops: every other
+    client's DynamoDB calls still answer (before, the emulator took its serialization
+    lock before reading the body, and froze every DynamoDB call of every process)."""
+    host, port = own_emulator.url.removeprefix("http://").split(":")
+    body = b'{"TableName": "%s", "Key": {"pk": {"S": "x"}}}' % table.encode()
+    stalled = socket.create_connection((host, int(port)))
+    try:
+        stalled.sendall(
+            b"POST / HTTP/1.1\r\nHost: %s\r\nX-Amz-Target: DynamoDB_20120810.GetItem\r\n"
+            b"Content-Type: application/x-amz-json-1.0\r\nContent-Length: %d\r\n\r\n"
+            % (host.encode(), len(body)) + body[: len(body) // 2]
+        )
+        # The stalled request has reached the emulator when the server thread for it
+        # exists; give its handler the chance to take the lock (it must not).
+        deadline = time.monotonic() + 5
+        while not any(t.name.startswith("Thread-") for t in threading.enumerate()):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        worst = 0.0
+        for i in range(20):
+            t0 = time.monotonic()
+            clients.dynamodb.put_item(TableName=table, Item={"pk": {"S": f"stall-{i}"}})
+            clients.dynamodb.get_item(TableName=table, Key={"pk": {"S": f"stall-{i}"}})
+            worst = max(worst, time.monotonic() - t0)
+        # Before the fix these calls waited for the stalled client (60 s and more).
+        assert worst < 2.0, worst
+    finally:
+        stalled.close()

@@ -25,3 +25,12 @@ def test_an_error_document_has_a_code_and_a_message() -> None:
     assert error_doc(Code.TIMEOUT, "no answer within 5s", attempt=2, status=None) == {
         "code": "timeout", "message": "no answer within 5s", "attempt": 2,
     }
+
+
+def test_history_keeps_errors_as_json_text_never_a_printout() -> None:
+    from orchestrator.adapters.store.tables import short_error
+
+    assert short_error({"code": "http_error", "status": 500, "reason": {"why": "db"}}) == {
+        "code": "http_error", "message": '{"why":"db"}',
+    }
+    assert short_error({"code": "timeout", "message": "x" * 400})["message"] == "x" * 300

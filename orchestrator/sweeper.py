@@ -20,7 +20,6 @@ from orchestrator.engine.attempts import Retry
 from orchestrator.engine.reconcile import SweepPolicy, awaiting_message, reconcile, redispatch_grace
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
-from orchestrator.engine.transitions import NOT_STARTED
 from orchestrator.errors import ConditionFailed, OrchestratorError
 from orchestrator.services.executor import Executor, RunContext, Tally
 
@@ -139,6 +138,7 @@ class Sweeper:
         sends: list[Dispatch] = []
         by_name = {s.step: s for s in steps}
         ctx = RunContext.of(run)
+        stopping = run.kill_requested or run.halted
         for c in cmds:
             if isinstance(c, do.CreateStep):
                 try:
@@ -148,10 +148,9 @@ class Sweeper:
                         sends.append(Dispatch(run_id=run_id, step=c.record.step, attempt=1))
                 except ConditionFailed:
                     pass
-            elif isinstance(c, do.SkipStep | do.StopInFlight) and (
-                isinstance(c, do.StopInFlight) or c.statuses == NOT_STARTED
-            ):
-                self.adv.apply_stop(run_id, c, tally)  # a stop pass carried on
+            elif isinstance(c, do.StopInFlight) or (isinstance(c, do.SkipStep) and stopping):
+                # Every skip of a stopping run is its stop pass's, carried on.
+                self.adv.apply_stop(run_id, c, tally)
                 report.skipped += 1
             elif isinstance(c, do.SkipStep):
                 skipped = self.store.skip(run_id, c.step, c.statuses, c.reason, now)

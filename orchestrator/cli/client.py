@@ -21,7 +21,6 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.settings import (
-    DEFAULT_API_URL,
     KEY_VARIABLE,
     URL_VARIABLE,
     ClientDefaults,
@@ -37,7 +36,6 @@ __all__ = [
     "default_url",
 ]
 
-DEFAULT_URL = DEFAULT_API_URL
 
 
 class _Keep:

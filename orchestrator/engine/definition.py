@@ -43,9 +43,6 @@ class Definition:
     on_failure: OnFailure = OnFailure.HALT
     reused: Mapping[str, str] = field(default_factory=dict)
 
-    def step(self, name: str) -> StepSpec | None:
-        return next((s for s in self.steps if s.name == name), None)
-
     @property
     def ndeps(self) -> dict[str, int]:
         return {s.name: len(s.deps) for s in self.steps}

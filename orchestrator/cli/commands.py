@@ -3,7 +3,7 @@
 Commands that talk to the HTTP API take --url ($ORCHESTRATOR_URL) and --api-key
 ($ORCHESTRATOR_API_KEY, sent as `Authorization: Bearer <key>`); every command that reads
 takes --json. The run commands live in runs.py, events, schedules and webhooks in
-triggers.py; the local and admin commands (lint, worker, sweeper, dev, keys) here.
+triggers.py; the local and admin commands (lint, worker, sweeper, api, dev, keys) here.
 
 Exit codes:
   0  success
@@ -130,6 +130,22 @@ def sweeper(manifest_path: str, once: bool) -> None:
         click.echo(json.dumps(rt.sweeper().sweep().__dict__))
         return
     rt.sweeper().run(_stop_event())
+
+
+@main.command()
+@manifest_option
+@click.option("--port", default=8080, show_default=True, help="Port to serve the API on.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+def api(manifest_path: str, port: int, host: str) -> None:
+    """Serve the HTTP API alone against the configured endpoint (AWS_ENDPOINT_URL,
+    ORCH_PREFIX): no workers, no sweeper. Ctrl-C stops it."""
+    import uvicorn
+
+    from orchestrator.api.app import create_app
+
+    rt = _runtime(manifest_path)
+    click.echo(f"api on http://{host}:{port}", err=True)
+    uvicorn.run(create_app(rt), host=host, port=port, log_level="warning")
 
 
 @main.group()

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,7 @@ def test_help_lists_every_command() -> None:
     res = cli("--help")
     assert res.exit_code == 0
     for name in ("trigger", "run", "runs", "show", "cancel", "kill", "rerun", "history",
-                 "event", "schedules", "webhook", "keys", "lint", "worker", "sweeper", "dev"):
+                 "event", "schedules", "webhook", "keys", "lint", "worker", "sweeper", "api", "dev"):
         assert re.search(rf"^  {name} ", res.stdout, re.M), name
     assert "Exit codes:" in res.stdout and "5  authentication failed" in res.stdout
 
@@ -313,3 +314,45 @@ def test_dev_uses_aws_endpoint_url_instead_of_the_embedded_emulator(
     ddb = make_clients(Settings(endpoint_url=emulator.url)).dynamodb
     items = ddb.scan(TableName="devexternal-runs")["Items"]
     assert [i["status"]["S"] for i in items] == ["success"]
+
+
+def test_api_command_serves_the_api_alone(
+    harness_factory: Any, emulator: Any, testfns: str, tmp_path: Path
+) -> None:
+    import socket
+
+    import httpx
+
+    h = harness_factory(MANIFEST)
+    manifest = tmp_path / "api.yml"
+    manifest.write_text(MANIFEST)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "AWS_ENDPOINT_URL": emulator.url, "ORCH_PREFIX": h.rt.settings.prefix,
+           "ORCH_API_AUTH": "off", "FN": testfns, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "api", "--manifest", str(manifest),
+         "--port", str(port)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "orchestrator api never answered"
+            time.sleep(0.05)
+        started = httpx.post(url + "/runs", json={"workflow": "chain", "input": {}}, timeout=5)
+        assert started.status_code == 201, started.text
+        # no worker runs inside `orchestrator api`: the run waits for one
+        h.start_workers()
+        assert h.wait(started.json()["run_id"])["status"] == "success"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

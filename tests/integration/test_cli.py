@@ -99,7 +99,8 @@ def test_help_lists_every_command() -> None:
     res = cli("--help")
     assert res.exit_code == 0
     for name in ("trigger", "run", "runs", "show", "cancel", "kill", "rerun", "history",
-                 "event", "schedules", "webhook", "keys", "lint", "worker", "sweeper", "api", "dev"):
+                 "event", "schedules", "webhook", "keys", "lint", "worker", "sweeper", "api",
+                 "dev"):
         assert re.search(rf"^  {name} ", res.stdout, re.M), name
     assert "Exit codes:" in res.stdout and "5  authentication failed" in res.stdout
 

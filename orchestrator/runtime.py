@@ -17,6 +17,7 @@ from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.control import Control
 from orchestrator.engine.records import RunRecord
+from orchestrator.engine.wakes import WakeTimes
 from orchestrator.services.admission import Admission
 from orchestrator.services.events import EventService
 from orchestrator.services.executor import Executor
@@ -59,7 +60,9 @@ class Runtime:
         clients = clients or make_clients(settings)
         names = settings.names
         retention = max(settings.ttl_success, settings.ttl_failed)
-        store = Store(clients.dynamodb, names, step_retention=retention)
+        wake = WakeTimes(redispatch_after=settings.redispatch_after,
+                         settle=settings.redispatch_after, ceiling=settings.redispatch_ceiling)
+        store = Store(clients.dynamodb, names, step_retention=retention, wake=wake)
         queues = Queues(clients.sqs, names)
         blobs = Blobs(clients.s3, names.blob_bucket)
         control = Control(clients.dynamodb, names.control_table)
@@ -106,8 +109,10 @@ class Runtime:
             **kwargs,
         )
 
-    def sweeper(self) -> Sweeper:
+    def sweeper(self, *, clock: Callable[[], float] | None = None) -> Sweeper:
         return Sweeper(
-            self.executor, plan=self.runs.rows_for, clock=self.clock,
-            on_queued=self.admission.arrive, tasks=(self.scheduler.tick,),
+            self.executor, control=self.control, plan=self.runs.rows_for,
+            clock=clock or self.clock,
+            on_queued=self.admission.arrive, on_finished=self.admission.release,
+            tasks=(self.scheduler.tick,),
         )

@@ -131,11 +131,18 @@ class Settings:
     prefix: str = "orch"
     region: str = "us-east-1"
     endpoint_url: str | None = None
-    # Sweeper cadence and the grace after which an unclaimed dispatch counts as lost.
+    # Sweeper cadence, and the grace after which an unclaimed dispatch counts as lost
+    # (and a run's own follow-ups as overdue).
     sweep_interval: float = 5.0
-    redispatch_after: float = 30.0
-    # ... and the longest it may wait behind a queue backlog before being sent again.
+    redispatch_after: float = 10.0
+    # ... the longest a resent dispatch waits before being sent again (the wait doubles).
     redispatch_ceiling: float = 900.0
+    # A sweep reads the wakes up to this long ago: the wake index's propagation delay
+    # and the clock skew between processes.
+    wake_lag: float = 1.0
+    # How long a received message stays invisible to other workers (kept alive while
+    # it waits in a worker for a thread): a worker that dies holding it frees it then.
+    visibility_timeout: float = 10.0
     # A claimed step's lease is its timeout plus this margin.
     lease_margin: float = 30.0
     default_step_timeout: float = 60.0
@@ -173,6 +180,8 @@ class Settings:
             sweep_interval=_float(env, "SWEEP_INTERVAL", d.sweep_interval),
             redispatch_after=_float(env, "REDISPATCH_AFTER", d.redispatch_after),
             redispatch_ceiling=_float(env, "REDISPATCH_CEILING", d.redispatch_ceiling),
+            wake_lag=_float(env, "WAKE_LAG", d.wake_lag),
+            visibility_timeout=_float(env, "VISIBILITY_TIMEOUT", d.visibility_timeout),
             lease_margin=_float(env, "LEASE_MARGIN", d.lease_margin),
             default_step_timeout=_float(env, "STEP_TIMEOUT", d.default_step_timeout),
             inline_output_limit=int(_float(env, "INLINE_OUTPUT_LIMIT", d.inline_output_limit)),

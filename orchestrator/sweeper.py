@@ -1,25 +1,34 @@
-"""The sweeper: a periodic reconciliation of every running run against its rows.
+"""The sweeper: a periodic reconciliation of the runs whose rows say they need a look.
 
-It re-dispatches lost messages, takes back expired leases, finishes interrupted
-promotions, skips and halts, re-creates rows a crashed start left out and finishes runs
-whose last step landed while no one was counting. Any number may run at once: every
-repair is a conditional write."""
+Every write stamps its row's wake (engine/wakes.py): when the row must have moved on.
+A pass takes each wake shard that no other sweeper holds, reads the wakes that passed
+since the shard's cursor, and reconciles just those runs: it re-dispatches lost
+messages, takes back expired leases, finishes interrupted promotions, skips and halts,
+re-creates rows a crashed start left out, releases a finished run's concurrency group
+and finishes runs whose last step landed while no one was counting. Healthy runs cost a
+pass nothing, and several sweepers divide the shards between them rather than repeat
+each other's work. Every repair is a conditional write."""
 
 from __future__ import annotations
 
 import logging
+import os
 import random
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from orchestrator.adapters.queue import Dispatch
+from orchestrator.adapters.store.control import Control
 from orchestrator.engine import commands as do
 from orchestrator.engine.attempts import Retry
-from orchestrator.engine.reconcile import SweepPolicy, awaiting_message, reconcile, redispatch_grace
+from orchestrator.engine.reconcile import SweepPolicy, reconcile, settle_due
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
+from orchestrator.engine.wakes import WAKE_SHARDS
 from orchestrator.errors import ConditionFailed, OrchestratorError
 from orchestrator.services.executor import Executor, RunContext, Tally
 
@@ -38,6 +47,12 @@ class SweepReport:
     created: int = 0
     finished: int = 0
     queued: int = 0
+    # Shards swept by this pass, and left to another sweeper holding them.
+    shards: int = 0
+    shards_busy: int = 0
+    # Wakes read (rows that might have needed a look) and runs re-armed for later.
+    woken: int = 0
+    rearmed: int = 0
 
 
 class Sweeper:
@@ -45,81 +60,121 @@ class Sweeper:
         self,
         executor: Executor,
         *,
+        control: Control,
         plan: Callable[[RunRecord], list[StepRecord]],
         clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
         on_queued: Callable[[RunRecord], object] | None = None,
+        on_finished: Callable[[RunRecord], object] | None = None,
         tasks: tuple[Callable[[], object], ...] = (),
+        sweeper_id: str | None = None,
     ) -> None:
         # `plan` rebuilds a run's step rows; `on_queued` re-examines a run waiting for
-        # admission; `tasks` run once per sweep (the scheduler's tick).
+        # admission; `on_finished` releases what a finished run held (its group);
+        # `tasks` run once per sweep (the scheduler's tick).
         self.plan = plan
         self.on_queued = on_queued
+        self.on_finished = on_finished
         self.tasks = tasks
         self.adv = executor
         self.store = executor.store
         self.queues = executor.queues
         self.settings = executor.settings
+        self.control = control
         self.clock = clock
         self.rand = rand
-        self._read_time = 0.0  # how long the last sweep took to read the rows
+        self.id = sweeper_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
-    def backlog(self) -> int | None:
-        try:
-            return self.queues.backlog(self.queues.dispatch_url) + self.queues.backlog(
-                self.queues.timer_url
-            )
-        except OrchestratorError:
-            return None
+    @property
+    def policy(self) -> SweepPolicy:
+        # A promotion is repaired only once it is as overdue as a lost message: the
+        # worker promoting a wide fan-out may legitimately still be at it.
+        return SweepPolicy(redispatch_after=self.settings.redispatch_after,
+                           settle=self.settings.redispatch_after,
+                           step_retention=self.store.step_retention)
 
-    def sweep(self) -> SweepReport:
+    def sweep(self, *, since: float | None = None) -> SweepReport:
+        """One pass over every wake shard no other sweeper holds. `since` reads the
+        wakes from that time on instead of from each shard's cursor (0: every row with a
+        wake, as after restoring tables or correcting a clock that ran ahead)."""
         report = SweepReport()
-        snapshots: list[tuple[RunRecord, list[StepRecord]]] = []
-        # Ages are measured at the moment reading began, and the queues are read after
-        # the rows: a message sent for a step before `now` is then either still queued
-        # (counted in the backlog) or already claimed (the redispatch guard fails). Slow
-        # reads must not make fresh promotions look old.
         now = self.clock()
         for task in self.tasks:
             try:
                 task()
             except OrchestratorError as exc:
                 log.warning("sweep task %s failed: %s", task, exc)
-        for run_id in self.store.active_run_ids():
+        # A hold outlives a slow pass; a sweeper that died holding a shard loses it then.
+        hold = max(30.0, 3 * self.settings.sweep_interval)
+        shards = list(range(WAKE_SHARDS))
+        random.shuffle(shards)
+        for shard in shards:
             try:
-                run = self.store.get_run(run_id, now)
-                if run is not None and run.status is RunStatus.QUEUED:
-                    self.sweep_queued(run, now, report)
-                elif run is not None and not run.status.terminal:
-                    snapshots.append((run, self.store.query_steps(run_id, states_only=True)))
+                cursor = self.control.take_shard(shard, self.id, now + hold, now)
             except OrchestratorError as exc:
-                log.warning("sweep of %s failed: %s", run_id, exc)
-        read_time, self._read_time = self._read_time, max(0.0, self.clock() - now)
-        old = self.settings.redispatch_after
-        waiting = sum(awaiting_message(steps, now, old) for _, steps in snapshots)
-        backlog = self.backlog()
-        grace = redispatch_grace(
-            backlog, waiting, self.settings, read_time=max(read_time, self._read_time)
-        )
-        log.debug("sweep: %d runs, %d awaiting > %gs, backlog %s: grace %gs",
-                  len(snapshots), waiting, old, backlog, grace)
-        # A promotion is repaired only once it is as overdue as a lost message: the
-        # worker promoting a wide fan-out may legitimately still be at it.
-        policy = SweepPolicy(redispatch_after=grace, settle=self.settings.redispatch_after,
-                             step_retention=self.store.step_retention)
-        for run, steps in snapshots:
+                log.warning("sweep: shard %d: %s", shard, exc)
+                continue
+            if cursor is None:
+                report.shards_busy += 1
+                continue
+            report.shards += 1
+            done: float | None = None
             try:
-                self.sweep_run(run, steps, policy, report, now)
+                done = self.sweep_shard(shard, cursor if since is None else since, now, report)
+                done = max(done, cursor)
             except OrchestratorError as exc:
-                log.warning("sweep of %s failed: %s", run.run_id, exc)
+                log.warning("sweep: shard %d failed: %s", shard, exc)
+            finally:
+                try:
+                    self.control.release_shard(shard, self.id, done)
+                except OrchestratorError as exc:
+                    log.warning("sweep: shard %d release failed: %s", shard, exc)
         return report
 
+    def sweep_shard(self, shard: int, cursor: float, now: float, report: SweepReport) -> float:
+        """Reconcile the runs with a wake in (cursor, now - wake_lag]; the new cursor.
+
+        The lag covers the index's propagation and the writers' clock skew: a wake
+        written as `now` by another process is read a little later, never skipped."""
+        upto = now - self.settings.wake_lag
+        if upto <= cursor:
+            return cursor
+        run_keys = self.store.woken(self.store.runs, shard, cursor, upto)
+        step_keys = self.store.woken(self.store.steps, shard, cursor, upto)
+        report.woken += len(run_keys) + len(step_keys)
+        ids = list(dict.fromkeys(
+            [k["run_id"]["S"] for k in run_keys] + [k["run_id"]["S"] for k in step_keys]))
+        at_run_level = {k["run_id"]["S"] for k in run_keys}
+        if not ids:
+            return upto
+        runs = self.store.get_runs(ids, now)
+        policy = self.policy
+        for run_id in ids:
+            run = runs.get(run_id)
+            if run is None:
+                continue
+            try:
+                if run.status is RunStatus.QUEUED:
+                    self.sweep_queued(run, now, report)
+                elif run.status.terminal:
+                    if run_id in at_run_level and self.on_finished is not None:
+                        self.on_finished(run)  # a release lost with its process
+                else:
+                    steps = self.store.query_steps(run_id, states_only=True)
+                    self.sweep_run(run, steps, policy, report, now)
+                    due = settle_due(run, steps, now, policy)
+                    if due is not None and self.store.arm_run(run_id, due, now):
+                        report.rearmed += 1
+            except OrchestratorError as exc:
+                log.warning("sweep of %s failed: %s", run_id, exc)
+        return upto
+
     def sweep_queued(self, run: RunRecord, now: float, report: SweepReport) -> None:
-        """A run waiting for admission: carry it on once it has waited a sweep interval
-        past its arrival or its throttle slot (a lost timer or release costs that much)."""
-        since = max(run.created_at, run.admit_at or 0.0)
+        """A run waiting for admission whose wake passed (`settle` after its arrival or
+        its throttle slot): carry it on, in case its start or its timer was lost. One
+        waiting for a busy group is admitted when the holder finishes (`on_finished`)."""
         report.queued += 1
-        if self.on_queued is not None and now - since >= self.settings.sweep_interval:
+        if self.on_queued is not None:
             self.on_queued(run)
 
     def sweep_run(
@@ -173,11 +228,12 @@ class Sweeper:
                     sends.append(Dispatch(run_id=run_id, step=c.step, attempt=1))
                     report.promoted += 1
             elif isinstance(c, do.Redispatch):
-                log.debug("redispatch %s/%s attempt %d (waited %.1fs, grace %.1fs)", run_id,
-                          c.step, c.attempt, now - max(by_name[c.step].ready_at or 0,
-                                                       by_name[c.step].due_at or 0),
-                          policy.redispatch_after)
-                if self.store.touch_dispatch(run_id, c.step, c.attempt, now):
+                log.debug("redispatch %s/%s attempt %d (waited %.1fs, resent %d times)",
+                          run_id, c.step, c.attempt,
+                          now - max(by_name[c.step].ready_at or 0, by_name[c.step].due_at or 0),
+                          by_name[c.step].resends)
+                if self.store.touch_dispatch(run_id, c.step, c.attempt, now,
+                                             resends=by_name[c.step].resends + 1):
                     sends.append(Dispatch(run_id=run_id, step=c.step, attempt=c.attempt))
                     report.redispatched += 1
             elif isinstance(c, do.ExpireLease):

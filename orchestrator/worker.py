@@ -78,6 +78,10 @@ class Worker:
         self._batching = False
         self._tally = Tally()
         self._oldest_ack = float("inf")
+        # Messages received and not yet acknowledged: (queue, receipt) -> when their
+        # invisibility was last renewed. They wait here for a thread; a worker that
+        # dies holding them frees them within one visibility timeout.
+        self._held: dict[tuple[str, str], float] = {}
         self.sleep = sleep
         # Admission of a queued run whose throttle slot came due.
         self.admit = admit
@@ -125,6 +129,7 @@ class Worker:
         if receipt is None:
             return
         with self._lock:
+            self._held.pop((receipt.queue, receipt.receipt), None)
             self._deletes.setdefault(receipt.queue, []).append(receipt.receipt)
             self._oldest_ack = min(self._oldest_ack, time.monotonic())
 
@@ -145,11 +150,28 @@ class Worker:
             self.adv.flush(tally)
         except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
             log.warning("count flush failed: %s", exc)
+        self._renew(now)
         for url, receipts in pending.items():
             try:
                 self.queues.delete(url, receipts)
             except StoreError as exc:  # redelivery is harmless: the claim guard holds
                 log.warning("delete failed: %s", exc)
+
+    def _renew(self, now: float) -> None:
+        """Renew the invisibility of held messages past half their timeout."""
+        visibility = self.settings.visibility_timeout
+        with self._lock:
+            stale = [k for k, t in self._held.items() if now - t >= visibility / 2]
+            for k in stale:
+                self._held[k] = now
+        by_queue: dict[str, list[str]] = {}
+        for url, receipt in stale:
+            by_queue.setdefault(url, []).append(receipt)
+        for url, receipts in by_queue.items():
+            try:
+                self.queues.keep_invisible(url, receipts, visibility)
+            except StoreError as exc:  # redelivered: the claim guard holds
+                log.warning("visibility renewal failed: %s", exc)
 
     # ---- one attempt -------------------------------------------------------------------
 
@@ -314,7 +336,8 @@ class Worker:
                     else:
                         break
                 try:
-                    got = self.queues.receive(url, max_messages=free, wait=wait)
+                    got = self.queues.receive(url, max_messages=free, wait=wait,
+                                              visibility=self.settings.visibility_timeout)
                 except StoreError as exc:
                     log.warning("receive failed: %s", exc)
                     got = []
@@ -323,6 +346,9 @@ class Worker:
                     slots.release()
                 with self._lock:
                     queued[0] += len(got)
+                    held = time.monotonic()
+                    for item in got:
+                        self._held[(item.queue, item.receipt)] = held
                 for item in got:
                     pool.submit(work, item, slots)
 

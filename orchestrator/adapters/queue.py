@@ -73,13 +73,21 @@ class Queues:
                     DelaySeconds=min(MAX_DELAY, delay),
                 )
 
-    def receive(self, url: str, *, max_messages: int = 10, wait: int = 5) -> list[Received]:
+    def receive(
+        self, url: str, *, max_messages: int = 10, wait: int = 5, visibility: float | None = None
+    ) -> list[Received]:
+        """Up to `max_messages`, invisible to others for `visibility` seconds (the
+        queue's own timeout if None)."""
+        extra: dict[str, Any] = {}
+        if visibility is not None:
+            extra["VisibilityTimeout"] = max(1, round(visibility))
         with _translate("receive"):
             resp = self.sqs.receive_message(
                 QueueUrl=url,
                 MaxNumberOfMessages=max(1, min(10, max_messages)),
                 WaitTimeSeconds=wait,
                 MessageSystemAttributeNames=["ApproximateReceiveCount"],
+                **extra,
             )
         out = []
         for m in resp.get("Messages", []):
@@ -97,6 +105,16 @@ class Queues:
             entries = [{"Id": str(j), "ReceiptHandle": r} for j, r in enumerate(chunk)]
             with _translate("delete messages"):
                 self.sqs.delete_message_batch(QueueUrl=url, Entries=entries)
+
+    def keep_invisible(self, url: str, receipts: Sequence[str], seconds: float) -> None:
+        """Keep received messages from other workers for `seconds` more."""
+        for i in range(0, len(receipts), 10):
+            entries = [
+                {"Id": str(j), "ReceiptHandle": r, "VisibilityTimeout": max(1, round(seconds))}
+                for j, r in enumerate(receipts[i : i + 10])
+            ]
+            with _translate("keep messages invisible"):
+                self.sqs.change_message_visibility_batch(QueueUrl=url, Entries=entries)
 
     def backlog(self, url: str) -> int:
         """Messages visible or in flight (not the delayed ones)."""

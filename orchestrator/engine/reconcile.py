@@ -4,9 +4,8 @@ Pure: nothing here does I/O; the sweeper applies the commands as conditional wri
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from orchestrator.engine.attempts import Outcome, OutcomeKind, Succeed, after_attempt
 from orchestrator.engine.commands import (
@@ -25,7 +24,7 @@ from orchestrator.engine.states import StepStatus
 from orchestrator.engine.transitions import after_failure, final_status, stop_pass, stop_reason
 from orchestrator.errors import Code, error_doc
 
-__all__ = ["SweepPolicy", "awaiting_message", "reconcile", "redispatch_grace"]
+__all__ = ["SweepPolicy", "reconcile", "settle_due"]
 
 
 @dataclass(frozen=True)
@@ -37,38 +36,6 @@ class SweepPolicy:
     # How long a finished step row is kept (its terminal write stamps it): a run still
     # going renews rows due to expire within half of it.
     step_retention: float = 30 * 24 * 3600.0
-
-
-def awaiting_message(steps: Iterable[StepRecord], now: float, older_than: float = 0.0) -> int:
-    """Steps whose next move is a message no worker has acted on for `older_than` s."""
-    return sum(
-        1
-        for s in steps
-        if not s.claimed
-        and (s.status is StepStatus.READY
-             or (s.status is StepStatus.DISPATCHED and (s.due_at or 0.0) <= now))
-        and now - max(s.ready_at or 0.0, s.due_at or 0.0) >= older_than
-    )
-
-
-def redispatch_grace(
-    backlog: int | None, awaiting: int, settings: Any, *, read_time: float = 0.0
-) -> float:
-    """How old an unclaimed dispatch must be before a sweep presumes its message lost.
-
-    Empty queues: nothing can be waiting in them, so after one sweep interval the message
-    is gone. More steps awaiting a message for longer than `redispatch_after` than there
-    are messages queued: some are lost, resend the old ones. Otherwise every awaited
-    message may simply be queued behind a backlog: only a long ceiling, so a busy queue
-    is not flooded with duplicates.
-
-    `read_time` is how long a sweep takes to read the rows: a promoter stalled behind
-    a slow sweep may hold promoted-but-unsent dispatches that long, so it is added twice."""
-    if backlog == 0:
-        return float(settings.sweep_interval) + 2 * read_time
-    if backlog is not None and awaiting > backlog:
-        return float(settings.redispatch_after)
-    return float(settings.redispatch_ceiling)
 
 
 def reconcile(
@@ -136,8 +103,10 @@ def reconcile(
                 if now - last >= policy.settle:
                     cmds.append(Promote(s.step, len(s.deps)))
         elif s.status is StepStatus.READY or (s.status is StepStatus.DISPATCHED and not s.claimed):
+            # Its wake says when its message counts as lost (doubling with each resend).
             since = max(s.due_at or 0.0, s.ready_at or 0.0)
-            if now - since >= policy.redispatch_after:
+            due = s.wake_at if s.wake_at is not None else since + policy.redispatch_after
+            if now >= due:
                 cmds.append(Redispatch(s.step, s.attempt, s.due_at))
         elif (
             s.status is StepStatus.DISPATCHED and s.lease_until is not None and now > s.lease_until
@@ -156,6 +125,35 @@ def reconcile(
         if status is not None:
             cmds.append(Finalize(status))
     return cmds
+
+
+def settle_due(
+    run: RunRecord, steps: Sequence[StepRecord], now: float, policy: SweepPolicy
+) -> float | None:
+    """When a repair that `reconcile` leaves to the normal path for `settle` seconds
+    (a start still writing rows, a halt, a promotion) falls due, if one is pending: the
+    sweeper wakes the run again then. Rows with a wake of their own are not counted."""
+    if run.status.terminal:
+        return None
+    due: list[float] = []
+    by_name = {s.step: s for s in steps}
+    if len(steps) < run.total:
+        due.append((run.started_at or run.created_at) + policy.settle)
+    elif not (run.kill_requested or run.halted):
+        failed = [s.finished_at or 0.0 for s in steps if s.status is StepStatus.FAILED]
+        if failed and run.on_failure is OnFailure.HALT:
+            due.append(max(failed) + policy.settle)
+        for s in steps:
+            if s.status is not StepStatus.BLOCKED:
+                continue
+            deps = [by_name[d] for d in s.deps if d in by_name]
+            if deps and all(d.status is StepStatus.SUCCESS for d in deps):
+                times = [d.finished_at or 0.0 for d in deps]
+                times += [by_name[n].ready_at or 0.0 for d in deps for n in d.dependants
+                          if n in by_name]
+                due.append(max(times) + policy.settle)
+    later = [t for t in due if t > now]
+    return min(later) if later else None
 
 
 def _skipped(row: StepRecord, now: float, reason: str) -> StepRecord:

@@ -53,6 +53,10 @@ class StepRecord:
     # Ready when its run was launched (a root, or a rerun's step whose dependencies were
     # all reused): its claim reads the run afresh (see Worker.execute).
     at_launch: bool = False
+    # When a sweep must look at this row if nobody moved it on (engine/wakes.py), and
+    # how often its dispatch was sent again.
+    wake_at: float | None = None
+    resends: int = 0
     # Every transition of this row with its time (appended in the same conditional
     # writes that make them, so history costs no extra request).
     history: tuple[dict[str, Any], ...] = ()
@@ -95,4 +99,6 @@ class RunRecord:
     gate: Gate | None = None
     admit_at: float | None = None
     started_at: float | None = None
+    # When a sweep must look at this run if nobody moved it on (engine/wakes.py).
+    wake_at: float | None = None
     history: tuple[dict[str, Any], ...] = ()

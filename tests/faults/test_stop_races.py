@@ -20,7 +20,6 @@ from orchestrator.engine.attempts import Retry
 from orchestrator.engine.records import StepRecord
 from orchestrator.runtime import Runtime
 from orchestrator.services.executor import RunContext, Tally
-from orchestrator.sweeper import Sweeper
 from tests.support.harness import Harness, steps_of
 from tests.support.testfns import Recorder
 
@@ -191,7 +190,7 @@ def test_a_dead_workers_step_is_not_retried_after_the_halt(
     claim(other, run_id, "slow", "dead-worker")  # ... and the worker dies
     h.rt.worker().handle(Dispatch(run_id=run_id, step="boom", attempt=1))
     assert h.rt.store.get_step(run_id, "slow").stopping  # type: ignore[union-attr]
-    later = Sweeper(h.rt.executor, plan=h.rt.runs.rows_for, clock=lambda: time.time() + 3600)
+    later = h.rt.sweeper(clock=lambda: time.time() + 3600)
     later.sweep()  # the lease has expired: that attempt failed, and it is not retried
     assert not retried(sent, "slow")
     assert recorder.for_step(run_id, "slow") == []
@@ -207,7 +206,7 @@ def test_the_sweeper_halts_a_run_whose_failing_worker_died(
     # The failure is recorded, then the worker dies before halting the run.
     other.store.record_failure(run_id, "boom", 1, "dead-worker", error={"code": "http_error"},
                                now=time.time())
-    later = Sweeper(h.rt.executor, plan=h.rt.runs.rows_for, clock=lambda: time.time() + 60)
+    later = h.rt.sweeper(clock=lambda: time.time() + 60)
     later.sweep()
     assert row.claimed
     w = h.rt.worker()
@@ -216,7 +215,9 @@ def test_the_sweeper_halts_a_run_whose_failing_worker_died(
     for step in ("flaky", "slow"):
         w.handle(Dispatch(run_id=run_id, step=step, attempt=1))
     assert recorder.for_step(run_id, "flaky") == recorder.for_step(run_id, "slow") == []
-    later.sweep()
+    # Those rows' wakes were written at the real time, which a sweep an hour ahead has
+    # passed: it reads every wake again (as after a clock that ran ahead is corrected).
+    later.sweep(since=0)
     view = h.rt.runs.view(run_id)
     assert view["status"] == "failed" and view["error"]["step"] == "boom"
     assert {s["status"] for n, s in steps_of(view).items() if n != "boom"} == {"skipped"}

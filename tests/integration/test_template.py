@@ -226,9 +226,17 @@ def test_runs_table(clients: Clients, names: ResourceNames) -> None:
         {"AttributeName": "listed", "KeyType": "HASH"},
         {"AttributeName": "created_at", "KeyType": "RANGE"},
     ]
+    assert indexes["wake"]["KeySchema"] == WAKE_INDEX
+    assert indexes["wake"]["Projection"] == {"ProjectionType": "KEYS_ONLY"}
     types = {a["AttributeName"]: a["AttributeType"] for a in table["AttributeDefinitions"]}
     assert types == {"run_id": "S", "workflow": "S", "created_at": "N", "active": "S",
-                     "listed": "S"}
+                     "listed": "S", "wake_shard": "N", "wake_at": "N"}
+
+
+WAKE_INDEX = [
+    {"AttributeName": "wake_shard", "KeyType": "HASH"},
+    {"AttributeName": "wake_at", "KeyType": "RANGE"},
+]
 
 
 def test_control_table(clients: Clients, names: ResourceNames) -> None:
@@ -248,7 +256,32 @@ def test_steps_table(clients: Clients, names: ResourceNames) -> None:
         {"AttributeName": "run_id", "KeyType": "HASH"},
         {"AttributeName": "step", "KeyType": "RANGE"},
     ]
-    assert table.get("GlobalSecondaryIndexes", []) == []
+    # One index: the wakes (when each row must next be looked at), keys only.
+    [index] = table["GlobalSecondaryIndexes"]
+    assert index["IndexName"] == "wake" and index["KeySchema"] == WAKE_INDEX
+    assert index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+
+
+def test_wake_index_reads_a_window_of_one_shard(clients: Clients, names: ResourceNames) -> None:
+    from orchestrator.adapters.store import Store
+
+    store = Store(clients.dynamodb, names)
+    for step, extra in [("early", {"wake_at": {"N": "100"}}), ("late", {"wake_at": {"N": "200"}}),
+                        ("blocked", {}), ("other", {"wake_at": {"N": "150"}})]:
+        shard = 1 if step == "other" else 0
+        clients.dynamodb.put_item(
+            TableName=names.steps_table,
+            Item={"run_id": {"S": "r"}, "step": {"S": step}, "wake_shard": {"N": str(shard)}}
+            | extra,
+        )
+    def window(shard: int, after: float, upto: float) -> list[str]:
+        keys = store.woken(names.steps_table, shard, after, upto)
+        return sorted(k["step"]["S"] for k in keys)
+
+    assert window(0, 0, 1000) == ["early", "late"]  # the blocked row has no wake
+    assert window(0, 100, 200) == ["late"]  # (after, upto]: 100 was read last time
+    assert window(0, 99.9, 199.9) == ["early"]
+    assert window(1, 0, 1000) == ["other"]
 
 
 def test_ttl_is_enabled_on_every_table(clients: Clients, names: ResourceNames) -> None:

@@ -26,7 +26,6 @@ from orchestrator.engine.states import (
 )
 from orchestrator.errors import Code
 from orchestrator.services.executor import Tally
-from orchestrator.sweeper import Sweeper
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -130,11 +129,7 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
         assert time.monotonic() < deadline
         time.sleep(0.02)
     h.rt.queues.tamper = None
-    later = Sweeper(h.rt.executor, plan=h.rt.runs.rows_for, clock=lambda: time.time() + 60)
-    deadline = time.monotonic() + 10
-    while later.backlog() != 0:  # the workers' batched deletes go out
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    later = h.rt.sweeper(clock=lambda: time.time() + 60)
     assert later.sweep().redispatched == 1
     nightly = h.start("nightly")
     sleepy = h.start("sleepy")

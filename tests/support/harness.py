@@ -23,6 +23,7 @@ def fresh_settings(endpoint: str, **overrides: Any) -> Settings:
         prefix="t" + secrets.token_hex(4),
         sweep_interval=0.5,
         redispatch_after=2.0,
+        wake_lag=0.1,
         lease_margin=2.0,
         api_auth=False,  # tests of the keys turn it on
     )

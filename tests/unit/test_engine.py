@@ -232,24 +232,57 @@ def test_reconcile_finalizes_and_fixes_the_counter() -> None:
     assert reconcile(run(status=RunStatus.SUCCESS), rows, rows, NOW, POLICY) == []
 
 
-def test_redispatch_grace_reads_the_queue_backlog() -> None:
-    from orchestrator.engine.reconcile import awaiting_message, redispatch_grace
-    from orchestrator.settings import Settings
+def test_wakes_say_when_each_row_must_have_moved_on() -> None:
+    from orchestrator.engine.wakes import WAKE_SHARDS, WakeTimes, resend_wake, shard_of, step_wake
 
-    s = Settings(sweep_interval=5, redispatch_after=30, redispatch_ceiling=900)
-    assert redispatch_grace(0, 3, s) == 5  # empty queues: anything awaited is lost
-    assert redispatch_grace(0, 3, s, read_time=2.0) == 9  # ... unless sweeps are slow
-    assert redispatch_grace(10, 12, s) == 30  # fewer messages than awaited steps
-    assert redispatch_grace(500, 499, s) == 900  # all may be queued: don't flood
-    assert redispatch_grace(None, 3, s) == 900  # queue depth unknown: be patient
+    t = WakeTimes(redispatch_after=10.0, settle=5.0, ceiling=100.0)
+    a, b, c, d = by(
+        diamond(),
+        a={"status": StepStatus.SUCCESS, "finished_at": NOW},  # follow-ups: next sweep
+        b={"status": StepStatus.DISPATCHED, "due_at": NOW + 60, "ready_at": NOW + 60},
+        c={"status": StepStatus.DISPATCHED, "lease_owner": "w", "lease_until": NOW + 30},
+    )
+    assert step_wake(a, t) == NOW
+    assert step_wake(b, t) == NOW + 70  # a retry timer: its due time + the grace
+    assert step_wake(c, t) == NOW + 30  # claimed: the lease's end
+    assert step_wake(d, t) is None  # blocked: whoever completes b and c moves it
+    ready = replace(d, status=StepStatus.READY, ready_at=NOW)
+    assert step_wake(ready, t) == NOW + 10
+    # each resend doubles the wait, up to the ceiling
+    assert [resend_wake(k, NOW, t) - NOW for k in (1, 2, 3, 4, 5)] == [10, 20, 40, 80, 100]
+    assert {shard_of(f"run-{i}") for i in range(100)} == set(range(WAKE_SHARDS))
+    assert shard_of("run-7") == shard_of("run-7")
+
+
+def test_a_dispatch_is_resent_when_its_wake_passed() -> None:
+    rows = by(diamond(), a={"status": StepStatus.READY, "attempt": 1, "ready_at": NOW,
+                            "wake_at": NOW + 40})
+    assert reconcile(run(), rows, rows, NOW + 39, POLICY) == []
+    assert reconcile(run(), rows, rows, NOW + 40, POLICY) == [Redispatch("a", 1, None)]
+    # a row without a wake (written before wakes) falls back to redispatch_after
+    old = by(diamond(), a={"status": StepStatus.READY, "attempt": 1, "ready_at": NOW})
+    assert reconcile(run(), old, old, NOW + 9, POLICY) == []
+    assert reconcile(run(), old, old, NOW + 10, POLICY) == [Redispatch("a", 1, None)]
+
+
+def test_settle_due_is_when_a_deferred_repair_falls_due() -> None:
+    from orchestrator.engine.reconcile import settle_due
+
     rows = by(
         diamond(),
-        b={"status": StepStatus.DISPATCHED, "due_at": NOW + 60},  # a future timer
-        c={"status": StepStatus.DISPATCHED, "due_at": NOW - 1},  # a timer now due
-        d={"status": StepStatus.DISPATCHED, "lease_owner": "w"},  # running
+        a={"status": StepStatus.SUCCESS, "finished_at": NOW},
+        b={"status": StepStatus.SUCCESS, "finished_at": NOW + 1},
+        c={"status": StepStatus.SUCCESS, "finished_at": NOW + 3},
     )
-    assert awaiting_message(rows, NOW) == 2  # a (ready) and c
-    assert awaiting_message(rows, NOW + 30, older_than=30.5) == 1  # only c: due at NOW - 1
+    # d's dependencies all succeeded: its promotion is repaired `settle` after the last
+    assert reconcile(run(), rows, rows, NOW + 4, POLICY) == []
+    assert settle_due(run(), rows, NOW + 4, POLICY) == NOW + 5
+    assert settle_due(run(), rows, NOW + 5, POLICY) is None  # due now: reconcile does it
+    assert reconcile(run(), rows, rows, NOW + 5, POLICY) == [Promote("d", 2)]
+    failed = by(diamond(), a={"status": StepStatus.FAILED, "finished_at": NOW})
+    assert settle_due(run(), failed, NOW + 1, POLICY) == NOW + 2  # the halt
+    assert settle_due(run(), failed[:2], NOW + 1, POLICY) == NOW + 2  # rows missing
+    assert settle_due(run(status=RunStatus.SUCCESS), failed, NOW, POLICY) is None
 
 
 def test_reconcile_leaves_a_fan_out_being_promoted_alone() -> None:

@@ -14,6 +14,7 @@ from orchestrator.engine.definition import Definition, Gate, Trigger
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
+from orchestrator.engine.wakes import shard_of
 from orchestrator.strict_json import dumps
 
 __all__ = [
@@ -101,6 +102,8 @@ def step_from_item(item: Item) -> StepRecord:
         count_me=bool(item.get("count_me", {}).get("BOOL", False)),
         stopping=bool(item.get("stopping", {}).get("BOOL", False)),
         at_launch=bool(item.get("at_launch", {}).get("BOOL", False)),
+        wake_at=_n(item, "wake_at"),
+        resends=int(_n(item, "resends") or 0),
         history=_history(item),
     )
 
@@ -135,7 +138,11 @@ def step_to_item(s: StepRecord) -> Item:
         v = getattr(s, key)
         if v is not None:
             item[key] = {"S": v}
-    for key in ("lease_until", "due_at", "ready_at", "started_at", "finished_at", "expires_at"):
+    item["wake_shard"] = num(shard_of(s.run_id))
+    if s.resends:
+        item["resends"] = num(s.resends)
+    for key in ("lease_until", "due_at", "ready_at", "started_at", "finished_at", "expires_at",
+                "wake_at"):
         v = getattr(s, key)
         if v is not None:
             item[key] = num(v)
@@ -177,6 +184,7 @@ def run_from_item(item: Item) -> RunRecord:
         gate=_typed(item, "gate", Gate.from_json),
         admit_at=_n(item, "admit_at"),
         started_at=_n(item, "started_at"),
+        wake_at=_n(item, "wake_at"),
         history=_history(item),
     )
 
@@ -205,7 +213,8 @@ def run_to_item(r: RunRecord) -> Item:
         item["kill_reason"] = {"S": r.kill_reason}
     if r.error is not None:
         item["error"] = {"S": dumps(r.error)}
-    for key in ("finished_at", "expires_at", "admit_at", "started_at"):
+    item["wake_shard"] = num(shard_of(r.run_id))
+    for key in ("finished_at", "expires_at", "admit_at", "started_at", "wake_at"):
         v = getattr(r, key)
         if v is not None:
             item[key] = num(v)

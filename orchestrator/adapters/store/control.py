@@ -13,6 +13,7 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `waiting#<group>#<key>`     | `<ms>#<run id>`    | runs queued for a group, in order     |
 | `throttle#<workflow>#<key>` | `-`                | a throttle budget (its next free slot)|
 | `apikey#<sha256>`           | `-`                | an API key, stored hashed             |
+| `sweep#wake`                | `<shard>`          | a wake shard's sweeper and cursor     |
 
 Values that are documents (a delivery's run ids, an event payload) are JSON strings in
 `doc`; attributes that conditions test are plain attributes. Items with `expires_at`
@@ -233,6 +234,38 @@ class Control:
     def release_lock(self, pk: str, holder: str) -> bool:
         """Free a lock, only if `holder` still holds it."""
         return self.delete(pk, condition="holder = :me", values={":me": {"S": holder}})
+
+    def take_shard(self, shard: int, owner: str, until: float, now: float) -> float | None:
+        """Hold a wake shard for one sweep until `until`, unless another sweeper holds
+        it: the shard's cursor (the wakes up to it are done; 0 for a new one), or None."""
+        try:
+            attrs = self.update(
+                "sweep#wake", str(shard),
+                update="SET #o = :o, held_until = :u",
+                values={":o": {"S": owner}, ":u": num(until), ":now": num(now)},
+                names={"#o": "owner"},
+                condition="attribute_not_exists(#o) OR held_until < :now OR #o = :o",
+            )
+        except ConditionFailed:
+            return None
+        return float(attrs.get("cursor", {}).get("N", 0))
+
+    def release_shard(self, shard: int, owner: str, cursor: float | None) -> bool:
+        """Give a wake shard back, its wakes up to `cursor` done (None: not advanced).
+        False if the hold had lapsed and another sweeper took the shard."""
+        values: dict[str, Any] = {":o": {"S": owner}, ":zero": num(0)}
+        names = {"#o": "owner"}
+        update = "SET held_until = :zero"
+        if cursor is not None:
+            update += ", #c = :c"
+            values[":c"] = num(cursor)
+            names["#c"] = "cursor"
+        try:
+            self.update("sweep#wake", str(shard), update=update, values=values, names=names,
+                        condition="#o = :o")
+        except ConditionFailed:
+            return False
+        return True
 
     def reset_schedule(self, pk: str, spec: str, first: float, *, old_spec: str | None) -> bool:
         """Create a schedule's cursor, or reset it after its cadence changed from

@@ -4,6 +4,7 @@ caller finds that guard false and gets ConditionFailed."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
@@ -11,6 +12,7 @@ from orchestrator.adapters.store.codec import num, run_from_item, run_to_item
 from orchestrator.adapters.store.tables import Item, Tables, history_clause, short_error
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RUN_MOVES, Move, RunStatus, status_guard, status_set
+from orchestrator.engine.wakes import run_wake
 from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 
@@ -27,7 +29,8 @@ class RunRows(Tables):
         with _translate(f"run {run.run_id}: create"):
             self.ddb.put_item(
                 TableName=self.runs,
-                Item=run_to_item(run),
+                Item=run_to_item(run if run.wake_at is not None
+                                 else replace(run, wake_at=run_wake(run, self.wake))),
                 ConditionExpression="attribute_not_exists(run_id)",
             )
 
@@ -97,13 +100,14 @@ class RunRows(Tables):
         )
 
     def request_kill(self, run_id: str, reason: str, now: float) -> RunRecord:
-        values = {":t": {"BOOL": True}, ":r": {"S": reason}, ":now": num(now)}
+        values = {":t": {"BOOL": True}, ":r": {"S": reason}, ":now": num(now),
+                  ":wk": num(now + self.wake.settle)}
         hist = history_clause(values, now, "run.cancel_requested", reason=reason[:300])
         attrs = self._update_running(
             run_id, RUN_MOVES["request-kill"],
             # The first reason stands: a second cancel is recorded in history only.
             f"SET kill_requested = :t, kill_reason = if_not_exists(kill_reason, :r),"
-            f" updated_at = :now, {hist}",
+            f" updated_at = :now, wake_at = :wk, {hist}",
             values, names={"#h": "history"}, returns="ALL_NEW",
         )
         return run_from_item(attrs)
@@ -120,11 +124,12 @@ class RunRows(Tables):
     def admit_run(self, run_id: str, now: float, detail: dict[str, Any]) -> RunRecord:
         """queued -> running: exactly one caller wins (ConditionFailed for the others)."""
         move = RUN_MOVES["admit"]
-        values: dict[str, Any] = {":now": num(now)}
+        values: dict[str, Any] = {":now": num(now), ":wk": num(now + self.wake.settle)}
         hist = history_clause(values, now, "run.started", **detail)
         return self._update_queued(
             run_id, move,
-            f"SET {status_set(move, values)}, started_at = :now, updated_at = :now, {hist}",
+            f"SET {status_set(move, values)}, started_at = :now, updated_at = :now,"
+            f" wake_at = :wk, {hist}",
             values, {"#h": "history"},
         )
 
@@ -150,19 +155,19 @@ class RunRows(Tables):
         return self._update_queued(
             run_id, move,
             f"SET {status_set(move, values)}, #e = :err,{sets} finished_at = :now,"
-            f" updated_at = :now, expires_at = :exp, {hist} REMOVE active",
+            f" updated_at = :now, expires_at = :exp, wake_at = :now, {hist} REMOVE active",
             values, {"#e": "error", "#h": "history"},
         )
 
     def set_admit_at(self, run_id: str, at: float) -> None:
         """Record a queued run's throttle slot."""
-        values: dict[str, Any] = {":at": num(at)}
+        values: dict[str, Any] = {":at": num(at), ":wk": num(at + self.wake.settle)}
         guard = status_guard(RUN_MOVES["throttle-slot"], values)
         with _translate(f"run {run_id}: throttle slot"):
             self.ddb.update_item(
                 TableName=self.runs,
                 Key={"run_id": {"S": run_id}},
-                UpdateExpression="SET admit_at = :at",
+                UpdateExpression="SET admit_at = :at, wake_at = :wk",
                 ConditionExpression=f"{guard} AND attribute_not_exists(admit_at)",
                 ExpressionAttributeNames={"#s": "status"},
                 ExpressionAttributeValues=values,
@@ -183,7 +188,7 @@ class RunRows(Tables):
         )
         update = (
             f"SET {status_set(move, values)}, finished_at = :now, updated_at = :now,"
-            f" expires_at = :exp, {hist}"
+            f" expires_at = :exp, wake_at = :now, {hist}"
         )
         names: dict[str, str] = {"#h": "history"}
         if error is not None:
@@ -194,6 +199,46 @@ class RunRows(Tables):
             values[":err"] = {"S": dumps(error)}
             names["#e"] = "error"
         self._update_running(run_id, move, update + " REMOVE active", values, names=names)
+
+    def arm_run(self, run_id: str, at: float, now: float) -> bool:
+        """Wake a running run at `at`, unless it already wakes between now and then."""
+        values: dict[str, Any] = {":at": num(at), ":now": num(now)}
+        guard = status_guard(RUN_MOVES["count"], values)
+        try:
+            with _translate(f"run {run_id}: wake"):
+                self.ddb.update_item(
+                    TableName=self.runs,
+                    Key={"run_id": {"S": run_id}},
+                    UpdateExpression="SET wake_at = :at",
+                    ConditionExpression=f"{guard} AND (attribute_not_exists(wake_at)"
+                    " OR wake_at <= :now OR wake_at > :at)",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues=values,
+                )
+        except ConditionFailed:
+            return False
+        return True
+
+    def get_runs(self, run_ids: list[str], now: float) -> dict[str, RunRecord]:
+        """Several runs (consistent reads, 100 per request); missing or expired ones are
+        left out."""
+        found: dict[str, RunRecord] = {}
+        for i in range(0, len(run_ids), 100):
+            request: dict[str, Any] = {self.runs: {
+                "Keys": [{"run_id": {"S": r}} for r in run_ids[i : i + 100]],
+                "ConsistentRead": True,
+            }}
+            for _ in range(10):
+                with _translate("read runs"):
+                    resp = self.ddb.batch_get_item(RequestItems=request)
+                for item in resp.get("Responses", {}).get(self.runs, []):
+                    run = run_from_item(item)
+                    if run.expires_at is None or run.expires_at > now:
+                        found[run.run_id] = run
+                request = resp.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+        return found
 
     def active_run_ids(self) -> list[str]:
         ids: list[str] = []

@@ -4,12 +4,14 @@ row, of a run's rows (optionally states only) and of step outputs."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import step_from_item, step_to_item
 from orchestrator.adapters.store.tables import Tables, step_key
 from orchestrator.engine.records import StepRecord
+from orchestrator.engine.wakes import step_wake
 from orchestrator.errors import StoreError
 
 __all__ = ["STATE_PROJECTION", "StepRows"]
@@ -17,16 +19,23 @@ __all__ = ["STATE_PROJECTION", "StepRows"]
 STATE_PROJECTION = (
     "run_id, step, #s, backend, route, deps, dependants, attempt, max_attempts, #t,"
     " retry_strategy, retry_delay, retry_max_delay, lease_owner, lease_until, due_at,"
-    " ready_at, started_at, finished_at, count_me, stopping, expires_at, at_launch"
+    " ready_at, started_at, finished_at, count_me, stopping, expires_at, at_launch, wake_at,"
+    " resends"
 )
 
 
 class StepRows(Tables):
     """Whole-row writes and reads of the steps table."""
 
+    def _item(self, row: StepRecord) -> dict[str, Any]:
+        """A whole row as an item, with its wake if the record does not carry one."""
+        if row.wake_at is None:
+            row = replace(row, wake_at=step_wake(row, self.wake))
+        return step_to_item(row)
+
     def put_steps(self, rows: Sequence[StepRecord]) -> None:
         """Write whole rows (new runs, and the expiry stamp of a finished run)."""
-        items = [{"PutRequest": {"Item": step_to_item(r)}} for r in rows]
+        items = [{"PutRequest": {"Item": self._item(r)}} for r in rows]
         for i in range(0, len(items), 25):
             pending: dict[str, Any] = {self.steps: items[i : i + 25]}
             for _ in range(10):
@@ -42,7 +51,7 @@ class StepRows(Tables):
         with _translate(f"step {row.run_id}/{row.step}: create"):
             self.ddb.put_item(
                 TableName=self.steps,
-                Item=step_to_item(row),
+                Item=self._item(row),
                 ConditionExpression="attribute_not_exists(run_id)",
             )
 

@@ -27,6 +27,7 @@ from orchestrator.adapters.store.tables import (
 )
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import STEP_MOVES, Move, StepStatus, status_guard, status_set
+from orchestrator.engine.wakes import resend_wake
 from orchestrator.errors import Code, ConditionFailed, error_doc
 from orchestrator.strict_json import dumps
 
@@ -82,6 +83,7 @@ class StepTransitions(Tables):
                 Key=step_key(run_id, step),
                 UpdateExpression=(
                     f"SET {status_set(move, values)}, lease_owner = :o, lease_until = #t + :lu,"
+                    " wake_at = #t + :lu,"
                     " started_at = if_not_exists(started_at, :now), attempt_started = :now,"
                     f" {HISTORY} REMOVE due_at"
                 ),
@@ -99,19 +101,23 @@ class StepTransitions(Tables):
         """(the SET clause, the status guard, their values) of a promotion."""
         values: dict[str, Any] = {":one": num(1), ":now": num(now)}
         move = STEP_MOVES["promote" if lease is None else "promote+claim"]
+        values[":wk"] = num(now + self.wake.redispatch_after)
         guard = status_guard(move, values)
         hist = history_clause(values, now, "step.ready")
         if lease is None:
             return (
-                f"SET {status_set(move, values)}, attempt = :one, ready_at = :now, {hist}",
+                f"SET {status_set(move, values)}, attempt = :one, ready_at = :now,"
+                f" wake_at = :wk, {hist}",
                 guard, values,
             )
         # Promoted and claimed in one write: both transitions, in order.
         values[":h"]["L"].append(history_entry(now, "step.started", attempt=1))
         values.update({":o": {"S": lease.owner}, ":lu": num(lease.base)})
+        del values[":wk"]
         return (
             f"SET {status_set(move, values)}, attempt = :one, ready_at = :now, lease_owner = :o,"
-            f" lease_until = #t + :lu, started_at = :now, attempt_started = :now, {hist}",
+            f" lease_until = #t + :lu, wake_at = #t + :lu, started_at = :now,"
+            f" attempt_started = :now, {hist}",
             guard, values,
         )
 
@@ -255,7 +261,7 @@ class StepTransitions(Tables):
         hist = history_clause(values, now, "step.succeeded", attempt=attempt, bytes=size)
         update = (
             f"SET {status_set(move, values)}, {sets}, output_size = :size, finished_at = :now,"
-            " expires_at = :exp,"
+            " expires_at = :exp, wake_at = :now,"
             f" {hist}"
             " REMOVE lease_owner, lease_until, #err"
         )
@@ -280,7 +286,8 @@ class StepTransitions(Tables):
         expired_before: float | None = None,
     ) -> StepRecord:
         move = STEP_MOVES["retry"]
-        values = {":next": num(next_attempt), ":due": num(due_at), ":err": {"S": dumps(error)}}
+        values = {":next": num(next_attempt), ":due": num(due_at), ":err": {"S": dumps(error)},
+                  ":wk": num(due_at + self.wake.redispatch_after)}
         hist = history_clause(
             values, now, "step.retrying", attempt=attempt, due_at=round(due_at, 3),
             error=short_error(error),
@@ -293,7 +300,7 @@ class StepTransitions(Tables):
             attempt,
             owner,
             f"SET {status_set(move, values)}, attempt = :next, due_at = :due, ready_at = :due,"
-            f" #err = :err, {hist} REMOVE lease_owner, lease_until",
+            f" wake_at = :wk, #err = :err, {hist} REMOVE lease_owner, lease_until, resends",
             values,
             move,
             expired_before=expired_before,
@@ -324,7 +331,7 @@ class StepTransitions(Tables):
             attempt,
             owner,
             f"SET {status_set(move, values)}, #err = :err, finished_at = :now, expires_at = :exp,"
-            f" {hist}"
+            f" wake_at = :now, {hist}"
             " REMOVE lease_owner, lease_until",
             values,
             move,
@@ -353,7 +360,7 @@ class StepTransitions(Tables):
             f"step {run_id}/{step}: skip",
             Key=step_key(run_id, step),
             UpdateExpression=f"SET {status_set(move, values)}, #err = :why, finished_at = :now,"
-            f" expires_at = :exp, {hist}"
+            f" expires_at = :exp, wake_at = :now, {hist}"
             " REMOVE due_at",
             ConditionExpression=f"{guard} AND attribute_not_exists(lease_owner)",
             ExpressionAttributeNames={"#s": "status", "#err": "error", "#h": "history"},
@@ -375,15 +382,21 @@ class StepTransitions(Tables):
             ExpressionAttributeValues=values,
         ) is not None
 
-    def touch_dispatch(self, run_id: str, step: str, attempt: int, now: float) -> bool:
-        """Stamp a re-sent dispatch so the next sweep does not send it again at once."""
-        values: dict[str, Any] = {":now": num(now), ":n": num(attempt)}
+    def touch_dispatch(
+        self, run_id: str, step: str, attempt: int, now: float, *, resends: int = 1
+    ) -> bool:
+        """Stamp a dispatch sent again for the `resends`-th time with its next wake, so
+        the next sweeps do not send it again at once (engine.wakes.resend_wake)."""
+        values: dict[str, Any] = {
+            ":n": num(attempt), ":k": num(resends),
+            ":wk": num(resend_wake(resends, now, self.wake)),
+        }
         guard = status_guard(STEP_MOVES["redispatch"], values)
         hist = history_clause(values, now, "step.redispatched", attempt=attempt)
         return self._guarded(
             f"step {run_id}/{step}: redispatch",
             Key=step_key(run_id, step),
-            UpdateExpression=f"SET ready_at = :now, {hist}",
+            UpdateExpression=f"SET wake_at = :wk, resends = :k, {hist}",
             ConditionExpression=f"attempt = :n AND attribute_not_exists(lease_owner) AND {guard}",
             ExpressionAttributeNames={"#s": "status", "#h": "history"},
             ExpressionAttributeValues=values,
@@ -434,7 +447,7 @@ class StepTransitions(Tables):
             f"step {run_id}/{step}: abandon",
             Key=step_key(run_id, step),
             UpdateExpression=f"SET {status_set(move, values)}, #err = :why, finished_at = :now,"
-            f" expires_at = :exp, {hist} REMOVE lease_owner, lease_until",
+            f" expires_at = :exp, wake_at = :now, {hist} REMOVE lease_owner, lease_until",
             ConditionExpression=f"{guard} AND attempt = :n AND lease_owner = :o",
             ExpressionAttributeNames={"#s": "status", "#err": "error", "#h": "history"},
             ExpressionAttributeValues=values,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.adapters.store.codec import history_entry
+from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.store.codec import history_entry, num
+from orchestrator.engine.wakes import WakeTimes
 from orchestrator.settings import ResourceNames
 from orchestrator.strict_json import dumps
 
@@ -39,11 +41,38 @@ class Tables:
     """The DynamoDB client and the names of the runs and steps tables."""
 
     def __init__(
-        self, dynamodb: Any, names: ResourceNames, *, step_retention: float = 30 * 24 * 3600.0
+        self,
+        dynamodb: Any,
+        names: ResourceNames,
+        *,
+        step_retention: float = 30 * 24 * 3600.0,
+        wake: WakeTimes | None = None,
     ) -> None:
         self.ddb = dynamodb
         self.runs = names.runs_table
         self.steps = names.steps_table
+        # Every write stamps the row's next wake (engine/wakes.py) in the same request.
+        self.wake = wake or WakeTimes()
         # A step row's terminal write stamps its expiry (the longest run retention) in
         # the same request, so finishing a run does not write its rows again.
         self.step_retention = step_retention
+
+    def woken(self, table: str, shard: int, after: float, upto: float) -> list[Item]:
+        """The keys of the rows of `table` whose wake falls in (after, upto], from the
+        sparse `wake` index (eventually consistent: callers re-read what they act on)."""
+        keys: list[Item] = []
+        kwargs: dict[str, Any] = {
+            "TableName": table,
+            "IndexName": "wake",
+            "KeyConditionExpression": "wake_shard = :s AND wake_at BETWEEN :a AND :b",
+            "ExpressionAttributeValues": {
+                ":s": {"N": str(shard)}, ":a": num(after + 0.001), ":b": num(upto),
+            },
+        }
+        while True:
+            with _translate(f"wakes of {table}"):
+                resp = self.ddb.query(**kwargs)
+            keys.extend(resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return keys
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]

@@ -14,21 +14,31 @@ server thread and never delays anyone else.
 Standalone: `python -m infra.emulator --port 4566` (prints the URL; Ctrl-C stops).
 
 moto keeps its state in module globals, so every Emulator of one process serves the same
-accounts, tables and queues: give concurrent users distinct resource prefixes."""
+accounts, tables and queues: give concurrent users distinct resource prefixes.
+
+In-process: the clients of this same process need not go through a socket at all.
+`emulator.attach(clients)` hands each request of those clients straight to the same WSGI
+app (the same DynamoDB lock, moto's same parsing and serialization), so the `dev`
+process's workers and API skip the HTTP round trip, while other processes (`orchestrator
+worker`, the CLI) still reach the emulator over HTTP at `.url`."""
 
 from __future__ import annotations
 
 import argparse
 import io
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import fields
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
+from botocore.awsrequest import AWSResponse
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.test import EnvironBuilder
 
-__all__ = ["Emulator", "SerializeDynamoDB"]
+__all__ = ["Emulator", "InProcess", "SerializeDynamoDB"]
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -92,6 +102,58 @@ def _read_body(environ: dict[str, Any]) -> bytes:
     return b"".join(chunks)
 
 
+class _Body(io.BytesIO):
+    """A response body as botocore reads it (moto's own stub does the same)."""
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        chunk = self.read()
+        while chunk:
+            yield chunk
+            chunk = self.read()
+
+
+class InProcess:
+    """A botocore `before-send` handler that answers a request from the WSGI app in this
+    process instead of sending it: a request becomes a WSGI environ, exactly as werkzeug's
+    server would build it, and the app's answer becomes botocore's response."""
+
+    def __init__(self, app: WSGIApp, url: str) -> None:
+        self.app = app
+        self.url = url
+
+    def __call__(self, request: Any, **_: Any) -> AWSResponse | None:
+        if not str(request.url).startswith(self.url):
+            return None  # another endpoint: send it as usual
+        parts = urlsplit(request.url)
+        body = request.body or b""
+        if isinstance(body, str):
+            body = body.encode()
+        elif not isinstance(body, bytes):
+            body = body.read()
+        environ = EnvironBuilder(
+            path=parts.path or "/", query_string=parts.query, method=request.method,
+            headers=[(k, v.decode() if isinstance(v, bytes) else v)
+                     for k, v in request.headers.items()],
+            data=body,
+            base_url=f"{parts.scheme}://{parts.netloc}",
+        ).get_environ()
+        status: list[str] = []
+        headers: list[tuple[str, str]] = []
+
+        def start_response(st: str, hd: list[tuple[str, str]], exc: Any = None) -> None:
+            status.append(st)
+            headers[:] = hd
+
+        out = self.app(environ, start_response)
+        try:
+            data = b"".join(out)
+        finally:
+            close = getattr(out, "close", None)
+            if close is not None:
+                close()
+        return AWSResponse(request.url, int(status[0].split()[0]), dict(headers), _Body(data))
+
+
 class _QuietHandler(WSGIRequestHandler):
     # A client that stops sending gives its thread back after this long (reads only: an
     # SQS long-poll waits in moto, not on the socket).
@@ -109,6 +171,7 @@ class Emulator:
         self.port = port
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self._app: WSGIApp | None = None
 
     @property
     def url(self) -> str:
@@ -120,6 +183,7 @@ class Emulator:
         if self._server is not None:
             raise RuntimeError(f"the emulator is already running at {self.url}")
         app = SerializeDynamoDB(DomainDispatcherApplication(create_backend_app))
+        self._app = app
         # Threaded: a thread per request (werkzeug closes the connection after each
         # response), so a long-poll holds only its own thread and socket.
         server = make_server(
@@ -134,6 +198,16 @@ class Emulator:
         )
         self._thread.start()
         return self
+
+    def attach(self, clients: Any) -> Any:
+        """Make these boto3 clients (a `Clients`, or any with `.meta.events`) call this
+        emulator in-process. Returns `clients`."""
+        if self._app is None:
+            raise RuntimeError("the emulator is not running: call start() first")
+        handler = InProcess(self._app, self.url)
+        for client in _clients_of(clients):
+            client.meta.events.register_first("before-send", handler)
+        return clients
 
     def stop(self) -> None:
         """Stop accepting requests and close the socket. Requests in progress (a long-poll)
@@ -156,6 +230,12 @@ class Emulator:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _clients_of(clients: Any) -> list[Any]:
+    if hasattr(clients, "meta"):
+        return [clients]
+    return [getattr(clients, f.name) for f in fields(clients)]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,10 +1,11 @@
 """The local stack behind `orchestrator dev`: everything in one process, in order.
 
-1. the embedded AWS emulator (moto over HTTP, DynamoDB serialized), unless an endpoint
-   is configured;  2. the tables, queues and bucket, created from template.yaml through
-   CloudFormation;  3. the functions app on uvicorn;  4. the HTTP API, with a fresh API
-   key for this stack (printed once) unless ORCH_API_AUTH=off;  5. the workers and the
-   sweeper, as threads. `stop()` undoes it in reverse."""
+1. the embedded AWS emulator (moto, DynamoDB serialized: in-process for this process's
+   own parts, over HTTP for other processes), unless an endpoint is configured;
+2. the tables, queues and bucket, created from template.yaml through CloudFormation;
+3. the functions app on uvicorn;  4. the HTTP API, with a fresh API key for this stack
+   (printed once) unless ORCH_API_AUTH=off;  5. the workers and the sweeper, as threads.
+`stop()` undoes it in reverse."""
 
 from __future__ import annotations
 
@@ -110,6 +111,10 @@ class LocalStack:
         from orchestrator.adapters.aws import make_clients
 
         clients = make_clients(settings)
+        if self.emulator is not None:
+            # This process's own parts call the emulator in-process (same app, same
+            # DynamoDB lock); other processes reach it over HTTP at its URL.
+            self.emulator.attach(clients)
         t0 = time.monotonic()
         deploy_data_stack(clients, settings.prefix)
         self.echo(

@@ -7,6 +7,7 @@ import pytest
 
 from functions.serving import BackgroundServer
 from infra.emulator import Emulator
+from orchestrator.adapters.aws import make_clients
 from tests.support.harness import Harness, fresh_settings
 from tests.support.testfns import Recorder, create_app
 
@@ -33,9 +34,11 @@ def harness_factory(emulator: Emulator, testfns: str, tmp_path: Path) -> Iterato
     made: list[Harness] = []
 
     def make(manifest_text: str, **settings: object) -> Harness:
-        h = Harness.build(
-            fresh_settings(emulator.url, **settings), manifest_text, tmp_path, {"FN": testfns}
-        )
+        # The harness's own parts call the emulator in-process, as `orchestrator dev`'s
+        # do; subprocesses a test starts reach it over HTTP.
+        s = fresh_settings(emulator.url, **settings)
+        h = Harness.build(s, manifest_text, tmp_path, {"FN": testfns},
+                          clients=emulator.attach(make_clients(s)))
         made.append(h)
         return h
 

@@ -1,5 +1,6 @@
-"""Benchmarks on the embedded stack (moto over HTTP, DynamoDB serialized) with no-op
-functions. Figures, not pass/fail timing:
+"""Benchmarks on the embedded stack (moto, DynamoDB serialized; called in-process as by
+`orchestrator dev`, or over HTTP with --transport http) with no-op functions. Figures,
+not pass/fail timing:
 
   W1  a chain of 100 steps: per-step overhead (ms)
   W2  a fan-out of 500 steps into one join: steps/s
@@ -158,6 +159,18 @@ def webhook_intake(api_url: str, n: int, senders: int = 8) -> float:
     return n / took
 
 
+# How the parts under test reach the emulator: in-process, as `orchestrator dev`'s own
+# parts do (the default), or over HTTP, as another process's do (--transport http).
+TRANSPORT: dict[str, Any] = {"emulator": None}
+
+
+def connect(settings: Settings) -> Clients:
+    clients = make_clients(settings)
+    if TRANSPORT["emulator"] is not None:
+        TRANSPORT["emulator"].attach(clients)
+    return clients
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
@@ -186,7 +199,7 @@ class RequestCounter:
 def stack(settings: Settings, manifest: str, fn_url: str, stamp_url: str,
           workers: int, threads: int) -> Iterator[tuple[Runtime, Runtime, RequestCounter]]:
     """(runtime under test with counted clients, an uncounted observer, counter)."""
-    clients = make_clients(settings)
+    clients = connect(settings)
     deploy_data_stack(clients, settings.prefix)
     m = manifest_from_text(manifest, "bench.yml", ROOT, {"FN": fn_url, "STAMP": stamp_url})
     rt = Runtime.build(settings, m, clients=clients)
@@ -236,7 +249,7 @@ def timed_run(rt: Runtime, observer: Runtime, workflow: str, runs: int = 1) -> f
 
 def floor(settings: Settings, fn_url: str, rounds: int) -> dict[str, float]:
     """The raw calls of one step, back to back, on scratch rows in the same emulator."""
-    c = make_clients(settings)
+    c = connect(settings)
     table = settings.names.steps_table
     # A scratch queue: the workers poll the real one and would take the message.
     q = c.sqs.create_queue(QueueName=f"{settings.prefix}-floor")["QueueUrl"]
@@ -318,6 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="Print the figures as JSON.")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--transport", choices=("in-process", "http"), default="in-process",
+                    help="How the stack's own parts reach the emulator (dev: in-process).")
+    ap.add_argument("--issue8", action="store_true",
+                    help="Issue 8's workloads: W1 a chain of 50, W2 a fan-out of 200, W3 20"
+                    " concurrent runs of a 5-step chain.")
     args = ap.parse_args(argv)
     sizes = (
         {"w1": 20, "w2": 50, "w3": 10, "r_large": 100, "floor": 20, "h1": 20, "h2": 40}
@@ -325,17 +343,20 @@ def main(argv: list[str] | None = None) -> int:
         else {"w1": 100, "w2": 500, "w3": 50, "r_large": 1000, "floor": 50, "h1": 100,
               "h2": 400}
     )
+    if args.issue8:
+        sizes.update(w1=50, w2=200, w3=20)
     def say(line: str) -> None:  # progress goes to stderr, figures to stdout
         print(line, file=sys.stderr, flush=True)
 
     text = manifest_text(sizes)
     results: dict[str, Any] = {"sizes": sizes, "workers": args.workers,
-                               "threads": args.threads}
+                               "threads": args.threads, "transport": args.transport}
     stamps = Stamps()
     with Emulator() as emu, BackgroundServer(noop_app()) as fn, \
             BackgroundServer(stamps.app()) as stamp_fn:
         settings = Settings(endpoint_url=emu.url, prefix="bench", sweep_interval=5.0,
                             api_auth=False)
+        TRANSPORT["emulator"] = emu if args.transport == "in-process" else None
         with stack(settings, text, fn.url, stamp_fn.url, args.workers, args.threads) as (
                 rt, obs, counter):
             say("floor …")

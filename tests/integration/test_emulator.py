@@ -107,6 +107,57 @@ def test_conditional_update_has_exactly_one_winner_per_round(clients: Clients, t
 
 
 @pytest.mark.slow
+def test_in_process_and_http_clients_race_linearizably(
+    own_emulator: Emulator, clients: Clients, table: str
+) -> None:
+    # Half the racers call the emulator in-process (as `orchestrator dev`'s own parts
+    # do), half over HTTP (as other processes do): one lock serializes both.
+    local = own_emulator.attach(
+        make_clients(Settings(endpoint_url=own_emulator.url), max_pool=RACERS + 4))
+    key = {"pk": {"S": "mixed"}}
+
+    def claim(me: int, round_: int) -> str:
+        client = (local if me % 2 else clients).dynamodb
+        try:
+            client.update_item(
+                TableName=table, Key=key,
+                UpdateExpression="SET #owner = :me, version = :next",
+                ConditionExpression="attribute_not_exists(#owner) OR version = :v",
+                ExpressionAttributeNames={"#owner": "owner"},
+                ExpressionAttributeValues={":me": {"S": str(me)}, ":v": {"N": str(round_)},
+                                           ":next": {"N": str(round_ + 1)}},
+            )
+        except ClientError as exc:
+            return _outcome(exc)
+        return "won"
+
+    outcomes = _race(claim)
+    lost = "ConditionalCheckFailedException http=400 retries=0"
+    for round_, results in enumerate(outcomes):
+        assert sorted(results) == [lost] * (RACERS - 1) + ["won"], f"round {round_}"
+    item = local.dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    assert item["version"] == {"N": str(ROUNDS)}
+
+
+def test_attached_clients_need_no_socket() -> None:
+    emulator = Emulator().start()
+    settings = Settings(endpoint_url=emulator.url, prefix="sock")
+    local, remote = emulator.attach(make_clients(settings)), make_clients(settings)
+    name = f"emu-{uuid.uuid4().hex[:8]}"
+    local.dynamodb.create_table(
+        TableName=name, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST")
+    assert name in remote.dynamodb.list_tables()["TableNames"]  # one state, both ways
+    port = int(emulator.url.rsplit(":", 1)[1])
+    emulator.stop()  # the port is closed: only the in-process path is left
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2)
+    local.dynamodb.put_item(TableName=name, Item={"pk": {"S": "still"}})
+    assert local.dynamodb.get_item(TableName=name, Key={"pk": {"S": "still"}})["Item"]
+
+
+@pytest.mark.slow
 def test_transaction_has_exactly_one_winner_per_round(clients: Clients, table: str) -> None:
     """Each racer tries to bump a counter row and create its own claim row in one
     transaction; only the racer that saw the current version may commit."""

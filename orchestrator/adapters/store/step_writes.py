@@ -50,6 +50,12 @@ def _names(lease: Lease | None) -> dict[str, str]:
     return names
 
 
+def _returns(lease: Lease | None) -> str:
+    """A promotion asks back the whole row only when it claims it too (the row runs
+    next): moto's cost, and DynamoDB's bytes, grow with what a write returns."""
+    return "ALL_NEW" if lease is not None else "UPDATED_NEW"
+
+
 class StepTransitions(Tables):
     """Conditional state changes of step rows."""
 
@@ -125,7 +131,8 @@ class StepTransitions(Tables):
         self, run_id: str, step: str, dep: str, ndeps: int, lease: Lease | None, now: float
     ) -> StepRecord | None:
         """Record that `dep` succeeded. Returns the row if this call promoted the step
-        (blocked -> ready, or straight to dispatched under `lease`), else None.
+        (blocked -> ready, or straight to dispatched under `lease`), else None: the whole
+        row under a lease (it runs next), otherwise only what the promotion wrote.
 
         Adding `dep` to the `satisfied` set is idempotent, so a duplicated completion
         counts once; the promotion is a compare-and-swap, so exactly one caller wins."""
@@ -141,9 +148,9 @@ class StepTransitions(Tables):
                 ConditionExpression=guard,
                 ExpressionAttributeNames=_names(lease),
                 ExpressionAttributeValues=values,
-                ReturnValues="ALL_NEW",
+                ReturnValues=_returns(lease),
             )
-            return None if attrs is None else step_from_item(attrs)
+            return None if attrs is None else step_from_item({**key, **attrs})
         counting: dict[str, Any] = {":dep": {"SS": [dep]}, ":d": {"S": dep}}
         guard = status_guard(STEP_MOVES["satisfy"], counting)
         try:
@@ -191,16 +198,17 @@ class StepTransitions(Tables):
         else:
             cond += " AND size(satisfied) = :nd"
             values[":nd"] = num(ndeps)
+        key = step_key(run_id, step)
         attrs = self._guarded(
             f"step {run_id}/{step}: promote",
-            Key=step_key(run_id, step),
+            Key=key,
             UpdateExpression=update,
             ConditionExpression=cond,
             ExpressionAttributeNames=_names(lease),
             ExpressionAttributeValues=values,
-            ReturnValues="ALL_NEW",
+            ReturnValues=_returns(lease),
         )
-        return None if attrs is None else step_from_item(attrs)
+        return None if attrs is None else step_from_item({**key, **attrs})
 
     def _finish_attempt(
         self,

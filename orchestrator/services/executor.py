@@ -12,7 +12,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from orchestrator.adapters.blobs import Blobs
@@ -137,16 +137,28 @@ class Executor:
         into `keep_one`'s lease for the caller to run inline, the recorded row), or None
         if our lease was lost (someone else owns the attempt now)."""
         now = self.clock()
+        done: StepRecord | None = None
         try:
-            done = self.store.record_success(
-                *_attempt_of(row),
-                output_json=output_json,
-                output_ref=output_ref,
-                size=size,
-                now=now,
-            )
+            # Most rows carry no flag: written with nothing asked back, the row as we
+            # know it is the row written. A flagged row (its run is stopping or failing)
+            # fails that guard and takes the full write, which reads the flags back.
+            self.store.record_success(*_attempt_of(row), output_json=output_json,
+                                      output_ref=output_ref, size=size, now=now, plain=True)
+            done = replace(row, status=StepStatus.SUCCESS, finished_at=now, lease_owner=None,
+                           lease_until=None, error=None, count_me=False, stopping=False)
         except ConditionFailed:
-            return None
+            pass
+        if done is None:
+            try:
+                done = self.store.record_success(
+                    *_attempt_of(row),
+                    output_json=output_json,
+                    output_ref=output_ref,
+                    size=size,
+                    now=now,
+                )
+            except ConditionFailed:
+                return None
         if done.counted:
             tally.add(row.run_id)
         if on_recorded is not None:

@@ -222,10 +222,15 @@ class StepTransitions(Tables):
         *,
         expired_before: float | None = None,
         names: dict[str, str] | None = None,
+        plain: bool = False,
     ) -> StepRecord:
-        """An attempt's outcome, written by the lease holder of exactly that attempt."""
+        """An attempt's outcome, written by the lease holder of exactly that attempt.
+        `plain`: only if the row carries no flag (stopping, count_me), and ask nothing
+        back (the caller knows the row): ConditionFailed otherwise."""
         values = {**values, ":n": num(attempt), ":o": {"S": owner}}
         cond = f"{status_guard(move, values)} AND attempt = :n AND lease_owner = :o"
+        if plain:
+            cond += " AND attribute_not_exists(stopping) AND attribute_not_exists(count_me)"
         what = move.name
         if expired_before is not None:
             cond += " AND lease_until < :expired"
@@ -238,8 +243,10 @@ class StepTransitions(Tables):
                 ConditionExpression=cond,
                 ExpressionAttributeNames={"#s": "status", **(names or {})},
                 ExpressionAttributeValues=values,
-                ReturnValues="ALL_NEW",
+                ReturnValues="NONE" if plain else "ALL_NEW",
             )
+        if plain:
+            return step_from_item({**step_key(run_id, step), "status": {"S": move.target or ""}})
         return step_from_item(resp["Attributes"])
 
     def record_success(
@@ -253,7 +260,10 @@ class StepTransitions(Tables):
         output_ref: str | None,
         size: int,
         now: float,
+        plain: bool = False,
     ) -> StepRecord:
+        """`plain`: the common case, a row with no flag, answered with nothing but the
+        status (see _finish_attempt); the caller falls back to the full write."""
         move = STEP_MOVES["succeed"]
         values: dict[str, Any] = {
             ":now": num(now),
@@ -277,7 +287,7 @@ class StepTransitions(Tables):
         if output_ref is None:
             names["#out"] = "output"
         return self._finish_attempt(
-            run_id, step, attempt, owner, update, values, move, names=names
+            run_id, step, attempt, owner, update, values, move, names=names, plain=plain
         )
 
     def record_retry(

@@ -151,7 +151,11 @@ def create_app(rt: Runtime) -> Starlette:
         return await run_in_threadpool(start)
 
     async def get_run(request: Request) -> JSONResponse:
-        view = await run_in_threadpool(rt.runs.view, request.path_params["run_id"])
+        flag = request.query_params.get("steps", "true")
+        if flag not in ("true", "false"):
+            raise UsageError(f"steps: {flag!r} is not true or false")
+        view = await run_in_threadpool(
+            lambda: rt.runs.view(request.path_params["run_id"], steps=flag == "true"))
         return JSONResponse(view)
 
     async def run_events(request: Request) -> JSONResponse:

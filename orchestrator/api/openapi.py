@@ -235,9 +235,15 @@ def _paths(retention: float) -> dict[str, Schema]:
             ),
         },
         "/runs/{run_id}": {
-            "get": _op("getRun", "A run with its steps.", tag="runs", parameters=[run_id],
+            "get": _op("getRun", "A run with its steps.", tag="runs", parameters=[
+                run_id, {"name": "steps", "in": "query", "required": False,
+                         "description": "false: the run alone, without its steps (one read"
+                         " of the run's row: what a poller of the status needs)",
+                         "schema": {"type": "string", "enum": ["true", "false"],
+                                    "default": "true"}}],
                        responses={"200": _json(view, "The run"),
-                                  **_errors("404", "503", notes={"404": "No such run"})}),
+                                  **_errors("400", "404", "503",
+                                            notes={"404": "No such run"})}),
         },
         "/runs/{run_id}/events": {
             "get": _op("getRunEvents", "Every transition of a run and its steps, oldest"
@@ -404,14 +410,14 @@ def _response_schemas() -> dict[str, Schema]:
         }),
         "RunView": _object(
             ["run_id", "workflow", "status", "input", "error", "created_at", "started_at",
-             "finished_at", "kill_reason", "trigger", "rerun_of", "admission", "steps"],
+             "finished_at", "kill_reason", "trigger", "rerun_of", "admission"],
             {"run_id": STRING, "workflow": STRING, "status": RUN_STATUS, "input": ANY,
              "error": _nullable({"type": "object"}), "created_at": TIME,
              "started_at": nullable_time, "finished_at": nullable_time,
              "kill_reason": nullable_string, "trigger": trigger, "rerun_of": nullable_string,
              "admission": _nullable(_ref("Admission")),
              "steps": {"type": "array", "items": _ref("StepView"),
-                       "description": "In dependency order"}},
+                       "description": "In dependency order (left out with ?steps=false)"}},
         ),
         "RunSummary": _object(
             ["run_id", "workflow", "status", "created_at", "started_at", "finished_at",

@@ -104,8 +104,10 @@ class ApiClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return self.request("POST", "/runs", json=body, headers=headers)
 
-    def run(self, run_id: str) -> Any:
-        return self.request("GET", f"/runs/{run_id}")
+    def run(self, run_id: str, *, steps: bool = True) -> Any:
+        """A run's view; steps=False: the run alone (one read of its row)."""
+        params = None if steps else {"steps": "false"}
+        return self.request("GET", f"/runs/{run_id}", params=params)
 
     def runs(
         self,

@@ -43,14 +43,15 @@ timeout_option = click.option("--timeout", default=600.0, show_default=True,
 def wait_for(api: ApiClient, run_id: str, timeout: float,
              pause: Callable[[float], Any] | None = None) -> Any:
     """Poll the API while the run is queued or running, until `timeout` passed
-    (backing off to 1 s between polls)."""
+    (backing off to 1 s between polls), then read it whole. A poll reads the run alone,
+    not its steps: watching a run does not slow it down."""
     pause = pause or threading.Event().wait
     deadline = time.monotonic() + timeout
     delay = 0.05
     while True:
-        view = api.run(run_id)
+        view = api.run(run_id, steps=False)
         if view["status"] not in UNFINISHED or time.monotonic() > deadline:
-            return view
+            return api.run(run_id)
         pause(delay)
         delay = min(delay * 1.5, 1.0)
 

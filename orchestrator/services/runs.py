@@ -180,10 +180,11 @@ class RunService:
             raise NotFound(f"run {run_id!r} not found (or expired)")
         return run
 
-    def view(self, run_id: str) -> dict[str, Any]:
+    def view(self, run_id: str, *, steps: bool = True) -> dict[str, Any]:
+        """The run with its steps, or (steps=False) the run alone: one read of its row."""
         run = self.get(run_id)
-        steps = self.store.query_steps(run_id)
-        return run_view(run, steps, self.adv.load_output)
+        rows = self.store.query_steps(run_id) if steps else None
+        return run_view(run, rows, self.adv.load_output)
 
     def history(self, run_id: str) -> list[dict[str, Any]]:
         """Every transition of the run and its steps, oldest first."""

@@ -34,12 +34,10 @@ def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any]
 
 
 def run_view(
-    run: RunRecord, steps: list[StepRecord], load: Callable[[StepRecord], Any]
+    run: RunRecord, steps: list[StepRecord] | None, load: Callable[[StepRecord], Any]
 ) -> dict[str, Any]:
-    by_name = {s.step: s for s in steps}
-    order = run.definition.order()
-    order += [n for n in by_name if n not in order]  # steps added at run time
-    return {
+    """A run as the API shows it; without `steps` (None) the run alone, from its row."""
+    view = {
         "run_id": run.run_id,
         "workflow": run.workflow,
         "status": run.status.value,
@@ -60,5 +58,10 @@ def run_view(
             "throttle_key": None if run.gate.throttle is None else run.gate.throttle.key,
             "admit_at": run.admit_at,
         },
-        "steps": [step_view(by_name.get(n), n, load) for n in order],
     }
+    if steps is not None:
+        by_name = {s.step: s for s in steps}
+        order = run.definition.order()
+        order += [n for n in by_name if n not in order]  # steps added at run time
+        view["steps"] = [step_view(by_name.get(n), n, load) for n in order]
+    return view

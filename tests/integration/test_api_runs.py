@@ -227,3 +227,19 @@ def test_bearer_keys(harness_factory: Any) -> None:
         good = {"Authorization": f"Bearer {key}"}
         assert c.get("/workflows", headers=good).status_code == 200
         assert c.post("/runs", json={"workflow": "chain"}, headers=good).status_code == 201
+
+
+def test_a_run_without_its_steps_is_one_read(api: tuple[Harness, httpx.Client]) -> None:
+    h, c = api
+    run_id = c.post("/runs", json={"workflow": "chain", "input": {}}).json()["run_id"]
+    h.wait(run_id)
+    reads: list[str] = []
+    h.rt.clients.dynamodb.meta.events.register(
+        "before-call", lambda model, **_: reads.append(model.name))
+    alone = c.get(f"/runs/{run_id}", params={"steps": "false"})
+    assert alone.status_code == 200 and reads == ["GetItem"]
+    full = c.get(f"/runs/{run_id}").json()
+    assert "steps" not in alone.json() and len(full["steps"]) == 2
+    assert {k: v for k, v in full.items() if k != "steps"} == alone.json()
+    bad = c.get(f"/runs/{run_id}", params={"steps": "maybe"})
+    assert bad.status_code == 400 and "steps" in bad.json()["error"]["message"]

@@ -134,7 +134,7 @@ class Settings:
     # Sweeper cadence, and the grace after which an unclaimed dispatch counts as lost
     # (and a run's own follow-ups as overdue).
     sweep_interval: float = 5.0
-    redispatch_after: float = 10.0
+    redispatch_after: float = 5.0
     # ... the longest a resent dispatch waits before being sent again (the wait doubles).
     redispatch_ceiling: float = 900.0
     # A sweep reads the wakes up to this long ago: the wake index's propagation delay

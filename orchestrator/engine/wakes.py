@@ -41,9 +41,9 @@ def shard_of(run_id: str) -> int:
 @dataclass(frozen=True)
 class WakeTimes:
     # An unclaimed dispatch older than this is presumed lost and sent again.
-    redispatch_after: float = 10.0
+    redispatch_after: float = 5.0
     # How long a run's own follow-ups (a start's rows, an admission, a stop pass) may take.
-    settle: float = 10.0
+    settle: float = 5.0
     # The longest a resent dispatch waits before it is sent again.
     ceiling: float = 900.0
 

@@ -123,11 +123,16 @@ def worker(manifest_path: str, threads: int | None) -> None:
 @main.command()
 @manifest_option
 @click.option("--once", is_flag=True, help="Sweep once and print what was repaired.")
-def sweeper(manifest_path: str, once: bool) -> None:
+@click.option("--all", "every", is_flag=True,
+              help="With --once: look at every run whose wake has passed, not only those"
+              " since the last sweep (after restoring tables, or a clock that ran ahead).")
+def sweeper(manifest_path: str, once: bool, every: bool) -> None:
     """Run the sweeper: re-dispatch lost work, expire leases, finish stuck runs."""
     rt = _runtime(manifest_path)
+    if every and not once:
+        fail("--all goes with --once", EXIT_USAGE)
     if once:
-        click.echo(json.dumps(rt.sweeper().sweep().__dict__))
+        click.echo(json.dumps(rt.sweeper().sweep(since=0.0 if every else None).__dict__))
         return
     rt.sweeper().run(_stop_event())
 

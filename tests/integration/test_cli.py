@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from functions.serving import BackgroundServer
 from orchestrator.api.app import create_app
+from orchestrator.cli.commands import main
 from tests.support.cli import cli, out_json
 from tests.support.harness import Harness
 
@@ -357,3 +359,30 @@ def test_api_command_serves_the_api_alone(
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_sweeper_once_resends_a_lost_dispatch(
+    harness_factory: Any, emulator: Any, testfns: str, tmp_path: Path
+) -> None:
+    h = harness_factory(MANIFEST)
+    manifest = tmp_path / "sweep.yml"
+    manifest.write_text(MANIFEST)
+    h.rt.queues.tamper = lambda msgs: []  # the start's dispatch is lost
+    run_id = h.start("chain")
+    h.rt.queues.tamper = None
+    env = {"AWS_ENDPOINT_URL": emulator.url, "ORCH_PREFIX": h.rt.settings.prefix,
+           "ORCH_REDISPATCH_AFTER": "1", "ORCH_WAKE_LAG": "0.1", "FN": testfns}
+    runner = CliRunner()
+    deadline = time.monotonic() + 20
+    while True:  # the root's wake (sent + 1 s) passes, then one sweep sends it again
+        res = runner.invoke(main, ["sweeper", "--once", "--all", "--manifest", str(manifest)],
+                            env=env, catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        if json.loads(res.stdout)["redispatched"]:
+            break
+        assert time.monotonic() < deadline, res.output
+        time.sleep(0.2)
+    h.start_workers()
+    assert h.wait(run_id)["status"] == "success"
+    res = runner.invoke(main, ["sweeper", "--all", "--manifest", str(manifest)], env=env)
+    assert res.exit_code == 2 and "--all goes with --once" in res.output

@@ -117,9 +117,14 @@ class InProcess:
     process instead of sending it: a request becomes a WSGI environ, exactly as werkzeug's
     server would build it, and the app's answer becomes botocore's response."""
 
-    def __init__(self, app: WSGIApp, url: str) -> None:
-        self.app = app
+    def __init__(self, dispatcher: DomainDispatcherApplication, url: str, service: str) -> None:
+        # moto's dispatcher works out the service of every request anew (it lists moto's
+        # modules on disk, under a lock): a client's service is known, so its app is
+        # looked up once and called directly, behind the same DynamoDB serialization.
+        self.dispatcher = dispatcher
         self.url = url
+        self.service = service
+        self.app: WSGIApp | None = None
 
     def __call__(self, request: Any, **_: Any) -> AWSResponse | None:
         if not str(request.url).startswith(self.url):
@@ -144,6 +149,8 @@ class InProcess:
             status.append(st)
             headers[:] = hd
 
+        if self.app is None:
+            self.app = SerializeDynamoDB(self.dispatcher.get_application(environ))
         out = self.app(environ, start_response)
         try:
             data = b"".join(out)
@@ -171,7 +178,7 @@ class Emulator:
         self.port = port
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
-        self._app: WSGIApp | None = None
+        self._dispatcher: DomainDispatcherApplication | None = None
 
     @property
     def url(self) -> str:
@@ -182,8 +189,8 @@ class Emulator:
     def start(self) -> Emulator:
         if self._server is not None:
             raise RuntimeError(f"the emulator is already running at {self.url}")
-        app = SerializeDynamoDB(DomainDispatcherApplication(create_backend_app))
-        self._app = app
+        self._dispatcher = DomainDispatcherApplication(create_backend_app)
+        app = SerializeDynamoDB(self._dispatcher)
         # Threaded: a thread per request (werkzeug closes the connection after each
         # response), so a long-poll holds only its own thread and socket.
         server = make_server(
@@ -202,10 +209,10 @@ class Emulator:
     def attach(self, clients: Any) -> Any:
         """Make these boto3 clients (a `Clients`, or any with `.meta.events`) call this
         emulator in-process. Returns `clients`."""
-        if self._app is None:
+        if self._dispatcher is None:
             raise RuntimeError("the emulator is not running: call start() first")
-        handler = InProcess(self._app, self.url)
         for client in _clients_of(clients):
+            handler = InProcess(self._dispatcher, self.url, client.meta.service_model.service_name)
             client.meta.events.register_first("before-send", handler)
         return clients
 

@@ -140,6 +140,11 @@ class Settings:
     # A sweep reads the wakes up to this long ago: the wake index's propagation delay
     # and the clock skew between processes.
     wake_lag: float = 1.0
+    # ... and reads each wake a second time this much later: a write that landed late
+    # (its process stalled between taking the time and sending it) is still seen.
+    wake_late: float = 15.0
+    # A backstop: every this many seconds one sweeper looks at every running run.
+    full_sweep_every: float = 300.0
     # How long a received message stays invisible to other workers (kept alive while
     # it waits in a worker for a thread): a worker that dies holding it frees it then.
     visibility_timeout: float = 10.0
@@ -181,6 +186,8 @@ class Settings:
             redispatch_after=_float(env, "REDISPATCH_AFTER", d.redispatch_after),
             redispatch_ceiling=_float(env, "REDISPATCH_CEILING", d.redispatch_ceiling),
             wake_lag=_float(env, "WAKE_LAG", d.wake_lag),
+            wake_late=_float(env, "WAKE_LATE", d.wake_late),
+            full_sweep_every=_float(env, "FULL_SWEEP_EVERY", d.full_sweep_every),
             visibility_timeout=_float(env, "VISIBILITY_TIMEOUT", d.visibility_timeout),
             lease_margin=_float(env, "LEASE_MARGIN", d.lease_margin),
             default_step_timeout=_float(env, "STEP_TIMEOUT", d.default_step_timeout),

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.adapters.store.control import Control
@@ -94,9 +95,10 @@ class Sweeper:
                            step_retention=self.store.step_retention)
 
     def sweep(self, *, since: float | None = None) -> SweepReport:
-        """One pass over every wake shard no other sweeper holds. `since` reads the
-        wakes from that time on instead of from each shard's cursor (0: every row with a
-        wake, as after restoring tables or correcting a clock that ran ahead)."""
+        """One pass over every wake shard no other sweeper holds, and, when its turn
+        comes, over every running run (the backstop). `since` reads the wakes from that
+        time on instead of from each shard's cursors (0: every row whose wake passed,
+        as after restoring tables or correcting a clock that ran ahead)."""
         report = SweepReport()
         now = self.clock()
         for task in self.tasks:
@@ -104,24 +106,27 @@ class Sweeper:
                 task()
             except OrchestratorError as exc:
                 log.warning("sweep task %s failed: %s", task, exc)
-        # A hold outlives a slow pass; a sweeper that died holding a shard loses it then.
-        hold = max(30.0, 3 * self.settings.sweep_interval)
+        # A sweeper that dies holding a shard loses it after three intervals; one whose
+        # pass is slower than that may find another sweeper on it too (harmless: every
+        # repair is a conditional write).
+        hold = max(1.0, 3 * self.settings.sweep_interval)
         shards = list(range(WAKE_SHARDS))
         random.shuffle(shards)
         for shard in shards:
             try:
-                cursor = self.control.take_shard(shard, self.id, now + hold, now)
+                cursors = self.control.take_shard(shard, self.id, now + hold, now)
             except OrchestratorError as exc:
                 log.warning("sweep: shard %d: %s", shard, exc)
                 continue
-            if cursor is None:
+            if cursors is None:
                 report.shards_busy += 1
                 continue
             report.shards += 1
-            done: float | None = None
+            done: tuple[float, float] | None = None
             try:
-                done = self.sweep_shard(shard, cursor if since is None else since, now, report)
-                done = max(done, cursor)
+                start = cursors if since is None else (since, since)
+                ahead = self.sweep_shard(shard, start, now, report)
+                done = (max(ahead[0], cursors[0]), max(ahead[1], cursors[1]))
             except OrchestratorError as exc:
                 log.warning("sweep: shard %d failed: %s", shard, exc)
             finally:
@@ -129,24 +134,44 @@ class Sweeper:
                     self.control.release_shard(shard, self.id, done)
                 except OrchestratorError as exc:
                     log.warning("sweep: shard %d release failed: %s", shard, exc)
+        try:
+            if self.control.take_full_sweep(self.id, now, self.settings.full_sweep_every):
+                self.sweep_runs(self.store.active_run_ids(), set(), now, report)
+        except OrchestratorError as exc:
+            log.warning("sweep: the full sweep failed: %s", exc)
         return report
 
-    def sweep_shard(self, shard: int, cursor: float, now: float, report: SweepReport) -> float:
-        """Reconcile the runs with a wake in (cursor, now - wake_lag]; the new cursor.
+    def sweep_shard(
+        self, shard: int, cursors: tuple[float, float], now: float, report: SweepReport
+    ) -> tuple[float, float]:
+        """Reconcile the runs with a wake in (cursor, now - wake_lag], and again those
+        with one in (trail, now - wake_late]; the new cursors.
 
         The lag covers the index's propagation and the writers' clock skew: a wake
-        written as `now` by another process is read a little later, never skipped."""
-        upto = now - self.settings.wake_lag
-        if upto <= cursor:
-            return cursor
-        run_keys = self.store.woken(self.store.runs, shard, cursor, upto)
-        step_keys = self.store.woken(self.store.steps, shard, cursor, upto)
+        written as `now` by another process is read a little later, never skipped. The
+        second, late read covers a write that landed after its own wake (its process
+        stalled between taking the time and sending it); the full sweep, anything later."""
+        windows = [(cursors[0], now - self.settings.wake_lag),
+                   (cursors[1], now - self.settings.wake_late)]
+        run_keys: list[dict[str, Any]] = []
+        step_keys: list[dict[str, Any]] = []
+        for after, upto in windows:
+            if upto > after:
+                run_keys += self.store.woken(self.store.runs, shard, after, upto)
+                step_keys += self.store.woken(self.store.steps, shard, after, upto)
         report.woken += len(run_keys) + len(step_keys)
-        ids = list(dict.fromkeys(
-            [k["run_id"]["S"] for k in run_keys] + [k["run_id"]["S"] for k in step_keys]))
-        at_run_level = {k["run_id"]["S"] for k in run_keys}
+        ids = list(dict.fromkeys(k["run_id"]["S"] for k in run_keys + step_keys))
+        self.sweep_runs(ids, {k["run_id"]["S"] for k in run_keys}, now, report)
+        return (max(cursors[0], windows[0][1]), max(cursors[1], windows[1][1]))
+
+    def sweep_runs(
+        self, ids: list[str], at_run_level: set[str], now: float, report: SweepReport
+    ) -> None:
+        """Reconcile these runs: carry queued ones on, release what finished ones held
+        (when their own wake came), repair running ones and wake them again when a
+        repair left for later falls due."""
         if not ids:
-            return upto
+            return
         runs = self.store.get_runs(ids, now)
         policy = self.policy
         for run_id in ids:
@@ -167,7 +192,6 @@ class Sweeper:
                         report.rearmed += 1
             except OrchestratorError as exc:
                 log.warning("sweep of %s failed: %s", run_id, exc)
-        return upto
 
     def sweep_queued(self, run: RunRecord, now: float, report: SweepReport) -> None:
         """A run waiting for admission whose wake passed (`settle` after its arrival or

@@ -282,3 +282,40 @@ def test_a_start_that_died_after_the_run_row_is_completed_by_the_sweep(
     first_call = min(c.at for c in recorder.calls
                      if c.body.get("run", {}).get("run_id") == "orphan-1")
     assert first_call - now >= rt.settings.redispatch_after
+
+
+CHAIN = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  chain:
+    steps:
+      one: { backend: fn, route: /echo }
+      two: { backend: fn, route: /echo, dependsOn: [one] }
+"""
+
+
+def test_a_commit_that_landed_after_its_own_wake_is_still_followed_up(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    # A worker took the time, stalled, and its success landed after a sweep had read
+    # past that time; then it died before promoting `two`. The late read of the wakes
+    # (ORCH_WAKE_LATE after the prompt one) still finds the row and repairs the run.
+    h = harness_factory(CHAIN, wake_late=2.0)
+    rt = h.rt
+    run_id = h.start("chain")
+    t0 = time.time()
+    rt.store.claim(run_id, "one", 1, Lease("stalled", t0 + 60), t0)
+    h.rt.sweeper().sweep()  # the prompt read passes t0
+    stalled_at = t0 - 0.5  # when the worker read its clock, before the cursor
+    rt.store.record_success(run_id, "one", 1, "stalled", output_json='{"ok": 1}',
+                            output_ref=None, size=9, now=stalled_at)
+    sweeper = h.rt.sweeper()
+    assert sweeper.sweep().promoted == 0  # the prompt read is past it: unseen
+    h.start_workers()
+    deadline = time.monotonic() + 20
+    while not (report := sweeper.sweep()).promoted:  # the late read comes round
+        assert time.monotonic() < deadline, report
+        time.sleep(0.2)
+    assert h.wait(run_id)["status"] == "success"
+    assert len(recorder.for_step(run_id, "two")) == 1

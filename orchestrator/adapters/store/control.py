@@ -13,7 +13,8 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `waiting#<group>#<key>`     | `<ms>#<run id>`    | runs queued for a group, in order     |
 | `throttle#<workflow>#<key>` | `-`                | a throttle budget (its next free slot)|
 | `apikey#<sha256>`           | `-`                | an API key, stored hashed             |
-| `sweep#wake`                | `<shard>`          | a wake shard's sweeper and cursor     |
+| `sweep#wake`                | `<shard>`          | a wake shard's sweeper and cursors    |
+| `sweep#full`                | `-`                | when the last full sweep ran          |
 
 Values that are documents (a delivery's run ids, an event payload) are JSON strings in
 `doc`; attributes that conditions test are plain attributes. Items with `expires_at`
@@ -156,10 +157,13 @@ class Control:
         attrs: Item = resp.get("Attributes", {})
         return attrs
 
-    def update_if(self, pk: str, update: str, values: Item, condition: str) -> bool:
+    def update_if(
+        self, pk: str, update: str, values: Item, condition: str,
+        names: dict[str, str] | None = None,
+    ) -> bool:
         """One guarded UpdateItem: False when `condition` did not hold."""
         try:
-            self.update(pk, update=update, values=values, condition=condition)
+            self.update(pk, update=update, values=values, names=names, condition=condition)
         except ConditionFailed:
             return False
         return True
@@ -235,9 +239,12 @@ class Control:
         """Free a lock, only if `holder` still holds it."""
         return self.delete(pk, condition="holder = :me", values={":me": {"S": holder}})
 
-    def take_shard(self, shard: int, owner: str, until: float, now: float) -> float | None:
+    def take_shard(
+        self, shard: int, owner: str, until: float, now: float
+    ) -> tuple[float, float] | None:
         """Hold a wake shard for one sweep until `until`, unless another sweeper holds
-        it: the shard's cursor (the wakes up to it are done; 0 for a new one), or None."""
+        it: the shard's two cursors (the wakes up to each are done, read promptly and
+        read again late; 0 for a new shard), or None."""
         try:
             attrs = self.update(
                 "sweep#wake", str(shard),
@@ -248,17 +255,19 @@ class Control:
             )
         except ConditionFailed:
             return None
-        return float(attrs.get("cursor", {}).get("N", 0))
+        return (float(attrs.get("cursor", {}).get("N", 0)),
+                float(attrs.get("trail", {}).get("N", 0)))
 
-    def release_shard(self, shard: int, owner: str, cursor: float | None) -> bool:
-        """Give a wake shard back, its wakes up to `cursor` done (None: not advanced).
+    def release_shard(self, shard: int, owner: str, cursors: tuple[float, float] | None) -> bool:
+        """Give a wake shard back, its wakes up to `cursors` done (None: not advanced).
         False if the hold had lapsed and another sweeper took the shard."""
         values: dict[str, Any] = {":o": {"S": owner}, ":zero": num(0)}
         names = {"#o": "owner"}
         update = "SET held_until = :zero"
-        if cursor is not None:
-            update += ", #c = :c"
-            values[":c"] = num(cursor)
+        if cursors is not None:
+            update += ", #c = :c, trail = :t"
+            values[":c"] = num(cursors[0])
+            values[":t"] = num(cursors[1])
             names["#c"] = "cursor"
         try:
             self.update("sweep#wake", str(shard), update=update, values=values, names=names,
@@ -266,6 +275,16 @@ class Control:
         except ConditionFailed:
             return False
         return True
+
+    def take_full_sweep(self, owner: str, now: float, every: float) -> bool:
+        """Take the turn of a full sweep (every running run), due `every` seconds after
+        the last one: one sweeper takes it, the others find the guard false."""
+        return self.update_if(
+            "sweep#full", "SET #o = :o, last_full = :now",
+            {":o": {"S": owner}, ":now": num(now), ":due": num(now - every)},
+            "attribute_not_exists(last_full) OR last_full <= :due",
+            names={"#o": "owner"},
+        )
 
     def reset_schedule(self, pk: str, spec: str, first: float, *, old_spec: str | None) -> bool:
         """Create a schedule's cursor, or reset it after its cadence changed from

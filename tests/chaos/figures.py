@@ -1,0 +1,98 @@
+"""The figures of one seed: counts of runs, steps, calls, answers and faults, duplicate
+calls and re-executions, and the latencies from a step's readiness or a retry's due time
+to its start (history) and to its call (ledger), as n, p50, p99 and max."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from tests.chaos.snapshot import Call, Snapshot
+
+__all__ = ["figures", "percentiles"]
+
+
+def percentiles(values: list[float]) -> dict[str, float | int | None]:
+    """n, p50, p99 and max (nearest rank), in seconds rounded to the millisecond."""
+    if not values:
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+    xs = sorted(values)
+
+    def rank(p: float) -> float:
+        return round(xs[min(len(xs) - 1, max(0, int(p * len(xs) + 0.999999) - 1))], 3)
+
+    return {"n": len(xs), "p50": rank(0.50), "p99": rank(0.99), "max": round(xs[-1], 3)}
+
+
+def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
+            findings: Counter[str], start_before_due: list[float],
+            violations: Counter[str]) -> dict[str, Any]:
+    """The figures of a seed (`calls` by run and step, and what the checker counted)."""
+    rows = [r for steps in snap.steps.values() for r in steps.values()]
+    kinds: Counter[str] = Counter()
+    for f in snap.faults:
+        kind = str(f.get("kind"))
+        if kind == "self-kill":
+            kind = f"self-kill:{f.get('point')}"
+        elif kind == "arm":
+            kind = f"arm:{f.get('point')}"
+        kinds[kind] += 1
+    answers: Counter[str] = Counter()
+    per_key: Counter[str] = Counter()
+    reexec = 0
+    delivered: set[str] = set()
+    ready_start: list[float] = []
+    ready_call: list[float] = []
+    due_start: list[float] = []
+    due_call: list[float] = []
+    for call in snap.calls:
+        key = str(call.recv.get("key"))
+        per_key[key] += 1
+        if key in delivered:
+            reexec += 1
+        if call.delivered_2xx:
+            delivered.add(key)
+        d = call.done
+        answers["unanswered" if d is None else str(d.get("fault") or d.get("status"))] += 1
+    for r in rows:
+        by_attempt = {cl.attempt: cl for cl in calls.get((r.run_id, r.step), [])}
+        hist = list(r.history)
+        for i, e in enumerate(hist):
+            if e.get("type") == "step.ready":
+                nxt = next((x for x in hist[i + 1:] if x.get("type") == "step.started"), None)
+                if nxt is not None:
+                    ready_start.append(float(nxt["at"]) - float(e["at"]))
+                if 1 in by_attempt:
+                    ready_call.append(by_attempt[1].t - float(e["at"]))
+            elif e.get("type") == "step.retrying" and e.get("due_at") is not None:
+                a = int(e.get("attempt") or 0) + 1
+                nxt = next((x for x in hist[i + 1:] if x.get("type") == "step.started"
+                            and x.get("attempt") == a), None)
+                if nxt is not None:
+                    due_start.append(float(nxt["at"]) - float(e["due_at"]))
+                if a in by_attempt:
+                    due_call.append(by_attempt[a].t - float(e["due_at"]))
+    finished = [r.finished_at for r in snap.runs.values() if r.finished_at is not None]
+    by_status = Counter(r.status.value for r in snap.runs.values())
+    return {
+        "runs": len(snap.runs), "runs_by_status": dict(by_status), "steps": len(rows),
+        "steps_by_status": dict(Counter(r.status.value for r in rows)),
+        "calls": len(snap.calls), "answers": dict(answers),
+        "faults": dict(sorted(kinds.items())),
+        "aimed": {"armed": sum(n for k, n in kinds.items() if k.startswith("arm:")),
+                  "fired": kinds["self-stop"] + sum(
+                      n for k, n in kinds.items() if k.startswith("self-kill:")),
+                  "missed": kinds["aim-missed"]},
+        "duplicate_calls": sum(n - 1 for n in per_key.values() if n > 1),
+        "keys_called_more_than_once": sum(1 for n in per_key.values() if n > 1),
+        "reexecutions_after_delivered_2xx": reexec,
+        "ready_to_start": percentiles(ready_start), "ready_to_call": percentiles(ready_call),
+        "due_to_start": percentiles(due_start), "due_to_call": percentiles(due_call),
+        "history_start_before_due": percentiles(start_before_due),
+        "settle_after_calm": None if not finished else round(
+            max(0.0, max(finished) - snap.calm_at), 3),
+        "largest_item": max(snap.item_sizes.values(), default=0),
+        "dlq_messages": snap.dlq,
+        "findings": dict(findings),
+        "violations": dict(violations),
+    }

@@ -1,0 +1,192 @@
+"""Everything the checker reads, gathered once the cluster is quiet: the tables (scans
+with consistent reads, decoded by the store's own codec), the committed outputs (blobs
+included), the API's view and history of every run, the function server's ledger and
+every fault log.
+
+A `Snapshot` is plain data, so the checker's tests build small ones by hand."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from orchestrator.adapters.store.codec import run_from_item, step_from_item
+from orchestrator.engine.records import RunRecord, StepRecord
+from tests.chaos.jsonl import read_jsonl
+
+__all__ = ["Call", "Snapshot", "collect", "dump", "item_size", "read_faults", "read_ledger"]
+
+
+@dataclass
+class Call:
+    """One call the function server received (`recv`), and its answer (`done`, None if
+    the server died before answering)."""
+
+    recv: dict[str, Any]
+    done: dict[str, Any] | None = None
+
+    @property
+    def t(self) -> float:
+        return float(self.recv["t"])
+
+    @property
+    def attempt(self) -> int:
+        return int(self.recv.get("attempt") or 0)
+
+    @property
+    def delivered_2xx(self) -> bool:
+        """Answered 2xx with a JSON body, not cut off. A `hang` answer (sent after the
+        step's timeout) counts: a caller stalled while it waited still reads it, since
+        an HTTP read timeout bounds each wait for bytes, not the whole call."""
+        d = self.done
+        return (d is not None and 200 <= int(d["status"]) < 300 and d.get("out") is not None
+                and d.get("fault") != "drop")
+
+
+@dataclass
+class Snapshot:
+    runs: dict[str, RunRecord] = field(default_factory=dict)
+    steps: dict[str, dict[str, StepRecord]] = field(default_factory=dict)
+    # Committed outputs by (run, step) (blobs read back).
+    outputs: dict[tuple[str, str], Any] = field(default_factory=dict)
+    # Raw items of every table with their approximate DynamoDB size, by a readable key.
+    item_sizes: dict[str, int] = field(default_factory=dict)
+    views: dict[str, dict[str, Any]] = field(default_factory=dict)
+    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    # Logical run name -> (Idempotency-Key, run id the API answered or None).
+    submitted: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    calm_at: float = 0.0
+    dlq: int = 0
+
+
+def dump(snap: Snapshot, path: Path) -> None:
+    """The rows of a snapshot as JSON (kept with the logs of a failing seed)."""
+    doc = {
+        "calm_at": snap.calm_at,
+        "runs": {rid: {"workflow": r.workflow, "status": r.status.value, "halted": r.halted,
+                       "error": r.error, "created_at": r.created_at,
+                       "finished_at": r.finished_at, "history": list(r.history),
+                       "steps": {n: {"status": s.status.value, "attempt": s.attempt,
+                                     "max_attempts": s.max_attempts, "error": s.error,
+                                     "lease_owner": s.lease_owner, "stopping": s.stopping,
+                                     "finished_at": s.finished_at, "history": list(s.history)}
+                                 for n, s in snap.steps.get(rid, {}).items()}}
+                 for rid, r in snap.runs.items()},
+        "submitted": snap.submitted,
+    }
+    path.write_text(json.dumps(doc, indent=1, default=str))
+
+
+def item_size(value: Any) -> int:
+    """Approximate DynamoDB size of an attribute value (names and values in UTF-8,
+    numbers about half their digits, a few bytes per list or map)."""
+    if "S" in value:
+        return len(value["S"].encode())
+    if "N" in value:
+        return len(value["N"]) // 2 + 2
+    if "B" in value:
+        return len(value["B"])
+    if "BOOL" in value or "NULL" in value:
+        return 1
+    if "SS" in value:
+        return sum(len(s.encode()) for s in value["SS"])
+    if "NS" in value:
+        return sum(len(s) // 2 + 2 for s in value["NS"])
+    if "L" in value:
+        return 3 + sum(1 + item_size(v) for v in value["L"])
+    if "M" in value:
+        return 3 + sum(1 + len(k.encode()) + item_size(v) for k, v in value["M"].items())
+    return len(json.dumps(value))
+
+
+def _item_total(item: dict[str, Any]) -> int:
+    return sum(len(k.encode()) + item_size(v) for k, v in item.items())
+
+
+def _scan(ddb: Any, table: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+    while True:
+        resp = ddb.scan(**kwargs)
+        items.extend(resp.get("Items", []))
+        if "LastEvaluatedKey" not in resp:
+            return items
+        kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+
+def _get(api: httpx.Client, path: str, within: float = 30.0) -> dict[str, Any]:
+    """GET a JSON document, retried while the API answers 5xx or is restarting."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            resp = api.get(path)
+            if resp.status_code < 500:
+                doc: dict[str, Any] = resp.json()
+                return doc
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            return {}
+        time.sleep(0.25)
+
+
+def read_ledger(path: Path) -> list[Call]:
+    calls: dict[str, Call] = {}
+    for rec in read_jsonl(path):
+        if rec.get("ev") == "recv":
+            calls[rec["id"]] = Call(rec)
+        elif rec.get("ev") == "done" and rec.get("id") in calls:
+            calls[rec["id"]].done = rec
+    return sorted(calls.values(), key=lambda c: c.t)
+
+
+def read_faults(folder: Path) -> list[dict[str, Any]]:
+    faults: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        faults.extend(read_jsonl(path))
+    return sorted(faults, key=lambda f: float(f.get("t", 0.0)))
+
+
+def collect(*, endpoint: str, prefix: str, api_url: str, ledger: Path, faults: Path,
+            submitted: dict[str, tuple[str, str | None]], calm_at: float) -> Snapshot:
+    from orchestrator.adapters.aws import make_clients
+    from orchestrator.settings import Settings
+
+    settings = Settings(endpoint_url=endpoint, prefix=prefix)
+    names = settings.names
+    clients = make_clients(settings)
+    snap = Snapshot(submitted=dict(submitted), calm_at=calm_at)
+    for item in _scan(clients.dynamodb, names.runs_table):
+        run = run_from_item(item)
+        snap.runs[run.run_id] = run
+        snap.item_sizes[f"runs/{run.run_id}"] = _item_total(item)
+    for item in _scan(clients.dynamodb, names.steps_table):
+        row = step_from_item(item)
+        snap.steps.setdefault(row.run_id, {})[row.step] = row
+        snap.item_sizes[f"steps/{row.run_id}/{row.step}"] = _item_total(item)
+        if row.output_ref is not None:
+            body = clients.s3.get_object(Bucket=names.blob_bucket, Key=row.output_ref)
+            snap.outputs[(row.run_id, row.step)] = json.loads(body["Body"].read())
+        elif row.has_output:
+            snap.outputs[(row.run_id, row.step)] = row.output
+    for item in _scan(clients.dynamodb, names.control_table):
+        key = "/".join(str(item.get(k, {}).get("S", "")) for k in ("pk", "sk"))
+        snap.item_sizes[f"control/{key}"] = _item_total(item)
+    dlq = clients.sqs.get_queue_url(QueueName=names.dead_letter_queue)["QueueUrl"]
+    attrs = clients.sqs.get_queue_attributes(
+        QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
+    snap.dlq = int(attrs.get("ApproximateNumberOfMessages", 0))
+    with httpx.Client(base_url=api_url, timeout=30.0) as api:
+        for run_id in snap.runs:
+            snap.views[run_id] = _get(api, f"/runs/{run_id}")
+            snap.events[run_id] = _get(api, f"/runs/{run_id}/events").get("events", [])
+    snap.calls = read_ledger(ledger)
+    snap.faults = read_faults(faults)
+    return snap

@@ -369,8 +369,14 @@ class Executor:
         # expire before their run are written again (see engine.transitions.finish).
         for name in done.restamp:
             self.store.stamp_expiry(run_id, name, done.expires_at)
+        # A halting run whose in-flight steps all landed before its halter recorded the
+        # halt (its stop pass was slow) records the halt in its finish: one history
+        # either way.
+        halted_too = (done.status is RunStatus.FAILED and run.on_failure is OnFailure.HALT
+                      and not run.halted and not run.kill_requested)
         try:
-            self.store.finish_run(run_id, done.status, done.error, now, done.expires_at)
+            self.store.finish_run(run_id, done.status, done.error, now, done.expires_at,
+                                  halted=halted_too)
         except ConditionFailed:
             return None
         try:

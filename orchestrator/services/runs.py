@@ -6,6 +6,7 @@ any step row a crashed start left out."""
 
 from __future__ import annotations
 
+import heapq
 import re
 import secrets
 from collections.abc import Callable
@@ -189,11 +190,13 @@ class RunService:
     def history(self, run_id: str) -> list[dict[str, Any]]:
         """Every transition of the run and its steps, oldest first."""
         run = self.get(run_id)
-        entries = [dict(e) for e in run.history]
-        for s in self.store.query_steps(run_id):
-            entries.extend({**e, "step": s.step} for e in s.history)
-        entries.sort(key=lambda e: (e.get("at", 0.0), _ORDER.get(e.get("type", ""), 5)))
-        return entries
+        rows = [[dict(e) for e in run.history]]
+        rows += [[{**e, "step": s.step} for e in s.history] for s in self.store.query_steps(run_id)]
+        # Merged by time, each row's own entries kept in the order they were written: a
+        # write that landed late (its process stalled after reading the clock) carries
+        # an earlier time than the entry before it, and must not be shown before it.
+        return list(heapq.merge(
+            *rows, key=lambda e: (e.get("at", 0.0), _ORDER.get(e.get("type", ""), 5))))
 
     def kill(self, run_id: str, reason: str) -> dict[str, Any]:
         run = self.get(run_id)

@@ -17,7 +17,9 @@ from orchestrator.adapters.aws import make_clients
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.store import Lease
 from orchestrator.engine.attempts import Retry
+from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import StepRecord
+from orchestrator.engine.transitions import after_failure
 from orchestrator.runtime import Runtime
 from orchestrator.services.executor import RunContext, Tally
 from tests.support.harness import Harness, steps_of
@@ -295,3 +297,35 @@ def test_a_cancel_whose_pass_runs_while_the_launch_writes_rows_starts_nothing(
     view = h.rt.runs.view(run_id)
     assert view["status"] == "killed"
     assert {s["status"] for s in view["steps"]} == {"skipped"}
+
+
+def test_a_halt_still_being_recorded_when_the_run_finished_is_in_its_history(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    # boom fails; its worker's stop pass is slow. Meanwhile the last step in flight
+    # lands and finishes the run (failed) before the halter writes `run.halted`: the
+    # finish records the halt, so the run's history says it halted, once.
+    h, other, _ = setup(harness_factory)
+    run_id = h.start("w")
+    slow = claim(other, run_id, "slow", "other-worker")
+    flaky = claim(other, run_id, "flaky", "other-worker")
+    boom = claim(h.rt, run_id, "boom", "halter")
+    failed = h.rt.store.record_failure(run_id, "boom", 1, "halter",
+                                       error={"code": "http_error", "message": "422"},
+                                       now=time.time())
+    tally = Tally()
+    tally.add(run_id)  # boom's count (a sink)
+    h.rt.executor.stop(run_id, "run halted: step boom failed", tally)  # flags both
+    h.rt.executor.flush(tally)
+    for row in (flaky, slow):  # the steps in flight land, before the halter goes on
+        t = Tally()
+        other.executor.succeed(row, RunContext.of(other.store.get_run(run_id, time.time())),
+                               '{"ok": 1}', None, 9, t, keep_one=None)
+        other.executor.flush(t)
+    assert h.rt.store.get_run(run_id, time.time()).status.value == "failed"  # type: ignore[union-attr]
+    h.rt.executor.halt(run_id, after_failure(OnFailure.HALT, failed), Tally())  # too late
+    run = h.rt.store.get_run(run_id, time.time())
+    assert run is not None and run.halted
+    kinds = [e["type"] for e in run.history]
+    assert kinds.count("run.halted") == 1 and kinds.index("run.halted") < kinds.index("run.failed")
+    assert boom.claimed

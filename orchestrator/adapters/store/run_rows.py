@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
-from orchestrator.adapters.store.codec import num, run_from_item, run_to_item
+from orchestrator.adapters.store.codec import history_entry, num, run_from_item, run_to_item
 from orchestrator.adapters.store.tables import Item, Tables, history_clause, short_error
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RUN_MOVES, Move, RunStatus, status_guard, status_set
@@ -180,16 +180,23 @@ class RunRows(Tables):
         error: dict[str, Any] | None,
         now: float,
         expires_at: float,
+        *,
+        halted: bool = False,
     ) -> None:
+        """Finish a running run. `halted`: record its halt too, first (a failed step's
+        halt that had not been recorded when the last step in flight landed)."""
         move = RUN_MOVES[_FINISH[status]]
         values: dict[str, Any] = {":now": num(now), ":exp": num(expires_at)}
-        hist = history_clause(
-            values, now, f"run.{status.value}", error=None if error is None else short_error(error)
-        )
+        short = None if error is None else short_error(error)
+        hist = history_clause(values, now, f"run.{status.value}", error=short)
         update = (
             f"SET {status_set(move, values)}, finished_at = :now, updated_at = :now,"
             f" expires_at = :exp, wake_at = :now, {hist}"
         )
+        if halted:
+            values[":h"]["L"].insert(0, history_entry(now, "run.halted", error=short))
+            values[":t"] = {"BOOL": True}
+            update += ", halted = :t"
         names: dict[str, str] = {"#h": "history"}
         if error is not None:
             # A halt's error stands (it names the step that failed first), but a cancel

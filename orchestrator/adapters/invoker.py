@@ -6,6 +6,7 @@ uvicorn costs ~1 ms here, while httpx's async client tops out near 300 requests/
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +86,9 @@ class Invoker:
         }
         if call.secret:
             headers.update(signed_headers(call.secret, body, self.clock()))
+        # httpx's timeout bounds each read; the deadline bounds the whole call, so a
+        # function that trickles its answer cannot outlive the step's timeout (and lease).
+        deadline = time.monotonic() + call.timeout
         try:
             with self.client.stream(
                 "POST", call.url, content=body, headers=headers, timeout=call.timeout
@@ -92,6 +96,8 @@ class Invoker:
                 chunks: list[bytes] = []
                 size = 0
                 for chunk in resp.iter_bytes():
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("the answer took longer than the timeout")
                     size += len(chunk)
                     if size > self.max_body:
                         return Result(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -186,6 +187,26 @@ def test_timeout_is_retryable_then_fails(harness_factory: Any) -> None:
     assert s["error"]["code"] == "timeout"
 
 
+def test_an_answer_trickled_past_the_timeout_is_a_timeout(harness_factory: Any) -> None:
+    # Every read comes quickly (a byte each 0.2 s), the whole answer (4 s) does not:
+    # the step's timeout bounds the call, not each read.
+    h = harness_factory(
+        manifest("""
+  t:
+    steps:
+      s: { backend: fn, route: /trickle, payload: { every: 0.2, bytes: 20 }, timeout: 1s,
+           retry: { max: 0 } }
+""")
+    )
+    h.start_workers()
+    run_id = h.start("t")
+    view = h.wait(run_id, timeout=20)
+    assert view["status"] == "failed"
+    assert steps_of(view)["s"]["error"]["code"] == "timeout"
+    at = {e["type"]: e["at"] for e in h.rt.runs.history(run_id) if e.get("step") == "s"}
+    assert at["step.failed"] - at["step.started"] < 4.0  # not the whole 4 s body
+
+
 def test_large_output_goes_to_blob_store_and_arrives_intact(harness_factory: Any) -> None:
     h = harness_factory(
         manifest("""
@@ -239,7 +260,6 @@ def test_kill_lets_in_flight_land_and_skips_the_rest(harness_factory: Any) -> No
     for _ in range(100):
         if steps_of(h.rt.runs.view(run_id))["first"]["status"] == "dispatched":
             break
-        import time
 
         time.sleep(0.02)
     h.rt.runs.kill(run_id, "test says stop")

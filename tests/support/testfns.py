@@ -14,7 +14,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 
@@ -95,6 +95,21 @@ def create_app(rec: Recorder) -> Starlette:
         await asyncio.sleep(float(body.get("seconds", 1.0)))
         return JSONResponse({"slept": body.get("seconds", 1.0)})
 
+    async def trickle(request: Request) -> Response:
+        # Answers at once, then sends its body a byte every `every` seconds: each read
+        # is quick, the whole answer is not.
+        body, _ = await seen(request)
+        every, count = float(body.get("every", 0.2)), int(body.get("bytes", 20))
+
+        async def drip() -> Any:
+            yield b"["
+            for _ in range(count):
+                await asyncio.sleep(every)
+                yield b" "
+            yield b"]"
+
+        return StreamingResponse(drip(), media_type="application/json")
+
     async def gate(request: Request) -> Response:
         # Succeeds only when the run's input says {"ok": true}: a permanent 422 otherwise.
         body, _ = await seen(request)
@@ -141,6 +156,7 @@ def create_app(rec: Recorder) -> Starlette:
             Route("/flaky", flaky, methods=["POST"]),
             Route("/status", status, methods=["POST"]),
             Route("/slow", slow, methods=["POST"]),
+            Route("/trickle", trickle, methods=["POST"]),
             Route("/big", big, methods=["POST"]),
             Route("/gate", gate, methods=["POST"]),
             Route("/hold", hold, methods=["POST"]),

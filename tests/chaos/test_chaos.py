@@ -9,6 +9,7 @@ the regressions found at soak size (minutes each)."""
 
 from __future__ import annotations
 
+import heapq
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -263,3 +264,34 @@ def test_a_schedule_is_a_function_of_its_seed(seed: int) -> None:
     assert one != make_schedule(seed + 1, 24, workers=3, sweepers=2, lease=5)
     assert sum(e.kind == "restart-all" for e in one) == 1
     assert plan(seed, CI_SIZE, 12) == plan(seed, CI_SIZE, 12)
+
+
+def test_the_apis_history_must_keep_each_rows_order_and_be_oldest_first() -> None:
+    snap = clean()
+    events = snap.events[RUN]
+    i, j = (k for k, e in enumerate(events) if e.get("step") == "b"
+            and e["type"] in ("step.retrying", "step.started") and e.get("attempt") == 1)
+    events[i], events[j] = events[j], events[i]  # b's started after its retrying
+    assert "history-api" in found(snap)
+    snap = clean()
+    events = snap.events[RUN]
+    events.append(events.pop(0))  # the run's first entry listed last: not oldest first
+    assert "history-api" in found(snap)
+
+
+def test_a_late_write_timed_before_the_entry_it_follows_is_counted_not_failed() -> None:
+    snap = clean()
+    b = snap.steps[RUN]["b"]
+    hist = list(b.history)
+    # b's last write landed late: its time is before the retry's start it follows
+    hist[-1] = {**hist[-1], "at": T0 + 2.55}
+    snap = with_step(snap, "b", history=tuple(hist), finished_at=T0 + 2.55)
+    run = snap.runs[RUN]
+    snap.events[RUN] = list(heapq.merge(
+        [dict(e) for e in run.history], *([{**e, "step": s.step} for e in s.history]
+                                          for s in snap.steps[RUN].values()),
+        key=lambda e: float(e["at"])))
+    report = check(snap, bound=60)
+    assert report.violations == [], report.violations
+    assert report.figures["findings"] == {
+        "history entry timed before the one it follows (late write)": 1}

@@ -163,7 +163,12 @@ class RunService:
     def launch(self, run: RunRecord) -> None:
         """Write a started run's step rows and dispatch the ones that are ready."""
         rows = self.rows_for(run)
-        self.store.put_steps(rows)
+        # A sweep rebuilds the rows of a start that looks dead `settle` after it began:
+        # a start that stalled (paused, retried) past half of that creates the rest of its
+        # rows one by one, each only if absent, rather than overwrite them.
+        began = run.started_at or run.created_at
+        self.store.put_steps(rows, fence=began + self.store.wake.settle / 2,
+                             clock=self.adv.clock)
         ready = [
             Dispatch(run_id=run.run_id, step=r.step, attempt=1)
             for r in rows

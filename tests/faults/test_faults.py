@@ -319,3 +319,24 @@ def test_a_commit_that_landed_after_its_own_wake_is_still_followed_up(
         time.sleep(0.2)
     assert h.wait(run_id)["status"] == "success"
     assert len(recorder.for_step(run_id, "two")) == 1
+
+
+def test_a_start_past_its_fence_keeps_the_rows_a_sweep_rebuilt(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    # The start wrote its run row and stalled; a sweep rebuilt the rows and the run went
+    # on. When the start comes back past its fence, it creates only what is missing.
+    h = harness_factory(CHAIN)
+    rt = h.rt
+    run_id = h.start("chain")
+    rows = rt.store.query_steps(run_id)
+    t0 = time.time()
+    rt.store.claim(run_id, "one", 1, Lease("w", t0 + 60), t0)  # moved on meanwhile
+    stale = rt.runs.rows_for(rt.store.get_run(run_id, t0))  # type: ignore[arg-type]
+    assert {r.step for r in stale} == {r.step for r in rows}
+    rt.store.put_steps(stale, fence=t0 - 1)  # past its fence: nothing overwritten
+    one = rt.store.get_step(run_id, "one")
+    assert one is not None and one.claimed and one.lease_owner == "w"
+    rt.store.put_steps(stale, fence=time.time() + 60)  # within it: the batch, as always
+    one = rt.store.get_step(run_id, "one")
+    assert one is not None and not one.claimed  # (which is why the fence exists)

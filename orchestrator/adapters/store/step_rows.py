@@ -3,7 +3,9 @@ row, of a run's rows (optionally states only) and of step outputs."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -12,7 +14,7 @@ from orchestrator.adapters.store.codec import step_from_item, step_to_item
 from orchestrator.adapters.store.tables import Tables, step_key
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.wakes import step_wake
-from orchestrator.errors import StoreError
+from orchestrator.errors import ConditionFailed, StoreError
 
 __all__ = ["STATE_PROJECTION", "StepRows"]
 
@@ -24,8 +26,33 @@ STATE_PROJECTION = (
 )
 
 
+class FenceClosed(Exception):
+    """A start's batch write was about to be sent past its fence."""
+
+
+class _Fence:
+    """Sets the calling thread's fence for the requests made inside it."""
+
+    def __init__(self, rows: StepRows, fence: float | None, clock: Callable[[], float]) -> None:
+        self.rows, self.fence, self.clock = rows, fence, clock
+
+    def __enter__(self) -> None:
+        self.rows._fence_local.until = self.fence
+        self.rows._fence_local.clock = self.clock
+
+    def __exit__(self, *exc: object) -> None:
+        self.rows._fence_local.until = None
+
+
 class StepRows(Tables):
     """Whole-row writes and reads of the steps table."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fence_local = threading.local()
+        # Checked as each attempt is built (retries included), just before it is sent.
+        self.ddb.meta.events.register("request-created.dynamodb.BatchWriteItem",
+                                      self._check_fence)
 
     def _item(self, row: StepRecord) -> dict[str, Any]:
         """A whole row as an item, with its wake if the record does not carry one."""
@@ -33,19 +60,54 @@ class StepRows(Tables):
             row = replace(row, wake_at=step_wake(row, self.wake))
         return step_to_item(row)
 
-    def put_steps(self, rows: Sequence[StepRecord]) -> None:
-        """Write whole rows (new runs, and the expiry stamp of a finished run)."""
+    def put_steps(
+        self,
+        rows: Sequence[StepRecord],
+        *,
+        fence: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Write whole rows of a new run, 25 to a request.
+
+        `fence` (a wall time): no batch may reach DynamoDB after it. A sweep rebuilds
+        the rows of a run whose start looks dead (`settle` after it began) with
+        conditional creates, and workers move them on; a batch write is unconditional,
+        so a start that stalled past the fence (its process paused, its request retried)
+        must not overwrite them. From the fence on, what is left is created row by row,
+        each only if absent. The fence is checked as each request is sent (retries
+        included), so only a request already on the wire can land after it."""
         items = [{"PutRequest": {"Item": self._item(r)}} for r in rows]
         for i in range(0, len(items), 25):
             pending: dict[str, Any] = {self.steps: items[i : i + 25]}
-            for _ in range(10):
-                with _translate("write steps"):
-                    resp = self.ddb.batch_write_item(RequestItems=pending)
-                pending = resp.get("UnprocessedItems") or {}
-                if not pending:
-                    break
-            else:
-                raise StoreError("write steps: DynamoDB kept items unprocessed")
+            try:
+                for _ in range(10):
+                    with _Fence(self, fence, clock), _translate("write steps"):
+                        resp = self.ddb.batch_write_item(RequestItems=pending)
+                    pending = resp.get("UnprocessedItems") or {}
+                    if not pending:
+                        break
+                else:
+                    raise StoreError("write steps: DynamoDB kept items unprocessed")
+            except FenceClosed:
+                late = [r["PutRequest"]["Item"] for r in pending.get(self.steps, [])]
+                late += [r["PutRequest"]["Item"] for r in items[i + 25 :]]
+                for item in late:
+                    self._create_if_absent(item)
+                return
+
+    def _check_fence(self, **_: Any) -> None:
+        """botocore request-created: refuse to send a batch write past its fence."""
+        fence = getattr(self._fence_local, "until", None)
+        if fence is not None and self._fence_local.clock() > fence:
+            raise FenceClosed(f"the start's rows are past their fence ({fence:.3f})")
+
+    def _create_if_absent(self, item: dict[str, Any]) -> None:
+        try:
+            with _translate(f"step {item['run_id']['S']}/{item['step']['S']}: create"):
+                self.ddb.put_item(TableName=self.steps, Item=item,
+                                  ConditionExpression="attribute_not_exists(run_id)")
+        except ConditionFailed:
+            pass  # a sweep made it (and it may have moved on): keep it
 
     def create_step_if_absent(self, row: StepRecord) -> None:
         with _translate(f"step {row.run_id}/{row.step}: create"):

@@ -101,6 +101,7 @@ class Worker:
             return
         if msg.due_at is not None and msg.due_at > now:
             self.sleep(msg.due_at - now)  # at most EARLY_WAIT: SQS delays are whole seconds
+            now = self.clock()  # the attempt starts now, not when its message came
         if isinstance(msg, AdmitRun):
             if self.admit is not None:
                 self.admit(msg.run_id)

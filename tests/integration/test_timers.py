@@ -43,3 +43,17 @@ def test_a_timer_beyond_15_minutes_is_redelayed_not_run(harness_factory: Any) ->
     worker.handle(Dispatch(run_id=run_id, step="only", attempt=1, due_at=due))
     row = h.rt.store.get_step(run_id, "only")
     assert row is not None and row.status is StepStatus.SUCCESS
+
+
+def test_an_attempt_waited_out_in_the_worker_starts_at_its_due_time(harness_factory: Any) -> None:
+    # A timer message a little early (SQS delays are whole seconds) is waited out in the
+    # worker: the attempt's start is stamped after the wait, never before its due time.
+    h = harness_factory(ONE)
+    run_id = h.start("one")
+    now = [2_000_000.0]
+    worker = h.rt.worker(sleep=lambda s: now.__setitem__(0, now[0] + s))
+    worker.clock = lambda: now[0]
+    due = now[0] + 0.6
+    worker.handle(Dispatch(run_id=run_id, step="only", attempt=1, due_at=due))
+    (started,) = [e for e in h.rt.runs.history(run_id) if e["type"] == "step.started"]
+    assert started["at"] >= due

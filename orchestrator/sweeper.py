@@ -206,11 +206,14 @@ class Sweeper:
                 log.warning("sweep of %s failed: %s", run_id, exc)
 
     def sweep_queued(self, run: RunRecord, now: float, report: SweepReport) -> None:
-        """A run waiting for admission whose wake passed (`settle` after its arrival or
-        its throttle slot): carry it on, in case its start or its timer was lost. One
-        waiting for a busy group is admitted when the holder finishes (`on_finished`)."""
+        """A run waiting for admission `settle` past its arrival or its throttle slot
+        (its wake): carry it on, in case its start or its timer was lost. A younger one
+        (the full sweep sees every run) is left to its start: two arrivals at once would
+        each take a throttle slot. One waiting for a busy group is admitted when the
+        holder finishes (`on_finished`)."""
         report.queued += 1
-        if self.on_queued is not None:
+        since = max(run.created_at, run.admit_at or 0.0)
+        if self.on_queued is not None and now - since >= self.policy.settle:
             self.on_queued(run)
 
     def sweep_run(

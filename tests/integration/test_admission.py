@@ -239,3 +239,33 @@ def test_group_under_three_worker_processes_never_admits_two_runs_of_a_key(
     for t in tenants:
         assert len(recorder.held[t]) == 4
         assert no_overlap(recorder.held[t]), recorder.held[t]
+
+
+def test_a_sweep_racing_a_queued_runs_arrival_takes_no_second_slot(
+    harness_factory: Any,
+) -> None:
+    # A sweep (here the full one, which sees every running and queued run) comes while
+    # a throttled run's start is between taking its slot and recording it: the sweep
+    # leaves a run that young to its start, so no slot is taken twice and wasted.
+    from orchestrator.adapters.aws import make_clients
+    from orchestrator.runtime import Runtime
+
+    h = harness_factory(MANIFEST)
+    other = Runtime.build(h.rt.settings, h.rt.manifest, clients=make_clients(h.rt.settings))
+    first = h.rt.runs.start("enrich", {"tenant": "race"})[0].run_id  # starts on arrival
+    swept: list[Any] = []
+
+    def sweep_once(params: dict[str, Any], **_: Any) -> None:
+        # right before the start records its slot (it has taken it already)
+        if not swept and "admit_at = :at" in params.get("UpdateExpression", ""):
+            swept.append(other.sweeper().sweep())
+
+    h.rt.clients.dynamodb.meta.events.register("before-parameter-build.dynamodb.UpdateItem",
+                                               sweep_once)
+    second = h.rt.runs.start("enrich", {"tenant": "race"})[0].run_id
+    third = h.rt.runs.start("enrich", {"tenant": "race"})[0].run_id
+    assert swept and swept[0].queued >= 1  # the sweep saw the queued run
+    slots = [h.rt.runs.get(r).admit_at for r in (first, second, third)]
+    assert None not in slots
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(slots)]  # type: ignore[operator]
+    assert gaps == [0.5, 0.5]  # each the next slot: none taken twice and wasted

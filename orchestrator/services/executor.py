@@ -378,7 +378,12 @@ class Executor:
             self.store.finish_run(run_id, done.status, done.error, now, done.expires_at,
                                   halted=halted_too)
         except ConditionFailed:
-            return None
+            if not halted_too:
+                return None
+            try:  # the halter recorded its halt meanwhile: finish without another
+                self.store.finish_run(run_id, done.status, done.error, now, done.expires_at)
+            except ConditionFailed:
+                return None
         try:
             self.on_finish(run)
         except OrchestratorError as exc:  # the sweeper repairs what this left undone

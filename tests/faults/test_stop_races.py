@@ -329,3 +329,44 @@ def test_a_halt_still_being_recorded_when_the_run_finished_is_in_its_history(
     kinds = [e["type"] for e in run.history]
     assert kinds.count("run.halted") == 1 and kinds.index("run.halted") < kinds.index("run.failed")
     assert boom.claimed
+
+
+def test_a_halt_recorded_while_the_run_finishes_is_in_its_history_once(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    # As above, but the halter writes `run.halted` between the finisher's read of the
+    # rows and its finish: the finish records no second halt.
+    h, other, _ = setup(harness_factory)
+    run_id = h.start("w")
+    slow = claim(other, run_id, "slow", "other-worker")
+    flaky = claim(other, run_id, "flaky", "other-worker")
+    claim(h.rt, run_id, "boom", "halter")
+    failed = h.rt.store.record_failure(run_id, "boom", 1, "halter",
+                                       error={"code": "http_error", "message": "422"},
+                                       now=time.time())
+    tally = Tally()
+    tally.add(run_id)
+    h.rt.executor.stop(run_id, "run halted: step boom failed", tally)
+    h.rt.executor.flush(tally)
+
+    def land(row: StepRecord) -> None:
+        t = Tally()
+        other.executor.succeed(row, RunContext.of(other.store.get_run(run_id, time.time())),
+                               '{"ok": 1}', None, 9, t, keep_one=None)
+        other.executor.flush(t)
+
+    land(slow)
+    halts: list[bool] = []
+
+    def halt_now(**_: Any) -> None:  # right after the finisher read the rows
+        if not halts:
+            halts.append(True)
+            h.rt.store.mark_halted(run_id, after_failure(OnFailure.HALT, failed).error,
+                                   time.time())
+
+    other.clients.dynamodb.meta.events.register("after-call.dynamodb.Query", halt_now)
+    land(flaky)
+    run = h.rt.store.get_run(run_id, time.time())
+    assert halts and run is not None and run.status.value == "failed" and run.halted
+    kinds = [e["type"] for e in run.history]
+    assert kinds.count("run.halted") == 1 and kinds.index("run.halted") < kinds.index("run.failed")

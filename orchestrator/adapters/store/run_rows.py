@@ -184,7 +184,8 @@ class RunRows(Tables):
         halted: bool = False,
     ) -> None:
         """Finish a running run. `halted`: record its halt too, first (a failed step's
-        halt that had not been recorded when the last step in flight landed)."""
+        halt that had not been recorded when the last step in flight landed), only if
+        no halt is recorded: ConditionFailed if one was meanwhile."""
         move = RUN_MOVES[_FINISH[status]]
         values: dict[str, Any] = {":now": num(now), ":exp": num(expires_at)}
         short = None if error is None else short_error(error)
@@ -205,7 +206,8 @@ class RunRows(Tables):
             update += ", #e = if_not_exists(#e, :err)" if keep else ", #e = :err"
             values[":err"] = {"S": dumps(error)}
             names["#e"] = "error"
-        self._update_running(run_id, move, update + " REMOVE active", values, names=names)
+        self._update_running(run_id, move, update + " REMOVE active", values, names=names,
+                             also="halted <> :t" if halted else "")
 
     def arm_run(self, run_id: str, at: float, now: float) -> bool:
         """Wake a running run at `at`, unless it already wakes between now and then."""

@@ -115,17 +115,3 @@ class Queues:
             ]
             with _translate("keep messages invisible"):
                 self.sqs.change_message_visibility_batch(QueueUrl=url, Entries=entries)
-
-    def backlog(self, url: str) -> int:
-        """Messages visible or in flight (not the delayed ones)."""
-        with _translate("queue depth"):
-            attrs = self.sqs.get_queue_attributes(
-                QueueUrl=url,
-                AttributeNames=[
-                    "ApproximateNumberOfMessages",
-                    "ApproximateNumberOfMessagesNotVisible",
-                ],
-            )["Attributes"]
-        return int(attrs.get("ApproximateNumberOfMessages", 0)) + int(
-            attrs.get("ApproximateNumberOfMessagesNotVisible", 0)
-        )

@@ -299,14 +299,12 @@ def test_a_cancel_whose_pass_runs_while_the_launch_writes_rows_starts_nothing(
     assert {s["status"] for s in view["steps"]} == {"skipped"}
 
 
-def test_a_halt_still_being_recorded_when_the_run_finished_is_in_its_history(
-    harness_factory: Any, recorder: Recorder
-) -> None:
-    # boom fails; its worker's stop pass is slow. Meanwhile the last step in flight
-    # lands and finishes the run (failed) before the halter writes `run.halted`: the
-    # finish records the halt, so the run's history says it halted, once.
-    h, other, _ = setup(harness_factory)
-    run_id = h.start("w")
+def halting_with_two_in_flight(
+    h: Harness, other: Runtime, run_id: str
+) -> tuple[StepRecord, StepRecord, StepRecord, StepRecord]:
+    """boom failed under its halter's lease and the stop pass flagged slow and flaky,
+    both in flight under `other`: (slow, flaky, boom's claim, its failed row). The
+    halter has not written `run.halted` yet."""
     slow = claim(other, run_id, "slow", "other-worker")
     flaky = claim(other, run_id, "flaky", "other-worker")
     boom = claim(h.rt, run_id, "boom", "halter")
@@ -317,11 +315,28 @@ def test_a_halt_still_being_recorded_when_the_run_finished_is_in_its_history(
     tally.add(run_id)  # boom's count (a sink)
     h.rt.executor.stop(run_id, "run halted: step boom failed", tally)  # flags both
     h.rt.executor.flush(tally)
+    return slow, flaky, boom, failed
+
+
+def land(other: Runtime, run_id: str, row: StepRecord) -> None:
+    """The step in flight under `other` succeeds."""
+    t = Tally()
+    other.executor.succeed(row, RunContext.of(other.store.get_run(run_id, time.time())),  # type: ignore[arg-type]
+                           '{"ok": 1}', None, 9, t, keep_one=None)
+    other.executor.flush(t)
+
+
+def test_a_halt_still_being_recorded_when_the_run_finished_is_in_its_history(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    # boom fails; its worker's stop pass is slow. Meanwhile the last step in flight
+    # lands and finishes the run (failed) before the halter writes `run.halted`: the
+    # finish records the halt, so the run's history says it halted, once.
+    h, other, _ = setup(harness_factory)
+    run_id = h.start("w")
+    slow, flaky, boom, failed = halting_with_two_in_flight(h, other, run_id)
     for row in (flaky, slow):  # the steps in flight land, before the halter goes on
-        t = Tally()
-        other.executor.succeed(row, RunContext.of(other.store.get_run(run_id, time.time())),
-                               '{"ok": 1}', None, 9, t, keep_one=None)
-        other.executor.flush(t)
+        land(other, run_id, row)
     assert h.rt.store.get_run(run_id, time.time()).status.value == "failed"  # type: ignore[union-attr]
     h.rt.executor.halt(run_id, after_failure(OnFailure.HALT, failed), Tally())  # too late
     run = h.rt.store.get_run(run_id, time.time())
@@ -338,34 +353,18 @@ def test_a_halt_recorded_while_the_run_finishes_is_in_its_history_once(
     # rows and its finish: the finish records no second halt.
     h, other, _ = setup(harness_factory)
     run_id = h.start("w")
-    slow = claim(other, run_id, "slow", "other-worker")
-    flaky = claim(other, run_id, "flaky", "other-worker")
-    claim(h.rt, run_id, "boom", "halter")
-    failed = h.rt.store.record_failure(run_id, "boom", 1, "halter",
-                                       error={"code": "http_error", "message": "422"},
-                                       now=time.time())
-    tally = Tally()
-    tally.add(run_id)
-    h.rt.executor.stop(run_id, "run halted: step boom failed", tally)
-    h.rt.executor.flush(tally)
-
-    def land(row: StepRecord) -> None:
-        t = Tally()
-        other.executor.succeed(row, RunContext.of(other.store.get_run(run_id, time.time())),
-                               '{"ok": 1}', None, 9, t, keep_one=None)
-        other.executor.flush(t)
-
-    land(slow)
+    slow, flaky, _, failed = halting_with_two_in_flight(h, other, run_id)
+    land(other, run_id, slow)
     halts: list[bool] = []
 
     def halt_now(**_: Any) -> None:  # right after the finisher read the rows
         if not halts:
             halts.append(True)
-            h.rt.store.mark_halted(run_id, after_failure(OnFailure.HALT, failed).error,
+            h.rt.store.mark_halted(run_id, after_failure(OnFailure.HALT, failed).error,  # type: ignore[union-attr]
                                    time.time())
 
     other.clients.dynamodb.meta.events.register("after-call.dynamodb.Query", halt_now)
-    land(flaky)
+    land(other, run_id, flaky)
     run = h.rt.store.get_run(run_id, time.time())
     assert halts and run is not None and run.status.value == "failed" and run.halted
     kinds = [e["type"] for e in run.history]

@@ -38,6 +38,8 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.test import EnvironBuilder
 
+from infra import moto_speedups
+
 __all__ = ["Emulator", "InProcess", "SerializeDynamoDB"]
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -189,6 +191,7 @@ class Emulator:
     def start(self) -> Emulator:
         if self._server is not None:
             raise RuntimeError(f"the emulator is already running at {self.url}")
+        moto_speedups.install()
         self._dispatcher = DomainDispatcherApplication(create_backend_app)
         app = SerializeDynamoDB(self._dispatcher)
         # Threaded: a thread per request (werkzeug closes the connection after each

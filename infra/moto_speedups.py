@@ -1,0 +1,186 @@
+"""Work moto's DynamoDB repeats on every UpdateItem, done once per distinct expression.
+
+moto parses an UpdateExpression into an AST twice per request (in the response handler
+and again in the backend), deep-copies the AST before validating it, and runs three
+validators that depend only on the expression, its attribute names and the table's keys
+(clause counts, overlapping paths, key attributes updated). The orchestrator sends a few
+dozen distinct expressions, millions of times: the parse is memoized by expression text,
+the copy is a pickle round trip of the memoized tree, and those three validators run once
+per (expression, names, table keys). A ConditionExpression's tokens are memoized by its
+text the same way, and the tree walk looks up which node types a validator handles once
+per walk instead of at every node. Everything that depends on the values or the item
+(value resolution, functions, type checks, the write itself) still runs on every request,
+so every answer and every error stays moto's own.
+
+`install()` applies this only to the moto version it was checked against (see
+CHECKED_MOTO); on any other, or with ORCH_MOTO_STOCK=1 in the environment (to compare, or
+to rule the memo out), it does nothing and moto runs unmodified, only slower."""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+import threading
+from collections import OrderedDict, deque
+from typing import Any
+
+import moto
+from moto.dynamodb.comparisons import ConditionExpressionParser
+from moto.dynamodb.parsing import validators
+from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
+    DepthFirstTraverser,
+    Node,
+)
+from moto.dynamodb.parsing.expressions import (  # type: ignore[attr-defined]
+    UpdateExpressionParser,
+)
+
+__all__ = ["CHECKED_MOTO", "install", "installed", "uninstall"]
+
+CHECKED_MOTO = ("5.2.",)
+# Validators that read nothing but the tree, the attribute names and the table's keys.
+PURE = (
+    validators.ActionCountValidator,
+    validators.OverlappingPathsValidator,
+    validators.UpdateHashRangeKeyValidator,
+)
+CACHE_SIZE = 512
+
+_lock = threading.Lock()
+_trees: OrderedDict[str, tuple[Any, bytes]] = OrderedDict()  # expression -> (tree, pickled)
+_pickled: dict[int, bytes] = {}  # id(tree) -> its pickle, for trees held in _trees
+_tokens: OrderedDict[str, tuple[Any, ...]] = OrderedDict()  # condition -> its tokens
+_passed: set[tuple[int, tuple[tuple[str, str], ...], tuple[str, ...]]] = set()
+_state = {"installed": False}
+_stock: dict[str, Any] = {}
+
+
+def installed() -> bool:
+    return _state["installed"]
+
+
+def _make(cls: type, expression_str: str) -> Any:
+    with _lock:
+        hit = _trees.get(expression_str)
+        if hit is not None:
+            _trees.move_to_end(expression_str)
+            return hit[0]
+    tree = _stock["make"].__func__(cls, expression_str)  # raises for a bad expression
+    data = pickle.dumps(tree, pickle.HIGHEST_PROTOCOL)
+    with _lock:
+        if expression_str not in _trees:
+            _trees[expression_str] = (tree, data)
+            _pickled[id(tree)] = data
+            while len(_trees) > CACHE_SIZE:
+                _, (old, _data) = _trees.popitem(last=False)
+                _pickled.pop(id(old), None)
+                _passed.difference_update({k for k in _passed if k[0] == id(old)})
+        return _trees[expression_str][0]
+
+
+def _key(self: Any, expression: Any) -> tuple[int, tuple[tuple[str, str], ...], tuple[str, ...]]:
+    names = tuple(sorted((self.expression_attribute_names or {}).items()))
+    return (id(expression), names, tuple(self.table.table_key_attrs))
+
+
+def _validator_init(self: Any, expression: Any, expression_attribute_names: Any,
+                    expression_attribute_values: Any, item: Any, table: Any) -> None:
+    # moto's own __init__, with the copy and the pure validators taken from the memo.
+    self.expression_attribute_names = expression_attribute_names
+    self.expression_attribute_values = expression_attribute_values
+    self.item = item
+    self.table = table
+    with _lock:
+        data = _pickled.get(id(expression))
+        self._memo_key = _key(self, expression) if data is not None else None
+        known = self._memo_key in _passed
+    processors = self.get_ast_processors()
+    if known:
+        processors = [p for p in processors if not isinstance(p, PURE)]
+    self.processors = processors
+    self.node_to_validate = (
+        pickle.loads(data) if data is not None else copy.deepcopy(expression)
+    )
+
+
+def _validate(self: Any) -> Any:
+    node = _stock["validate"](self)
+    key = getattr(self, "_memo_key", None)
+    if key is not None:
+        with _lock:
+            _passed.add(key)
+    return node
+
+
+def _lex(self: Any) -> Any:
+    text = self.condition_expression
+    with _lock:
+        hit = _tokens.get(text)
+    if hit is None:
+        hit = tuple(_stock["lex"](self))  # raises for a bad expression
+        with _lock:
+            _tokens[text] = hit
+            while len(_tokens) > CACHE_SIZE:
+                _tokens.popitem(last=False)
+    # Fresh tokens each time: the parser's later passes own them.
+    return deque(t._replace(children=[]) for t in hit)
+
+
+def _walk(self: Any, node: Any, child_id: int = -1) -> Any:
+    # moto's DepthFirstTraverser.traverse_node_recursively, with the processed node
+    # types computed once per traverser (moto rebuilds them at every node).
+    if isinstance(node, Node):
+        types = self.__dict__.get("_memo_types")
+        if types is None:
+            types = self._memo_types = self.nodes_to_be_processed()
+        parent_node = node.parent
+        if node.children is not None:
+            for i, child_node in enumerate(node.children):
+                self.pre_processing_of_child(node, i)
+                self.traverse_node_recursively(child_node, i)
+        if isinstance(node, types):
+            node = self.process(node)
+            node.parent = parent_node
+            if parent_node:
+                parent_node.children[child_id] = node
+    return node
+
+
+def install() -> bool:
+    """Apply the memo to moto's DynamoDB (idempotent). False if moto's version is not
+    the one checked: moto then runs as shipped."""
+    with _lock:
+        if _state["installed"]:
+            return True
+        if os.environ.get("ORCH_MOTO_STOCK") or not moto.__version__.startswith(CHECKED_MOTO):
+            return False
+        _stock["make"] = UpdateExpressionParser.__dict__["make"]
+        _stock["init"] = validators.Validator.__init__
+        _stock["validate"] = validators.Validator.validate
+        _stock["lex"] = ConditionExpressionParser._lex_condition_expression
+        _stock["walk"] = DepthFirstTraverser.traverse_node_recursively
+        UpdateExpressionParser.make = classmethod(_make)  # type: ignore[method-assign,assignment]
+        validators.Validator.__init__ = _validator_init  # type: ignore[method-assign]
+        validators.Validator.validate = _validate  # type: ignore[method-assign]
+        ConditionExpressionParser._lex_condition_expression = _lex  # type: ignore[method-assign]
+        DepthFirstTraverser.traverse_node_recursively = _walk  # type: ignore[method-assign]
+        _state["installed"] = True
+        return True
+
+
+def uninstall() -> None:
+    """Put moto back as shipped (for comparisons: tests, benchmarks' before)."""
+    with _lock:
+        if not _state["installed"]:
+            return
+        UpdateExpressionParser.make = _stock["make"]  # type: ignore[method-assign]
+        validators.Validator.__init__ = _stock["init"]  # type: ignore[method-assign]
+        validators.Validator.validate = _stock["validate"]  # type: ignore[method-assign]
+        ConditionExpressionParser._lex_condition_expression = _stock["lex"]  # type: ignore[method-assign]
+        DepthFirstTraverser.traverse_node_recursively = _stock["walk"]  # type: ignore[method-assign]
+        _trees.clear()
+        _pickled.clear()
+        _tokens.clear()
+        _passed.clear()
+        _state["installed"] = False

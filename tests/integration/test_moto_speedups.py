@@ -1,0 +1,142 @@
+"""The emulator's memo of moto's DynamoDB expression work (infra/moto_speedups.py) answers
+exactly as moto does: the same items, the same errors, also when one expression text comes
+back with other names or values that make it invalid."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from infra import moto_speedups
+from infra.emulator import Emulator
+from orchestrator.adapters.aws import make_clients
+from orchestrator.settings import Settings
+
+SET_MANY = (
+    "SET #s = :d, lease_owner = :o, lease_until = #t + :lu, started_at ="
+    " if_not_exists(started_at, :now), #h = list_append(if_not_exists(#h, :nil), :h)"
+    " REMOVE due_at"
+)
+GUARD = "attempt = :n AND attribute_not_exists(lease_owner) AND #s IN (:r, :x)"
+
+
+def values(**extra: Any) -> dict[str, Any]:
+    base = {":d": {"S": "dispatched"}, ":o": {"S": "w"}, ":lu": {"N": "5"},
+            ":now": {"N": "1"}, ":nil": {"L": []}, ":h": {"L": [{"S": "e"}]},
+            ":n": {"N": "1"}, ":r": {"S": "ready"}, ":x": {"S": "dispatched"}}
+    base.update(extra)
+    return base
+
+
+NAMES = {"#s": "status", "#t": "timeout", "#h": "history"}
+
+# (key, request) pairs; each row starts as {status: ready, attempt: 1, timeout: 60}.
+SCRIPT: list[tuple[str, dict[str, Any]]] = [
+    ("a", {"UpdateExpression": SET_MANY, "ConditionExpression": GUARD,
+           "ExpressionAttributeNames": NAMES, "ExpressionAttributeValues": values(),
+           "ReturnValues": "ALL_NEW"}),
+    # The same texts again: the guard is false now (lease_owner exists).
+    ("a", {"UpdateExpression": SET_MANY, "ConditionExpression": GUARD,
+           "ExpressionAttributeNames": NAMES, "ExpressionAttributeValues": values(),
+           "ReturnValues": "ALL_NEW"}),
+    ("b", {"UpdateExpression": SET_MANY, "ConditionExpression": GUARD,
+           "ExpressionAttributeNames": NAMES,
+           "ExpressionAttributeValues": values(**{":lu": {"N": "7"}}),
+           "ReturnValues": "UPDATED_NEW"}),
+    # One text, two name maps: valid, then two actions on one path, then a key attribute.
+    ("c", {"UpdateExpression": "SET #a = :x, #b = :y", "ExpressionAttributeNames":
+           {"#a": "p", "#b": "q"}, "ExpressionAttributeValues": {":x": {"S": "1"},
+                                                                  ":y": {"S": "2"}},
+           "ReturnValues": "ALL_NEW"}),
+    ("c", {"UpdateExpression": "SET #a = :x, #b = :y", "ExpressionAttributeNames":
+           {"#a": "p", "#b": "p"}, "ExpressionAttributeValues": {":x": {"S": "1"},
+                                                                  ":y": {"S": "2"}}}),
+    ("c", {"UpdateExpression": "SET #a = :x, #b = :y", "ExpressionAttributeNames":
+           {"#a": "p", "#b": "step"}, "ExpressionAttributeValues": {":x": {"S": "1"},
+                                                                     ":y": {"S": "2"}}}),
+    ("c", {"UpdateExpression": "SET #a = :x, #b = :y", "ExpressionAttributeNames":
+           {"#a": "p", "#b": "q"}, "ExpressionAttributeValues": {":x": {"S": "3"},
+                                                                  ":y": {"S": "4"}},
+           "ReturnValues": "UPDATED_OLD"}),
+    # Values that break what the text means: arithmetic on a string, a missing value.
+    ("d", {"UpdateExpression": "SET lease_until = #t + :lu", "ExpressionAttributeNames":
+           {"#t": "timeout"}, "ExpressionAttributeValues": {":lu": {"S": "nope"}}}),
+    ("d", {"UpdateExpression": "SET lease_until = #t + :lu", "ExpressionAttributeNames":
+           {"#t": "timeout"}, "ExpressionAttributeValues": {":lu": {"N": "2"}},
+           "ReturnValues": "ALL_NEW"}),
+    ("d", {"UpdateExpression": "SET lease_until = #t + :lu", "ExpressionAttributeNames":
+           {"#t": "timeout"}, "ExpressionAttributeValues": {":other": {"N": "2"}}}),
+    # Malformed texts, each twice: errors are never memoized.
+    ("e", {"UpdateExpression": "SET a = :x SET b = :x",
+           "ExpressionAttributeValues": {":x": {"S": "1"}}}),
+    ("e", {"UpdateExpression": "SET a = :x SET b = :x",
+           "ExpressionAttributeValues": {":x": {"S": "1"}}}),
+    ("e", {"UpdateExpression": "SET a = :x", "ConditionExpression": "attempt = = :x",
+           "ExpressionAttributeValues": {":x": {"S": "1"}}}),
+    ("e", {"UpdateExpression": "SET a = :x", "ConditionExpression": "attempt = = :x",
+           "ExpressionAttributeValues": {":x": {"S": "1"}}}),
+    # One condition text, values that make it true, then false.
+    ("f", {"UpdateExpression": "ADD n :one", "ConditionExpression": "attempt = :n",
+           "ExpressionAttributeValues": {":one": {"N": "1"}, ":n": {"N": "1"}},
+           "ReturnValues": "UPDATED_NEW"}),
+    ("f", {"UpdateExpression": "ADD n :one", "ConditionExpression": "attempt = :n",
+           "ExpressionAttributeValues": {":one": {"N": "1"}, ":n": {"N": "2"}}}),
+]
+
+
+@pytest.fixture(scope="module")
+def ddb() -> Iterator[Any]:
+    with Emulator() as emulator:
+        clients = emulator.attach(make_clients(Settings(endpoint_url=emulator.url)))
+        yield clients.dynamodb
+
+
+def play(ddb: Any) -> list[Any]:
+    table = f"speedups-{uuid.uuid4().hex[:8]}"
+    ddb.create_table(
+        TableName=table, BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "run_id", "KeyType": "HASH"},
+                   {"AttributeName": "step", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "run_id", "AttributeType": "S"},
+                              {"AttributeName": "step", "AttributeType": "S"}])
+    for key in "abcdef":
+        ddb.put_item(TableName=table, Item={"run_id": {"S": "r"}, "step": {"S": key},
+                                            "status": {"S": "ready"}, "attempt": {"N": "1"},
+                                            "timeout": {"N": "60"}})
+    out: list[Any] = []
+    for key, request in SCRIPT:
+        try:
+            resp = ddb.update_item(TableName=table, Key={"run_id": {"S": "r"},
+                                                          "step": {"S": key}}, **request)
+            out.append(("ok", resp.get("Attributes")))
+        except ClientError as exc:
+            out.append(("error", exc.response["Error"]["Code"],
+                        exc.response["Error"]["Message"]))
+        except ValueError as exc:  # moto raises some parse errors as they are
+            out.append(("error", type(exc).__name__, str(exc)))
+    rows = ddb.scan(TableName=table, ConsistentRead=True)["Items"]
+    out.append(sorted(rows, key=lambda r: r["step"]["S"]))
+    return out
+
+
+def test_the_memo_is_installed_on_the_pinned_moto(ddb: Any) -> None:
+    assert moto_speedups.installed(), "Emulator.start installs the memo on moto 5.2"
+
+
+def test_memoized_moto_answers_exactly_as_stock_moto(ddb: Any) -> None:
+    moto_speedups.uninstall()
+    try:
+        stock = play(ddb)
+    finally:
+        assert moto_speedups.install()
+    first = play(ddb)  # fills the memo
+    again = play(ddb)  # answers from it
+    assert first == stock
+    assert again == stock
+    # The script exercised what it meant to: successes and each kind of error.
+    kinds = [r[0] for r in stock[:-1]]
+    assert kinds.count("ok") >= 5 and kinds.count("error") >= 8

@@ -20,7 +20,7 @@ from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Lease, Store
 from orchestrator.engine.attempts import Fail, Retry
-from orchestrator.engine.commands import HaltRun, SkipBranch, SkipStep, StopInFlight
+from orchestrator.engine.commands import Finish, HaltRun, SkipBranch, SkipStep, StopInFlight
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
@@ -29,6 +29,9 @@ from orchestrator.errors import ConditionFailed, OrchestratorError
 from orchestrator.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# Reads of a finishing run's rows, when steps keep landing between a read and its flags.
+FINISH_TRIES = 3
 
 __all__ = ["LRU", "Executor", "RunContext", "Tally"]
 
@@ -346,25 +349,33 @@ class Executor:
 
     def finish_if_done(self, run_id: str) -> RunStatus | None:
         """Verify against the rows (the counter is only a hint) and terminalize."""
-        now = self.clock()
-        run = self.store.get_run(run_id, now)
-        if run is None or run.status.terminal:
-            return None
-        steps = self.store.query_steps(run_id)
-        done = finish(
-            run, steps, now, ttl_success=self.settings.ttl_success,
-            ttl_failed=self.settings.ttl_failed,
-        )
-        if done is None:
+        for _ in range(FINISH_TRIES):
+            now = self.clock()
+            run = self.store.get_run(run_id, now)
+            if run is None or run.status.terminal:
+                return None
+            steps = self.store.query_steps(run_id)
+            done = finish(
+                run, steps, now, ttl_success=self.settings.ttl_success,
+                ttl_failed=self.settings.ttl_failed,
+            )
+            if done is not None:
+                return self._finish(run, done, now)
             # Every sink is done but a failing, halted or killed run still has steps in
             # flight (their branches below were skipped). Make those steps count too,
             # so the last of them to land finishes the run.
-            flagged = sum(
-                self.store.flag_counted(run_id, s.step) for s in steps if not s.status.terminal
-            )
+            moving = [s.step for s in steps if not s.status.terminal]
+            flagged = sum(self.store.flag_counted(run_id, name) for name in moving)
             if flagged:
                 self.store.decrement_remaining(run_id, -flagged, now)
-            return None
+            if flagged == len(moving):
+                return None
+            # A step landed between the read and its flag, uncounted: it may have been
+            # the last one, and nobody else would look. Read again.
+        return None
+
+    def _finish(self, run: RunRecord, done: Finish, now: float) -> RunStatus | None:
+        run_id = run.run_id
         # Step rows stamped their own expiry when they finished; only rows that would
         # expire before their run are written again (see engine.transitions.finish).
         for name in done.restamp:

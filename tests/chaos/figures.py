@@ -9,7 +9,9 @@ from typing import Any
 
 from tests.chaos.snapshot import Call, Snapshot
 
-__all__ = ["figures", "percentiles"]
+__all__ = ["figures", "percentiles", "slowest"]
+
+SLOWEST = 5
 
 
 def percentiles(values: list[float]) -> dict[str, float | int | None]:
@@ -22,6 +24,21 @@ def percentiles(values: list[float]) -> dict[str, float | int | None]:
         return round(xs[min(len(xs) - 1, max(0, int(p * len(xs) + 0.999999) - 1))], 3)
 
     return {"n": len(xs), "p50": rank(0.50), "p99": rank(0.99), "max": round(xs[-1], 3)}
+
+
+def slowest(cases: list[tuple[float, str, str, float]], faults: list[dict[str, Any]],
+            n: int = SLOWEST) -> list[dict[str, Any]]:
+    """The n longest waits (latency, run, step, from when) with the faults injected from
+    2 s before the wait began until it ended: where a tail comes from."""
+    out = []
+    for wait, run_id, step, since in sorted(cases, reverse=True)[:n]:
+        near = [f"{f.get('kind')}@{float(f.get('t', 0.0)) - since:+.1f}s"
+                + (f":{f.get('target') or f.get('proc') or ''}" if
+                   f.get("target") or f.get("proc") else "")
+                for f in faults if since - 2 <= float(f.get("t", 0.0)) <= since + wait]
+        out.append({"wait": round(wait, 3), "run": run_id, "step": step,
+                    "since": round(since, 3), "faults": near[:12]})
+    return out
 
 
 def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
@@ -45,6 +62,8 @@ def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
     ready_call: list[float] = []
     due_start: list[float] = []
     due_call: list[float] = []
+    ready_cases: list[tuple[float, str, str, float]] = []
+    due_cases: list[tuple[float, str, str, float]] = []
     for call in snap.calls:
         key = str(call.recv.get("key"))
         per_key[key] += 1
@@ -62,6 +81,7 @@ def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
                 nxt = next((x for x in hist[i + 1:] if x.get("type") == "step.started"), None)
                 if nxt is not None:
                     ready_start.append(float(nxt["at"]) - float(e["at"]))
+                    ready_cases.append((ready_start[-1], r.run_id, r.step, float(e["at"])))
                 if 1 in by_attempt:
                     ready_call.append(by_attempt[1].t - float(e["at"]))
             elif e.get("type") == "step.retrying" and e.get("due_at") is not None:
@@ -70,6 +90,7 @@ def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
                             and x.get("attempt") == a), None)
                 if nxt is not None:
                     due_start.append(float(nxt["at"]) - float(e["due_at"]))
+                    due_cases.append((due_start[-1], r.run_id, r.step, float(e["due_at"])))
                 if a in by_attempt:
                     due_call.append(by_attempt[a].t - float(e["due_at"]))
     finished = [r.finished_at for r in snap.runs.values() if r.finished_at is not None]
@@ -89,6 +110,8 @@ def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
         "ready_to_start": percentiles(ready_start), "ready_to_call": percentiles(ready_call),
         "due_to_start": percentiles(due_start), "due_to_call": percentiles(due_call),
         "history_start_before_due": percentiles(start_before_due),
+        "slowest_ready_to_start": slowest(ready_cases, snap.faults),
+        "slowest_due_to_start": slowest(due_cases, snap.faults),
         "settle_after_calm": None if not finished else round(
             max(0.0, max(finished) - snap.calm_at), 3),
         "largest_item": max(snap.item_sizes.values(), default=0),

@@ -43,6 +43,12 @@ workflows:
       a:    { backend: fn, route: /echo }
       x:    { backend: fn, route: /flaky, payload: { fail: 1 }, dependsOn: [a],
               retry: { max: 2, delay: 10ms } }
+  joined:
+    onFailure: continue-independent
+    steps:
+      boom:   { backend: fn, route: /status, payload: { code: 422 } }
+      side:   { backend: fn, route: /echo }
+      report: { backend: fn, route: /echo, dependsOn: [boom, side] }
   wide:
     steps:
 $WIDE
@@ -369,3 +375,30 @@ def test_a_halt_recorded_while_the_run_finishes_is_in_its_history_once(
     assert halts and run is not None and run.status.value == "failed" and run.halted
     kinds = [e["type"] for e in run.history]
     assert kinds.count("run.halted") == 1 and kinds.index("run.halted") < kinds.index("run.failed")
+
+
+def test_a_step_landing_while_its_finishing_run_reads_the_rows_still_finishes_it(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h, other, _ = setup(harness_factory)
+    run_id = h.start("joined")
+    side = claim(other, run_id, "side", "w2")
+    landed: list[bool] = []
+
+    def land_side() -> None:
+        # The finisher has read the rows (report skipped, side in flight) when side's
+        # worker records its success, before the finisher flags side to count.
+        report = other.store.get_step(run_id, "report")
+        if landed or report is None or report.status.value != "skipped":
+            return
+        other.store.record_success(run_id, "side", side.attempt, "w2", output_json="{}",
+                                   output_ref=None, size=2, now=time.time(), plain=True)
+        landed.append(True)
+
+    h.rt.clients.dynamodb.meta.events.register("after-call.dynamodb.Query",
+                                               lambda **_: land_side())
+    h.rt.worker().handle(Dispatch(run_id=run_id, step="boom", attempt=1))
+    assert landed
+    # No sweeper runs here: the finisher itself must see that side landed.
+    view = ends(h, run_id, "failed", skipped=("report",))
+    assert steps_of(view)["side"]["status"] == "success"

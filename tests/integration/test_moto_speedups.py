@@ -4,6 +4,7 @@ back with other names or values that make it invalid."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -123,10 +124,16 @@ def play(ddb: Any) -> list[Any]:
     return out
 
 
+stock_moto = pytest.mark.skipif(bool(os.environ.get("ORCH_MOTO_STOCK")),
+                                reason="ORCH_MOTO_STOCK=1: the memo is off on purpose")
+
+
+@stock_moto
 def test_the_memo_is_installed_on_the_pinned_moto(ddb: Any) -> None:
     assert moto_speedups.installed(), "Emulator.start installs the memo on moto 5.2"
 
 
+@stock_moto
 def test_memoized_moto_answers_exactly_as_stock_moto(ddb: Any) -> None:
     moto_speedups.uninstall()
     try:

@@ -27,17 +27,23 @@ def percentiles(values: list[float]) -> dict[str, float | int | None]:
 
 
 def slowest(cases: list[tuple[float, str, str, float]], faults: list[dict[str, Any]],
-            n: int = SLOWEST) -> list[dict[str, Any]]:
+            rows: dict[tuple[str, str], Any], n: int = SLOWEST) -> list[dict[str, Any]]:
     """The n longest waits (latency, run, step, from when) with the faults injected from
-    2 s before the wait began until it ended: where a tail comes from."""
+    2 s before the wait began until it ended, and the row's history over the wait: where
+    a tail comes from."""
     out = []
     for wait, run_id, step, since in sorted(cases, reverse=True)[:n]:
+        row = rows.get((run_id, step))
+        hist = [f"{e.get('type')}@{float(e['at']) - since:+.2f}s"
+                + (f"#{e['attempt']}" if e.get("attempt") else "")
+                for e in (row.history if row is not None else ())
+                if since - 1 <= float(e.get("at", 0.0)) <= since + wait + 0.5]
         near = [f"{f.get('kind')}@{float(f.get('t', 0.0)) - since:+.1f}s"
                 + (f":{f.get('target') or f.get('proc') or ''}" if
                    f.get("target") or f.get("proc") else "")
                 for f in faults if since - 2 <= float(f.get("t", 0.0)) <= since + wait]
         out.append({"wait": round(wait, 3), "run": run_id, "step": step,
-                    "since": round(since, 3), "faults": near[:12]})
+                    "since": round(since, 3), "history": hist, "faults": near[:16]})
     return out
 
 
@@ -46,6 +52,7 @@ def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
             violations: Counter[str]) -> dict[str, Any]:
     """The figures of a seed (`calls` by run and step, and what the checker counted)."""
     rows = [r for steps in snap.steps.values() for r in steps.values()]
+    by_key = {(r.run_id, r.step): r for r in rows}
     kinds: Counter[str] = Counter()
     for f in snap.faults:
         kind = str(f.get("kind"))
@@ -110,8 +117,8 @@ def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
         "ready_to_start": percentiles(ready_start), "ready_to_call": percentiles(ready_call),
         "due_to_start": percentiles(due_start), "due_to_call": percentiles(due_call),
         "history_start_before_due": percentiles(start_before_due),
-        "slowest_ready_to_start": slowest(ready_cases, snap.faults),
-        "slowest_due_to_start": slowest(due_cases, snap.faults),
+        "slowest_ready_to_start": slowest(ready_cases, snap.faults, by_key),
+        "slowest_due_to_start": slowest(due_cases, snap.faults, by_key),
         "settle_after_calm": None if not finished else round(
             max(0.0, max(finished) - snap.calm_at), 3),
         "largest_item": max(snap.item_sizes.values(), default=0),

@@ -8,7 +8,13 @@ dozen distinct expressions, millions of times: the parse is memoized by expressi
 the copy is a pickle round trip of the memoized tree, and those three validators run once
 per (expression, names, table keys). A ConditionExpression's tokens are memoized by its
 text the same way, and the tree walk looks up which node types a validator handles once
-per walk instead of at every node. Everything that depends on the values or the item
+per walk instead of at every node.
+
+Answers: moto's response serializer works out, for every member of every attribute value
+of every item, which spellings to look the member up under. For plain dicts (what
+DynamoDB answers are made of) those spellings are a pure function of the member's name and
+its shape in the service's model, which moto keeps for the life of the process: they are
+memoized. Everything that depends on the values or the item
 (value resolution, functions, type checks, the write itself) still runs on every request,
 so every answer and every error stays moto's own.
 
@@ -26,6 +32,8 @@ from collections import OrderedDict, deque
 from typing import Any
 
 import moto
+import moto.core.utils as moto_utils
+from moto.core.serialize import AttributePicker, XFormedAttributePicker
 from moto.dynamodb.comparisons import ConditionExpressionParser
 from moto.dynamodb.parsing import validators
 from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
@@ -51,6 +59,8 @@ _lock = threading.Lock()
 _trees: OrderedDict[str, tuple[Any, bytes]] = OrderedDict()  # expression -> (tree, pickled)
 _pickled: dict[int, bytes] = {}  # id(tree) -> its pickle, for trees held in _trees
 _tokens: OrderedDict[str, tuple[Any, ...]] = OrderedDict()  # condition -> its tokens
+_models: dict[str, Any] = {}  # service name -> moto's one ServiceModel of it
+_spellings: dict[tuple[Any, ...], tuple[str, ...]] = {}
 _passed: set[tuple[int, tuple[tuple[str, str], ...], tuple[str, ...]]] = set()
 _state = {"installed": False}
 _stock: dict[str, Any] = {}
@@ -147,6 +157,34 @@ def _walk(self: Any, node: Any, child_id: int = -1) -> Any:
     return node
 
 
+def _kept(service_model: Any) -> bool:
+    """Is this the model moto keeps for its service (so its shapes live on)?"""
+    name = service_model.service_name
+    kept = _models.get(name)
+    if kept is None:
+        kept = _models.setdefault(name, moto_utils.get_service_model(name))
+    return kept is service_model
+
+
+def _spelled(cls: type) -> Any:
+    stock = cls.__dict__["get_possible_keys"]
+
+    def get_possible_keys(self: Any, context: Any) -> Any:
+        # Only for dicts (no Meta aliases, one class name) and shapes of a kept model
+        # (shape objects live as long as it does, so their identity is a stable key).
+        if type(context.obj) is not dict or context.service_model is None or \
+                not _kept(context.service_model):
+            return stock(self, context)
+        key = (cls, id(self.alias_providers), context.key, id(context.shape))
+        hit = _spellings.get(key)
+        if hit is None:
+            hit = _spellings.setdefault(key, tuple(stock(self, context)))
+        return hit
+
+    _stock[f"keys:{cls.__name__}"] = stock
+    return get_possible_keys
+
+
 def install() -> bool:
     """Apply the memo to moto's DynamoDB (idempotent). False if moto's version is not
     the one checked: moto then runs as shipped."""
@@ -165,6 +203,8 @@ def install() -> bool:
         validators.Validator.validate = _validate  # type: ignore[method-assign]
         ConditionExpressionParser._lex_condition_expression = _lex  # type: ignore[method-assign]
         DepthFirstTraverser.traverse_node_recursively = _walk  # type: ignore[method-assign]
+        for cls in (AttributePicker, XFormedAttributePicker):
+            cls.get_possible_keys = _spelled(cls)  # type: ignore[method-assign]
         _state["installed"] = True
         return True
 
@@ -179,6 +219,10 @@ def uninstall() -> None:
         validators.Validator.validate = _stock["validate"]  # type: ignore[method-assign]
         ConditionExpressionParser._lex_condition_expression = _stock["lex"]  # type: ignore[method-assign]
         DepthFirstTraverser.traverse_node_recursively = _stock["walk"]  # type: ignore[method-assign]
+        for cls in (AttributePicker, XFormedAttributePicker):
+            cls.get_possible_keys = _stock[f"keys:{cls.__name__}"]  # type: ignore[method-assign]
+        _models.clear()
+        _spellings.clear()
         _trees.clear()
         _pickled.clear()
         _tokens.clear()

@@ -1,22 +1,30 @@
-"""Work moto's DynamoDB repeats on every UpdateItem, done once per distinct expression.
+"""Work moto's DynamoDB repeats on every request, done once, without changing an answer.
 
-moto parses an UpdateExpression into an AST twice per request (in the response handler
-and again in the backend), deep-copies the AST before validating it, and runs three
-validators that depend only on the expression, its attribute names and the table's keys
-(clause counts, overlapping paths, key attributes updated). The orchestrator sends a few
-dozen distinct expressions, millions of times: the parse is memoized by expression text,
-the copy is a pickle round trip of the memoized tree, and those three validators run once
-per (expression, names, table keys). A ConditionExpression's tokens are memoized by its
-text the same way, and the tree walk looks up which node types a validator handles once
-per walk instead of at every node.
+Updates: moto parses an UpdateExpression into an AST twice per request (in the response
+handler and again in the backend), deep-copies the AST before validating it, and runs
+three validators that depend only on the expression, its attribute names and the table's
+keys (clause counts, overlapping paths, key attributes updated). The orchestrator sends a
+few dozen distinct expressions, millions of times: the parse is memoized by expression
+text, the copy is a pickle round trip of the memoized tree, and those three validators run
+once per (expression, names, table keys). A ConditionExpression's tokens are memoized by
+its text the same way, and the tree walk looks up which node types a validator handles
+once per walk instead of at every node. Everything that depends on the values or the item
+(value resolution, functions, type checks, the write itself) still runs on every request,
+so every answer and every error stays moto's own.
 
 Answers: moto's response serializer works out, for every member of every attribute value
 of every item, which spellings to look the member up under. For plain dicts (what
 DynamoDB answers are made of) those spellings are a pure function of the member's name and
 its shape in the service's model, which moto keeps for the life of the process: they are
-memoized. Everything that depends on the values or the item
-(value resolution, functions, type checks, the write itself) still runs on every request,
-so every answer and every error stays moto's own.
+memoized.
+
+Index queries: moto's Query on an index sorts every item of the table, then sizes and
+sorts every item under the partition key before it applies the sort-key condition, so a
+query of a narrow range costs as much as reading the whole partition (the orchestrator's
+wake index keeps finished rows: every sweep paid for all of them). DynamoDB reads only the
+key range; the emulator hands moto's query only the items from the range's start on (in
+the query's direction): those before it moto steps over without any effect, so the items,
+order, pages and counts are the same.
 
 `install()` applies this only to the moto version it was checked against (see
 CHECKED_MOTO); on any other, or with ORCH_MOTO_STOCK=1 in the environment (to compare, or
@@ -35,6 +43,7 @@ import moto
 import moto.core.utils as moto_utils
 from moto.core.serialize import AttributePicker, XFormedAttributePicker
 from moto.dynamodb.comparisons import ConditionExpressionParser
+from moto.dynamodb.models.table import Table
 from moto.dynamodb.parsing import validators
 from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
     DepthFirstTraverser,
@@ -64,6 +73,9 @@ _spellings: dict[tuple[Any, ...], tuple[str, ...]] = {}
 _passed: set[tuple[int, tuple[tuple[str, str], ...], tuple[str, ...]]] = set()
 _state = {"installed": False}
 _stock: dict[str, Any] = {}
+# The index query running on this thread: (table, sort-key attribute, a test for the
+# values before its range).
+_range = threading.local()
 
 
 def installed() -> bool:
@@ -185,6 +197,73 @@ def _spelled(cls: type) -> Any:
     return get_possible_keys
 
 
+def _before(comparison: str, bounds: list[Any], forward: bool) -> Any:
+    """A test for sort-key values that come before the range in the query's direction
+    (None: nothing can be said). moto's query steps over those without any effect: no
+    result, no page, no count, and its page size is still 0 there."""
+    lo = {"BETWEEN": 0, "=": 0, "EQ": 0, ">": 0, "GT": 0, ">=": 0, "GE": 0}
+    hi = {"BETWEEN": 1, "=": 0, "EQ": 0, "<": 0, "LT": 0, "<=": 0, "LE": 0}
+    if forward and comparison in lo:
+        bound = bounds[lo[comparison]]
+        if comparison in (">", "GT"):
+            return lambda v: v <= bound
+        return lambda v: v < bound
+    if not forward and comparison in hi:
+        bound = bounds[hi[comparison]]
+        if comparison in ("<", "LT"):
+            return lambda v: v >= bound
+        return lambda v: v > bound
+    return None
+
+
+def _all_items(self: Any) -> list[Any]:
+    within = getattr(_range, "query", None)
+    if within is None or within[0] is not self:
+        return list(_stock["all_items"](self))
+    _, attr, before = within
+    items = []
+    for hash_set in self.items.values():
+        for item in (hash_set.values() if self.range_key_attr else (hash_set,)):
+            value = item.attrs.get(attr)
+            if value is not None:
+                try:
+                    if before(value.cast_value):
+                        continue
+                except TypeError:  # another type than the bound's: moto decides
+                    pass
+            items.append(item)
+    # moto's own order (all_items sorts the table by its keys), of fewer items.
+    return sorted(items, key=lambda x: (x.hash_key, x.range_key) if x.range_key else x.hash_key)
+
+
+def _index_range_attr(table: Any, index_name: str, conditions: Any) -> str | None:
+    if conditions:
+        return str(conditions[-1][0])
+    for index in table.all_indexes():
+        if index.name == index_name:
+            ranges = [k["AttributeName"] for k in index.schema if k["KeyType"] == "RANGE"]
+            return ranges[0] if len(ranges) == 1 else None
+    return None
+
+
+def _query(self: Any, hash_key: Any, range_comparison: Any, range_objs: Any, *args: Any,
+           **kwargs: Any) -> Any:
+    index_name = kwargs.get("index_name", args[4] if len(args) > 4 else None)
+    forward = kwargs.get("scan_index_forward", args[2] if len(args) > 2 else True)
+    attr = before = None
+    if index_name and range_comparison and range_objs:
+        attr = _index_range_attr(self, index_name, kwargs.get("range_key_conditions"))
+        before = _before(range_comparison, [o.cast_value for o in range_objs],
+                         forward is not False)
+    if attr is None or before is None:
+        return _stock["query"](self, hash_key, range_comparison, range_objs, *args, **kwargs)
+    _range.query = (self, attr, before)
+    try:
+        return _stock["query"](self, hash_key, range_comparison, range_objs, *args, **kwargs)
+    finally:
+        _range.query = None
+
+
 def install() -> bool:
     """Apply the memo to moto's DynamoDB (idempotent). False if moto's version is not
     the one checked: moto then runs as shipped."""
@@ -205,6 +284,10 @@ def install() -> bool:
         DepthFirstTraverser.traverse_node_recursively = _walk  # type: ignore[method-assign]
         for cls in (AttributePicker, XFormedAttributePicker):
             cls.get_possible_keys = _spelled(cls)  # type: ignore[method-assign]
+        _stock["all_items"] = Table.all_items
+        _stock["query"] = Table.query
+        Table.all_items = _all_items  # type: ignore[method-assign]
+        Table.query = _query  # type: ignore[method-assign]
         _state["installed"] = True
         return True
 
@@ -221,6 +304,8 @@ def uninstall() -> None:
         DepthFirstTraverser.traverse_node_recursively = _stock["walk"]  # type: ignore[method-assign]
         for cls in (AttributePicker, XFormedAttributePicker):
             cls.get_possible_keys = _stock[f"keys:{cls.__name__}"]  # type: ignore[method-assign]
+        Table.all_items = _stock["all_items"]  # type: ignore[method-assign]
+        Table.query = _stock["query"]  # type: ignore[method-assign]
         _models.clear()
         _spellings.clear()
         _trees.clear()

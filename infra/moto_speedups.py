@@ -16,7 +16,7 @@ Answers: moto's response serializer works out, for every member of every attribu
 of every item, which spellings to look the member up under. For plain dicts (what
 DynamoDB answers are made of) those spellings are a pure function of the member's name and
 its shape in the service's model, which moto keeps for the life of the process: they are
-memoized.
+memoized, and a member is then looked up in the dict directly.
 
 Index queries: moto's Query on an index sorts every item of the table, then sizes and
 sorts every item under the partition key before it applies the sort-key condition, so a
@@ -24,7 +24,9 @@ query of a narrow range costs as much as reading the whole partition (the orches
 wake index keeps finished rows: every sweep paid for all of them). DynamoDB reads only the
 key range; the emulator hands moto's query only the items from the range's start on (in
 the query's direction): those before it moto steps over without any effect, so the items,
-order, pages and counts are the same.
+order, pages and counts are the same. A query of the table by partition key gets that
+partition's items (moto keeps just those, and sorts them itself) instead of the whole
+table, sorted.
 
 `install()` applies this only to the moto version it was checked against (see
 CHECKED_MOTO); on any other, or with ORCH_MOTO_STOCK=1 in the environment (to compare, or
@@ -41,7 +43,7 @@ from typing import Any
 
 import moto
 import moto.core.utils as moto_utils
-from moto.core.serialize import AttributePicker, XFormedAttributePicker
+from moto.core.serialize import AttributePicker, ResponseSerializer, XFormedAttributePicker
 from moto.dynamodb.comparisons import ConditionExpressionParser
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.parsing import validators
@@ -221,6 +223,11 @@ def _all_items(self: Any) -> list[Any]:
     if within is None or within[0] is not self:
         return list(_stock["all_items"](self))
     _, attr, before = within
+    if attr is None:  # a query of the table by partition key: only that partition
+        hash_set = self.items.get(before)
+        if hash_set is None:
+            return []
+        return list(hash_set.values()) if self.range_key_attr else [hash_set]
     items = []
     for hash_set in self.items.values():
         for item in (hash_set.values() if self.range_key_attr else (hash_set,)):
@@ -251,6 +258,15 @@ def _query(self: Any, hash_key: Any, range_comparison: Any, range_objs: Any, *ar
     index_name = kwargs.get("index_name", args[4] if len(args) > 4 else None)
     forward = kwargs.get("scan_index_forward", args[2] if len(args) > 2 else True)
     attr = before = None
+    if not index_name and hash_key is not None:
+        # moto keeps only the items whose hash key equals it, and sorts them by range
+        # key itself: the partition's items are all it needs, in any order.
+        _range.query = (self, None, hash_key)
+        try:
+            return _stock["query"](self, hash_key, range_comparison, range_objs, *args,
+                                   **kwargs)
+        finally:
+            _range.query = None
     if index_name and range_comparison and range_objs:
         attr = _index_range_attr(self, index_name, kwargs.get("range_key_conditions"))
         before = _before(range_comparison, [o.cast_value for o in range_objs],
@@ -262,6 +278,24 @@ def _query(self: Any, hash_key: Any, range_comparison: Any, range_objs: Any, *ar
         return _stock["query"](self, hash_key, range_comparison, range_objs, *args, **kwargs)
     finally:
         _range.query = None
+
+
+def _get_value(self: Any, value: Any, key: str, shape: Any) -> Any:
+    # ResponseSerializer.get_value for a dict whose member spellings are memoized: the
+    # first spelling present, as the picker would find it (moto's get_value of a dict is
+    # a key lookup, for names without a dot), without building a picking context.
+    picker = self._value_picker
+    if type(value) is dict and type(picker) is XFormedAttributePicker \
+            and not picker.response_transformers:
+        hit = _spellings.get((XFormedAttributePicker, id(picker.alias_providers), key,
+                              id(shape)))
+        if hit is not None and _kept(self.operation_model.service_model) \
+                and not any("." in spelling for spelling in hit):
+            for spelling in hit:
+                if spelling in value:
+                    return value[spelling]
+            return None
+    return _stock["get_value"](self, value, key, shape)
 
 
 def install() -> bool:
@@ -284,6 +318,8 @@ def install() -> bool:
         DepthFirstTraverser.traverse_node_recursively = _walk  # type: ignore[method-assign]
         for cls in (AttributePicker, XFormedAttributePicker):
             cls.get_possible_keys = _spelled(cls)  # type: ignore[method-assign]
+        _stock["get_value"] = ResponseSerializer.get_value
+        ResponseSerializer.get_value = _get_value  # type: ignore[method-assign]
         _stock["all_items"] = Table.all_items
         _stock["query"] = Table.query
         Table.all_items = _all_items  # type: ignore[method-assign]
@@ -304,6 +340,7 @@ def uninstall() -> None:
         DepthFirstTraverser.traverse_node_recursively = _stock["walk"]  # type: ignore[method-assign]
         for cls in (AttributePicker, XFormedAttributePicker):
             cls.get_possible_keys = _stock[f"keys:{cls.__name__}"]  # type: ignore[method-assign]
+        ResponseSerializer.get_value = _stock["get_value"]  # type: ignore[method-assign]
         Table.all_items = _stock["all_items"]  # type: ignore[method-assign]
         Table.query = _stock["query"]  # type: ignore[method-assign]
         _models.clear()

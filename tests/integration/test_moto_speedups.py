@@ -105,6 +105,9 @@ def play(ddb: Any) -> list[Any]:
         AttributeDefinitions=[{"AttributeName": "run_id", "AttributeType": "S"},
                               {"AttributeName": "step", "AttributeType": "S"}])
     for key in "abcdef":
+        # Another partition first, which no query of "r" may return.
+        ddb.put_item(TableName=table, Item={"run_id": {"S": "q"}, "step": {"S": key},
+                                            "status": {"S": "ready"}})
         ddb.put_item(TableName=table, Item={"run_id": {"S": "r"}, "step": {"S": key},
                                             "status": {"S": "ready"}, "attempt": {"N": "1"},
                                             "timeout": {"N": "60"}})
@@ -130,6 +133,20 @@ def play(ddb: Any) -> list[Any]:
     out.append(ddb.query(TableName=table, KeyConditionExpression="run_id = :r",
                          FilterExpression="attribute_exists(lease_owner)",
                          ExpressionAttributeValues={":r": {"S": "r"}})["Items"])
+    for forward in (True, False):
+        pages, start = [], None
+        while True:
+            extra = {"ExclusiveStartKey": start} if start else {}
+            resp = ddb.query(TableName=table, KeyConditionExpression="run_id = :r", Limit=2,
+                             ScanIndexForward=forward,
+                             ExpressionAttributeValues={":r": {"S": "r"}}, **extra)
+            pages.append((resp["Items"], resp["Count"], resp.get("LastEvaluatedKey")))
+            start = resp.get("LastEvaluatedKey")
+            if not start:
+                break
+        out.append(pages)
+    out.append(ddb.query(TableName=table, KeyConditionExpression="run_id = :r AND step > :s",
+                         ExpressionAttributeValues={":r": {"S": "r"}, ":s": {"S": "b"}})["Items"])
     batch = ddb.batch_get_item(RequestItems={table: {"Keys": keys}})["Responses"][table]
     out.append(sorted(batch, key=lambda r: r["step"]["S"]))
     return out

@@ -38,6 +38,10 @@ FLUSH_EVERY = 0.05
 DELETE_WITHIN = 1.0
 # A timer message this early is waited out in the worker rather than sent on again.
 EARLY_WAIT = 1.0
+# A received message still waiting for a free thread after this long is handed back to
+# the queue: a worker whose threads are all held up (slow calls) must not keep messages
+# from workers that are idle.
+HAND_BACK_AFTER = 1.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,10 @@ class Worker:
         # invisibility was last renewed. They wait here for a thread; a worker that
         # dies holding them frees them within one visibility timeout.
         self._held: dict[tuple[str, str], float] = {}
+        # Of those, the ones still waiting for a thread (-> when received), and the ones
+        # handed back meanwhile (their thread drops them).
+        self._waiting: dict[tuple[str, str], float] = {}
+        self._handed_back: set[tuple[str, str]] = set()
         self.sleep = sleep
         # Admission of a queued run whose throttle slot came due.
         self.admit = admit
@@ -159,20 +167,27 @@ class Worker:
                 log.warning("delete failed: %s", exc)
 
     def _renew(self, now: float) -> None:
-        """Renew the invisibility of held messages past half their timeout."""
+        """Hand back the messages that waited HAND_BACK_AFTER for a thread; renew the
+        invisibility of the other held ones past half their timeout."""
         visibility = self.settings.visibility_timeout
         with self._lock:
+            back = [k for k, t in self._waiting.items() if now - t >= HAND_BACK_AFTER]
+            for k in back:
+                del self._waiting[k]
+                self._held.pop(k, None)
+                self._handed_back.add(k)
             stale = [k for k, t in self._held.items() if now - t >= visibility / 2]
             for k in stale:
                 self._held[k] = now
-        by_queue: dict[str, list[str]] = {}
-        for url, receipt in stale:
-            by_queue.setdefault(url, []).append(receipt)
-        for url, receipts in by_queue.items():
-            try:
-                self.queues.keep_invisible(url, receipts, visibility)
-            except StoreError as exc:  # redelivered: the claim guard holds
-                log.warning("visibility renewal failed: %s", exc)
+        for keys, seconds in ((back, 0.0), (stale, visibility)):
+            by_queue: dict[str, list[str]] = {}
+            for url, receipt in keys:
+                by_queue.setdefault(url, []).append(receipt)
+            for url, receipts in by_queue.items():
+                try:
+                    self.queues.keep_invisible(url, receipts, seconds)
+                except StoreError as exc:  # redelivered: the claim guard holds
+                    log.warning("visibility change failed: %s", exc)
 
     # ---- one attempt -------------------------------------------------------------------
 
@@ -308,10 +323,16 @@ class Worker:
         queued = [0]  # received, not yet started
 
         def work(item: Received, slots: threading.Semaphore) -> None:
+            key = (item.queue, item.receipt)
             with self._lock:
                 queued[0] -= 1
+                self._waiting.pop(key, None)
+                handed_back = key in self._handed_back
+                self._handed_back.discard(key)
             try:
-                if item.message is None:
+                if handed_back:
+                    pass  # back in the queue for any worker (this one's poller included)
+                elif item.message is None:
                     self._ack(item)  # not ours: nothing to do with it
                 else:
                     self.handle(item.message, item)
@@ -350,6 +371,7 @@ class Worker:
                     held = time.monotonic()
                     for item in got:
                         self._held[(item.queue, item.receipt)] = held
+                        self._waiting[(item.queue, item.receipt)] = held
                 for item in got:
                     pool.submit(work, item, slots)
 

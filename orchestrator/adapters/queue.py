@@ -107,10 +107,12 @@ class Queues:
                 self.sqs.delete_message_batch(QueueUrl=url, Entries=entries)
 
     def keep_invisible(self, url: str, receipts: Sequence[str], seconds: float) -> None:
-        """Keep received messages from other workers for `seconds` more."""
+        """Keep received messages from other workers for `seconds` more (0: hand them
+        back, visible to every worker at once)."""
         for i in range(0, len(receipts), 10):
             entries = [
-                {"Id": str(j), "ReceiptHandle": r, "VisibilityTimeout": max(1, round(seconds))}
+                {"Id": str(j), "ReceiptHandle": r,
+                 "VisibilityTimeout": 0 if seconds <= 0 else max(1, round(seconds))}
                 for j, r in enumerate(receipts[i : i + 10])
             ]
             with _translate("keep messages invisible"):

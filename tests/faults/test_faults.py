@@ -340,3 +340,38 @@ def test_a_start_past_its_fence_keeps_the_rows_a_sweep_rebuilt(
     rt.store.put_steps(stale, fence=time.time() + 60)  # within it: the batch, as always
     one = rt.store.get_step(run_id, "one")
     assert one is not None and not one.claimed  # (which is why the fence exists)
+
+
+HELD_UP = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  slow:
+    steps:
+      nap: { backend: fn, route: /slow, payload: { seconds: 4 }, timeout: 30s }
+  quick:
+    steps:
+      one: { backend: fn, route: /echo }
+"""
+
+
+def test_a_worker_whose_threads_are_held_up_hands_its_waiting_messages_back(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h = harness_factory(HELD_UP)
+    (busy,) = h.start_workers(threads=1)
+    slow = h.start("slow")
+    h.wait_for_step(slow, "nap", ("dispatched",))  # its one thread is in the 4 s call
+    quick = h.start("quick")
+    deadline = time.monotonic() + 10
+    while not busy._waiting:  # it received quick's message, which waits for a thread
+        assert time.monotonic() < deadline, "the busy worker never received the message"
+        time.sleep(0.01)
+    h.start_workers(threads=2)  # an idle worker
+    done = h.wait(quick)
+    assert done["status"] == "success"
+    # quick ran on the idle worker while the busy one was still in its call: the message
+    # was handed back after HAND_BACK_AFTER instead of waiting out the slow call.
+    assert h.rt.runs.view(slow)["status"] == "running"
+    assert len(recorder.for_step(quick, "one")) == 1
+    assert h.wait(slow)["status"] == "success"

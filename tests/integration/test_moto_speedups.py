@@ -96,14 +96,42 @@ def ddb() -> Iterator[Any]:
         yield clients.dynamodb
 
 
-def play(ddb: Any) -> list[Any]:
+def paged(ddb: Any, **query: Any) -> list[Any]:
+    """Every page of a query: items, counts and where the next page starts."""
+    pages, start = [], None
+    while True:
+        extra = {"ExclusiveStartKey": start} if start else {}
+        resp = ddb.query(**query, **extra)
+        start = resp.get("LastEvaluatedKey")
+        pages.append((resp["Items"], resp["Count"], resp["ScannedCount"], start))
+        if not start:
+            return pages
+
+
+def on_stock_moto(play: Any, ddb: Any) -> Any:
+    """`play` run on moto as shipped (the memo is put back after)."""
+    moto_speedups.uninstall()
+    try:
+        return play(ddb)
+    finally:
+        assert moto_speedups.install()
+
+
+def new_table(ddb: Any, **index: Any) -> str:
+    """A table keyed like the steps table (run_id, step), with `index` if given."""
     table = f"speedups-{uuid.uuid4().hex[:8]}"
+    attrs = {"run_id": "S", "step": "S", **index.pop("attributes", {})}
     ddb.create_table(
         TableName=table, BillingMode="PAY_PER_REQUEST",
         KeySchema=[{"AttributeName": "run_id", "KeyType": "HASH"},
                    {"AttributeName": "step", "KeyType": "RANGE"}],
-        AttributeDefinitions=[{"AttributeName": "run_id", "AttributeType": "S"},
-                              {"AttributeName": "step", "AttributeType": "S"}])
+        AttributeDefinitions=[{"AttributeName": a, "AttributeType": t}
+                              for a, t in attrs.items()], **index)
+    return table
+
+
+def play(ddb: Any) -> list[Any]:
+    table = new_table(ddb)
     for key in "abcdef":
         # Another partition first, which no query of "r" may return.
         ddb.put_item(TableName=table, Item={"run_id": {"S": "q"}, "step": {"S": key},
@@ -134,17 +162,8 @@ def play(ddb: Any) -> list[Any]:
                          FilterExpression="attribute_exists(lease_owner)",
                          ExpressionAttributeValues={":r": {"S": "r"}})["Items"])
     for forward in (True, False):
-        pages, start = [], None
-        while True:
-            extra = {"ExclusiveStartKey": start} if start else {}
-            resp = ddb.query(TableName=table, KeyConditionExpression="run_id = :r", Limit=2,
-                             ScanIndexForward=forward,
-                             ExpressionAttributeValues={":r": {"S": "r"}}, **extra)
-            pages.append((resp["Items"], resp["Count"], resp.get("LastEvaluatedKey")))
-            start = resp.get("LastEvaluatedKey")
-            if not start:
-                break
-        out.append(pages)
+        out.append(paged(ddb, TableName=table, KeyConditionExpression="run_id = :r", Limit=2,
+                         ScanIndexForward=forward, ExpressionAttributeValues={":r": {"S": "r"}}))
     out.append(ddb.query(TableName=table, KeyConditionExpression="run_id = :r AND step > :s",
                          ExpressionAttributeValues={":r": {"S": "r"}, ":s": {"S": "b"}})["Items"])
     batch = ddb.batch_get_item(RequestItems={table: {"Keys": keys}})["Responses"][table]
@@ -163,11 +182,7 @@ def test_the_memo_is_installed_on_the_pinned_moto(ddb: Any) -> None:
 
 @stock_moto
 def test_memoized_moto_answers_exactly_as_stock_moto(ddb: Any) -> None:
-    moto_speedups.uninstall()
-    try:
-        stock = play(ddb)
-    finally:
-        assert moto_speedups.install()
+    stock = on_stock_moto(play, ddb)
     first = play(ddb)  # fills the memo
     again = play(ddb)  # answers from it
     assert first == stock
@@ -179,13 +194,8 @@ def test_memoized_moto_answers_exactly_as_stock_moto(ddb: Any) -> None:
 
 def play_index(ddb: Any) -> list[Any]:
     """Queries of a sparse index (the wake index's shape) by sort-key ranges, paged."""
-    table = f"speedups-ix-{uuid.uuid4().hex[:8]}"
-    ddb.create_table(
-        TableName=table, BillingMode="PAY_PER_REQUEST",
-        KeySchema=[{"AttributeName": "run_id", "KeyType": "HASH"},
-                   {"AttributeName": "step", "KeyType": "RANGE"}],
-        AttributeDefinitions=[{"AttributeName": a, "AttributeType": t} for a, t in (
-            ("run_id", "S"), ("step", "S"), ("wake_shard", "N"), ("wake_at", "N"))],
+    table = new_table(
+        ddb, attributes={"wake_shard": "N", "wake_at": "N"},
         GlobalSecondaryIndexes=[{
             "IndexName": "wake", "Projection": {"ProjectionType": "KEYS_ONLY"},
             "KeySchema": [{"AttributeName": "wake_shard", "KeyType": "HASH"},
@@ -211,28 +221,14 @@ def play_index(ddb: Any) -> list[Any]:
     for shard in range(3):
         for text, vals in conditions:
             for forward in (True, False):
-                pages, start = [], None
-                while True:
-                    extra = {"ExclusiveStartKey": start} if start else {}
-                    resp = ddb.query(TableName=table, IndexName="wake",
-                                     KeyConditionExpression=text, Limit=4,
-                                     ScanIndexForward=forward,
-                                     ExpressionAttributeValues={":s": {"N": str(shard)},
-                                                                **vals}, **extra)
-                    pages.append((resp["Items"], resp["Count"], resp["ScannedCount"]))
-                    start = resp.get("LastEvaluatedKey")
-                    if not start:
-                        break
-                out.append(pages)
+                out.append(paged(ddb, TableName=table, IndexName="wake", Limit=4,
+                                 KeyConditionExpression=text, ScanIndexForward=forward,
+                                 ExpressionAttributeValues={":s": {"N": str(shard)}, **vals}))
     return out
 
 
 @stock_moto
 def test_index_queries_answer_exactly_as_stock_moto(ddb: Any) -> None:
-    moto_speedups.uninstall()
-    try:
-        stock = play_index(ddb)
-    finally:
-        assert moto_speedups.install()
+    stock = on_stock_moto(play_index, ddb)
     assert play_index(ddb) == stock
     assert sum(len(p) for pages in stock for p in pages) > 40  # paged, not one page each

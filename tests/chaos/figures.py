@@ -1,6 +1,7 @@
 """The figures of one seed: counts of runs, steps, calls, answers and faults, duplicate
 calls and re-executions, and the latencies from a step's readiness or a retry's due time
-to its start (history) and to its call (ledger), as n, p50, p99 and max."""
+to its start (history) and to its call (ledger), and from a run's last step landing to the
+run's finish, as n, p50, p99 and max."""
 
 from __future__ import annotations
 
@@ -101,6 +102,14 @@ def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
                 if a in by_attempt:
                     due_call.append(by_attempt[a].t - float(e["due_at"]))
     finished = [r.finished_at for r in snap.runs.values() if r.finished_at is not None]
+    # How long a run stayed open after its last step landed (target: a sweep interval).
+    closing_cases: list[tuple[float, str, str, float]] = []
+    for rid, run in snap.runs.items():
+        if run.finished_at is not None and snap.steps.get(rid):
+            last = max(snap.steps[rid].values(), key=lambda s: s.finished_at or 0.0)
+            landed = last.finished_at or 0.0
+            closing_cases.append((run.finished_at - landed, rid, last.step, landed))
+    closing = [c[0] for c in closing_cases]
     by_status = Counter(r.status.value for r in snap.runs.values())
     return {
         "runs": len(snap.runs), "runs_by_status": dict(by_status), "steps": len(rows),
@@ -117,6 +126,8 @@ def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
         "ready_to_start": percentiles(ready_start), "ready_to_call": percentiles(ready_call),
         "due_to_start": percentiles(due_start), "due_to_call": percentiles(due_call),
         "history_start_before_due": percentiles(start_before_due),
+        "last_step_to_run_finished": percentiles(closing),
+        "slowest_last_step_to_run_finished": slowest(closing_cases, snap.faults, by_key, 3),
         "slowest_ready_to_start": slowest(ready_cases, snap.faults, by_key),
         "slowest_due_to_start": slowest(due_cases, snap.faults, by_key),
         "settle_after_calm": None if not finished else round(

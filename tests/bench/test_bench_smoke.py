@@ -29,3 +29,17 @@ def test_quick_benchmark_prints_its_figures() -> None:
     assert r["fan100"]["requests_per_step"]["total"] > 0
     assert set(r["targets"]) == {
         "w1_ratio_le_1.5", "requests_per_step_equal_10pct", "requests_per_step_le_6"}
+
+
+@pytest.mark.slow
+def test_quick_emulator_benchmark_prints_both_sides() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "bench" / "emulator.py"), "--quick", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert set(r) == {"stock", "memoized"}
+    for side in r.values():
+        assert set(side) == {"update", "get", "query", "wake"}
+        assert all(v > 0 for v in side.values())

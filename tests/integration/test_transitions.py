@@ -129,6 +129,9 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
         assert time.monotonic() < deadline
         time.sleep(0.02)
     h.rt.queues.tamper = None
+    # right's retry waits 10 ms for its timer: a minute-ahead sweep taken meanwhile would
+    # send that one again too. Once right is done, left is the only step left behind.
+    h.wait_for_step(shapes, "right", ("success",))
     later = h.rt.sweeper(clock=lambda: time.time() + 60)
     assert later.sweep().redispatched == 1
     nightly = h.start("nightly")

@@ -6,20 +6,27 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_quick_benchmark_prints_its_figures() -> None:
+def quick(script: str) -> dict[str, Any]:
+    """The figures `tests/bench/<script> --quick --json` prints."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "bench" / "run.py"), "--quick", "--json"],
+        [sys.executable, str(ROOT / "tests" / "bench" / script), "--quick", "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
-    r = json.loads(proc.stdout)
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+@pytest.mark.slow
+def test_quick_benchmark_prints_its_figures() -> None:
+    r = quick("run.py")
     for key in ("floor_ms", "w1", "w2", "w3", "fan10", "fan100", "worker_peak_rss_mib",
                 "h1", "h2"):
         assert key in r
@@ -33,12 +40,7 @@ def test_quick_benchmark_prints_its_figures() -> None:
 
 @pytest.mark.slow
 def test_quick_emulator_benchmark_prints_both_sides() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "bench" / "emulator.py"), "--quick", "--json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr
-    r = json.loads(proc.stdout)
+    r = quick("emulator.py")
     assert set(r) == {"stock", "memoized"}
     for side in r.values():
         assert set(side) == {"update", "get", "query", "wake"}

@@ -21,7 +21,7 @@ import json
 import math
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -442,20 +442,7 @@ _RUN_ENTRY: dict[str, RunStatus | None] = {
 def step_path(history: Sequence[dict[str, Any]]) -> tuple[list[StepStatus], str | None]:
     """The statuses a step row went through by its history (from `blocked`), and the
     first illegal move, if any."""
-    status = StepStatus.BLOCKED
-    path = [status]
-    for e in history:
-        kind = e.get("type", "")
-        if status.terminal:
-            return path, f"{kind} after {status.value}"
-        to = _STEP_ENTRY.get(kind)
-        if to is None:
-            continue
-        if to not in STEP_TRANSITIONS[status]:
-            return path, f"{status.value} -> {to.value} ({kind})"
-        status = to
-        path.append(status)
-    return path, None
+    return _walk(StepStatus.BLOCKED, history, _STEP_ENTRY, STEP_TRANSITIONS)
 
 
 def run_path(history: Sequence[dict[str, Any]]) -> tuple[list[RunStatus], str | None]:
@@ -466,15 +453,22 @@ def run_path(history: Sequence[dict[str, Any]]) -> tuple[list[RunStatus], str | 
     start = {"run.queued": RunStatus.QUEUED, "run.running": RunStatus.RUNNING}.get(first)
     if start is None:
         return [], f"first entry {first}"
-    status, path = start, [start]
-    for e in history[1:]:
+    return _walk(start, history[1:], _RUN_ENTRY, RUN_TRANSITIONS)
+
+
+def _walk(status: Any, history: Sequence[dict[str, Any]], entry: Mapping[str, Any],
+          table: Mapping[Any, Any]) -> tuple[list[Any], str | None]:
+    """Follow `history` from `status` through the transition `table` (an entry's type
+    maps to the status it moves to): the statuses passed, and the first illegal move."""
+    path = [status]
+    for e in history:
         kind = e.get("type", "")
         if status.terminal:
             return path, f"{kind} after {status.value}"
-        to = _RUN_ENTRY.get(kind)
+        to = entry.get(kind)
         if to is None:
             continue
-        if to not in RUN_TRANSITIONS[status]:
+        if to not in table[status]:
             return path, f"{status.value} -> {to.value} ({kind})"
         status = to
         path.append(status)

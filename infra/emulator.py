@@ -34,7 +34,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ClientError
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from werkzeug.exceptions import HTTPException
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.test import EnvironBuilder
 
@@ -115,9 +117,14 @@ class _Body(io.BytesIO):
 
 
 class InProcess:
-    """A botocore `before-send` handler that answers a request from the WSGI app in this
-    process instead of sending it: a request becomes a WSGI environ, exactly as werkzeug's
-    server would build it, and the app's answer becomes botocore's response."""
+    """A botocore `before-send` handler that answers a request from moto in this process
+    instead of sending it.
+
+    DynamoDB and SQS requests go to moto's own handler for the service, as moto's in-process
+    mode (`mock_aws`) calls it: botocore's prepared request, no WSGI environ, no Flask app
+    around it. DynamoDB's still run one at a time under the same lock as the HTTP path's.
+    Any other service (S3, CloudFormation, ...) becomes a WSGI environ, exactly as werkzeug's
+    server would build it, and goes through the same app as an HTTP request."""
 
     def __init__(self, dispatcher: DomainDispatcherApplication, url: str, service: str) -> None:
         # moto's dispatcher works out the service of every request anew (it lists moto's
@@ -127,16 +134,15 @@ class InProcess:
         self.url = url
         self.service = service
         self.app: WSGIApp | None = None
+        self.handler = _DIRECT.get(service)
 
     def __call__(self, request: Any, **_: Any) -> AWSResponse | None:
         if not str(request.url).startswith(self.url):
             return None  # another endpoint: send it as usual
+        if self.handler is not None:
+            return self._direct(request, self.handler())
         parts = urlsplit(request.url)
-        body = request.body or b""
-        if isinstance(body, str):
-            body = body.encode()
-        elif not isinstance(body, bytes):
-            body = body.read()
+        body = _body_of(request)
         environ = EnvironBuilder(
             path=parts.path or "/", query_string=parts.query, method=request.method,
             headers=[(k, v.decode() if isinstance(v, bytes) else v)
@@ -161,6 +167,60 @@ class InProcess:
             if close is not None:
                 close()
         return AWSResponse(request.url, int(status[0].split()[0]), dict(headers), _Body(data))
+
+    def _direct(self, request: Any, handler: Callable[..., Any]) -> AWSResponse:
+        # As moto's own botocore stub does: headers as text, the body read whole (before
+        # the lock, like the HTTP path), moto's HTTP errors and ClientErrors as answers.
+        for name, value in list(request.headers.items()):
+            if isinstance(value, bytes):
+                request.headers[name] = value.decode("utf-8")
+        request.body = _body_of(request)
+        try:
+            if self.service == "dynamodb":
+                with _DYNAMODB_LOCK:
+                    status, headers, body = handler(request, request.url, request.headers)
+            else:
+                status, headers, body = handler(request, request.url, request.headers)
+        except HTTPException as exc:
+            status, headers, body = exc.code, exc.get_headers(), exc.get_body()
+        except ClientError as exc:  # what moto's Flask wrapper answers for one
+            status, headers, body = 400, {}, exc.response["Error"]["Message"]
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        return AWSResponse(request.url, int(status), _text_headers(headers), _Body(body))
+
+
+def _dynamodb_handler() -> Callable[..., Any]:
+    from moto.dynamodb.responses import DynamoHandler
+
+    return DynamoHandler.dispatch  # type: ignore[no-any-return]
+
+
+def _sqs_handler() -> Callable[..., Any]:
+    from moto.sqs.responses import SQSResponse
+
+    return SQSResponse.dispatch  # type: ignore[no-any-return]
+
+
+# The services whose every request moto answers with one handler, whatever the path.
+_DIRECT: dict[str, Callable[[], Callable[..., Any]]] = {
+    "dynamodb": _dynamodb_handler,
+    "sqs": _sqs_handler,
+}
+
+
+def _body_of(request: Any) -> bytes:
+    body = request.body or b""
+    if isinstance(body, str):
+        return body.encode()
+    if not isinstance(body, bytes):
+        return bytes(body.read())
+    return body
+
+
+def _text_headers(headers: Any) -> dict[str, str]:
+    items = headers.items() if hasattr(headers, "items") else headers
+    return {str(k): str(v) for k, v in items}
 
 
 class _QuietHandler(WSGIRequestHandler):

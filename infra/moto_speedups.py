@@ -28,6 +28,19 @@ order, pages and counts are the same. A query of the table by partition key gets
 partition's items (moto keeps just those, and sorts them itself) instead of the whole
 table, sorted.
 
+Every request: moto lists the methods of its response class (`inspect.getmembers`) to
+find the action's; a class's methods do not change while it serves, so the list is
+memoized per class.
+
+Queues: before handing out each message, moto's ReceiveMessage asks for the queue's
+retention period through GetQueueAttributes' code, which builds every attribute of the
+queue, twice, counting the queue's messages three times each time: a receive of ten
+messages from a queue with N waiting walked them sixty times. The retention period is read
+from the queue itself, where those attributes take it from. SendMessage builds them all
+too (once or twice per message) to read one of them, ContentBasedDeduplication: within a
+send, the queue's attributes are that one (as moto spells it, present only on a FIFO
+queue), so a batch of ten sent to a queue of N no longer walks the N thirty times.
+
 `install()` applies this only to the moto version it was checked against (see
 CHECKED_MOTO); on any other, or with ORCH_MOTO_STOCK=1 in the environment (to compare, or
 to rule the memo out), it does nothing and moto runs unmodified, only slower."""
@@ -42,6 +55,7 @@ from collections import OrderedDict, deque
 from typing import Any
 
 import moto
+import moto.core.responses as moto_responses
 import moto.core.utils as moto_utils
 from moto.core.serialize import AttributePicker, ResponseSerializer, XFormedAttributePicker
 from moto.dynamodb.comparisons import ConditionExpressionParser
@@ -54,6 +68,7 @@ from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
 from moto.dynamodb.parsing.expressions import (  # type: ignore[attr-defined]
     UpdateExpressionParser,
 )
+from moto.sqs.models import Queue, SQSBackend
 
 __all__ = ["CHECKED_MOTO", "install", "installed", "uninstall"]
 
@@ -298,6 +313,48 @@ def _get_value(self: Any, value: Any, key: str, shape: Any) -> Any:
     return _stock["get_value"](self, value, key, shape)
 
 
+_methods: dict[type, list[str]] = {}
+
+
+def _method_names(clazz: Any) -> list[str]:
+    # moto.core.utils.method_names_from_class, once per class (callers only test `in`).
+    names = _methods.get(clazz)
+    if names is None:
+        names = _methods.setdefault(clazz, _stock["methods"](clazz))
+    return names
+
+
+def _retained(self: Any, queue_name: str, message: Any) -> bool:
+    # SQSBackend.is_message_valid_based_on_retention_period, with the period read where
+    # Queue.attributes reads it (getattr of its snake_case name), not by building them all.
+    period = self.get_queue(queue_name).message_retention_period
+    return bool(period + message.sent_timestamp / 1000 > moto_utils.unix_time())
+
+
+# Threads inside SQSBackend.send_message (a depth: a send may nest another).
+_sending = threading.local()
+
+
+def _send_message(self: Any, *args: Any, **kwargs: Any) -> Any:
+    _sending.depth = getattr(_sending, "depth", 0) + 1
+    try:
+        return _stock["send"](self, *args, **kwargs)
+    finally:
+        _sending.depth -= 1
+
+
+def _attributes(self: Any) -> dict[str, Any]:
+    # Queue.attributes. Within a send moto reads only ContentBasedDeduplication; it is
+    # among the attributes of a FIFO queue only, a bool given as "true" / "false".
+    if not getattr(_sending, "depth", 0):
+        return _stock["attributes"].fget(self)  # type: ignore[no-any-return]
+    if not self.fifo_queue:
+        return {}
+    value = getattr(self, moto_utils.camelcase_to_underscores("ContentBasedDeduplication"))
+    return {"ContentBasedDeduplication": str(value).lower() if isinstance(value, bool)
+            else value}
+
+
 def install() -> bool:
     """Apply the memo to moto's DynamoDB (idempotent). False if moto's version is not
     the one checked: moto then runs as shipped."""
@@ -324,6 +381,14 @@ def install() -> bool:
         _stock["query"] = Table.query
         Table.all_items = _all_items  # type: ignore[method-assign]
         Table.query = _query  # type: ignore[method-assign]
+        _stock["methods"] = moto_responses.method_names_from_class  # type: ignore[attr-defined]
+        moto_responses.method_names_from_class = _method_names  # type: ignore[attr-defined]
+        _stock["send"] = SQSBackend.send_message
+        SQSBackend.send_message = _send_message  # type: ignore[method-assign]
+        _stock["attributes"] = Queue.__dict__["attributes"]
+        Queue.attributes = property(_attributes)  # type: ignore[method-assign,assignment]
+        _stock["retained"] = SQSBackend.is_message_valid_based_on_retention_period
+        SQSBackend.is_message_valid_based_on_retention_period = _retained  # type: ignore[method-assign]
         _state["installed"] = True
         return True
 
@@ -343,6 +408,11 @@ def uninstall() -> None:
         ResponseSerializer.get_value = _stock["get_value"]  # type: ignore[method-assign]
         Table.all_items = _stock["all_items"]  # type: ignore[method-assign]
         Table.query = _stock["query"]  # type: ignore[method-assign]
+        SQSBackend.is_message_valid_based_on_retention_period = _stock["retained"]  # type: ignore[method-assign]
+        moto_responses.method_names_from_class = _stock["methods"]  # type: ignore[attr-defined]
+        SQSBackend.send_message = _stock["send"]  # type: ignore[method-assign]
+        Queue.attributes = _stock["attributes"]  # type: ignore[method-assign]
+        _methods.clear()
         _models.clear()
         _spellings.clear()
         _trees.clear()

@@ -115,12 +115,17 @@ class Worker:
                 self.admit(msg.run_id)
             self._ack(receipt)
             return
-        try:
-            row: StepRecord | None = self.store.claim(
-                msg.run_id, msg.step, msg.attempt, self.lease(), now
-            )
-        except ConditionFailed:
-            row = None  # a duplicate, a late message, or a step already taken
+        row: StepRecord | None = None
+        if msg.after is not None and msg.attempt == 1:
+            # Its only dependency succeeded: promote and claim it in one write. None if it
+            # is no longer blocked (a sweep promoted it: claim it below, as ready).
+            row = self.store.satisfy(msg.run_id, msg.step, msg.after, 1, self.lease(), now,
+                                     ready_at=msg.ready_at)
+        if row is None:
+            try:
+                row = self.store.claim(msg.run_id, msg.step, msg.attempt, self.lease(), now)
+            except ConditionFailed:
+                row = None  # a duplicate, a late message, or a step already taken
         self._ack(receipt)
         tally = Tally()
         try:

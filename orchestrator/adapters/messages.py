@@ -22,6 +22,11 @@ class Dispatch(BaseModel):
     step: str
     attempt: int
     due_at: float | None = None
+    # The step's only dependency, which succeeded at `ready_at`: the step is still
+    # `blocked` on its row, and the worker that takes this message promotes and claims
+    # it in one write (a wide fan-out costs no promotion write per step).
+    after: str | None = None
+    ready_at: float | None = None
 
 
 class AdmitRun(BaseModel):

@@ -190,6 +190,18 @@ class Executor:
             # wide fan-out would age while the rest are being promoted.
             lease = keep_one if i == last else None
             ndeps = ctx.ndeps.get(dep, 0)
+            if ndeps == 1 and lease is None:
+                # `done` was its only dependency: it is ready as its row stands. No write
+                # says so; its message does, and the worker that takes it promotes and
+                # claims it in one write. A lost message leaves it blocked with its
+                # dependency done, which the sweeper promotes as it would a promotion
+                # lost with its worker.
+                sends.append(Dispatch(run_id=done.run_id, step=dep, attempt=1,
+                                      after=done.step, ready_at=self.clock()))
+                if len(sends) == 10:
+                    self.queues.dispatch(sends)
+                    sends = []
+                continue
             # Stamp each promotion with its own time: a wide fan-out takes a while, and
             # the sweeper reads ready_at as "when was this message due to be sent".
             promoted = self.store.satisfy(done.run_id, dep, done.step, ndeps, lease,

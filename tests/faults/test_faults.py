@@ -94,20 +94,55 @@ def test_a_dropped_dispatch_is_recovered_by_the_sweep(
     h.start_workers()
     run_id = h.start("fan")
     # Without a sweeper the run cannot finish: b's message is gone. Every other step
-    # that can run does; b stays ready.
+    # that can run does; b stays blocked with its only dependency done (the message
+    # was to promote and claim it in one write).
     for step in ("a", "c", "d", "e"):
         h.wait_for_step(run_id, step, ("success",))
-    assert steps_of(h.rt.runs.view(run_id))["b"]["status"] == "ready"
-    assert dropped
-    # b's wake (promoted + redispatch_after) has not passed: a sweep leaves it alone;
-    # once it has, the sweep sends b again (and only b: the rest moved on in time).
+    assert steps_of(h.rt.runs.view(run_id))["b"]["status"] == "blocked"
+    assert dropped and dropped[0].after == "root" and dropped[0].ready_at is not None
+    # Not before `settle` (redispatch_after) past root's last sign of life: a sweep leaves
+    # it alone; once that has passed, the sweep promotes b (and only b) and sends it.
     soon = h.rt.sweeper(clock=lambda: time.time() + 20)
-    assert soon.sweep().redispatched == 0
+    report = soon.sweep()
+    assert (report.promoted, report.redispatched) == (0, 0)
     later = h.rt.sweeper(clock=lambda: time.time() + 31)
-    assert later.sweep().redispatched == 1
+    report = later.sweep()
+    assert (report.promoted, report.redispatched) == (1, 0)
     view = h.wait(run_id, timeout=10)
     assert view["status"] == "success"
     assert len(recorder.for_step(run_id, "b")) == 1
+
+
+def test_a_promotion_message_late_after_the_sweep_promoted_the_step_still_claims_it(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h = harness_factory(FANOUT, sweep_interval=0.5, redispatch_after=30.0)
+    held: list[Dispatch] = []
+
+    def hold_b(msgs: list[Dispatch]) -> list[Dispatch]:
+        held.extend(m for m in msgs if m.step == "b")
+        return [m for m in msgs if m.step != "b"]
+
+    h.rt.queues.tamper = hold_b
+    h.start_workers()
+    run_id = h.start("fan")
+    for step in ("a", "c", "d", "e"):
+        h.wait_for_step(run_id, step, ("success",))
+    # The sweep promotes b (ready, attempt 1); its own dispatch is held back too.
+    assert h.rt.sweeper(clock=lambda: time.time() + 31).sweep().promoted == 1
+    assert steps_of(h.rt.runs.view(run_id))["b"]["status"] == "ready"
+    hint, resent = held
+    assert hint.after == "root" and resent.after is None
+    # The first message arrives late: b is no longer blocked, so it is claimed as ready.
+    h.rt.worker().handle(hint)
+    # A copy finds it taken: nothing runs twice.
+    h.rt.worker().handle(hint)
+    h.rt.worker().handle(resent)
+    view = h.wait(run_id, timeout=10)
+    assert view["status"] == "success"
+    assert len(recorder.for_step(run_id, "b")) == 1
+    b = steps_of(view)["b"]
+    assert b["attempts"] == 1
 
 
 def test_two_workers_racing_for_one_step_dispatch_it_once(

@@ -110,30 +110,27 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
     events = h.rt.clients.dynamodb.meta.events
     events.register("before-parameter-build.dynamodb.UpdateItem", capture)
     h.start_workers(threads=8)
-    # A lost dispatch, for the sweeper to send again.
+    # Lost messages of left: first the one that was to promote and claim it (the sweeper
+    # promotes it), then the sweeper's own dispatch (the sweeper sends it again).
     dropped: list[Any] = []
 
-    def drop_left_once(msgs: list[Any]) -> list[Any]:
-        keep = []
-        for m in msgs:
-            if getattr(m, "step", "") == "left" and not dropped:
-                dropped.append(m)
-            else:
-                keep.append(m)
-        return keep
+    def drop_left(msgs: list[Any]) -> list[Any]:
+        dropped.extend(m for m in msgs if getattr(m, "step", "") == "left")
+        return [m for m in msgs if getattr(m, "step", "") != "left"]
 
-    h.rt.queues.tamper = drop_left_once
+    h.rt.queues.tamper = drop_left
     shapes = h.start("shapes")
     deadline = time.monotonic() + 10
-    while not dropped:  # left was promoted and its message dropped
+    while not dropped:  # root succeeded and left's message was dropped
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    h.rt.queues.tamper = None
     # right's retry waits 10 ms for its timer: a minute-ahead sweep taken meanwhile would
     # send that one again too. Once right is done, left is the only step left behind.
     h.wait_for_step(shapes, "right", ("success",))
-    later = h.rt.sweeper(clock=lambda: time.time() + 60)
-    assert later.sweep().redispatched == 1
+    assert h.rt.sweeper(clock=lambda: time.time() + 60).sweep().promoted == 1
+    assert len(dropped) == 2
+    h.rt.queues.tamper = None
+    assert h.rt.sweeper(clock=lambda: time.time() + 120).sweep().redispatched == 1
     nightly = h.start("nightly")
     sleepy = h.start("sleepy")
     h.wait_for_step(sleepy, "nap", ("dispatched",))

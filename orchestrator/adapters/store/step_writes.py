@@ -103,16 +103,22 @@ class StepTransitions(Tables):
             )
         return step_from_item(resp["Attributes"])
 
-    def _promotion(self, lease: Lease | None, now: float) -> tuple[str, str, dict[str, Any]]:
-        """(the SET clause, the status guard, their values) of a promotion."""
-        values: dict[str, Any] = {":one": num(1), ":now": num(now)}
+    def _promotion(
+        self, lease: Lease | None, now: float, ready_at: float | None = None
+    ) -> tuple[str, str, dict[str, Any]]:
+        """(the SET clause, the status guard, their values) of a promotion. `ready_at`:
+        when the step became ready, if earlier than this write (a claim from a message
+        that said so)."""
+        ready = now if ready_at is None else min(ready_at, now)
+        values: dict[str, Any] = {":one": num(1), ":now": num(now), ":rdy": num(ready)}
         move = STEP_MOVES["promote" if lease is None else "promote+claim"]
         values[":wk"] = num(now + self.wake.redispatch_after)
         guard = status_guard(move, values)
-        hist = history_clause(values, now, "step.ready")
+        hist = history_clause(values, ready, "step.ready")
         if lease is None:
+            del values[":now"]
             return (
-                f"SET {status_set(move, values)}, attempt = :one, ready_at = :now,"
+                f"SET {status_set(move, values)}, attempt = :one, ready_at = :rdy,"
                 f" wake_at = :wk, {hist}",
                 guard, values,
             )
@@ -121,14 +127,15 @@ class StepTransitions(Tables):
         values.update({":o": {"S": lease.owner}, ":lu": num(lease.base)})
         del values[":wk"]
         return (
-            f"SET {status_set(move, values)}, attempt = :one, ready_at = :now, lease_owner = :o,"
+            f"SET {status_set(move, values)}, attempt = :one, ready_at = :rdy, lease_owner = :o,"
             f" lease_until = #t + :lu, wake_at = #t + :lu, started_at = :now,"
             f" attempt_started = :now, {hist}",
             guard, values,
         )
 
     def satisfy(
-        self, run_id: str, step: str, dep: str, ndeps: int, lease: Lease | None, now: float
+        self, run_id: str, step: str, dep: str, ndeps: int, lease: Lease | None, now: float,
+        *, ready_at: float | None = None,
     ) -> StepRecord | None:
         """Record that `dep` succeeded. Returns the row if this call promoted the step
         (blocked -> ready, or straight to dispatched under `lease`), else None: the whole
@@ -139,7 +146,7 @@ class StepTransitions(Tables):
         key = step_key(run_id, step)
         if ndeps == 1:
             # The only dependency: the update that records it is the promotion itself.
-            update, guard, values = self._promotion(lease, now)
+            update, guard, values = self._promotion(lease, now, ready_at)
             values[":dep"] = {"SS": [dep]}
             attrs = self._guarded(
                 f"step {run_id}/{step}: promote",

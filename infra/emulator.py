@@ -25,6 +25,7 @@ worker`, the CLI) still reach the emulator over HTTP at `.url`."""
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -42,7 +43,7 @@ from werkzeug.test import EnvironBuilder
 
 from infra import moto_speedups
 
-__all__ = ["Emulator", "InProcess", "SerializeDynamoDB"]
+__all__ = ["Emulator", "InProcess", "SerializeDynamoDB", "calm_collector"]
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -302,6 +303,18 @@ class Emulator:
         self.stop()
 
 
+def calm_collector(young: int = 10_000) -> None:
+    """For a process that hosts the emulator, once it is set up: moto keeps every item
+    of every table as Python objects, and the cyclic collector's full passes walked them
+    all again and again (a seventh to a fifth of a busy `dev` process's time went to
+    them). What is alive now is set aside for good (`gc.freeze`), and collections come
+    `young` allocations apart instead of 700 (older generations 50 and 100 of the younger
+    apart, not 10). Garbage without cycles is still freed at once."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(young, 50, 100)
+
+
 def _clients_of(clients: Any) -> list[Any]:
     if hasattr(clients, "meta"):
         return [clients]
@@ -317,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=4566)
     args = parser.parse_args(argv)
     emulator = Emulator(args.host, args.port).start()
+    calm_collector()
     print(emulator.url, flush=True)
     try:
         threading.Event().wait()

@@ -72,7 +72,7 @@ class LocalStack:
 
     def start(self) -> None:
         from functions.serving import BackgroundServer
-        from infra.emulator import Emulator
+        from infra.emulator import Emulator, calm_collector
         from infra.stack import deploy_data_stack
         from orchestrator.api.app import create_app
         from orchestrator.manifest.loader import load_manifest
@@ -133,6 +133,8 @@ class LocalStack:
         self.api_url = api.url
         auth = "bearer key below" if self.api_key else "no key needed: ORCH_API_AUTH=off"
         self.echo(f"api        {api.url}   ({auth})")
+        if self.emulator is not None:
+            calm_collector()
         for i in range(self.opts.workers):
             self._spawn(f"worker-{i}", rt.worker().run, self.stop_event)
         self._spawn("sweeper", rt.sweeper().run, self.stop_event)

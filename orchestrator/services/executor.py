@@ -366,7 +366,11 @@ class Executor:
             run = self.store.get_run(run_id, now)
             if run is None or run.status.terminal:
                 return None
-            steps = self.store.query_steps(run_id)
+            # States are all a finish reads, but for a failed step's error (shown on the
+            # run): the rows' payloads, outputs and histories are left out unless one failed.
+            steps = self.store.query_steps(run_id, states_only=True)
+            if any(s.status is StepStatus.FAILED for s in steps):
+                steps = self.store.query_steps(run_id)
             done = finish(
                 run, steps, now, ttl_success=self.settings.ttl_success,
                 ttl_failed=self.settings.ttl_failed,

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from functions.examples.noop import create_app as noop_app  # noqa: E402
 from functions.serving import BackgroundServer  # noqa: E402
-from infra.emulator import Emulator  # noqa: E402
+from infra.emulator import Emulator, calm_collector  # noqa: E402
 from infra.stack import deploy_data_stack  # noqa: E402
 from orchestrator.adapters.aws import Clients, make_clients  # noqa: E402
 from orchestrator.manifest.loader import manifest_from_text  # noqa: E402
@@ -216,6 +216,8 @@ def stack(settings: Settings, manifest: str, fn_url: str, stamp_url: str,
     # would otherwise land in one workload's count and not another's.
     sweeping = Runtime.build(settings, m, clients=connect(settings))
     pool.append(threading.Thread(target=sweeping.sweeper().run, args=(stop,), daemon=True))
+    if TRANSPORT["emulator"] is not None:
+        calm_collector()  # as `orchestrator dev` does once its stack is up
     for t in pool:
         t.start()
     time.sleep(0.5)

@@ -28,6 +28,12 @@ order, pages and counts are the same. A query of the table by partition key gets
 partition's items (moto keeps just those, and sorts them itself) instead of the whole
 table, sorted.
 
+Projections: moto projects an item by converting the whole item to plain JSON once per
+attribute named in the ProjectionExpression (the sweeper's and a finish's read of a run's
+step states names 25): the item is converted once per projection, and each attribute is
+looked up in that one conversion (the conversion is pure, and the lookups only copy out
+of it).
+
 Every request: moto lists the methods of its response class (`inspect.getmembers`) to
 find the action's; a class's methods do not change while it serves, so the list is
 memoized per class.
@@ -59,6 +65,7 @@ import moto.core.responses as moto_responses
 import moto.core.utils as moto_utils
 from moto.core.serialize import AttributePicker, ResponseSerializer, XFormedAttributePicker
 from moto.dynamodb.comparisons import ConditionExpressionParser
+from moto.dynamodb.models import dynamo_type
 from moto.dynamodb.models.table import Table
 from moto.dynamodb.parsing import validators
 from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
@@ -313,6 +320,19 @@ def _get_value(self: Any, value: Any, key: str, shape: Any) -> Any:
     return _stock["get_value"](self, value, key, shape)
 
 
+def _project(self: Any, projection_expressions: list[list[str]]) -> Any:
+    # moto's Item.project, with self.to_regular_json() computed once, not per expression.
+    result: dict[str, Any] = {}
+    plain = self.to_regular_json()
+    for expr in projection_expressions:
+        dynamo_type.merge_dicts(result, dynamo_type.find_nested_key(expr, plain))  # type: ignore[attr-defined]
+    return dynamo_type.Item(
+        hash_key=self.hash_key,
+        range_key=self.range_key,
+        attrs=dynamo_type.serializer.serialize(result)["M"],
+    )
+
+
 _methods: dict[type, list[str]] = {}
 
 
@@ -381,6 +401,8 @@ def install() -> bool:
         _stock["query"] = Table.query
         Table.all_items = _all_items  # type: ignore[method-assign]
         Table.query = _query  # type: ignore[method-assign]
+        _stock["project"] = dynamo_type.Item.project
+        dynamo_type.Item.project = _project  # type: ignore[method-assign]
         _stock["methods"] = moto_responses.method_names_from_class  # type: ignore[attr-defined]
         moto_responses.method_names_from_class = _method_names  # type: ignore[attr-defined]
         _stock["send"] = SQSBackend.send_message
@@ -411,6 +433,7 @@ def uninstall() -> None:
         SQSBackend.is_message_valid_based_on_retention_period = _stock["retained"]  # type: ignore[method-assign]
         moto_responses.method_names_from_class = _stock["methods"]  # type: ignore[attr-defined]
         SQSBackend.send_message = _stock["send"]  # type: ignore[method-assign]
+        dynamo_type.Item.project = _stock["project"]  # type: ignore[method-assign]
         Queue.attributes = _stock["attributes"]  # type: ignore[method-assign]
         _methods.clear()
         _models.clear()

@@ -232,3 +232,104 @@ def test_index_queries_answer_exactly_as_stock_moto(ddb: Any) -> None:
     stock = on_stock_moto(play_index, ddb)
     assert play_index(ddb) == stock
     assert sum(len(p) for pages in stock for p in pages) > 40  # paged, not one page each
+
+
+def play_projection(ddb: Any) -> list[Any]:
+    """Projected reads (one conversion of the item per read): top-level names, nested
+    paths into maps and lists, a path and its parent together, names that are absent."""
+    table = new_table(ddb)
+    for i in range(4):
+        ddb.put_item(TableName=table, Item={
+            "run_id": {"S": "p"}, "step": {"S": f"s{i}"}, "status": {"S": "ready"},
+            "m": {"M": {"a": {"N": str(i)}, "b": {"M": {"c": {"S": "deep"}}}}},
+            "hist1": {"L": [{"M": {"at": {"N": "1"}, "type": {"S": "x"}}},
+                              {"M": {"at": {"N": str(i)}}}]},
+            "tg": {"SS": ["t1", "t2"]}, "pd1": {"S": "y" * i}})
+    out: list[Any] = []
+    names = {"#s": "status"}
+    for projection in ("run_id, step, #s, pd1, absent1", "m.a, m.b.c, hist1[1].at, tg",
+                       "m, m.a, hist1, hist1[0]", "m.b, m.zz, hist1[5]"):
+        used = {k: v for k, v in names.items() if k in projection}
+        extra = {"ExpressionAttributeNames": used} if used else {}
+        try:
+            out.append(paged(ddb, TableName=table, KeyConditionExpression="run_id = :r",
+                             ExpressionAttributeValues={":r": {"S": "p"}}, Limit=3,
+                             ProjectionExpression=projection, **extra))
+            keys = [{"run_id": {"S": "p"}, "step": {"S": f"s{i}"}} for i in range(4)]
+            got = ddb.batch_get_item(RequestItems={table: {
+                "Keys": keys, "ProjectionExpression": projection, **extra}})
+            out.append(sorted(got["Responses"][table],
+                              key=lambda r: r.get("step", {}).get("S", "")))
+        except ClientError as exc:
+            out.append(("error", projection, exc.response["Error"]["Message"]))
+    return out
+
+
+@stock_moto
+def test_projections_answer_exactly_as_stock_moto(ddb: Any) -> None:
+    stock = on_stock_moto(play_projection, ddb)
+    assert play_projection(ddb) == stock
+    answered = [r for r in stock if not (isinstance(r, tuple) and r[0] == "error")]
+    assert len(answered) == 8, stock
+
+
+@pytest.fixture(scope="module")
+def sqs() -> Iterator[Any]:
+    with Emulator() as emulator:
+        clients = emulator.attach(make_clients(Settings(endpoint_url=emulator.url)))
+        yield clients.sqs
+
+
+def _seen(messages: list[dict[str, Any]]) -> list[Any]:
+    # What a receive answers that does not differ by chance (ids, handles, times).
+    return sorted((m["Body"], m.get("Attributes", {}).get("MessageGroupId"))
+                  for m in messages)
+
+
+def play_sqs(sqs: Any) -> list[Any]:
+    """Sends, receives and counts on a standard queue and on FIFO queues with and
+    without content-based deduplication (what SendMessage reads of the attributes)."""
+    out: list[Any] = []
+    tag = uuid.uuid4().hex[:8]
+    plain = sqs.create_queue(QueueName=f"plain-{tag}")["QueueUrl"]
+    sqs.send_message_batch(QueueUrl=plain, Entries=[
+        {"Id": str(i), "MessageBody": f"m{i}"} for i in range(10)])
+    for i in range(10, 15):
+        sqs.send_message(QueueUrl=plain, MessageBody=f"m{i}")
+    sqs.send_message(QueueUrl=plain, MessageBody="later", DelaySeconds=30)
+    counts = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+              "ApproximateNumberOfMessagesDelayed"]
+    out.append(sqs.get_queue_attributes(QueueUrl=plain, AttributeNames=counts)["Attributes"])
+    got: list[dict[str, Any]] = []
+    for _ in range(3):
+        got += sqs.receive_message(QueueUrl=plain, MaxNumberOfMessages=10,
+                                   VisibilityTimeout=30).get("Messages", [])
+    out.append(_seen(got))
+    out.append(sqs.get_queue_attributes(QueueUrl=plain, AttributeNames=counts)["Attributes"])
+    for dedup in ("true", "false"):
+        fifo = sqs.create_queue(QueueName=f"fifo-{dedup}-{tag}.fifo", Attributes={
+            "FifoQueue": "true", "ContentBasedDeduplication": dedup})["QueueUrl"]
+        for body in ("same", "same", "other"):
+            try:
+                sqs.send_message(QueueUrl=fifo, MessageBody=body, MessageGroupId="g")
+                out.append(("sent", body))
+            except ClientError as exc:
+                out.append(("error", exc.response["Error"]["Code"]))
+        sqs.send_message(QueueUrl=fifo, MessageBody="id", MessageGroupId="g",
+                         MessageDeduplicationId="d1")
+        sqs.send_message(QueueUrl=fifo, MessageBody="id", MessageGroupId="g",
+                         MessageDeduplicationId="d1")
+        out.append(_seen(sqs.receive_message(QueueUrl=fifo, MaxNumberOfMessages=10,
+                                             AttributeNames=["MessageGroupId"])
+                         .get("Messages", [])))
+        attrs = sqs.get_queue_attributes(QueueUrl=fifo, AttributeNames=["All"])["Attributes"]
+        out.append({k: v for k, v in attrs.items() if not k.endswith(("Timestamp", "Arn"))})
+    return out
+
+
+@stock_moto
+def test_queues_answer_exactly_as_stock_moto(sqs: Any) -> None:
+    stock = on_stock_moto(play_sqs, sqs)
+    assert play_sqs(sqs) == stock
+    assert len(stock[1]) == 15  # every visible message, the delayed one not yet
+    assert ("sent", "same") in stock and ("sent", "other") in stock

@@ -40,6 +40,9 @@ class StackOptions:
     workers: int = 1
     sweep_interval: float = 5.0
     prefix: str | None = None
+    # With the embedded emulator, keep the process on one core (infra.emulator.
+    # keep_to_one_core); False lets its threads run on every core.
+    one_core: bool = True
     environ: dict[str, str] = field(default_factory=lambda: dict(environment()))
 
 
@@ -72,7 +75,7 @@ class LocalStack:
 
     def start(self) -> None:
         from functions.serving import BackgroundServer
-        from infra.emulator import Emulator, calm_collector
+        from infra.emulator import Emulator, calm_collector, keep_to_one_core
         from infra.stack import deploy_data_stack
         from orchestrator.api.app import create_app
         from orchestrator.manifest.loader import load_manifest
@@ -135,6 +138,10 @@ class LocalStack:
         self.echo(f"api        {api.url}   ({auth})")
         if self.emulator is not None:
             calm_collector()
+            core = keep_to_one_core() if self.opts.one_core else None
+            if core is not None:
+                self.echo(f"cpu        this process keeps to core {core} (one interpreter lock;"
+                          " --all-cores to lift)")
         for i in range(self.opts.workers):
             self._spawn(f"worker-{i}", rt.worker().run, self.stop_event)
         self._spawn("sweeper", rt.sweeper().run, self.stop_event)

@@ -34,6 +34,11 @@ step states names 25): the item is converted once per projection, and each attri
 looked up in that one conversion (the conversion is pure, and the lookups only copy out
 of it).
 
+Parameters: before a handler runs, moto turns botocore's request into a werkzeug Request
+(a WSGI environ, headers, a form parser) only to hand its body to the JSON parser, which
+reads nothing else: a request of the JSON protocols (DynamoDB, SQS) is handed over as
+what that parser reads.
+
 Every request: moto lists the methods of its response class (`inspect.getmembers`) to
 find the action's; a class's methods do not change while it serves, so the list is
 memoized per class.
@@ -59,10 +64,12 @@ import pickle
 import threading
 from collections import OrderedDict, deque
 from typing import Any
+from urllib.parse import urlparse
 
 import moto
 import moto.core.responses as moto_responses
 import moto.core.utils as moto_utils
+from botocore.awsrequest import AWSPreparedRequest
 from moto.core.serialize import AttributePicker, ResponseSerializer, XFormedAttributePicker
 from moto.dynamodb.comparisons import ConditionExpressionParser
 from moto.dynamodb.models import dynamo_type
@@ -333,6 +340,30 @@ def _project(self: Any, projection_expressions: list[list[str]]) -> Any:
     )
 
 
+class _JSONRequest:
+    """What moto's parameter parsing reads of a request (its JSON parser: the body)."""
+
+    def __init__(self, request: Any, content_type: str) -> None:
+        body = request.body or b""
+        self.data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        self.method = request.method
+        self.headers = request.headers
+        self.content_type = content_type
+        self.path = urlparse(request.url).path
+        self.values: dict[str, Any] = {}
+
+
+def _normalize_request(request: Any) -> Any:
+    # moto.core.request.normalize_request, for moto.core.responses.parse_parameters.
+    if isinstance(request, AWSPreparedRequest) and "Content-Encoding" not in request.headers:
+        content_type = request.headers.get("Content-Type", "")
+        if isinstance(content_type, bytes):
+            content_type = content_type.decode()
+        if content_type in ("application/x-amz-json-1.0", "application/x-amz-json-1.1"):
+            return _JSONRequest(request, content_type)
+    return _stock["normalize"](request)
+
+
 _methods: dict[type, list[str]] = {}
 
 
@@ -403,6 +434,8 @@ def install() -> bool:
         Table.query = _query  # type: ignore[method-assign]
         _stock["project"] = dynamo_type.Item.project
         dynamo_type.Item.project = _project  # type: ignore[method-assign]
+        _stock["normalize"] = moto_responses.normalize_request  # type: ignore[attr-defined]
+        moto_responses.normalize_request = _normalize_request  # type: ignore[attr-defined]
         _stock["methods"] = moto_responses.method_names_from_class  # type: ignore[attr-defined]
         moto_responses.method_names_from_class = _method_names  # type: ignore[attr-defined]
         _stock["send"] = SQSBackend.send_message
@@ -434,6 +467,7 @@ def uninstall() -> None:
         moto_responses.method_names_from_class = _stock["methods"]  # type: ignore[attr-defined]
         SQSBackend.send_message = _stock["send"]  # type: ignore[method-assign]
         dynamo_type.Item.project = _stock["project"]  # type: ignore[method-assign]
+        moto_responses.normalize_request = _stock["normalize"]  # type: ignore[attr-defined]
         Queue.attributes = _stock["attributes"]  # type: ignore[method-assign]
         _methods.clear()
         _models.clear()

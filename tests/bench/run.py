@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from functions.examples.noop import create_app as noop_app  # noqa: E402
 from functions.serving import BackgroundServer  # noqa: E402
-from infra.emulator import Emulator, calm_collector  # noqa: E402
+from infra.emulator import Emulator, calm_collector, keep_to_one_core  # noqa: E402
 from infra.stack import deploy_data_stack  # noqa: E402
 from orchestrator.adapters.aws import Clients, make_clients  # noqa: E402
 from orchestrator.manifest.loader import manifest_from_text  # noqa: E402
@@ -164,6 +164,8 @@ def webhook_intake(api_url: str, n: int, senders: int = 8) -> float:
 # How the parts under test reach the emulator: in-process, as `orchestrator dev`'s own
 # parts do (the default), or over HTTP, as another process's do (--transport http).
 TRANSPORT: dict[str, Any] = {"emulator": None}
+# Whether the in-process stack keeps to one core, as `orchestrator dev` does (--all-cores).
+ONE_CORE = {"on": True}
 
 
 def connect(settings: Settings) -> Clients:
@@ -218,6 +220,8 @@ def stack(settings: Settings, manifest: str, fn_url: str, stamp_url: str,
     pool.append(threading.Thread(target=sweeping.sweeper().run, args=(stop,), daemon=True))
     if TRANSPORT["emulator"] is not None:
         calm_collector()  # as `orchestrator dev` does once its stack is up
+        if ONE_CORE["on"]:
+            keep_to_one_core()  # likewise (`orchestrator dev --all-cores` does not)
     for t in pool:
         t.start()
     time.sleep(0.5)
@@ -264,7 +268,7 @@ def wait_all(observer: Runtime, run_ids: list[str], timeout: float = 600) -> flo
                     raise SystemExit(f"run {rid} ended {run['status']}: {run['error']}")
                 pending.discard(rid)
                 last = max(last, run["finished_at"])
-        time.sleep(0.05)
+        time.sleep(0.1)  # the finish time is the row's own: polling only notices it
     return last
 
 
@@ -326,10 +330,13 @@ def worker_rss(settings: Settings, manifest: str, fn_url: str, workflow: str,
         env = {**os.environ, "AWS_ENDPOINT_URL": settings.endpoint_url or "",
                "ORCH_PREFIX": settings.prefix, "FN": fn_url, "STAMP": fn_url,
                "PYTHONPATH": str(ROOT)}
+        every_core = set(range(os.cpu_count() or 1))
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", "worker", "--manifest", str(path),
              "--threads", str(threads)], env=env, cwd=ROOT,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            # Not the bench's own core: a worker process of its own, as in production.
+            preexec_fn=lambda: os.sched_setaffinity(0, every_core))
         try:
             m = manifest_from_text(manifest, "bench.yml", ROOT,
                                    {"FN": fn_url, "STAMP": fn_url})
@@ -360,10 +367,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--transport", choices=("in-process", "http"), default="in-process",
                     help="How the stack's own parts reach the emulator (dev: in-process).")
+    ap.add_argument("--all-cores", action="store_true",
+                    help="Let the in-process stack run on every core (as `orchestrator dev"
+                    " --all-cores`); by default it keeps to one, as `dev` does.")
     ap.add_argument("--issue8", action="store_true",
                     help="Issue 8's workloads: W1 a chain of 50, W2 a fan-out of 200, W3 20"
                     " concurrent runs of a 5-step chain.")
     args = ap.parse_args(argv)
+    ONE_CORE["on"] = not args.all_cores
     sizes = (
         {"w1": 20, "w2": 50, "w3": 10, "r_large": 100, "floor": 20, "h1": 20, "h2": 40}
         if args.quick
@@ -377,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
 
     text = manifest_text(sizes)
     results: dict[str, Any] = {"sizes": sizes, "workers": args.workers,
-                               "threads": args.threads, "transport": args.transport}
+                               "threads": args.threads, "transport": args.transport,
+                               "one_core": not args.all_cores}
     stamps = Stamps()
     with Emulator() as emu, BackgroundServer(noop_app()) as fn, \
             BackgroundServer(stamps.app()) as stamp_fn:

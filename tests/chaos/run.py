@@ -166,7 +166,8 @@ def render(res: SeedResult, *, verbose: bool = False) -> str:
                 "faults", "aimed", "duplicate_calls", "keys_called_more_than_once",
                 "reexecutions_after_delivered_2xx", "ready_to_start", "ready_to_call",
                 "due_to_start", "due_to_call", "history_start_before_due",
-                "settle_after_calm", "largest_item", "dlq_messages", "findings", "violations"):
+                "last_step_to_run_finished", "settle_after_calm", "largest_item",
+                "dlq_messages", "findings", "violations"):
         lines.append(f"  {key}: {json.dumps(f.get(key))}")
     for v in res.report.violations:
         lines.append(f"  VIOLATION {v.check}: run {v.run} step {v.step}: {v.message}")

@@ -75,10 +75,21 @@ def test_every_message_delivered_twice_calls_each_attempt_once(
     assert steps_of(view)["join"]["attempts"] == 1
 
 
+def fan_without_b(harness_factory: Any, tamper: Any) -> tuple[Any, str]:
+    """FANOUT started with `tamper` in front of SQS (it keeps b's messages back), once
+    every step but b and the join has succeeded. No sweeper runs on its own here."""
+    h = harness_factory(FANOUT, sweep_interval=0.5, redispatch_after=30.0)
+    h.rt.queues.tamper = tamper
+    h.start_workers()
+    run_id = h.start("fan")
+    for step in ("a", "c", "d", "e"):
+        h.wait_for_step(run_id, step, ("success",))
+    return h, run_id
+
+
 def test_a_dropped_dispatch_is_recovered_by_the_sweep(
     harness_factory: Any, recorder: Recorder
 ) -> None:
-    h = harness_factory(FANOUT, sweep_interval=0.5, redispatch_after=30.0)
     dropped: list[Dispatch] = []
 
     def drop_b_once(msgs: list[Dispatch]) -> list[Dispatch]:
@@ -90,14 +101,10 @@ def test_a_dropped_dispatch_is_recovered_by_the_sweep(
                 keep.append(m)
         return keep
 
-    h.rt.queues.tamper = drop_b_once
-    h.start_workers()
-    run_id = h.start("fan")
     # Without a sweeper the run cannot finish: b's message is gone. Every other step
     # that can run does; b stays blocked with its only dependency done (the message
     # was to promote and claim it in one write).
-    for step in ("a", "c", "d", "e"):
-        h.wait_for_step(run_id, step, ("success",))
+    h, run_id = fan_without_b(harness_factory, drop_b_once)
     assert steps_of(h.rt.runs.view(run_id))["b"]["status"] == "blocked"
     assert dropped and dropped[0].after == "root" and dropped[0].ready_at is not None
     # Not before `settle` (redispatch_after) past root's last sign of life: a sweep leaves
@@ -116,18 +123,13 @@ def test_a_dropped_dispatch_is_recovered_by_the_sweep(
 def test_a_promotion_message_late_after_the_sweep_promoted_the_step_still_claims_it(
     harness_factory: Any, recorder: Recorder
 ) -> None:
-    h = harness_factory(FANOUT, sweep_interval=0.5, redispatch_after=30.0)
     held: list[Dispatch] = []
 
     def hold_b(msgs: list[Dispatch]) -> list[Dispatch]:
         held.extend(m for m in msgs if m.step == "b")
         return [m for m in msgs if m.step != "b"]
 
-    h.rt.queues.tamper = hold_b
-    h.start_workers()
-    run_id = h.start("fan")
-    for step in ("a", "c", "d", "e"):
-        h.wait_for_step(run_id, step, ("success",))
+    h, run_id = fan_without_b(harness_factory, hold_b)
     # The sweep promotes b (ready, attempt 1); its own dispatch is held back too.
     assert h.rt.sweeper(clock=lambda: time.time() + 31).sweep().promoted == 1
     assert steps_of(h.rt.runs.view(run_id))["b"]["status"] == "ready"

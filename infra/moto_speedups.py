@@ -39,6 +39,12 @@ Parameters: before a handler runs, moto turns botocore's request into a werkzeug
 reads nothing else: a request of the JSON protocols (DynamoDB, SQS) is handed over as
 what that parser reads.
 
+Conditions: before it applies a write, moto's response handler parses the
+ConditionExpression once only to list the names and values it uses (to refuse unused
+ones), then the backend parses it again to evaluate it. That first parse is memoized by
+(text, names, and the placeholders and types of the values): what it lists, and whether it
+succeeds, depend on nothing else. A parse that fails is never memoized.
+
 Every request: moto lists the methods of its response class (`inspect.getmembers`) to
 find the action's; a class's methods do not change while it serves, so the list is
 memoized per class.
@@ -69,6 +75,7 @@ from urllib.parse import urlparse
 import moto
 import moto.core.responses as moto_responses
 import moto.core.utils as moto_utils
+import moto.dynamodb.responses as ddb_responses
 from botocore.awsrequest import AWSPreparedRequest
 from moto.core.serialize import AttributePicker, ResponseSerializer, XFormedAttributePicker
 from moto.dynamodb.comparisons import ConditionExpressionParser
@@ -364,6 +371,40 @@ def _normalize_request(request: Any) -> Any:
     return _stock["normalize"](request)
 
 
+_found: OrderedDict[tuple[Any, ...], tuple[list[str], list[str]]] = OrderedDict()
+
+
+class _UsedNames:
+    """A ConditionExpressionParser for moto's response handlers, which call `parse()` only
+    to read `expr_attr_names_found` / `expr_attr_values_found` (they drop the tree)."""
+
+    def __init__(self, expr: Any, names: Any, values: Any) -> None:
+        self.args = (expr, names, values)
+        self.expr_attr_names_found: list[str] = []
+        self.expr_attr_values_found: list[str] = []
+
+    def parse(self) -> None:
+        expr, names, values = self.args
+        try:
+            key = (expr, tuple(sorted((names or {}).items())),
+                   tuple(sorted((k, tuple(sorted(v))) for k, v in (values or {}).items())))
+        except (AttributeError, TypeError):  # not the shapes memoized: as moto does
+            key = None
+        with _lock:
+            hit = _found.get(key) if key is not None else None
+        if hit is None:
+            parser = ConditionExpressionParser(expr, names, values)
+            parser.parse()  # raises for a bad expression: never memoized
+            hit = (list(parser.expr_attr_names_found), list(parser.expr_attr_values_found))
+            if key is not None:
+                with _lock:
+                    _found[key] = hit
+                    while len(_found) > CACHE_SIZE:
+                        _found.popitem(last=False)
+        self.expr_attr_names_found.extend(hit[0])
+        self.expr_attr_values_found.extend(hit[1])
+
+
 _methods: dict[type, list[str]] = {}
 
 
@@ -434,6 +475,8 @@ def install() -> bool:
         Table.query = _query  # type: ignore[method-assign]
         _stock["project"] = dynamo_type.Item.project
         dynamo_type.Item.project = _project  # type: ignore[method-assign]
+        _stock["used_names"] = ddb_responses.create_condition_expression_parser  # type: ignore[attr-defined]
+        ddb_responses.create_condition_expression_parser = _UsedNames  # type: ignore[attr-defined,assignment]
         _stock["normalize"] = moto_responses.normalize_request  # type: ignore[attr-defined]
         moto_responses.normalize_request = _normalize_request  # type: ignore[attr-defined]
         _stock["methods"] = moto_responses.method_names_from_class  # type: ignore[attr-defined]
@@ -468,6 +511,8 @@ def uninstall() -> None:
         SQSBackend.send_message = _stock["send"]  # type: ignore[method-assign]
         dynamo_type.Item.project = _stock["project"]  # type: ignore[method-assign]
         moto_responses.normalize_request = _stock["normalize"]  # type: ignore[attr-defined]
+        ddb_responses.create_condition_expression_parser = _stock["used_names"]  # type: ignore[attr-defined]
+        _found.clear()
         Queue.attributes = _stock["attributes"]  # type: ignore[method-assign]
         _methods.clear()
         _models.clear()

@@ -80,6 +80,27 @@ SCRIPT: list[tuple[str, dict[str, Any]]] = [
            "ExpressionAttributeValues": {":x": {"S": "1"}}}),
     ("e", {"UpdateExpression": "SET a = :x", "ConditionExpression": "attempt = = :x",
            "ExpressionAttributeValues": {":x": {"S": "1"}}}),
+    # One condition text: a name map that lacks its placeholder, a value map that lacks
+    # one, values of another type, then all there (the handler's parse is memoized).
+    ("g", {"UpdateExpression": "SET a = :x", "ConditionExpression": "#s = :r AND attempt = :n",
+           "ExpressionAttributeNames": {"#q": "status"},
+           "ExpressionAttributeValues": {":x": {"S": "1"}, ":r": {"S": "ready"},
+                                         ":n": {"N": "1"}}}),
+    ("g", {"UpdateExpression": "SET a = :x", "ConditionExpression": "#s = :r AND attempt = :n",
+           "ExpressionAttributeNames": {"#s": "status"},
+           "ExpressionAttributeValues": {":x": {"S": "1"}, ":r": {"S": "ready"}}}),
+    ("g", {"UpdateExpression": "SET a = :x", "ConditionExpression": "#s = :r AND attempt = :n",
+           "ExpressionAttributeNames": {"#s": "status"},
+           "ExpressionAttributeValues": {":x": {"S": "1"}, ":r": {"N": "3"},
+                                         ":n": {"N": "1"}}}),
+    ("g", {"UpdateExpression": "SET a = :x", "ConditionExpression": "#s = :r AND attempt = :n",
+           "ExpressionAttributeNames": {"#s": "status"},
+           "ExpressionAttributeValues": {":x": {"S": "1"}, ":r": {"S": "ready"},
+                                         ":n": {"N": "1"}, ":unused": {"S": "u"}}}),
+    ("g", {"UpdateExpression": "SET a = :x", "ConditionExpression": "#s = :r AND attempt = :n",
+           "ExpressionAttributeNames": {"#s": "status"},
+           "ExpressionAttributeValues": {":x": {"S": "2"}, ":r": {"S": "ready"},
+                                         ":n": {"N": "1"}}, "ReturnValues": "ALL_NEW"}),
     # One condition text, values that make it true, then false.
     ("f", {"UpdateExpression": "ADD n :one", "ConditionExpression": "attempt = :n",
            "ExpressionAttributeValues": {":one": {"N": "1"}, ":n": {"N": "1"}},
@@ -132,7 +153,7 @@ def new_table(ddb: Any, **index: Any) -> str:
 
 def play(ddb: Any) -> list[Any]:
     table = new_table(ddb)
-    for key in "abcdef":
+    for key in "abcdefg":
         # Another partition first, which no query of "r" may return.
         ddb.put_item(TableName=table, Item={"run_id": {"S": "q"}, "step": {"S": key},
                                             "status": {"S": "ready"}})
@@ -148,12 +169,12 @@ def play(ddb: Any) -> list[Any]:
         except ClientError as exc:
             out.append(("error", exc.response["Error"]["Code"],
                         exc.response["Error"]["Message"]))
-        except ValueError as exc:  # moto raises some parse errors as they are
+        except (ValueError, KeyError) as exc:  # moto raises some parse errors as they are
             out.append(("error", type(exc).__name__, str(exc)))
     rows = ddb.scan(TableName=table, ConsistentRead=True)["Items"]
     out.append(sorted(rows, key=lambda r: r["step"]["S"]))
     # Reads answer through moto's response serializer (memoized spellings).
-    keys = [{"run_id": {"S": "r"}, "step": {"S": k}} for k in "abcdef"]
+    keys = [{"run_id": {"S": "r"}, "step": {"S": k}} for k in "abcdefg"]
     out.append([ddb.get_item(TableName=table, Key=k, ConsistentRead=True).get("Item")
                 for k in keys])
     out.append(ddb.get_item(TableName=table, Key=keys[0], ProjectionExpression="#h, attempt",

@@ -35,6 +35,9 @@ log = logging.getLogger("orchestrator.worker")
 
 _MISSING = object()
 FLUSH_EVERY = 0.05
+# A run with at most this many sinks has its counts written as soon as its attempt ends
+# (there is little to fold, and its finish need not wait for the next flush).
+FLUSH_NOW_SINKS = 4
 DELETE_WITHIN = 1.0
 # A timer message this early is waited out in the worker rather than sent on again.
 EARLY_WAIT = 1.0
@@ -132,12 +135,28 @@ class Worker:
             while row is not None:
                 row = self.execute(row, tally)
         finally:
-            if self._batching:
-                with self._lock:
-                    for run_id, n in tally.counts.items():
-                        self._tally.add(run_id, n)
-            else:
-                self.adv.flush(tally)
+            self._count(tally)
+
+    def _count(self, tally: Tally) -> None:
+        """Hand an attempt's terminal counts on: while the poll loop runs, folded into the
+        next flush, except for runs with few sinks (written now: one of them may finish
+        the run, and folding would only make it wait)."""
+        if not self._batching:
+            self.adv.flush(tally)
+            return
+        now = Tally()
+        with self._lock:
+            for run_id, n in tally.counts.items():
+                ctx = self._contexts.get(run_id)
+                if ctx is not None and 0 < ctx.sinks <= FLUSH_NOW_SINKS:
+                    now.add(run_id, n)
+                else:
+                    self._tally.add(run_id, n)
+        if now.counts:
+            try:
+                self.adv.flush(now)
+            except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
+                log.warning("count failed: %s", exc)
 
     def _ack(self, receipt: Received | None) -> None:
         if receipt is None:

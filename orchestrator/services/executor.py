@@ -47,6 +47,8 @@ class RunContext:
     ndeps: dict[str, int]
     # Cancelled or halted when it was read (only a fresh read is worth acting on).
     stopping: bool = False
+    # Steps nothing depends on: only their terminal transitions count towards the finish.
+    sinks: int = 0
 
     @classmethod
     def of(cls, run: RunRecord) -> RunContext:
@@ -57,6 +59,7 @@ class RunContext:
             on_failure=run.on_failure,
             ndeps=run.definition.ndeps,
             stopping=run.kill_requested or run.halted,
+            sinks=len(run.definition.sinks),
         )
 
     @classmethod

@@ -412,3 +412,49 @@ def test_a_worker_whose_threads_are_held_up_hands_its_waiting_messages_back(
     assert h.rt.runs.view(slow)["status"] == "running"
     assert len(recorder.for_step(quick, "one")) == 1
     assert h.wait(slow)["status"] == "success"
+
+
+FEW_AND_MANY_SINKS = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  pair:
+    steps:
+      first: { backend: fn, route: /echo }
+      second: { backend: fn, route: /echo, dependsOn: [first] }
+  spray:
+    steps:
+      root: { backend: fn, route: /echo }
+      s1: { backend: fn, route: /echo, dependsOn: [root] }
+      s2: { backend: fn, route: /echo, dependsOn: [root] }
+      s3: { backend: fn, route: /echo, dependsOn: [root] }
+      s4: { backend: fn, route: /echo, dependsOn: [root] }
+      s5: { backend: fn, route: /echo, dependsOn: [root] }
+"""
+
+
+def test_a_run_with_few_sinks_is_counted_as_its_last_step_lands_many_sinks_at_the_flush(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h = harness_factory(FEW_AND_MANY_SINKS)
+    held: list[Dispatch] = []
+
+    def hold(msgs: list[Dispatch]) -> list[Dispatch]:
+        held.extend(msgs)
+        return []
+
+    h.rt.queues.tamper = hold
+    worker = h.rt.worker()
+    worker._batching = True  # as inside its poll loop; its flusher is not running here
+    pair = h.start("pair")
+    while held:
+        worker.handle(held.pop(0))  # first, then second inline: the only sink
+    assert h.rt.runs.view(pair)["status"] == "success"  # no flush was needed
+    spray = h.start("spray")
+    while held:
+        worker.handle(held.pop(0))
+    view = h.rt.runs.view(spray)
+    assert [s["status"] for s in view["steps"]] == ["success"] * 6
+    assert view["status"] == "running"  # five sinks: their counts wait, folded, for a flush
+    worker.flush()
+    assert h.rt.runs.view(spray)["status"] == "success"

@@ -138,7 +138,8 @@ class InProcess:
         self.url = url
         self.service = service
         self.app: WSGIApp | None = None
-        self.handler = _DIRECT.get(service)
+        direct = _DIRECT.get(service)
+        self.handler = None if direct is None else direct()
         # moto checks no signature: it reads the account and the region from the
         # Authorization header's credential scope. Requests handed over directly are not
         # signed (a SigV4 signature is a good part of botocore's time per request), and
@@ -150,7 +151,7 @@ class InProcess:
         if not str(request.url).startswith(self.url):
             return None  # another endpoint: send it as usual
         if self.handler is not None:
-            return self._direct(request, self.handler())
+            return self._direct(request, self.handler)
         parts = urlsplit(request.url)
         body = _body_of(request)
         environ = EnvironBuilder(

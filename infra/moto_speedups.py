@@ -231,7 +231,6 @@ def _spelled(cls: type) -> Any:
             hit = _spellings.setdefault(key, tuple(stock(self, context)))
         return hit
 
-    _stock[f"keys:{cls.__name__}"] = stock
     return get_possible_keys
 
 
@@ -447,46 +446,48 @@ def _attributes(self: Any) -> dict[str, Any]:
             else value}
 
 
+def _patches() -> list[tuple[str, Any, str, Any]]:
+    """(stock key, owner, attribute, replacement): every change `install` makes."""
+    return [
+        ("make", UpdateExpressionParser, "make", classmethod(_make)),
+        ("init", validators.Validator, "__init__", _validator_init),
+        ("validate", validators.Validator, "validate", _validate),
+        ("lex", ConditionExpressionParser, "_lex_condition_expression", _lex),
+        ("walk", DepthFirstTraverser, "traverse_node_recursively", _walk),
+        *((f"keys:{cls.__name__}", cls, "get_possible_keys", _spelled(cls))
+          for cls in (AttributePicker, XFormedAttributePicker)),
+        ("get_value", ResponseSerializer, "get_value", _get_value),
+        ("all_items", Table, "all_items", _all_items),
+        ("query", Table, "query", _query),
+        ("project", dynamo_type.Item, "project", _project),
+        ("used_names", ddb_responses, "create_condition_expression_parser", _UsedNames),
+        ("normalize", moto_responses, "normalize_request", _normalize_request),
+        ("methods", moto_responses, "method_names_from_class", _method_names),
+        ("send", SQSBackend, "send_message", _send_message),
+        ("attributes", Queue, "attributes", property(_attributes)),
+        ("retained", SQSBackend, "is_message_valid_based_on_retention_period", _retained),
+    ]
+
+
+# What install() replaced: (owner, attribute, whether the owner had it itself, what it was).
+_applied: list[tuple[Any, str, bool, Any]] = []
+
+
 def install() -> bool:
-    """Apply the memo to moto's DynamoDB (idempotent). False if moto's version is not
-    the one checked: moto then runs as shipped."""
+    """Apply the memo to moto (idempotent). False if moto's version is not the one
+    checked: moto then runs as shipped."""
     with _lock:
         if _state["installed"]:
             return True
         if os.environ.get("ORCH_MOTO_STOCK") or not moto.__version__.startswith(CHECKED_MOTO):
             return False
-        _stock["make"] = UpdateExpressionParser.__dict__["make"]
-        _stock["init"] = validators.Validator.__init__
-        _stock["validate"] = validators.Validator.validate
-        _stock["lex"] = ConditionExpressionParser._lex_condition_expression
-        _stock["walk"] = DepthFirstTraverser.traverse_node_recursively
-        UpdateExpressionParser.make = classmethod(_make)  # type: ignore[method-assign,assignment]
-        validators.Validator.__init__ = _validator_init  # type: ignore[method-assign]
-        validators.Validator.validate = _validate  # type: ignore[method-assign]
-        ConditionExpressionParser._lex_condition_expression = _lex  # type: ignore[method-assign]
-        DepthFirstTraverser.traverse_node_recursively = _walk  # type: ignore[method-assign]
-        for cls in (AttributePicker, XFormedAttributePicker):
-            cls.get_possible_keys = _spelled(cls)  # type: ignore[method-assign]
-        _stock["get_value"] = ResponseSerializer.get_value
-        ResponseSerializer.get_value = _get_value  # type: ignore[method-assign]
-        _stock["all_items"] = Table.all_items
-        _stock["query"] = Table.query
-        Table.all_items = _all_items  # type: ignore[method-assign]
-        Table.query = _query  # type: ignore[method-assign]
-        _stock["project"] = dynamo_type.Item.project
-        dynamo_type.Item.project = _project  # type: ignore[method-assign]
-        _stock["used_names"] = ddb_responses.create_condition_expression_parser  # type: ignore[attr-defined]
-        ddb_responses.create_condition_expression_parser = _UsedNames  # type: ignore[attr-defined,assignment]
-        _stock["normalize"] = moto_responses.normalize_request  # type: ignore[attr-defined]
-        moto_responses.normalize_request = _normalize_request  # type: ignore[attr-defined]
-        _stock["methods"] = moto_responses.method_names_from_class  # type: ignore[attr-defined]
-        moto_responses.method_names_from_class = _method_names  # type: ignore[attr-defined]
-        _stock["send"] = SQSBackend.send_message
-        SQSBackend.send_message = _send_message  # type: ignore[method-assign]
-        _stock["attributes"] = Queue.__dict__["attributes"]
-        Queue.attributes = property(_attributes)  # type: ignore[method-assign,assignment]
-        _stock["retained"] = SQSBackend.is_message_valid_based_on_retention_period
-        SQSBackend.is_message_valid_based_on_retention_period = _retained  # type: ignore[method-assign]
+        for key, owner, attr, replacement in _patches():
+            own = attr in vars(owner)
+            # The owner's own entry (a classmethod or a property as such), else inherited.
+            stock = vars(owner)[attr] if own else getattr(owner, attr)
+            _stock[key] = stock
+            _applied.append((owner, attr, own, stock))
+            setattr(owner, attr, replacement)
         _state["installed"] = True
         return True
 
@@ -496,29 +497,13 @@ def uninstall() -> None:
     with _lock:
         if not _state["installed"]:
             return
-        UpdateExpressionParser.make = _stock["make"]  # type: ignore[method-assign]
-        validators.Validator.__init__ = _stock["init"]  # type: ignore[method-assign]
-        validators.Validator.validate = _stock["validate"]  # type: ignore[method-assign]
-        ConditionExpressionParser._lex_condition_expression = _stock["lex"]  # type: ignore[method-assign]
-        DepthFirstTraverser.traverse_node_recursively = _stock["walk"]  # type: ignore[method-assign]
-        for cls in (AttributePicker, XFormedAttributePicker):
-            cls.get_possible_keys = _stock[f"keys:{cls.__name__}"]  # type: ignore[method-assign]
-        ResponseSerializer.get_value = _stock["get_value"]  # type: ignore[method-assign]
-        Table.all_items = _stock["all_items"]  # type: ignore[method-assign]
-        Table.query = _stock["query"]  # type: ignore[method-assign]
-        SQSBackend.is_message_valid_based_on_retention_period = _stock["retained"]  # type: ignore[method-assign]
-        moto_responses.method_names_from_class = _stock["methods"]  # type: ignore[attr-defined]
-        SQSBackend.send_message = _stock["send"]  # type: ignore[method-assign]
-        dynamo_type.Item.project = _stock["project"]  # type: ignore[method-assign]
-        moto_responses.normalize_request = _stock["normalize"]  # type: ignore[attr-defined]
-        ddb_responses.create_condition_expression_parser = _stock["used_names"]  # type: ignore[attr-defined]
-        _found.clear()
-        Queue.attributes = _stock["attributes"]  # type: ignore[method-assign]
-        _methods.clear()
-        _models.clear()
-        _spellings.clear()
-        _trees.clear()
-        _pickled.clear()
-        _tokens.clear()
-        _passed.clear()
+        while _applied:
+            owner, attr, own, stock = _applied.pop()
+            if own:
+                setattr(owner, attr, stock)
+            else:
+                delattr(owner, attr)
+        for memo in (_found, _methods, _models, _spellings, _trees, _pickled, _tokens,
+                     _passed):
+            memo.clear()
         _state["installed"] = False

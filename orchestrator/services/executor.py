@@ -201,23 +201,20 @@ class Executor:
                 # lost with its worker.
                 sends.append(Dispatch(run_id=done.run_id, step=dep, attempt=1,
                                       after=done.step, ready_at=self.clock()))
-                if len(sends) == 10:
-                    self.queues.dispatch(sends)
-                    sends = []
-                continue
-            # Stamp each promotion with its own time: a wide fan-out takes a while, and
-            # the sweeper reads ready_at as "when was this message due to be sent".
-            promoted = self.store.satisfy(done.run_id, dep, done.step, ndeps, lease,
-                                          self.clock())
-            if promoted is None:
-                continue
-            if promoted.status is StepStatus.DISPATCHED:
-                inline = promoted
             else:
+                # Stamp each promotion with its own time: a wide fan-out takes a while,
+                # and the sweeper reads ready_at as "when was this message due to be sent".
+                promoted = self.store.satisfy(done.run_id, dep, done.step, ndeps, lease,
+                                              self.clock())
+                if promoted is None:
+                    continue
+                if promoted.status is StepStatus.DISPATCHED:
+                    inline = promoted
+                    continue
                 sends.append(Dispatch(run_id=done.run_id, step=dep, attempt=1))
-                if len(sends) == 10:  # a wide fan-out starts while it is still promoting
-                    self.queues.dispatch(sends)
-                    sends = []
+            if len(sends) == 10:  # a wide fan-out starts while it is still promoting
+                self.queues.dispatch(sends)
+                sends = []
         return inline, sends
 
     def retry(

@@ -111,10 +111,14 @@ SCRIPT: list[tuple[str, dict[str, Any]]] = [
 
 
 @pytest.fixture(scope="module")
-def ddb() -> Iterator[Any]:
+def clients() -> Iterator[Any]:
     with Emulator() as emulator:
-        clients = emulator.attach(make_clients(Settings(endpoint_url=emulator.url)))
-        yield clients.dynamodb
+        yield emulator.attach(make_clients(Settings(endpoint_url=emulator.url)))
+
+
+@pytest.fixture(scope="module")
+def ddb(clients: Any) -> Any:
+    return clients.dynamodb
 
 
 def paged(ddb: Any, **query: Any) -> list[Any]:
@@ -295,10 +299,8 @@ def test_projections_answer_exactly_as_stock_moto(ddb: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def sqs() -> Iterator[Any]:
-    with Emulator() as emulator:
-        clients = emulator.attach(make_clients(Settings(endpoint_url=emulator.url)))
-        yield clients.sqs
+def sqs(clients: Any) -> Any:
+    return clients.sqs
 
 
 def _seen(messages: list[dict[str, Any]]) -> list[Any]:

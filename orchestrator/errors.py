@@ -168,6 +168,11 @@ class ConditionFailed(OrchestratorError):
     """A conditional write found the row in another state than it expected.
 
     This is the normal outcome of a duplicate, late or reordered message: callers
-    treat it as "someone else already did this" and move on."""
+    treat it as "someone else already did this" and move on. `item`: the row as the
+    guard found it, when the write asked for it (ReturnValuesOnConditionCheckFailure)."""
 
     code = Code.CONDITION_FAILED
+
+    def __init__(self, message: str, item: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.item = item

@@ -27,7 +27,8 @@ def translate_errors(what: str) -> Iterator[None]:
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         if code == "ConditionalCheckFailedException":
-            raise ConditionFailed(f"{what}: guard did not hold") from exc
+            item = exc.response.get("Item")
+            raise ConditionFailed(f"{what}: guard did not hold", item) from exc
         raise StoreError(f"{what}: {code or exc}") from exc
     except BotoCoreError as exc:
         raise StoreError(f"{what}: {exc}") from exc

@@ -358,6 +358,42 @@ def test_a_commit_that_landed_after_its_own_wake_is_still_followed_up(
     assert len(recorder.for_step(run_id, "two")) == 1
 
 
+def test_a_write_whose_answer_was_lost_is_known_by_its_resent_copy(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    # The claim of `one`, its success and the run's finish each land, but their answers
+    # are lost and botocore sends each again (what a read timeout does): the copy finds
+    # the first one's effect. Each is known as the worker's own, so the chain goes on
+    # and the run finishes with no sweeper, every step called once, every event once.
+    h = harness_factory(CHAIN)
+    lost: list[str] = []
+
+    def lose_the_answer(response: Any, request_dict: dict[str, Any], attempts: int,
+                        **_: Any) -> float | None:
+        body = request_dict.get("body", b"")
+        text = body.decode() if isinstance(body, bytes) else str(body)
+        ok = response is not None and response[0].status_code == 200
+        for mark in ("step.started", "step.succeeded", "run.success"):
+            # A history entry is a JSON string inside the request's JSON: quotes escaped.
+            if ok and attempts == 1 and f'\\"{mark}\\"' in text and mark not in lost:
+                lost.append(mark)
+                return 0.0  # send it again at once
+        return None
+
+    h.rt.clients.dynamodb.meta.events.register_first(
+        "needs-retry.dynamodb.UpdateItem", lose_the_answer)
+    h.start_workers()
+    run_id = h.start("chain")
+    view = h.wait(run_id, timeout=20)
+    assert view["status"] == "success"
+    assert sorted(lost) == ["run.success", "step.started", "step.succeeded"]
+    for step in ("one", "two"):
+        assert len(recorder.for_step(run_id, step)) == 1
+    events = [(e.get("step"), e["type"]) for e in h.rt.runs.history(run_id)]
+    assert len(events) == len(set(events)), events
+    assert ("one", "step.started") in events and (None, "run.success") in events
+
+
 def test_a_start_past_its_fence_keeps_the_rows_a_sweep_rebuilt(
     harness_factory: Any, recorder: Recorder
 ) -> None:

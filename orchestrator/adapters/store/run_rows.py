@@ -9,7 +9,7 @@ from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import history_entry, num, run_from_item, run_to_item
-from orchestrator.adapters.store.tables import Item, Tables, history_clause, short_error
+from orchestrator.adapters.store.tables import Item, Tables, history_clause, landed, short_error
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RUN_MOVES, Move, RunStatus, status_guard, status_set
 from orchestrator.engine.wakes import run_wake
@@ -58,21 +58,33 @@ class RunRows(Tables):
         names: dict[str, str] | None = None,
         returns: str = "NONE",
         also: str = "",
+        mine: Item | None = None,
     ) -> Item:
         """One UpdateItem on a run row, guarded by its move's statuses (and `also`):
-        raises ConditionFailed once the run is in another state."""
+        raises ConditionFailed once the run is in another state, unless what the guard
+        found is this write's own effect (`mine`: see tables.landed)."""
         values = dict(values)
         guard = status_guard(move, values)
-        with _translate(f"run {run_id}: {move.name}"):
-            resp = self.ddb.update_item(
-                TableName=self.runs,
-                Key={"run_id": {"S": run_id}},
-                UpdateExpression=update,
-                ConditionExpression=guard + (f" AND {also}" if also else ""),
-                ExpressionAttributeNames={"#s": "status", **(names or {})},
-                ExpressionAttributeValues=values,
-                ReturnValues=returns,
-            )
+        extra = {} if mine is None else {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+        try:
+            with _translate(f"run {run_id}: {move.name}"):
+                resp = self.ddb.update_item(
+                    TableName=self.runs,
+                    Key={"run_id": {"S": run_id}},
+                    UpdateExpression=update,
+                    ConditionExpression=guard + (f" AND {also}" if also else ""),
+                    ExpressionAttributeNames={"#s": "status", **(names or {})},
+                    ExpressionAttributeValues=values,
+                    ReturnValues=returns,
+                    **extra,
+                )
+        except ConditionFailed as exc:
+            if mine is None:
+                raise
+            item = landed(exc, {"status": {"S": move.target or ""}, **mine})
+            if item is None:
+                raise
+            return item
         attrs: Item = resp.get("Attributes", {})
         return attrs
 
@@ -207,7 +219,8 @@ class RunRows(Tables):
             values[":err"] = {"S": dumps(error)}
             names["#e"] = "error"
         self._update_running(run_id, move, update + " REMOVE active", values, names=names,
-                             also="halted <> :t" if halted else "")
+                             also="halted <> :t" if halted else "",
+                             mine={"finished_at": values[":now"]})
 
     def arm_run(self, run_id: str, at: float, now: float) -> bool:
         """Wake a running run at `at`, unless it already wakes between now and then."""

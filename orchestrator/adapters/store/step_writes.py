@@ -22,6 +22,7 @@ from orchestrator.adapters.store.tables import (
     Item,
     Tables,
     history_clause,
+    landed,
     short_error,
     step_key,
 )
@@ -83,24 +84,33 @@ class StepTransitions(Tables):
             ":h": {"L": [history_entry(now, "step.started", attempt=attempt)]},
         }
         guard = status_guard(move, values)
-        with _translate(f"step {run_id}/{step}: claim attempt {attempt}"):
-            resp = self.ddb.update_item(
-                TableName=self.steps,
-                Key=step_key(run_id, step),
-                UpdateExpression=(
-                    f"SET {status_set(move, values)}, lease_owner = :o, lease_until = #t + :lu,"
-                    " wake_at = #t + :lu,"
-                    " started_at = if_not_exists(started_at, :now), attempt_started = :now,"
-                    f" {HISTORY} REMOVE due_at"
-                ),
-                ConditionExpression=(
-                    f"attempt = :n AND attribute_not_exists(lease_owner) AND {guard}"
-                    " AND attribute_not_exists(stopping)"
-                ),
-                ExpressionAttributeNames={"#s": "status", "#t": "timeout", "#h": "history"},
-                ExpressionAttributeValues=values,
-                ReturnValues="ALL_NEW",
-            )
+        try:
+            with _translate(f"step {run_id}/{step}: claim attempt {attempt}"):
+                resp = self.ddb.update_item(
+                    TableName=self.steps,
+                    Key=step_key(run_id, step),
+                    UpdateExpression=(
+                        f"SET {status_set(move, values)}, lease_owner = :o,"
+                        " lease_until = #t + :lu, wake_at = #t + :lu,"
+                        " started_at = if_not_exists(started_at, :now), attempt_started = :now,"
+                        f" {HISTORY} REMOVE due_at"
+                    ),
+                    ConditionExpression=(
+                        f"attempt = :n AND attribute_not_exists(lease_owner) AND {guard}"
+                        " AND attribute_not_exists(stopping)"
+                    ),
+                    ExpressionAttributeNames={"#s": "status", "#t": "timeout", "#h": "history"},
+                    ExpressionAttributeValues=values,
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+        except ConditionFailed as exc:
+            # Our own claim, landed once already (its answer lost, the request resent).
+            item = landed(exc, {"status": {"S": move.target or ""}, "attempt": values[":n"],
+                                "lease_owner": values[":o"], "attempt_started": values[":now"]})
+            if item is None:
+                raise
+            return step_from_item(item)
         return step_from_item(resp["Attributes"])
 
     def _promotion(
@@ -230,10 +240,13 @@ class StepTransitions(Tables):
         expired_before: float | None = None,
         names: dict[str, str] | None = None,
         plain: bool = False,
+        mine: Item,
     ) -> StepRecord:
         """An attempt's outcome, written by the lease holder of exactly that attempt.
         `plain`: only if the row carries no flag (stopping, count_me), and ask nothing
-        back (the caller knows the row): ConditionFailed otherwise."""
+        back (the caller knows the row): ConditionFailed otherwise. `mine`: attributes
+        only this write sets, by which a guard that fails on the write's own earlier
+        landing knows it (see tables.landed)."""
         values = {**values, ":n": num(attempt), ":o": {"S": owner}}
         cond = f"{status_guard(move, values)} AND attempt = :n AND lease_owner = :o"
         if plain:
@@ -242,16 +255,25 @@ class StepTransitions(Tables):
         if expired_before is not None:
             cond += " AND lease_until < :expired"
             values[":expired"] = num(expired_before)
-        with _translate(f"step {run_id}/{step}: {what} (attempt {attempt})"):
-            resp = self.ddb.update_item(
-                TableName=self.steps,
-                Key=step_key(run_id, step),
-                UpdateExpression=update,
-                ConditionExpression=cond,
-                ExpressionAttributeNames={"#s": "status", **(names or {})},
-                ExpressionAttributeValues=values,
-                ReturnValues="NONE" if plain else "ALL_NEW",
-            )
+        try:
+            with _translate(f"step {run_id}/{step}: {what} (attempt {attempt})"):
+                resp = self.ddb.update_item(
+                    TableName=self.steps,
+                    Key=step_key(run_id, step),
+                    UpdateExpression=update,
+                    ConditionExpression=cond,
+                    ExpressionAttributeNames={"#s": "status", **(names or {})},
+                    ExpressionAttributeValues=values,
+                    ReturnValues="NONE" if plain else "ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+        except ConditionFailed as exc:
+            # Our own write, landed once already (its answer was lost and botocore sent
+            # it again): the outcome is recorded, and its follow-ups are still ours.
+            item = landed(exc, {"status": {"S": move.target or ""}, **mine})
+            if item is None:
+                raise
+            return step_from_item(item)
         if plain:
             return step_from_item({**step_key(run_id, step), "status": {"S": move.target or ""}})
         return step_from_item(resp["Attributes"])
@@ -294,7 +316,8 @@ class StepTransitions(Tables):
         if output_ref is None:
             names["#out"] = "output"
         return self._finish_attempt(
-            run_id, step, attempt, owner, update, values, move, names=names, plain=plain
+            run_id, step, attempt, owner, update, values, move, names=names, plain=plain,
+            mine={"attempt": num(attempt), "finished_at": values[":now"]},
         )
 
     def record_retry(
@@ -330,6 +353,7 @@ class StepTransitions(Tables):
             move,
             expired_before=expired_before,
             names={"#err": "error", "#h": "history"},
+            mine={"attempt": values[":next"], "due_at": values[":due"]},
         )
 
     def record_failure(
@@ -362,6 +386,7 @@ class StepTransitions(Tables):
             move,
             expired_before=expired_before,
             names={"#err": "error", "#h": "history"},
+            mine={"attempt": num(attempt), "finished_at": values[":now"]},
         )
 
     def skip(

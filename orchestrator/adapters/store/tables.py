@@ -3,15 +3,19 @@ table names (`Tables`), a step row's key, and the history entry each transition 
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import history_entry, num
 from orchestrator.engine.wakes import WakeTimes
+from orchestrator.errors import ConditionFailed
 from orchestrator.settings import ResourceNames
 from orchestrator.strict_json import dumps
 
-__all__ = ["HISTORY", "Item", "Tables", "history_clause", "short_error", "step_key"]
+__all__ = [
+    "HISTORY", "Item", "Tables", "history_clause", "landed", "short_error", "step_key",
+]
 
 Item = dict[str, Any]
 
@@ -31,6 +35,26 @@ def short_error(error: dict[str, Any]) -> dict[str, Any]:
     # A function's error body is JSON: keep it JSON, never a language's printout of it.
     message = raw if isinstance(raw, str) else dumps(raw)
     return {"code": error.get("code"), "message": message[:300]}
+
+
+def landed(exc: ConditionFailed, mine: Item) -> Item | None:
+    """The row a failed guard found, if it is this very write's effect: every attribute
+    of `mine` (values only this write sets, such as its own timestamp) holds. That is
+    the write landing once and its answer being lost: botocore sent it again (a read
+    timeout) and the second copy found the first one's effect."""
+    item = exc.item
+    if not item:
+        return None
+    for name, want in mine.items():
+        have = item.get(name)
+        if have is None or have.keys() != want.keys():
+            return None
+        if "N" in want:
+            if Decimal(have["N"]) != Decimal(want["N"]):
+                return None
+        elif have != want:
+            return None
+    return item
 
 
 def step_key(run_id: str, step: str) -> Item:

@@ -362,8 +362,7 @@ class Executor:
     def finish_if_done(self, run_id: str) -> RunStatus | None:
         """Verify against the rows (the counter is only a hint) and terminalize."""
         for _ in range(FINISH_TRIES):
-            now = self.clock()
-            run = self.store.get_run(run_id, now)
+            run = self.store.get_run(run_id, self.clock())
             if run is None or run.status.terminal:
                 return None
             # States are all a finish reads, but for a failed step's error (shown on the
@@ -371,6 +370,9 @@ class Executor:
             steps = self.store.query_steps(run_id, states_only=True)
             if any(s.status is StepStatus.FAILED for s in steps):
                 steps = self.store.query_steps(run_id)
+            # The finish's time is taken after its reads: a process that stalls between
+            # the two must not stamp the run finished before a step the rows show started.
+            now = self.clock()
             done = finish(
                 run, steps, now, ttl_success=self.settings.ttl_success,
                 ttl_failed=self.settings.ttl_failed,

@@ -70,8 +70,10 @@ ORCH_DEFAULTS = {
     "ORCH_SWEEP_INTERVAL": "1",
     "ORCH_LEASE_MARGIN": "2",
     # The defaults' ratios at a 1 s sweep: a lost dispatch resent after one interval,
-    # a received message invisible for two, a late write read again after five.
+    # a received message invisible for two, a wake read a fifth of one after it passed
+    # and again after five (a write that landed late).
     "ORCH_REDISPATCH_AFTER": "1",
+    "ORCH_WAKE_LAG": "0.2",
     "ORCH_VISIBILITY_TIMEOUT": "2",
     "ORCH_WAKE_LATE": "5",
     "ORCH_STEP_TIMEOUT": "3",

@@ -5,6 +5,7 @@ a real worker process; the assertions are on what the functions actually receive
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -392,6 +393,31 @@ def test_a_write_whose_answer_was_lost_is_known_by_its_resent_copy(
     events = [(e.get("step"), e["type"]) for e in h.rt.runs.history(run_id)]
     assert len(events) == len(set(events)), events
     assert ("one", "step.started") in events and (None, "run.success") in events
+
+
+def test_a_finisher_that_stalls_before_its_reads_stamps_the_finish_after_them(
+    harness_factory: Any,
+) -> None:
+    # The finisher reads the clock, stalls (a busy machine), and by the time it reads
+    # the rows a step that was still blocked has run and landed. Its finish must not
+    # be stamped before that step's start (seed 303 once showed it 16 ms before).
+    h = harness_factory(CHAIN)
+    rt = h.rt
+    run_id = h.start("chain")
+    t0 = time.time()
+    for i, step in enumerate(("one", "two")):
+        if step == "two":
+            rt.store.promote(run_id, "two", 1, None, t0 + i, all_deps=["one"])
+        rt.store.claim(run_id, step, 1, Lease("w", t0 + 60), t0 + i)
+        rt.store.record_success(run_id, step, 1, "w", output_json="{}", output_ref=None,
+                                size=2, now=t0 + i + 0.5)
+    times = iter([t0 + 0.2, t0 + 3.0, t0 + 3.0, t0 + 3.0])  # stale first, then late
+    stalling = dataclasses.replace(rt.executor, clock=lambda: next(times))
+    assert stalling.finish_if_done(run_id) is RunStatus.SUCCESS
+    view = h.rt.runs.view(run_id)
+    started = max(float(e["at"]) for e in h.rt.runs.history(run_id)
+                  if e["type"] == "step.started")
+    assert view["finished_at"] >= started
 
 
 def test_a_start_past_its_fence_keeps_the_rows_a_sweep_rebuilt(

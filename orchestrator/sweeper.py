@@ -291,7 +291,10 @@ class Sweeper:
         self.adv.flush(tally)
 
     def run(self, stop: threading.Event) -> None:
+        # Passes start every interval (not an interval after the last one ended), so a
+        # wake waits at most the interval plus the lag for its pass, however long passes take.
         while not stop.is_set():
+            started = time.monotonic()
             try:
                 report = self.sweep()
                 if any(
@@ -300,4 +303,4 @@ class Sweeper:
                     log.info("sweep repaired: %s", report)
             except OrchestratorError as exc:
                 log.warning("sweep failed: %s", exc)
-            stop.wait(self.settings.sweep_interval)
+            stop.wait(max(0.0, started + self.settings.sweep_interval - time.monotonic()))

@@ -86,6 +86,8 @@ def _kind(params: dict[str, Any]) -> str:
         return "satisfy"
     if "due_at = :due" in update:
         return "retry"
+    if "finished_at = :now" in update:
+        return "finish"  # a step's failure or skip (or a run's finish)
     return "write"
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.chaos.snapshot import Call, Snapshot
 
-__all__ = ["figures", "percentiles", "slowest"]
+__all__ = ["figures", "landing", "landings", "percentiles", "slowest"]
 
 SLOWEST = 5
 
@@ -46,6 +46,30 @@ def slowest(cases: list[tuple[float, str, str, float]], faults: list[dict[str, A
         out.append({"wait": round(wait, 3), "run": run_id, "step": step,
                     "since": round(since, 3), "history": hist, "faults": near[:16]})
     return out
+
+
+# The kinds of a step's terminal write in the fault log (faults._kind).
+TERMINAL_WRITES = ("succeed", "finish")
+
+
+def landings(faults: list[dict[str, Any]]) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """The injected delays of step writes, by run and step: (when, how long)."""
+    held: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for f in faults:
+        if (f.get("kind") == "ddb-delay" and f.get("write") in TERMINAL_WRITES
+                and f.get("run") and f.get("step")):
+            held.setdefault((f["run"], f["step"]), []).append(
+                (float(f["t"]), float(f.get("seconds") or 0.0)))
+    return held
+
+
+def landing(row: Any, held: dict[tuple[str, str], list[tuple[float, float]]]) -> float:
+    """When a step's terminal write landed: its stamped time (taken before the write
+    is sent), or later if the harness held that very write back (a delay injected
+    right after the stamp)."""
+    stamp = float(row.finished_at or 0.0)
+    return max([stamp] + [t + seconds for t, seconds in held.get((row.run_id, row.step), ())
+                          if 0.0 <= t - stamp <= 0.5])
 
 
 def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
@@ -104,11 +128,11 @@ def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
     finished = [r.finished_at for r in snap.runs.values() if r.finished_at is not None]
     # How long a run stayed open after its last step landed (target: a sweep interval).
     closing_cases: list[tuple[float, str, str, float]] = []
+    held = landings(snap.faults)
     for rid, run in snap.runs.items():
         if run.finished_at is not None and snap.steps.get(rid):
-            last = max(snap.steps[rid].values(), key=lambda s: s.finished_at or 0.0)
-            landed = last.finished_at or 0.0
-            closing_cases.append((run.finished_at - landed, rid, last.step, landed))
+            landed, last = max((landing(r, held), r.step) for r in snap.steps[rid].values())
+            closing_cases.append((run.finished_at - landed, rid, last, landed))
     closing = [c[0] for c in closing_cases]
     by_status = Counter(r.status.value for r in snap.runs.values())
     return {

@@ -295,3 +295,21 @@ def test_a_late_write_timed_before_the_entry_it_follows_is_counted_not_failed() 
     assert report.violations == [], report.violations
     assert report.figures["findings"] == {
         "history entry timed before the one it follows (late write)": 1}
+
+
+def test_a_run_is_timed_from_when_its_last_step_landed_not_from_its_stamp() -> None:
+    snap = clean()
+    run = snap.runs[RUN]
+    last = max(snap.steps[RUN].values(), key=lambda s: s.finished_at or 0.0)
+    assert run.finished_at is not None and last.finished_at is not None
+    stamped = run.finished_at - last.finished_at
+    assert check(snap, bound=60).figures["last_step_to_run_finished"]["max"] == round(stamped, 3)
+    # The harness held the last step's own write back: it landed later than its stamp.
+    held = {"kind": "ddb-delay", "write": "succeed", "run": RUN, "step": last.step,
+            "t": last.finished_at + 0.01, "seconds": stamped / 2}
+    # ... whereas a delay of another step's write, or of a later write, changes nothing.
+    other = {**held, "step": "a" if last.step != "a" else "b"}
+    late = {**held, "t": last.finished_at + 0.9}
+    snap.faults.extend([held, other, late])
+    figures = check(snap, bound=60).figures
+    assert figures["last_step_to_run_finished"]["max"] == round(stamped / 2 - 0.01, 3)

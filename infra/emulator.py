@@ -298,6 +298,13 @@ class Emulator:
             if handler.handler is not None:
                 hyphenized = client.meta.service_model.service_id.hyphenize()
                 client.meta.events.register(f"choose-signer.{hyphenized}", _unsigned)
+                # Nor is anything done to a request that only its trip over the wire
+                # needs: its signature (moto reads the credential scope InProcess adds)
+                # and its User-Agent, rebuilt by botocore for every request.
+                created = f"request-created.{hyphenized}"
+                client.meta.events.unregister(created, client._request_signer.handler)
+                client.meta.events.unregister(
+                    created, client._user_agent_creator.rebuild_and_replace_user_agent_handler)
         return clients
 
     def stop(self) -> None:

@@ -45,6 +45,11 @@ ones), then the backend parses it again to evaluate it. That first parse is memo
 (text, names, and the placeholders and types of the values): what it lists, and whether it
 succeeds, depend on nothing else. A parse that fails is never memoized.
 
+Parsing: moto hands a DynamoDB request's body to botocore's parser, which walks the
+operation's shapes to copy it out member by member; what it changes is only binary
+values (decoded from base64) and timestamps. A request of an item operation (none has a
+timestamp member) with no binary value is read as the JSON it is.
+
 Every request: moto lists the methods of its response class (`inspect.getmembers`) to
 find the action's; a class's methods do not change while it serves, so the list is
 memoized per class.
@@ -65,6 +70,7 @@ to rule the memo out), it does nothing and moto runs unmodified, only slower."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import pickle
 import threading
@@ -446,6 +452,26 @@ def _attributes(self: Any) -> dict[str, Any]:
             else value}
 
 
+# DynamoDB operations whose requests hold no timestamp member: without a binary value
+# either, botocore's parser gives back the JSON body as it is.
+_PLAIN_OPS = frozenset({
+    "GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "BatchGetItem",
+    "BatchWriteItem", "TransactGetItems", "TransactWriteItems",
+})
+
+
+def _parse_parameters(self: Any, request: Any) -> None:
+    # BaseResponse.parse_parameters, for DynamoHandler: the JSON body itself where the
+    # parser would only copy it out member by member.
+    if isinstance(request, AWSPreparedRequest) and self._get_action() in _PLAIN_OPS:
+        body = request.body or b""
+        raw = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+        if b'"B":' not in raw and b'"BS":' not in raw:
+            self.params = json.loads(raw)
+            return
+    _stock["parse"](self, request)
+
+
 def _patches() -> list[tuple[str, Any, str, Any]]:
     """(stock key, owner, attribute, replacement): every change `install` makes."""
     return [
@@ -463,6 +489,7 @@ def _patches() -> list[tuple[str, Any, str, Any]]:
         ("used_names", ddb_responses, "create_condition_expression_parser", _UsedNames),
         ("normalize", moto_responses, "normalize_request", _normalize_request),
         ("methods", moto_responses, "method_names_from_class", _method_names),
+        ("parse", ddb_responses.DynamoHandler, "parse_parameters", _parse_parameters),
         ("send", SQSBackend, "send_message", _send_message),
         ("attributes", Queue, "attributes", property(_attributes)),
         ("retained", SQSBackend, "is_message_valid_based_on_retention_period", _retained),

@@ -356,3 +356,42 @@ def test_queues_answer_exactly_as_stock_moto(sqs: Any) -> None:
     assert play_sqs(sqs) == stock
     assert len(stock[1]) == 15  # every visible message, the delayed one not yet
     assert ("sent", "same") in stock and ("sent", "other") in stock
+
+
+def play_plain_and_binary(ddb: Any) -> list[Any]:
+    """Requests read as their JSON (no binary value) and those parsed by botocore (a
+    binary value, decoded from base64): both answer as stock moto does."""
+    table = new_table(ddb)
+    key = {"run_id": {"S": "r"}, "step": {"S": "a"}}
+    out: list[Any] = []
+    ddb.put_item(TableName=table, Item={**key, "blob": {"B": b"\x00\x01bytes"},
+                                        "blobs": {"BS": [b"x", b"y"]}, "n": {"N": "1.50"},
+                                        "m": {"M": {"l": {"L": [{"NULL": True},
+                                                                {"BOOL": False}]}}}})
+    ddb.put_item(TableName=table, Item={"run_id": {"S": "r"}, "step": {"S": "b"},
+                                        "B": {"S": "an attribute named B"}})
+    out.append(ddb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"])
+    try:
+        ddb.update_item(TableName=table, Key=key, UpdateExpression="SET n = :n",
+                        ConditionExpression="n = :z",
+                        ExpressionAttributeValues={":n": {"N": "2"}, ":z": {"N": "0"}},
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD")
+    except ClientError as exc:
+        out.append((exc.response["Error"]["Code"], exc.response.get("Item")))
+    out.append(ddb.update_item(TableName=table, Key=key, UpdateExpression="SET #b = :b",
+                               ExpressionAttributeNames={"#b": "blob"},
+                               ExpressionAttributeValues={":b": {"B": b"new"}},
+                               ReturnValues="ALL_NEW")["Attributes"])
+    out.append(ddb.query(TableName=table, KeyConditionExpression="run_id = :r",
+                         ExpressionAttributeValues={":r": {"S": "r"}}, Limit=1)["Items"])
+    out.append(sorted(ddb.scan(TableName=table, ConsistentRead=True)["Items"],
+                      key=lambda r: r["step"]["S"]))
+    return out
+
+
+@stock_moto
+def test_requests_read_as_json_answer_exactly_as_stock_moto(ddb: Any) -> None:
+    stock = on_stock_moto(play_plain_and_binary, ddb)
+    assert play_plain_and_binary(ddb) == stock
+    assert stock[1][0] == "ConditionalCheckFailedException" and stock[1][1]["n"] == {"N": "1.50"}
+    assert stock[2]["blob"] == {"B": b"new"}

@@ -81,10 +81,7 @@ class RunRows(Tables):
         except ConditionFailed as exc:
             if mine is None:
                 raise
-            item = landed(exc, {"status": {"S": move.target or ""}, **mine})
-            if item is None:
-                raise
-            return item
+            return landed(exc, move, mine)
         attrs: Item = resp.get("Attributes", {})
         return attrs
 

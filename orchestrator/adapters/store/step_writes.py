@@ -106,11 +106,9 @@ class StepTransitions(Tables):
                 )
         except ConditionFailed as exc:
             # Our own claim, landed once already (its answer lost, the request resent).
-            item = landed(exc, {"status": {"S": move.target or ""}, "attempt": values[":n"],
-                                "lease_owner": values[":o"], "attempt_started": values[":now"]})
-            if item is None:
-                raise
-            return step_from_item(item)
+            return step_from_item(landed(exc, move, {
+                "attempt": values[":n"], "lease_owner": values[":o"],
+                "attempt_started": values[":now"]}))
         return step_from_item(resp["Attributes"])
 
     def _promotion(
@@ -270,10 +268,7 @@ class StepTransitions(Tables):
         except ConditionFailed as exc:
             # Our own write, landed once already (its answer was lost and botocore sent
             # it again): the outcome is recorded, and its follow-ups are still ours.
-            item = landed(exc, {"status": {"S": move.target or ""}, **mine})
-            if item is None:
-                raise
-            return step_from_item(item)
+            return step_from_item(landed(exc, move, mine))
         if plain:
             return step_from_item({**step_key(run_id, step), "status": {"S": move.target or ""}})
         return step_from_item(resp["Attributes"])

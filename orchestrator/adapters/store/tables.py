@@ -8,6 +8,7 @@ from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import history_entry, num
+from orchestrator.engine.states import Move
 from orchestrator.engine.wakes import WakeTimes
 from orchestrator.errors import ConditionFailed
 from orchestrator.settings import ResourceNames
@@ -37,23 +38,25 @@ def short_error(error: dict[str, Any]) -> dict[str, Any]:
     return {"code": error.get("code"), "message": message[:300]}
 
 
-def landed(exc: ConditionFailed, mine: Item) -> Item | None:
-    """The row a failed guard found, if it is this very write's effect: every attribute
-    of `mine` (values only this write sets, such as its own timestamp) holds. That is
-    the write landing once and its answer being lost: botocore sent it again (a read
-    timeout) and the second copy found the first one's effect."""
+def landed(exc: ConditionFailed, move: Move, mine: Item) -> Item:
+    """The row a failed guard found, if it is this very write's effect: the row has the
+    move's status and every attribute of `mine` (values only this write sets, such as
+    its own timestamp). That is the write landing once and its answer being lost:
+    botocore sent it again (a read timeout) and the second copy found the first one's
+    effect. Anything else re-raises `exc`."""
     item = exc.item
+    want_all = {"status": {"S": str(move.target or "")}, **mine}
     if not item:
-        return None
-    for name, want in mine.items():
+        raise exc
+    for name, want in want_all.items():
         have = item.get(name)
         if have is None or have.keys() != want.keys():
-            return None
+            raise exc
         if "N" in want:
             if Decimal(have["N"]) != Decimal(want["N"]):
-                return None
+                raise exc
         elif have != want:
-            return None
+            raise exc
     return item
 
 

@@ -102,11 +102,11 @@ class Runtime:
             for name, b in self.manifest.backends.items()
         }
 
-    def worker(self, **kwargs: Any) -> Worker:
+    def worker(self, *, clock: Callable[[], float] | None = None, **kwargs: Any) -> Worker:
         invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock)
         return Worker(
-            self.executor, invoker, self.backends(), admit=self.admission.due, clock=self.clock,
-            **kwargs,
+            self.executor, invoker, self.backends(), admit=self.admission.due,
+            clock=clock or self.clock, **kwargs,
         )
 
     def sweeper(self, *, clock: Callable[[], float] | None = None) -> Sweeper:

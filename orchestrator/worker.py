@@ -8,6 +8,7 @@ re-dispatches when the lease expires."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import random
@@ -75,6 +76,7 @@ class Worker:
         self.clock = clock
         self.rand = rand
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._claims = itertools.count(1)
         self._contexts: LRU = LRU(2048)
         self._outputs: LRU = LRU(8192)
         self._lock = threading.Lock()
@@ -100,7 +102,12 @@ class Worker:
     # ---- one message -----------------------------------------------------------------
 
     def lease(self) -> Lease:
-        return Lease(self.id, self.clock() + self.settings.lease_margin)
+        """A lease of this worker's, named apart from every other it takes: its threads
+        may claim copies of one message in the same millisecond, and a claim that finds
+        the row already leased to its own name takes it for its own landed write
+        (tables.landed)."""
+        return Lease(f"{self.id}#{next(self._claims)}",
+                     self.clock() + self.settings.lease_margin)
 
     def handle(self, msg: Dispatch | AdmitRun, receipt: Received | None = None) -> None:
         """Claim the attempt the message names and run it (and its inline successors)."""

@@ -24,7 +24,13 @@ from orchestrator.engine.commands import Finish, HaltRun, SkipBranch, SkipStep, 
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
-from orchestrator.engine.transitions import NOT_STARTED, after_failure, finish, stop_pass
+from orchestrator.engine.transitions import (
+    NOT_STARTED,
+    RESTAMP_AFTER,
+    after_failure,
+    finish,
+    stop_pass,
+)
 from orchestrator.errors import ConditionFailed, OrchestratorError
 from orchestrator.settings import Settings
 
@@ -49,9 +55,19 @@ class RunContext:
     stopping: bool = False
     # Steps nothing depends on: only their terminal transitions count towards the finish.
     sinks: int = 0
+    # The run's one sink, when its success alone finishes the run (see Executor.end_with).
+    ends_with: str | None = None
+    started_at: float = 0.0
 
     @classmethod
     def of(cls, run: RunRecord) -> RunContext:
+        sinks = run.definition.sinks
+        # With one sink, every other step is one of its dependencies (each step leads to
+        # a sink), so once it succeeds every step has. Not for a run holding a group's
+        # lock (its release reads the run) or reusing rows of another run (their
+        # expiry is the finish's to check).
+        alone = (len(sinks) == 1 and not run.definition.reused
+                 and not (run.gate is not None and run.gate.group))
         return cls(
             run_id=run.run_id,
             workflow=run.workflow,
@@ -59,7 +75,9 @@ class RunContext:
             on_failure=run.on_failure,
             ndeps=run.definition.ndeps,
             stopping=run.kill_requested or run.halted,
-            sinks=len(run.definition.sinks),
+            sinks=len(sinks),
+            ends_with=next(iter(sinks)) if alone else None,
+            started_at=run.started_at or run.created_at,
         )
 
     @classmethod
@@ -165,7 +183,8 @@ class Executor:
                 )
             except ConditionFailed:
                 return None
-        if done.counted:
+        ended = not done.stopping and done.step == ctx.ends_with and self.end_with(done, ctx)
+        if done.counted and not ended:
             tally.add(row.run_id)
         if on_recorded is not None:
             on_recorded()
@@ -351,6 +370,27 @@ class Executor:
             in_flight = row.claimed
 
     # ---- finishing ---------------------------------------------------------------------
+
+    def end_with(self, done: StepRecord, ctx: RunContext) -> bool:
+        """Finish a run whose one sink just succeeded (ctx.ends_with): every other step
+        has, so no count, read or query is needed, only the finish, guarded by the run
+        still running with no cancel or halt flagged. False when that guard fails or the
+        run is too old for its rows' expiry to be taken on trust: the step is counted as
+        usual, and the verified finish decides. A process that dies between the two
+        writes leaves the step's wake for the sweeper's finish."""
+        now = self.clock()
+        ttl = self.settings.ttl_success
+        if now - ctx.started_at > min(RESTAMP_AFTER, ttl / 10):
+            return False
+        # Every row stamped `finished + retention` at its terminal write, after the
+        # start: the run expires no later than its first row (see transitions.finish).
+        expires = min(now + ttl, ctx.started_at + self.store.step_retention)
+        try:
+            self.store.finish_run(done.run_id, RunStatus.SUCCESS, None, now, expires,
+                                  unstopped=True)
+        except ConditionFailed:
+            return False
+        return True
 
     def flush(self, tally: Tally) -> None:
         counts, tally.counts = tally.counts, {}

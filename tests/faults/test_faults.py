@@ -395,6 +395,41 @@ def test_a_write_whose_answer_was_lost_is_known_by_its_resent_copy(
     assert ("one", "step.started") in events and (None, "run.success") in events
 
 
+SLOW_ONE = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  slow:
+    steps:
+      one: { backend: fn, route: /slow, payload: { seconds: 1.0 } }
+"""
+
+
+def test_two_threads_of_one_worker_claiming_one_message_in_one_millisecond_call_once(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    # Two copies of one message reach two threads of the same worker, whose clock reads
+    # the same millisecond for both claims. The second claim's guard fails on the
+    # first's lease; it must not take that row for its own landed write (same worker,
+    # same attempt, same time): every lease a worker takes is named apart.
+    h = harness_factory(SLOW_ONE)
+    run_id = h.start("slow")
+    frozen = time.time()
+    w = h.rt.worker(clock=lambda: frozen)
+    msg = Dispatch(run_id=run_id, step="one", attempt=1)
+    first = threading.Thread(target=w.handle, args=(msg,))
+    first.start()
+    deadline = time.monotonic() + 10
+    while not recorder.for_step(run_id, "one"):  # the first copy's call is under way
+        assert time.monotonic() < deadline, "the first copy never called the function"
+        time.sleep(0.02)
+    w.handle(msg)  # the second copy: its claim fails, nothing runs
+    assert len(recorder.for_step(run_id, "one")) == 1
+    first.join(timeout=20)
+    assert h.wait(run_id)["status"] == "success"
+    assert len(recorder.for_step(run_id, "one")) == 1
+
+
 def test_a_finisher_that_stalls_before_its_reads_stamps_the_finish_after_them(
     harness_factory: Any,
 ) -> None:

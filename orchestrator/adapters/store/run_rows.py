@@ -4,6 +4,7 @@ caller finds that guard false and gets ConditionFailed."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -191,17 +192,22 @@ class RunRows(Tables):
         expires_at: float,
         *,
         halted: bool = False,
+        unstopped: bool = False,
     ) -> None:
         """Finish a running run. `halted`: record its halt too, first (a failed step's
         halt that had not been recorded when the last step in flight landed), only if
-        no halt is recorded: ConditionFailed if one was meanwhile."""
+        no halt is recorded: ConditionFailed if one was meanwhile. `unstopped`: only if
+        neither a cancel nor a halt is recorded (ConditionFailed otherwise)."""
         move = RUN_MOVES[_FINISH[status]]
-        values: dict[str, Any] = {":now": num(now), ":exp": num(expires_at)}
+        # `finished_by` names this write apart from a rival finisher's in the same
+        # millisecond, so only its own landed copy is taken for its own (tables.landed).
+        values: dict[str, Any] = {":now": num(now), ":exp": num(expires_at),
+                                  ":by": {"S": uuid.uuid4().hex[:12]}}
         short = None if error is None else short_error(error)
         hist = history_clause(values, now, f"run.{status.value}", error=short)
         update = (
             f"SET {status_set(move, values)}, finished_at = :now, updated_at = :now,"
-            f" expires_at = :exp, wake_at = :now, {hist}"
+            f" expires_at = :exp, wake_at = :now, finished_by = :by, {hist}"
         )
         if halted:
             values[":h"]["L"].insert(0, history_entry(now, "run.halted", error=short))
@@ -215,9 +221,13 @@ class RunRows(Tables):
             update += ", #e = if_not_exists(#e, :err)" if keep else ", #e = :err"
             values[":err"] = {"S": dumps(error)}
             names["#e"] = "error"
+        also = "halted <> :t" if halted else ""
+        if unstopped:
+            values[":t"] = {"BOOL": True}
+            also = "kill_requested <> :t AND halted <> :t"
         self._update_running(run_id, move, update + " REMOVE active", values, names=names,
-                             also="halted <> :t" if halted else "",
-                             mine={"finished_at": values[":now"]})
+                             also=also,
+                             mine={"finished_at": values[":now"], "finished_by": values[":by"]})
 
     def arm_run(self, run_id: str, at: float, now: float) -> bool:
         """Wake a running run at `at`, unless it already wakes between now and then."""

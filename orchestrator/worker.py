@@ -86,6 +86,10 @@ class Worker:
         # counter write per run per flush instead of one per message.
         self._batching = False
         self._tally = Tally()
+        # Likewise a wide join's completions: (run, join) -> (its in-degree, the
+        # dependencies that succeeded since the last flush), one write each per flush.
+        # Lost with the process, they are the sweeper's to repair, like any promotion.
+        self._joins: dict[tuple[str, str], tuple[int, set[str]]] = {}
         self._oldest_ack = float("inf")
         # Messages received and not yet acknowledged: (queue, receipt) -> when their
         # invisibility was last renewed. They wait here for a thread; a worker that
@@ -165,6 +169,10 @@ class Worker:
             except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
                 log.warning("count failed: %s", exc)
 
+    def _fold(self, run_id: str, join: str, dep: str, ndeps: int) -> None:
+        with self._lock:
+            self._joins.setdefault((run_id, join), (ndeps, set()))[1].add(dep)
+
     def _ack(self, receipt: Received | None) -> None:
         if receipt is None:
             return
@@ -180,12 +188,18 @@ class Worker:
         now = time.monotonic()
         with self._lock:
             tally, self._tally = self._tally, Tally()
+            joins, self._joins = self._joins, {}
             due = force or now - self._oldest_ack >= DELETE_WITHIN or any(
                 len(r) >= 10 for r in self._deletes.values())
             pending: dict[str, list[str]] = {}
             if due:
                 pending, self._deletes = self._deletes, {}
                 self._oldest_ack = float("inf")
+        for (run_id, join), (ndeps, deps) in joins.items():
+            try:
+                self.adv.satisfy_many(run_id, join, deps, ndeps)
+            except OrchestratorError as exc:  # the sweeper promotes the join if lost
+                log.warning("join %s/%s: count failed: %s", run_id, join, exc)
         try:
             self.adv.flush(tally)
         except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
@@ -325,7 +339,7 @@ class Worker:
 
             res = self.adv.succeed(
                 row, ctx, output_json, output_ref, len(raw), tally, keep_one=self.lease(),
-                on_recorded=remember,
+                on_recorded=remember, fold=self._fold if self._batching else None,
             )
             return None if res is None else res[0]
         self.apply(row, ctx, decision, tally)

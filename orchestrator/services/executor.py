@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
@@ -38,8 +38,14 @@ log = logging.getLogger(__name__)
 
 # Reads of a finishing run's rows, when steps keep landing between a read and its flags.
 FINISH_TRIES = 3
+# A join with at least this many dependencies may have its completions folded by the
+# caller (`fold`): a wide fan-in is counted in a few writes, not one per dependency.
+FOLD_FROM = 8
 
-__all__ = ["LRU", "Executor", "RunContext", "Tally"]
+__all__ = ["FOLD_FROM", "LRU", "Executor", "Fold", "RunContext", "Tally"]
+
+# (run, join, the dependency that succeeded, the join's in-degree): see promote_dependants.
+Fold = Callable[[str, str, str, int], None]
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,7 @@ class Executor:
         *,
         keep_one: Lease | None,
         on_recorded: Callable[[], None] | None = None,
+        fold: Fold | None = None,
     ) -> tuple[StepRecord | None, StepRecord] | None:
         """Record success and promote dependants. Returns (the dependant promoted straight
         into `keep_one`'s lease for the caller to run inline, the recorded row), or None
@@ -194,16 +201,19 @@ class Executor:
             self.skip_branch(row.run_id, SkipBranch(done.step, done.dependants, "run stopped"),
                              tally)
             return None, done
-        inline, sends = self.promote_dependants(done, ctx, keep_one)
+        inline, sends = self.promote_dependants(done, ctx, keep_one, fold)
         if sends:
             self.queues.dispatch(sends)
         return inline, done
 
     def promote_dependants(
-        self, done: StepRecord, ctx: RunContext, keep_one: Lease | None
+        self, done: StepRecord, ctx: RunContext, keep_one: Lease | None,
+        fold: Fold | None = None,
     ) -> tuple[StepRecord | None, list[Dispatch]]:
         """Count `done` towards each dependant. Returns the dependant promoted into
-        `keep_one` (if any) and the dispatches of the others not sent yet."""
+        `keep_one` (if any) and the dispatches of the others not sent yet. A wide join
+        (FOLD_FROM dependencies or more) is handed to `fold` when given: the caller
+        counts it later with others (satisfy_many)."""
         inline: StepRecord | None = None
         sends: list[Dispatch] = []
         last = len(done.dependants) - 1
@@ -212,7 +222,9 @@ class Executor:
             # wide fan-out would age while the rest are being promoted.
             lease = keep_one if i == last else None
             ndeps = ctx.ndeps.get(dep, 0)
-            if ndeps == 1 and lease is None:
+            if fold is not None and ndeps >= FOLD_FROM:
+                fold(done.run_id, dep, done.step, ndeps)
+            elif ndeps == 1 and lease is None:
                 # `done` was its only dependency: it is ready as its row stands. No write
                 # says so; its message does, and the worker that takes it promotes and
                 # claims it in one write. A lost message leaves it blocked with its
@@ -235,6 +247,15 @@ class Executor:
                 self.queues.dispatch(sends)
                 sends = []
         return inline, sends
+
+    def satisfy_many(self, run_id: str, step: str, deps: Collection[str], ndeps: int) -> bool:
+        """Count several successes towards one wide join (folded by a worker) and
+        dispatch the join if that completed it. True if it did."""
+        promoted = self.store.satisfy_many(run_id, step, list(deps), ndeps, self.clock())
+        if promoted is None:
+            return False
+        self.queues.dispatch([Dispatch(run_id=run_id, step=step, attempt=1)])
+        return True
 
     def retry(
         self,

@@ -192,6 +192,36 @@ class StepTransitions(Tables):
             return None
         return self.promote(run_id, step, ndeps, lease, now)
 
+    def satisfy_many(
+        self, run_id: str, step: str, deps: Sequence[str], ndeps: int, now: float
+    ) -> StepRecord | None:
+        """Record that several of a join's `ndeps` dependencies succeeded, in one write
+        (a worker folds a wide fan-in's completions). The set makes it idempotent and
+        its size is the count; the promotion that follows is a compare-and-swap, so a
+        copy of a completion that comes in after the last one promotes nothing twice.
+        The row if this call promoted the step (blocked -> ready), else None."""
+        values: dict[str, Any] = {":dep": {"SS": sorted(set(deps))}}
+        guard = status_guard(STEP_MOVES["satisfy"], values)
+        try:
+            with _translate(f"step {run_id}/{step}: satisfy {len(values[':dep']['SS'])}"):
+                resp = self.ddb.update_item(
+                    TableName=self.steps,
+                    Key=step_key(run_id, step),
+                    UpdateExpression="ADD satisfied :dep",
+                    ConditionExpression=guard,
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues=values,
+                    ReturnValues="UPDATED_NEW",
+                )
+        except ConditionFailed:
+            return None  # no longer blocked: promoted, or skipped by a stop
+        # Nothing comes back when every one of them had been counted already: whoever
+        # counted the last one promotes (or, if it died first, the sweeper).
+        counted = resp.get("Attributes", {}).get("satisfied", {}).get("SS", [])
+        if len(counted) < ndeps:
+            return None
+        return self.promote(run_id, step, ndeps, None, now)
+
     def promote(
         self,
         run_id: str,

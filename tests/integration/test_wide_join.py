@@ -1,0 +1,112 @@
+"""A wide fan-in's completions are folded: a worker counts the successes of a join's
+dependencies (FOLD_FROM of them or more) in one write per flush, not one per dependency.
+The count is the size of a set, so copies count once and the promotion still happens
+exactly once; folds lost with their worker are the sweeper's to repair."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from orchestrator.adapters.store import Lease
+from orchestrator.engine.states import StepStatus
+from orchestrator.services.executor import FOLD_FROM, RunContext, Tally
+from tests.support.harness import Harness, steps_of
+from tests.support.testfns import Recorder
+
+WIDTH = 12
+assert WIDTH >= FOLD_FROM
+CHILDREN = [f"c{i:02d}" for i in range(WIDTH)]
+MANIFEST = (
+    'backends:\n  fn: { url: "${FN}" }\nworkflows:\n  wide:\n    steps:\n'
+    "      root: { backend: fn, route: /echo }\n"
+    + "".join(
+        f"      {c}: {{ backend: fn, route: /slow, payload: {{ seconds: 0.3 }},"
+        " dependsOn: [root] }\n" for c in CHILDREN)
+    + f"      join: {{ backend: fn, route: /echo, dependsOn: [{', '.join(CHILDREN)}] }}\n"
+)
+
+
+def join_counts(h: Harness) -> list[list[str]]:
+    """The dependencies named by every count written to a `join` row from now on."""
+    seen: list[list[str]] = []
+    lock = threading.Lock()
+
+    def note(params: dict[str, Any], **_: Any) -> None:
+        if (params.get("Key", {}).get("step") == {"S": "join"}
+                and "ADD satisfied" in params.get("UpdateExpression", "")):
+            with lock:
+                seen.append(params["ExpressionAttributeValues"][":dep"]["SS"])
+
+    h.rt.clients.dynamodb.meta.events.register(
+        "provide-client-params.dynamodb.UpdateItem", note)
+    return seen
+
+
+def test_a_wide_fan_in_is_counted_in_fewer_writes_than_it_has_dependencies(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h = harness_factory(MANIFEST)
+    counts = join_counts(h)
+    h.start_workers(threads=WIDTH)  # every child in flight at once, landing together
+    run_id = h.start("wide")
+    view = h.wait(run_id)
+    assert view["status"] == "success"
+    assert sorted(d for batch in counts for d in batch) == CHILDREN  # each counted once
+    assert len(counts) <= WIDTH // 2, counts
+    calls = recorder.for_step(run_id, "join")
+    assert len(calls) == 1
+    assert sorted(calls[0].body["steps"]) == CHILDREN
+
+
+def by_hand_up_to_the_join(h: Harness, run_id: str, fold: Any) -> None:
+    """Run root and every child through the executor, handing the join's counts to
+    `fold` (a worker's fold)."""
+    rt = h.rt
+    run = rt.store.get_run(run_id, time.time())
+    assert run is not None
+    ctx = RunContext.of(run)
+    now = time.time()
+    root = rt.store.claim(run_id, "root", 1, Lease("w#1", now + 60), now)
+    rt.executor.succeed(root, ctx, "{}", None, 2, Tally(), keep_one=None)
+    for i, child in enumerate(CHILDREN):
+        row = rt.store.satisfy(run_id, child, "root", 1, Lease(f"w#{i + 2}", now + 60),
+                               time.time())
+        assert row is not None and row.status is StepStatus.DISPATCHED
+        rt.executor.succeed(row, ctx, "{}", None, 2, Tally(), keep_one=None, fold=fold)
+
+
+def test_counts_given_twice_or_split_promote_the_join_once(harness_factory: Any) -> None:
+    h = harness_factory(MANIFEST)
+    rt = h.rt
+    run_id = h.start("wide")
+    folded: list[tuple[str, str, str, int]] = []
+    by_hand_up_to_the_join(h, run_id, lambda *a: folded.append(a))
+    assert [f[2] for f in folded] == CHILDREN and {f[3] for f in folded} == {WIDTH}
+    half = WIDTH // 2
+    assert not rt.executor.satisfy_many(run_id, "join", CHILDREN[:half], WIDTH)
+    assert not rt.executor.satisfy_many(run_id, "join", CHILDREN[:2], WIDTH)  # copies
+    assert rt.executor.satisfy_many(run_id, "join", CHILDREN[half - 1:], WIDTH)
+    assert not rt.executor.satisfy_many(run_id, "join", CHILDREN[-2:], WIDTH)  # late copy
+    join = rt.store.get_step(run_id, "join")
+    assert join is not None and join.status is StepStatus.READY
+    assert join.satisfied == frozenset(CHILDREN)
+
+
+def test_folds_lost_with_their_worker_are_repaired_by_the_sweeper(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h = harness_factory(MANIFEST)
+    run_id = h.start("wide")
+    lost: list[Any] = []
+    by_hand_up_to_the_join(h, run_id, lambda *a: lost.append(a))  # never flushed
+    assert len(lost) == WIDTH
+    join = h.rt.store.get_step(run_id, "join")
+    assert join is not None and join.status is StepStatus.BLOCKED
+    h.start_sweeper()
+    h.start_workers()
+    view = h.wait(run_id)
+    assert view["status"] == "success"
+    assert steps_of(view)["join"]["attempts"] == 1
+    assert len(recorder.for_step(run_id, "join")) == 1

@@ -77,6 +77,9 @@ class Worker:
         self.rand = rand
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._claims = itertools.count(1)
+        # A deadline the attempts on this thread must end by: (when, margin). Set by
+        # `handle_before` (a Lambda invocation's remaining time); none for a process.
+        self._limit = threading.local()
         self._contexts: LRU = LRU(2048)
         self._outputs: LRU = LRU(8192)
         self._lock = threading.Lock()
@@ -112,6 +115,41 @@ class Worker:
         (tables.landed)."""
         return Lease(f"{self.id}#{next(self._claims)}",
                      self.clock() + self.settings.lease_margin)
+
+    def handle_before(self, msg: Dispatch | AdmitRun, deadline: float, margin: float) -> bool:
+        """Handle `msg` only if its attempt can end by `deadline` (wall clock): its step's
+        timeout plus `margin` must fit, after any wait for its due time; inline
+        successors are held to the same terms (sent to the queue instead). False: not
+        started, for the caller to hand back (a Lambda batch item failure)."""
+        if isinstance(msg, Dispatch) and not self._fits(msg, deadline, margin):
+            return False
+        self._limit.deadline = (deadline, margin)
+        try:
+            self.handle(msg)
+        finally:
+            self._limit.deadline = None
+        return True
+
+    def _fits(self, msg: Dispatch, deadline: float, margin: float) -> bool:
+        now = self.clock()
+        if msg.due_at is not None and msg.due_at > now + EARLY_WAIT:
+            return True  # only sent on as a timer hop: no attempt starts
+        ctx = self.context(msg.run_id)
+        if ctx is None:
+            return True  # nothing will run: the claim finds no run
+        wait = max(0.0, (msg.due_at or now) - now)
+        need = ctx.timeouts.get(msg.step, self.settings.default_step_timeout)
+        return now + wait + need + margin <= deadline
+
+    def _room_for(self, ctx: RunContext | None, steps: tuple[str, ...]) -> bool:
+        """Whether the longest of `steps` fits before this thread's deadline, if any."""
+        limit = getattr(self._limit, "deadline", None)
+        if limit is None or ctx is None:
+            return True
+        deadline, margin = limit
+        need: float = max((ctx.timeouts.get(s, self.settings.default_step_timeout) for s in steps),
+                   default=0.0)
+        return bool(self.clock() + need + margin <= deadline)
 
     def handle(self, msg: Dispatch | AdmitRun, receipt: Received | None = None) -> None:
         """Claim the attempt the message names and run it (and its inline successors)."""
@@ -337,8 +375,10 @@ class Worker:
                     with self._lock:
                         self._outputs.put((row.run_id, row.step), decision.output)
 
+            # The last dependant runs next on this thread, if it fits in its deadline.
+            keep = self.lease() if self._room_for(ctx, row.dependants[-1:]) else None
             res = self.adv.succeed(
-                row, ctx, output_json, output_ref, len(raw), tally, keep_one=self.lease(),
+                row, ctx, output_json, output_ref, len(raw), tally, keep_one=keep,
                 on_recorded=remember, fold=self._fold if self._batching else None,
             )
             return None if res is None else res[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
@@ -64,6 +64,9 @@ class RunContext:
     # The run's one sink, when its success alone finishes the run (see Executor.end_with).
     ends_with: str | None = None
     started_at: float = 0.0
+    # Each step's timeout: how long an attempt may take (a Lambda invocation checks it
+    # against its remaining time before it starts one).
+    timeouts: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, run: RunRecord) -> RunContext:
@@ -84,6 +87,7 @@ class RunContext:
             sinks=len(sinks),
             ends_with=next(iter(sinks)) if alone else None,
             started_at=run.started_at or run.created_at,
+            timeouts={st.name: st.timeout for st in run.definition.steps},
         )
 
     @classmethod

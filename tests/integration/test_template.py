@@ -148,6 +148,13 @@ def test_template_yaml_is_sam_with_every_resource() -> None:
         "ApiFunction",
         "WorkerFunction",
         "SweeperFunction",
+        "ApiRole",
+        "WorkerRole",
+        "SweeperRole",
+        "ApiLogGroup",
+        "WorkerLogGroup",
+        "SweeperLogGroup",
+        "DeadLetterAlarm",
     }
 
 
@@ -177,9 +184,71 @@ def test_translation_yields_plain_cloudformation() -> None:
     assert rule["ScheduleExpression"] == "rate(1 minute)"
     assert "AWS::ApiGatewayV2::Api" in by_type
 
-    worker_policies = json.dumps(by_type["AWS::IAM::Role"]["WorkerFunctionRole"]["Policies"])
-    for action in ("dynamodb:UpdateItem", "sqs:SendMessage", "sqs:ReceiveMessage", "s3:GetObject"):
-        assert action in worker_policies
+    for mapping in mappings:
+        assert mapping["ScalingConfig"] == {"MaximumConcurrency": {"Ref": "WorkerMaxConcurrency"}}
+        assert mapping["MaximumBatchingWindowInSeconds"] == {"Ref": "WorkerBatchingWindow"}
+    for table in by_type["AWS::DynamoDB::Table"].values():
+        assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    [bucket] = by_type["AWS::S3::Bucket"].values()
+    assert bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    [alarm] = by_type["AWS::CloudWatch::Alarm"].values()
+    assert alarm["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]}
+
+
+def _statements(role: dict[str, Any]) -> list[dict[str, Any]]:
+    return [st for policy in role["Properties"]["Policies"]
+            for st in policy["PolicyDocument"]["Statement"]]
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _names_a_stack_resource(resource: Any, logical_ids: set[str]) -> bool:
+    """An ARN built from one of the stack's own resources: `!GetAtt X.Arn`, or a `!Sub`
+    that starts with `${X.Arn}` (an index of a table, the objects under a prefix)."""
+    if isinstance(resource, dict) and set(resource) == {"Fn::GetAtt"}:
+        return bool(resource["Fn::GetAtt"][0] in logical_ids
+                    and resource["Fn::GetAtt"][1] == "Arn")
+    if isinstance(resource, dict) and set(resource) == {"Fn::Sub"}:
+        text = resource["Fn::Sub"]
+        if not isinstance(text, str) or not text.startswith("${"):
+            return False
+        head = text[2:text.index("}")]
+        owner, _, attribute = head.partition(".")
+        return owner in logical_ids and attribute == "Arn" and "*" not in text[:-1]
+    return False
+
+
+def test_every_function_is_granted_only_what_it_calls_on_this_stacks_resources() -> None:
+    resources = cloudformation_template()["Resources"]
+    logical_ids = set(resources)
+    roles = {k: v for k, v in resources.items() if v["Type"] == "AWS::IAM::Role"}
+    functions = {k: v for k, v in resources.items() if v["Type"] == "AWS::Lambda::Function"}
+    # Each function runs under its own role; no managed policy widens one.
+    assert sorted(f["Properties"]["Role"]["Fn::GetAtt"][0] for f in functions.values()) \
+        == sorted(roles)
+    granted: dict[str, set[str]] = {}
+    for name, role in roles.items():
+        assert "ManagedPolicyArns" not in role["Properties"], name
+        for st in _statements(role):
+            assert st["Effect"] == "Allow"
+            for action in _listed(st["Action"]):
+                assert "*" not in action, (name, action)
+                granted.setdefault(name, set()).add(action)
+            for resource in _listed(st["Resource"]):
+                assert _names_a_stack_resource(resource, logical_ids), (name, resource)
+    # What the handlers call (orchestrator/adapters), and the event source mapping's polling.
+    item_ops = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem",
+                "dynamodb:DeleteItem", "dynamodb:Query", "dynamodb:BatchGetItem",
+                "dynamodb:BatchWriteItem"}
+    logs = {"logs:CreateLogStream", "logs:PutLogEvents"}
+    send = {"sqs:SendMessage", "sqs:GetQueueUrl"}
+    assert granted["ApiRole"] == item_ops | logs | send | {"s3:GetObject"}
+    assert granted["WorkerRole"] == item_ops | logs | send | {
+        "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
+        "sqs:GetQueueAttributes", "s3:GetObject", "s3:PutObject"}
+    assert granted["SweeperRole"] == item_ops | logs | send
 
 
 def test_data_resources_template_keeps_only_data() -> None:

@@ -201,3 +201,32 @@ def test_the_sweeper_sweeps_until_its_time_is_nearly_up(lam: Harness) -> None:
     assert json.loads(msg["Body"])["step"] == "one"
     assert run_worker(lam, [msg]) == {"batchItemFailures": []}
     assert steps_of(lam.rt.runs.view(run_id))["two"]["status"] == "success"
+
+
+# ---- the user's functions behind the same adapter -----------------------------------------
+
+
+def test_a_functions_app_answers_signed_calls_behind_its_lambda_adapter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from functions import lambda_adapter
+    from functions.signing import signed_headers
+
+    monkeypatch.setenv("FUNCTIONS_APP", "functions.examples.noop:create_app")
+    monkeypatch.setenv("FUNCTIONS_SECRET", "fn-secret")
+    lambda_adapter._built.clear()
+    body = json.dumps({"input": {}, "run": {"run_id": "r1", "workflow": "w", "step": "s",
+                                            "attempt": 1}}).encode()
+    headers = {"content-type": "application/json", "idempotency-key": "r1/s",
+               **signed_headers("fn-secret", body, time.time())}
+    for base64_body in (False, True):
+        out = lambda_adapter.handler(http_event("POST", "/noop", headers=headers, body=body,
+                                                base64_body=base64_body, function_url=True),
+                                     Context())
+        assert out["statusCode"] == 200, out
+        assert json.loads(out["body"]) == {"ok": True}
+    unsigned = {"content-type": "application/json"}
+    out = lambda_adapter.handler(http_event("POST", "/noop", headers=unsigned, body=body,
+                                            function_url=True), Context())
+    assert out["statusCode"] == 401
+    lambda_adapter._built.clear()

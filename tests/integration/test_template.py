@@ -4,6 +4,7 @@ the orchestrator relies on."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -155,6 +156,9 @@ def test_template_yaml_is_sam_with_every_resource() -> None:
         "WorkerLogGroup",
         "SweeperLogGroup",
         "DeadLetterAlarm",
+        "FunctionsFunction",
+        "FunctionsRole",
+        "FunctionsLogGroup",
     }
 
 
@@ -166,9 +170,22 @@ def test_translation_yields_plain_cloudformation() -> None:
 
     assert not [t for t in by_type if t.startswith("AWS::Serverless::")]
     functions = by_type["AWS::Lambda::Function"]
-    # Three functions with a handler each. Which module serves them is not claimed here:
-    # the Lambda entry points are the serverless issue's to build and test.
-    assert len({f["Handler"] for f in functions.values()}) == 3
+    # The orchestrator's three entry points and the functions app's, each a callable of
+    # this code base.
+    assert sorted(f["Handler"] for f in functions.values()) == [
+        "functions.lambda_adapter.handler",
+        "orchestrator.lambda_handlers.api",
+        "orchestrator.lambda_handlers.sweeper",
+        "orchestrator.lambda_handlers.worker",
+    ]
+    for function in functions.values():
+        module, _, attr = function["Handler"].rpartition(".")
+        assert callable(getattr(importlib.import_module(module), attr))
+    url = {"Fn::If": ["DeployFunctions", {"Fn::GetAtt": ["FunctionsFunctionUrl", "FunctionUrl"]},
+                      ""]}
+    for name in ("ApiFunction", "WorkerFunction", "SweeperFunction"):
+        assert functions[name]["Environment"]["Variables"]["FUNCTIONS_URL"] == url
+    assert by_type["AWS::Lambda::Url"]["FunctionsFunctionUrl"]["AuthType"] == "NONE"
     for function in functions.values():
         assert function["Environment"]["Variables"]["ORCH_PREFIX"] == {"Ref": "Prefix"}
     mappings = by_type["AWS::Lambda::EventSourceMapping"].values()
@@ -249,6 +266,7 @@ def test_every_function_is_granted_only_what_it_calls_on_this_stacks_resources()
         "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
         "sqs:GetQueueAttributes", "s3:GetObject", "s3:PutObject"}
     assert granted["SweeperRole"] == item_ops | logs | send
+    assert granted["FunctionsRole"] == logs  # it calls nothing of the stack's
 
 
 def test_data_resources_template_keeps_only_data() -> None:

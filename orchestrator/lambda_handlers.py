@@ -27,7 +27,9 @@ function timeout, up to 900 s).
 **The sweeper** is invoked once a minute (EventBridge's finest rate) and sweeps every
 `ORCH_SWEEP_INTERVAL` seconds until less than one interval plus its margin is left, so
 passes stay seconds apart; two invocations that overlap split the shards between them as
-two sweeper processes do."""
+two sweeper processes do. It stops early when nothing is in flight and no schedule
+ticks before its end: an idle stack costs one short invocation a minute, and work lost
+right after an idle spell is found within that minute at worst."""
 
 from __future__ import annotations
 
@@ -177,7 +179,9 @@ def _hand_back(records: list[dict[str, Any]]) -> None:
 
 def sweeper(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Sweep every ORCH_SWEEP_INTERVAL seconds while more than one interval plus the
-    margin of the invocation is left; what the passes repaired, added up."""
+    margin of the invocation is left, and while there is something to watch: a run in
+    flight, a pass that found work, or a schedule tick due before the invocation ends.
+    An idle stack costs one short pass a minute. What the passes repaired, added up."""
     rt = container()
     s = _part("sweeper", rt.sweeper)
     interval = rt.settings.sweep_interval
@@ -195,5 +199,17 @@ def sweeper(event: dict[str, Any], context: Any) -> dict[str, Any]:
         wait = max(0.0, interval - took)
         if left - wait < interval + margin:
             break
+        quiet = not (report.woken or report.runs or report.queued)
+        if quiet and not _tick_due(rt, time.time() + left) and not rt.store.any_active():
+            total["idle"] = 1
+            break
         time.sleep(wait)
     return {"passes": passes, **total}
+
+
+def _tick_due(rt: Runtime, before: float) -> bool:
+    """Whether a schedule's next tick falls before `before` (from the manifest alone)."""
+    from orchestrator.engine.ticks import next_tick
+
+    now = time.time()
+    return any(next_tick(wf.schedule, now) <= before for wf in rt.scheduler.scheduled.values())

@@ -230,3 +230,25 @@ def test_a_functions_app_answers_signed_calls_behind_its_lambda_adapter(
                                             function_url=True), Context())
     assert out["statusCode"] == 401
     lambda_adapter._built.clear()
+
+
+def test_an_idle_sweeper_stops_after_one_pass(lam: Harness) -> None:
+    # Nothing in flight and no schedule in the manifest: one pass, then the invocation
+    # ends instead of sweeping an idle stack for a minute.
+    out = L.sweeper({"source": "aws.events"}, Context(timeout=60.0))
+    assert out["passes"] == 1 and out["idle"] == 1, out
+
+
+def test_a_sweeper_stays_for_a_schedule_tick_due_before_its_end(
+    lam: Harness, tmp_path: Path
+) -> None:
+    (tmp_path / "orchestrator.yml").write_text(MANIFEST.replace(
+        "  hooked:\n", "  ticking:\n    schedule: { every: 2s }\n    steps:\n"
+        "      one: { backend: fn, route: /echo }\n  hooked:\n"))
+    L.forget()
+    out = L.sweeper({"source": "aws.events"}, Context(timeout=4.0))
+    # Kept sweeping for the tick (every 0.5 s until one interval and the margin are left)
+    # and fired it.
+    assert out["passes"] >= 3 and "idle" not in out, out
+    runs, _ = lam.rt.store.list_runs("ticking", time.time())
+    assert runs, "the schedule's tick did not fire"

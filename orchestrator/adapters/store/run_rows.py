@@ -269,6 +269,17 @@ class RunRows(Tables):
                     break
         return found
 
+    def any_active(self) -> bool:
+        """Whether any run is in flight (queued or running): one read of the sparse
+        `active` index, at most one key."""
+        with _translate("active runs"):
+            resp = self.ddb.query(
+                TableName=self.runs, IndexName="active", Limit=1,
+                KeyConditionExpression="active = :one",
+                ExpressionAttributeValues={":one": {"S": "1"}},
+            )
+        return bool(resp.get("Items"))
+
     def active_run_ids(self) -> list[str]:
         ids: list[str] = []
         kwargs: dict[str, Any] = {

@@ -230,8 +230,11 @@ def data_resources_template(
             f"prefix {prefix!r} does not match the Prefix AllowedPattern {pattern!r} of {path}: "
             f"{parameter.get('ConstraintDescription', '')}".rstrip(": ")
         )
+    # The local data stack is disposable: its tables go with it (the deployed stack keeps
+    # them, DeletionPolicy Retain, until `orchestrator destroy --delete-data`).
     resources = {
-        logical_id: resource
+        logical_id: {k: v for k, v in resource.items()
+                     if k not in ("DeletionPolicy", "UpdateReplacePolicy")}
         for logical_id, resource in full["Resources"].items()
         if resource.get("Type") in DATA_RESOURCE_TYPES
     }

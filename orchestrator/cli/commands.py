@@ -30,6 +30,7 @@ from typing import Any
 
 import click
 
+from orchestrator.cli import deploy as cli_deploy
 from orchestrator.cli import runs as cli_runs
 from orchestrator.cli import triggers as cli_triggers
 from orchestrator.cli.client import KEY_VARIABLE
@@ -63,7 +64,7 @@ def main(verbose: bool) -> None:
     )
 
 
-for _command in (*cli_runs.COMMANDS, *cli_triggers.COMMANDS):
+for _command in (*cli_runs.COMMANDS, *cli_triggers.COMMANDS, *cli_deploy.COMMANDS):
     main.add_command(_command)
 
 

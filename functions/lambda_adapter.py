@@ -19,7 +19,7 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["build", "handler"]
+__all__ = ["build", "forget", "handler"]
 
 _built: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -43,6 +43,12 @@ def build(spec: str, secret: str | None, work_dir: str | None = None) -> Any:
 
         kwargs["work_dir"] = Path(work_dir)
     return Mangum(factory(**kwargs), lifespan="off")
+
+
+def forget() -> None:
+    """Drop the built app: the next event builds it again (a new container)."""
+    with _lock:
+        _built.clear()
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import secrets
 import shlex
 import threading
@@ -26,6 +27,8 @@ from orchestrator.settings import Settings, environment
 __all__ = ["LocalStack", "StackOptions", "load_factory"]
 
 DEMO_WORKFLOW = "monthly-report"
+# The worker function's timeout in template.yaml.
+LAMBDA_WORKER_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class StackOptions:
     # With the embedded emulator, keep the process on one core (infra.emulator.
     # keep_to_one_core); False lets its threads run on every core.
     one_core: bool = True
+    # Serve through the Lambda handlers, invoked as AWS would (infra/lambda_local.py).
+    lambda_mode: bool = False
     environ: dict[str, str] = field(default_factory=lambda: dict(environment()))
 
 
@@ -72,6 +77,8 @@ class LocalStack:
         self.api_url = ""
         self.functions_url = ""
         self.api_key: str | None = None
+        # Variables the Lambda mode set in this process's environment, and what they were.
+        self._saved_env: dict[str, str | None] = {}
 
     def start(self) -> None:
         from functions.serving import BackgroundServer
@@ -103,8 +110,18 @@ class LocalStack:
                 secret = env.get("FUNCTIONS_SECRET") or secrets.token_hex(16)
                 env["FUNCTIONS_SECRET"] = secret
                 kwargs["secret"] = secret
-            server = BackgroundServer(factory(**kwargs), self.opts.host,
-                                      self.opts.functions_port).start()
+            if self.opts.lambda_mode:
+                from functions import lambda_adapter
+                from infra.lambda_local import EventFront
+
+                self._setenv("FUNCTIONS_APP", self.opts.functions_app)
+                if "FUNCTIONS_SECRET" in env:
+                    self._setenv("FUNCTIONS_SECRET", env["FUNCTIONS_SECRET"])
+                lambda_adapter.forget()
+                app: Any = EventFront(lambda_adapter.handler, function_url=True)
+            else:
+                app = factory(**kwargs)
+            server = BackgroundServer(app, self.opts.host, self.opts.functions_port).start()
             self.servers.append(server)
             self.functions_url = server.url
             env.setdefault("FUNCTIONS_URL", server.url)
@@ -131,7 +148,10 @@ class LocalStack:
         if settings.api_auth:
             # The API wants a bearer key: make one for this stack and show it once.
             self.api_key = ApiKeys(rt.control).create("dev", time.time())
-        api = BackgroundServer(create_app(rt), self.opts.host, self.opts.api_port).start()
+        if self.opts.lambda_mode:
+            self._lambda_env(env, settings)
+        api_app: Any = self._lambda_api() if self.opts.lambda_mode else create_app(rt)
+        api = BackgroundServer(api_app, self.opts.host, self.opts.api_port).start()
         self.servers.append(api)
         self.api_url = api.url
         auth = "bearer key below" if self.api_key else "no key needed: ORCH_API_AUTH=off"
@@ -142,14 +162,62 @@ class LocalStack:
             if core is not None:
                 self.echo(f"cpu        this process keeps to core {core} (one interpreter lock;"
                           " --all-cores to lift)")
-        for i in range(self.opts.workers):
-            self._spawn(f"worker-{i}", rt.worker().run, self.stop_event)
-        self._spawn("sweeper", rt.sweeper().run, self.stop_event)
-        self.echo(
-            f"workers    {self.opts.workers} (threads: {settings.worker_threads} each); "
-            f"sweeper every {settings.sweep_interval:g}s"
-        )
+        if self.opts.lambda_mode:
+            self._lambda_workers(rt)
+        else:
+            for i in range(self.opts.workers):
+                self._spawn(f"worker-{i}", rt.worker().run, self.stop_event)
+            self._spawn("sweeper", rt.sweeper().run, self.stop_event)
+            self.echo(
+                f"workers    {self.opts.workers} (threads: {settings.worker_threads} each); "
+                f"sweeper every {settings.sweep_interval:g}s"
+            )
         self._banner(manifest)
+
+    # ---- the Lambda mode ----------------------------------------------------------------
+
+    def _lambda_env(self, env: dict[str, str], settings: Settings) -> None:
+        """What template.yaml gives the deployed functions, for the handlers to read."""
+        manifest = self.opts.manifest.resolve()
+        values = {
+            "LAMBDA_TASK_ROOT": str(manifest.parent), "ORCH_MANIFEST": manifest.name,
+            "ORCH_PREFIX": settings.prefix, "ORCH_SWEEP_INTERVAL": str(settings.sweep_interval),
+            "ORCH_API_AUTH": "on" if settings.api_auth else "off",
+        }
+        if settings.endpoint_url:
+            values["AWS_ENDPOINT_URL"] = settings.endpoint_url
+        for key in ("FUNCTIONS_URL", "FUNCTIONS_SECRET"):
+            if key in env:
+                values[key] = env[key]
+        for key, value in values.items():
+            self._setenv(key, value)
+        from orchestrator import lambda_handlers
+
+        lambda_handlers.forget()
+
+    def _setenv(self, key: str, value: str) -> None:
+        """Set a variable of this process for the handlers; `stop` puts it back."""
+        self._saved_env.setdefault(key, os.environ.get(key))
+        os.environ[key] = value
+
+    def _lambda_api(self) -> Any:
+        from infra.lambda_local import EventFront
+        from orchestrator import lambda_handlers
+
+        return EventFront(lambda_handlers.api)
+
+    def _lambda_workers(self, rt: Any) -> None:
+        from infra.lambda_local import QueueMapping, Schedule
+        from orchestrator import lambda_handlers
+
+        for name, url in (("dispatch", rt.queues.dispatch_url), ("timers", rt.queues.timer_url)):
+            mapping = QueueMapping(rt.clients.sqs, url, lambda_handlers.worker,
+                                   timeout=LAMBDA_WORKER_TIMEOUT)
+            self._spawn(f"mapping-{name}", mapping.run, self.stop_event)
+        self._spawn("schedule", Schedule(lambda_handlers.sweeper).run, self.stop_event)
+        self.echo("lambda     the handlers of orchestrator/lambda_handlers.py, invoked as AWS"
+                  " does: API and functions behind HTTP API / Function URL events, SQS batches"
+                  f" of 10 ({LAMBDA_WORKER_TIMEOUT:g} s invocations), the sweeper every minute")
 
     def _banner(self, manifest: Any) -> None:
         """Copy-paste lines that use this stack (and its key)."""
@@ -211,3 +279,9 @@ class LocalStack:
                 pass
         if self.emulator is not None:
             self.emulator.stop()
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()

@@ -163,6 +163,11 @@ def _hand_back(records: list[dict[str, Any]]) -> None:
         name = str(r.get("eventSourceARN", "")).rsplit(":", 1)[-1]
         url = {rt.settings.names.dispatch_queue: rt.queues.dispatch_url,
                rt.settings.names.timer_queue: rt.queues.timer_url}.get(name)
+        if url is None and name:  # a queue mapped besides the stack's two
+            try:
+                url = rt.clients.sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            except Exception:
+                url = None
         if url is not None and r.get("receiptHandle"):
             by_queue.setdefault(url, []).append(r["receiptHandle"])
     for url, receipts in by_queue.items():

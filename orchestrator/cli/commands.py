@@ -217,6 +217,10 @@ def create_key(name: str) -> None:
     help="Let this process run on every core (with the embedded emulator it keeps to one:"
     " its threads share one interpreter lock, and moving between cores cost 1.4-2x).",
 )
+@click.option("--lambda", "lambda_mode", is_flag=True,
+              help="Serve through the Lambda handlers, invoked as AWS invokes them (HTTP API"
+              " and Function URL events, SQS batches, the sweeper's schedule), not the"
+              " long-lived worker and sweeper.")
 @click.option("--demo", is_flag=True, help="Trigger the demo workflow and print its outcome.")
 @click.option("--exit-after-demo", is_flag=True, help="Stop once the demo run finished.")
 def dev(
@@ -230,6 +234,7 @@ def dev(
     workers: int,
     sweep_interval: float,
     all_cores: bool,
+    lambda_mode: bool,
     demo: bool,
     exit_after_demo: bool,
 ) -> None:
@@ -248,6 +253,7 @@ def dev(
         workers=workers,
         sweep_interval=sweep_interval,
         one_core=not all_cores,
+        lambda_mode=lambda_mode,
     )
     stop = _stop_event()
     stack = LocalStack(opts, echo=click.echo)

@@ -246,9 +246,25 @@ def test_a_sweeper_stays_for_a_schedule_tick_due_before_its_end(
         "  hooked:\n", "  ticking:\n    schedule: { every: 2s }\n    steps:\n"
         "      one: { backend: fn, route: /echo }\n  hooked:\n"))
     L.forget()
-    out = L.sweeper({"source": "aws.events"}, Context(timeout=4.0))
+    out = L.sweeper({"source": "aws.events"}, Context(timeout=8.0))
     # Kept sweeping for the tick (every 0.5 s until one interval and the margin are left)
-    # and fired it.
-    assert out["passes"] >= 3 and "idle" not in out, out
+    # and fired it; an idle stack would have stopped after one pass.
+    assert out["passes"] >= 2 and "idle" not in out, out
     runs, _ = lam.rt.store.list_runs("ticking", time.time())
     assert runs, "the schedule's tick did not fire"
+
+
+def test_a_mapping_redelivers_a_batch_whose_invocation_ran_out_of_time(
+    lam: Harness, recorder: Recorder
+) -> None:
+    from infra.lambda_local import QueueMapping
+
+    run_id = lam.start("slow")  # 10 s timeout + 5 s margin
+    mapping = QueueMapping(lam.rt.clients.sqs, lam.rt.queues.dispatch_url, L.worker)
+    first = mapping.poll_once(wait=2, timeout=12.0)
+    assert first is not None and len(first["batchItemFailures"]) == 1
+    assert recorder.for_step(run_id, "nap") == []
+    # Not deleted, and back at once rather than after the queue's visibility timeout.
+    assert mapping.poll_once(wait=2, timeout=120.0) == {"batchItemFailures": []}
+    assert lam.rt.runs.view(run_id)["status"] == "success"
+    assert mapping.poll_once(wait=1) is None  # deleted once handled

@@ -1,0 +1,182 @@
+"""The deployed stack's Lambda functions, emulated locally (`orchestrator dev --lambda`):
+the very handlers of orchestrator/lambda_handlers.py and functions/lambda_adapter.py,
+invoked the way AWS invokes them.
+
+- `EventFront`: an HTTP server whose every request becomes an HTTP API (payload 2.0)
+  event for a handler, its answer turned back into the HTTP response (the API Gateway or
+  Function URL in front of a function);
+- `QueueMapping`: an SQS event source mapping: batches of up to ten received from a queue
+  and handed to the worker handler as one SQS event, with an invocation timeout; the
+  records it does not report as failures are deleted, the failures left to come back
+  (the handler makes them visible at once; if the invocation raised, every record comes
+  back after the visibility timeout, as on AWS);
+- `Schedule`: the sweeper handler invoked once a minute (EventBridge's rate(1 minute)).
+
+The handlers read their configuration from the environment, as on Lambda."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from infra.lambda_events import Context, http_event, sqs_event
+
+__all__ = ["EventFront", "QueueMapping", "Schedule"]
+
+log = logging.getLogger("orchestrator.lambda_local")
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+class EventFront:
+    """An ASGI app: each HTTP request → one invocation of `handler` → the response."""
+
+    _loops = threading.local()
+
+    def _invoke(self, event: dict[str, Any]) -> dict[str, Any]:
+        # As on Lambda, the handler runs on a thread of its own with an event loop of its
+        # own (mangum runs the app to completion on the thread's loop).
+        if getattr(self._loops, "loop", None) is None:
+            self._loops.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self._loops.loop)
+        return self.handler(event, Context(timeout=self.timeout))
+
+    def __init__(self, handler: Handler, *, timeout: float = 30.0,
+                 function_url: bool = False) -> None:
+        self.handler = handler
+        self.timeout = timeout
+        self.function_url = function_url
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        query = dict(part.split("=", 1) if "=" in part else (part, "")
+                     for part in scope.get("query_string", b"").decode().split("&") if part)
+        event = http_event(scope["method"], scope["path"], query=query, headers=headers,
+                           body=body, base64_body=True, function_url=self.function_url)
+        answer = await asyncio.to_thread(self._invoke, event)
+        raw = answer.get("body") or ""
+        data = base64.b64decode(raw) if answer.get("isBase64Encoded") else raw.encode()
+        out_headers = [(k.encode(), str(v).encode())
+                       for k, v in (answer.get("headers") or {}).items()]
+        for k, values in (answer.get("multiValueHeaders") or {}).items():
+            out_headers += [(k.encode(), str(v).encode()) for v in values]
+        for cookie in answer.get("cookies") or []:
+            out_headers.append((b"set-cookie", cookie.encode()))
+        await send({"type": "http.response.start", "status": int(answer.get("statusCode", 200)),
+                    "headers": out_headers})
+        await send({"type": "http.response.body", "body": data})
+
+
+class QueueMapping:
+    """An SQS event source mapping of `queue_url` onto `handler`."""
+
+    def __init__(self, sqs: Any, queue_url: str, handler: Handler, *, timeout: float = 120.0,
+                 concurrency: int = 4, batch_size: int = 10) -> None:
+        self.sqs = sqs
+        self.url = queue_url
+        self.arn = sqs.get_queue_attributes(
+            QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        self.handler = handler
+        self.timeout = timeout
+        self.batch_size = batch_size
+        self.slots = threading.Semaphore(concurrency)
+        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="invoke")
+
+    def poll_once(self, *, wait: int = 1, timeout: float | None = None) -> dict[str, Any] | None:
+        """Receive one batch and invoke the handler on it (here, not on the pool); what
+        the handler answered, or None for an empty receive."""
+        msgs = self._receive(wait)
+        if not msgs:
+            return None
+        return self._invoke(msgs, self.timeout if timeout is None else timeout)
+
+    def _receive(self, wait: int) -> list[dict[str, Any]]:
+        got: list[dict[str, Any]] = self.sqs.receive_message(
+            QueueUrl=self.url, MaxNumberOfMessages=self.batch_size, WaitTimeSeconds=wait,
+            MessageSystemAttributeNames=["All"],
+        ).get("Messages", [])
+        return got
+
+    def _invoke(self, msgs: list[dict[str, Any]], timeout: float) -> dict[str, Any]:
+        try:
+            answer = self.handler(sqs_event(msgs, self.arn), Context(timeout=timeout))
+        except Exception:  # the whole batch comes back after the visibility timeout
+            log.exception("worker invocation failed")
+            return {"batchItemFailures": [{"itemIdentifier": m["MessageId"]} for m in msgs]}
+        failed = {f["itemIdentifier"] for f in answer.get("batchItemFailures", [])}
+        done = [m for m in msgs if m["MessageId"] not in failed]
+        for i in range(0, len(done), 10):
+            self.sqs.delete_message_batch(QueueUrl=self.url, Entries=[
+                {"Id": str(j), "ReceiptHandle": m["ReceiptHandle"]}
+                for j, m in enumerate(done[i:i + 10])])
+        return answer
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll until `stop`, up to `concurrency` invocations at once."""
+        while not stop.is_set():
+            if not self.slots.acquire(timeout=0.2):
+                continue
+            try:
+                msgs = self._receive(1)
+            except Exception:
+                log.exception("receive failed")
+                self.slots.release()
+                stop.wait(1.0)
+                continue
+            if not msgs:
+                self.slots.release()
+                continue
+
+            def invoke(batch: list[dict[str, Any]] = msgs) -> None:
+                try:
+                    self._invoke(batch, self.timeout)
+                finally:
+                    self.slots.release()
+
+            self.pool.submit(invoke)
+        self.pool.shutdown(wait=True)
+
+
+class Schedule:
+    """`handler` invoked every `every` seconds (from the start of one to the next), each
+    invocation with `timeout` seconds, as EventBridge's rate() schedule does."""
+
+    def __init__(self, handler: Handler, *, every: float = 60.0, timeout: float = 60.0) -> None:
+        self.handler = handler
+        self.every = every
+        self.timeout = timeout
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                self.handler({"source": "aws.events", "detail-type": "Scheduled Event"},
+                             _Stoppable(self.timeout, stop))
+            except Exception:
+                log.exception("sweeper invocation failed")
+            stop.wait(max(0.0, started + self.every - time.monotonic()))
+
+
+class _Stoppable(Context):
+    """A context whose time runs out at once when the emulation stops."""
+
+    def __init__(self, timeout: float, stop: threading.Event) -> None:
+        super().__init__(timeout=timeout)
+        self.stop = stop
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 0 if self.stop.is_set() else super().get_remaining_time_in_millis()

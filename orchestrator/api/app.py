@@ -8,6 +8,7 @@ ORCH_API_AUTH=off."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -124,6 +125,22 @@ class _KeyCheck:
             self.ok[key] = now + KEY_CACHE_SECONDS
 
 
+# How often a long poll (`GET /runs/{id}?wait=`) reads the run's row, and its longest wait
+# (below API Gateway's 30 s integration timeout).
+FOLLOW_EVERY = 0.1
+MAX_WAIT = 25.0
+
+
+def _wait_seconds(raw: str) -> float:
+    try:
+        wait = float(raw)
+    except ValueError:
+        raise UsageError(f"wait: {raw!r} is not a number of seconds") from None
+    if not 0 <= wait <= MAX_WAIT:
+        raise UsageError(f"wait: {raw!r} must be between 0 and {MAX_WAIT:g} seconds")
+    return wait
+
+
 def create_app(rt: Runtime) -> Starlette:
     idempotency = IdempotencyKeys(rt.control, rt.settings.idempotency_retention)
     check_key = _KeyCheck(ApiKeys(rt.control), rt.clock)
@@ -154,8 +171,18 @@ def create_app(rt: Runtime) -> Starlette:
         flag = request.query_params.get("steps", "true")
         if flag not in ("true", "false"):
             raise UsageError(f"steps: {flag!r} is not true or false")
-        view = await run_in_threadpool(
-            lambda: rt.runs.view(request.path_params["run_id"], steps=flag == "true"))
+        run_id = request.path_params["run_id"]
+        wait = _wait_seconds(request.query_params.get("wait", "0"))
+        if wait > 0:
+            # A long poll: the run's own row, every FOLLOW_EVERY seconds, until the run is
+            # no longer queued or running or `wait` passed; its steps are read once.
+            deadline = rt.clock() + wait
+            while True:
+                run = await run_in_threadpool(rt.runs.get, run_id)
+                if run.status.terminal or rt.clock() + FOLLOW_EVERY > deadline:
+                    break
+                await asyncio.sleep(FOLLOW_EVERY)
+        view = await run_in_threadpool(lambda: rt.runs.view(run_id, steps=flag == "true"))
         return JSONResponse(view)
 
     async def run_events(request: Request) -> JSONResponse:

@@ -240,7 +240,12 @@ def _paths(retention: float) -> dict[str, Schema]:
                          "description": "false: the run alone, without its steps (one read"
                          " of the run's row: what a poller of the status needs)",
                          "schema": {"type": "string", "enum": ["true", "false"],
-                                    "default": "true"}}],
+                                    "default": "true"}},
+                {"name": "wait", "in": "query", "required": False,
+                 "description": "Seconds (0 to 25) to hold the answer while the run is queued"
+                 " or running: it comes as soon as the run ends (within 0.1 s), or when the"
+                 " time is up, whichever is first. A follower's long poll.",
+                 "schema": {"type": "number", "minimum": 0, "maximum": 25, "default": 0}}],
                        responses={"200": _json(view, "The run"),
                                   **_errors("400", "404", "503",
                                             notes={"404": "No such run"})}),

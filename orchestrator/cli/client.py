@@ -104,10 +104,15 @@ class ApiClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return self.request("POST", "/runs", json=body, headers=headers)
 
-    def run(self, run_id: str, *, steps: bool = True) -> Any:
-        """A run's view; steps=False: the run alone (one read of its row)."""
-        params = None if steps else {"steps": "false"}
-        return self.request("GET", f"/runs/{run_id}", params=params)
+    def run(self, run_id: str, *, steps: bool = True, wait: float = 0.0) -> Any:
+        """A run's view; steps=False: the run alone (one read of its row). `wait`: held
+        by the API until the run ends or that many seconds passed (a long poll)."""
+        params: dict[str, str] = {} if steps else {"steps": "false"}
+        extra: dict[str, Any] = {}
+        if wait > 0:
+            params["wait"] = f"{wait:.1f}"
+            extra["timeout"] = wait + 30.0
+        return self.request("GET", f"/runs/{run_id}", params=params or None, **extra)
 
     def runs(
         self,

@@ -42,18 +42,23 @@ timeout_option = click.option("--timeout", default=600.0, show_default=True,
 
 def wait_for(api: ApiClient, run_id: str, timeout: float,
              pause: Callable[[float], Any] | None = None) -> Any:
-    """Poll the API while the run is queued or running, until `timeout` passed
-    (backing off to 1 s between polls), then read it whole. A poll reads the run alone,
-    not its steps: watching a run does not slow it down."""
+    """Follow the run until it ends or `timeout` passed, then read it whole. Each request
+    is a long poll (`GET /runs/{id}?steps=false&wait=...`): the API answers as soon as the
+    run ends, reading only the run's row meanwhile, so following a run neither slows it
+    nor learns of its end late. An API without the long poll (older) answers at once:
+    then this polls, backing off to 1 s."""
     pause = pause or threading.Event().wait
     deadline = time.monotonic() + timeout
     delay = 0.05
     while True:
-        view = api.run(run_id, steps=False)
+        left = deadline - time.monotonic()
+        asked = time.monotonic()
+        view = api.run(run_id, steps=False, wait=max(0.0, min(20.0, left)))
         if view["status"] not in UNFINISHED or time.monotonic() > deadline:
             return api.run(run_id)
-        pause(delay)
-        delay = min(delay * 1.5, 1.0)
+        if time.monotonic() - asked < 1.0:  # answered at once: no long poll there
+            pause(delay)
+            delay = min(delay * 1.5, 1.0)
 
 
 def _started(api: ApiClient, started: dict[str, Any], wait: bool, timeout: float,

@@ -259,3 +259,32 @@ def test_history_keeps_each_rows_own_order_when_a_write_landed_late(
     events = c.get(f"/runs/{run_id}/events").json()["events"]
     mine = [e["type"] for e in events if e.get("step") == "one"]
     assert mine == ["step.ready", "step.redispatched"]
+
+
+def test_a_long_poll_answers_when_the_run_ends_not_when_the_wait_is_up(
+    api: tuple[Harness, httpx.Client],
+) -> None:
+    _, c = api
+    run_id = c.post("/runs", json={"workflow": "sleepy"}).json()["run_id"]
+    t0 = time.monotonic()
+    r = c.get(f"/runs/{run_id}", params={"steps": "false", "wait": "25"})
+    took = time.monotonic() - t0
+    assert r.status_code == 200 and r.json()["status"] == "success", r.text
+    assert "steps" not in r.json()
+    assert took < 25  # answered at the run's end (about 1.5 s), not at the wait's
+    # A finished run answers at once, with its steps when asked.
+    r = c.get(f"/runs/{run_id}", params={"wait": "25"})
+    assert r.json()["status"] == "success" and len(r.json()["steps"]) == 2
+    for bad in ("abc", "-1", "26", "nan"):
+        r = c.get(f"/runs/{run_id}", params={"wait": bad})
+        assert r.status_code == 400 and r.json()["error"]["code"], bad
+
+
+def test_a_long_poll_on_a_running_run_answers_when_its_wait_is_up(
+    api: tuple[Harness, httpx.Client],
+) -> None:
+    h, c = api
+    run_id = c.post("/runs", json={"workflow": "sleepy"}).json()["run_id"]
+    r = c.get(f"/runs/{run_id}", params={"steps": "false", "wait": "0.3"})
+    assert r.status_code == 200 and r.json()["status"] in ("running", "success")
+    h.wait(run_id)

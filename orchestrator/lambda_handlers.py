@@ -33,6 +33,7 @@ right after an idle spell is found within that minute at worst."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -49,6 +50,8 @@ __all__ = ["api", "container", "forget", "sweeper", "worker"]
 DEFAULT_MARGIN = 5.0
 # A batch's records are handled at once: the event source mapping sends at most ten.
 BATCH_THREADS = 10
+
+log = logging.getLogger("orchestrator.lambda")
 
 _built: dict[str, Any] = {}
 _lock = threading.RLock()  # a part's build may build the container
@@ -140,10 +143,7 @@ def worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
         try:
             return bool(w.handle_before(msg, deadline, margin))
         except Exception:  # the record comes back; the rows stay the truth
-            import logging
-
-            logging.getLogger("orchestrator.lambda").exception("record %s failed",
-                                                               record.get("messageId"))
+            log.exception("record %s failed", record.get("messageId"))
             return False
 
     records = event.get("Records", [])
@@ -174,9 +174,7 @@ def _hand_back(records: list[dict[str, Any]]) -> None:
         try:
             rt.queues.keep_invisible(url, receipts, 0)
         except Exception:  # they come back after the visibility timeout instead
-            import logging
-
-            logging.getLogger("orchestrator.lambda").warning("hand back failed", exc_info=True)
+            log.warning("hand back failed", exc_info=True)
 
 
 # ---- sweeper -----------------------------------------------------------------------------

@@ -23,24 +23,17 @@ stack_option = click.option(
 
 
 def _clients(settings: Settings) -> Any:
-    import boto3
+    """CloudFormation, S3, STS and DynamoDB clients for the configured endpoint (or AWS)."""
+    from types import SimpleNamespace
 
-    from infra.stack import DeployError
+    import boto3
 
     kwargs: dict[str, Any] = {"region_name": settings.region}
     if settings.endpoint_url:
         kwargs["endpoint_url"] = settings.endpoint_url
-    try:
-        session = boto3.session.Session()
-
-        class Clients:
-            cloudformation = session.client("cloudformation", **kwargs)
-            s3 = session.client("s3", **kwargs)
-            sts = session.client("sts", **kwargs)
-            dynamodb = session.client("dynamodb", **kwargs)
-    except Exception as exc:  # no credentials or region: say so plainly
-        raise DeployError(f"AWS clients: {exc}") from exc
-    return Clients
+    session = boto3.session.Session()
+    return SimpleNamespace(**{name: session.client(name, **kwargs)
+                              for name in ("cloudformation", "s3", "sts", "dynamodb")})
 
 
 def _parameters(pairs: tuple[str, ...]) -> dict[str, str]:

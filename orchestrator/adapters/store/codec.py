@@ -7,6 +7,7 @@ or empty-set surprises from DynamoDB's type system."""
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -108,6 +109,16 @@ def step_from_item(item: Item) -> StepRecord:
     )
 
 
+# How many partitions the `recent` index spreads runs over (fixed for a deployment's
+# life: a listing reads them all, and rows written before sharding under "runs").
+LIST_SHARDS = 8
+LISTED_LEGACY = "runs"
+
+
+def listed_key(run_id: str) -> str:
+    return f"runs#{zlib.crc32(run_id.encode()) % LIST_SHARDS}"
+
+
 def num(x: float | int) -> dict[str, str]:
     if isinstance(x, int) or float(x).is_integer():
         return {"N": str(int(x))}
@@ -203,7 +214,9 @@ def run_to_item(r: RunRecord) -> Item:
         "on_failure": {"S": r.on_failure.value},
         "kill_requested": {"BOOL": r.kill_requested},
         "halted": {"BOOL": r.halted},
-        "listed": {"S": "runs"},  # the partition of the `recent` index: every run
+        # The partition of the `recent` index: every run, spread over LIST_SHARDS keys so
+        # that no one key takes every start's write (a hot partition at ~1,000/s).
+        "listed": {"S": listed_key(r.run_id)},
     }
     if not r.status.terminal:
         item["active"] = {"S": "1"}

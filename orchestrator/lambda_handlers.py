@@ -37,6 +37,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -180,7 +181,8 @@ def _hand_back(records: list[dict[str, Any]]) -> None:
 # ---- sweeper -----------------------------------------------------------------------------
 
 
-def sweeper(event: dict[str, Any], context: Any) -> dict[str, Any]:
+def sweeper(event: dict[str, Any], context: Any, *,
+            sleep: Callable[[float], object] = time.sleep) -> dict[str, Any]:
     """Sweep every ORCH_SWEEP_INTERVAL seconds while more than one interval plus the
     margin of the invocation is left, and while there is something to watch: a run in
     flight, a pass that found work, or a schedule tick due before the invocation ends.
@@ -206,7 +208,7 @@ def sweeper(event: dict[str, Any], context: Any) -> dict[str, Any]:
         if quiet and not _tick_due(rt, time.time() + left) and not rt.store.any_active():
             total["idle"] = 1
             break
-        time.sleep(wait)
+        sleep(wait)
     return {"passes": passes, **total}
 
 

@@ -48,6 +48,9 @@ class StackOptions:
     one_core: bool = True
     # Serve through the Lambda handlers, invoked as AWS would (infra/lambda_local.py).
     lambda_mode: bool = False
+    # How the tables, queues and bucket are made: "cloudformation" (the data stack), or
+    # "direct" through the services' APIs, for an endpoint without CloudFormation.
+    provision: str = "cloudformation"
     environ: dict[str, str] = field(default_factory=lambda: dict(environment()))
 
 
@@ -136,9 +139,17 @@ class LocalStack:
             # DynamoDB lock); other processes reach it over HTTP at its URL.
             self.emulator.attach(clients)
         t0 = time.monotonic()
-        deploy_data_stack(clients, settings.prefix)
+        if self.opts.provision == "direct":
+            from infra.direct import create_data_resources
+
+            for gap in create_data_resources(clients, settings.prefix):
+                self.echo(f"resources  skipped, the endpoint does not support it: {gap}")
+            how = "straight through the services' APIs"
+        else:
+            deploy_data_stack(clients, settings.prefix)
+            how = f"stack {settings.prefix}-data"
         self.echo(
-            f"resources  stack {settings.prefix}-data from template.yaml "
+            f"resources  {how} from template.yaml "
             f"({time.monotonic() - t0:.1f}s): tables {settings.names.runs_table}, "
             f"{settings.names.steps_table}, {settings.names.control_table}; "
             f"queues {settings.names.dispatch_queue}, "

@@ -217,6 +217,11 @@ def create_key(name: str) -> None:
     help="Let this process run on every core (with the embedded emulator it keeps to one:"
     " its threads share one interpreter lock, and moving between cores cost 1.4-2x).",
 )
+@click.option("--provision", type=click.Choice(["cloudformation", "direct"]),
+              default="cloudformation", show_default=True,
+              help="Make the tables, queues and bucket through CloudFormation, or straight"
+              " through the services' APIs (an endpoint without CloudFormation: DynamoDB"
+              " Local, dynalite, ElasticMQ...).")
 @click.option("--lambda", "lambda_mode", is_flag=True,
               help="Serve through the Lambda handlers, invoked as AWS invokes them (HTTP API"
               " and Function URL events, SQS batches, the sweeper's schedule), not the"
@@ -234,6 +239,7 @@ def dev(
     workers: int,
     sweep_interval: float,
     all_cores: bool,
+    provision: str,
     lambda_mode: bool,
     demo: bool,
     exit_after_demo: bool,
@@ -254,6 +260,7 @@ def dev(
         sweep_interval=sweep_interval,
         one_core=not all_cores,
         lambda_mode=lambda_mode,
+        provision=provision,
     )
     stop = _stop_event()
     stack = LocalStack(opts, echo=click.echo)

@@ -34,12 +34,12 @@ from botocore.exceptions import ClientError
 
 from infra.prices import idle_month
 from infra.stack import (
+    Deadline,
     DeployError,
-    _call,
-    _Deadline,
-    _empty_bucket,
-    _failure_reasons,
-    _wait_for_stack,
+    call,
+    empty_bucket,
+    failure_reasons,
+    wait_for_stack,
 )
 from infra.template import TEMPLATE_PATH, cloudformation_template
 
@@ -166,14 +166,14 @@ def render(p: Plan, *, code_bytes: int | None = None) -> str:
 
 
 def _artifact_bucket(clients: Any, stack: str, region: str) -> str:
-    account = _call("GetCallerIdentity", clients.sts.get_caller_identity)["Account"]
+    account = call("GetCallerIdentity", clients.sts.get_caller_identity)["Account"]
     bucket = f"{stack}-artifacts-{account}-{region}"[:63]
     try:
         clients.s3.head_bucket(Bucket=bucket)
     except ClientError:
         extra = {} if region == "us-east-1" else {
             "CreateBucketConfiguration": {"LocationConstraint": region}}
-        _call(f"bucket {bucket}: CreateBucket", clients.s3.create_bucket, Bucket=bucket, **extra)
+        call(f"bucket {bucket}: CreateBucket", clients.s3.create_bucket, Bucket=bucket, **extra)
     return bucket
 
 
@@ -182,7 +182,7 @@ def deploy(clients: Any, p: Plan, code: bytes, *, timeout: float = 1800.0,
     """Upload `code`, create and execute the change set, wait; the stack's outputs."""
     bucket = _artifact_bucket(clients, p.stack, p.region)
     key = f"{p.stack}/code-{hashlib.sha256(code).hexdigest()[:16]}.zip"
-    _call(f"s3://{bucket}/{key}: PutObject", clients.s3.put_object, Bucket=bucket, Key=key,
+    call(f"s3://{bucket}/{key}: PutObject", clients.s3.put_object, Bucket=bucket, Key=key,
           Body=code)
     template = json.loads(json.dumps(p.template))
     for resource in template["Resources"].values():
@@ -194,19 +194,19 @@ def deploy(clients: Any, p: Plan, code: bytes, *, timeout: float = 1800.0,
         tkey = f"{p.stack}/template-{hashlib.sha256(body.encode()).hexdigest()[:16]}.json"
         clients.s3.put_object(Bucket=bucket, Key=tkey, Body=body.encode())
         where = {"TemplateURL": f"https://{bucket}.s3.amazonaws.com/{tkey}"}
-    deadline = _Deadline(f"stack {p.stack}", timeout)
-    status = _wait_for_stack(clients, p.stack, deadline)
+    deadline = Deadline(f"stack {p.stack}", timeout)
+    status = wait_for_stack(clients, p.stack, deadline)
     if status == "ROLLBACK_COMPLETE":  # a failed first creation: it can only be deleted
-        _call("DeleteStack", clients.cloudformation.delete_stack, StackName=p.stack)
-        status = _wait_for_stack(clients, p.stack, deadline)
+        call("DeleteStack", clients.cloudformation.delete_stack, StackName=p.stack)
+        status = wait_for_stack(clients, p.stack, deadline)
     kind = "CREATE" if status == "DELETE_COMPLETE" else "UPDATE"
     name = f"deploy-{hashlib.sha256((body + key).encode()).hexdigest()[:12]}"
     params = [{"ParameterKey": k, "ParameterValue": v} for k, v in p.parameters.items()]
-    _call(f"stack {p.stack}: CreateChangeSet", clients.cloudformation.create_change_set,
+    call(f"stack {p.stack}: CreateChangeSet", clients.cloudformation.create_change_set,
           StackName=p.stack, ChangeSetName=name, ChangeSetType=kind, Parameters=params,
           Capabilities=CAPABILITIES, **where)
     while True:
-        cs = _call("DescribeChangeSet", clients.cloudformation.describe_change_set,
+        cs = call("DescribeChangeSet", clients.cloudformation.describe_change_set,
                    StackName=p.stack, ChangeSetName=name)
         if cs["Status"] in ("CREATE_COMPLETE", "FAILED"):
             break
@@ -222,16 +222,16 @@ def deploy(clients: Any, p: Plan, code: bytes, *, timeout: float = 1800.0,
         rc = change.get("ResourceChange", {})
         echo(f"  {rc.get('Action', '?'):7s} {rc.get('ResourceType', ''):34s}"
              f" {rc.get('LogicalResourceId', '')}")
-    _call("ExecuteChangeSet", clients.cloudformation.execute_change_set, StackName=p.stack,
+    call("ExecuteChangeSet", clients.cloudformation.execute_change_set, StackName=p.stack,
           ChangeSetName=name)
-    status = _wait_for_stack(clients, p.stack, deadline)
+    status = wait_for_stack(clients, p.stack, deadline)
     if status not in ("CREATE_COMPLETE", "UPDATE_COMPLETE"):
-        raise DeployError(f"stack {p.stack} is {status}: {_failure_reasons(clients, p.stack)}")
+        raise DeployError(f"stack {p.stack} is {status}: {failure_reasons(clients, p.stack)}")
     return _outputs(clients, p.stack)
 
 
 def _outputs(clients: Any, stack: str) -> dict[str, str]:
-    stacks = _call("DescribeStacks", clients.cloudformation.describe_stacks, StackName=stack)
+    stacks = call("DescribeStacks", clients.cloudformation.describe_stacks, StackName=stack)
     return {o["OutputKey"]: o["OutputValue"] for o in stacks["Stacks"][0].get("Outputs", [])}
 
 
@@ -241,13 +241,13 @@ def destroy(clients: Any, stack: str, *, delete_data: bool = False,
     deleted besides the stack."""
     from orchestrator.settings import ResourceNames
 
-    deadline = _Deadline(f"stack {stack}", timeout)
-    if _wait_for_stack(clients, stack, deadline) != "DELETE_COMPLETE":
-        _call(f"stack {stack}: DeleteStack", clients.cloudformation.delete_stack,
+    deadline = Deadline(f"stack {stack}", timeout)
+    if wait_for_stack(clients, stack, deadline) != "DELETE_COMPLETE":
+        call(f"stack {stack}: DeleteStack", clients.cloudformation.delete_stack,
               StackName=stack)
-        status = _wait_for_stack(clients, stack, deadline)
+        status = wait_for_stack(clients, stack, deadline)
         if status != "DELETE_COMPLETE":
-            raise DeployError(f"stack {stack} is {status}: {_failure_reasons(clients, stack)}")
+            raise DeployError(f"stack {stack} is {status}: {failure_reasons(clients, stack)}")
     gone: list[str] = []
     if not delete_data:
         return gone
@@ -260,7 +260,7 @@ def destroy(clients: Any, stack: str, *, delete_data: bool = False,
             if "ResourceNotFound" not in str(exc):
                 raise DeployError(f"table {table}: {exc}") from exc
     try:
-        _empty_bucket(clients, names.blob_bucket)
+        empty_bucket(clients, names.blob_bucket)
         clients.s3.delete_bucket(Bucket=names.blob_bucket)
         gone.append(names.blob_bucket)
     except ClientError as exc:

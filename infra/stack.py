@@ -26,7 +26,17 @@ from orchestrator.adapters.aws import Clients
 from orchestrator.errors import OrchestratorError
 from orchestrator.settings import ResourceNames
 
-__all__ = ["DeployError", "deploy_data_stack", "destroy_data_stack", "stack_name"]
+__all__ = [
+    "Deadline",
+    "DeployError",
+    "call",
+    "deploy_data_stack",
+    "destroy_data_stack",
+    "empty_bucket",
+    "failure_reasons",
+    "stack_name",
+    "wait_for_stack",
+]
 
 T = TypeVar("T")
 
@@ -44,7 +54,7 @@ def stack_name(prefix: str) -> str:
     return f"{prefix}-data"
 
 
-def _call(what: str, fn: Callable[..., T], **kwargs: Any) -> T:
+def call(what: str, fn: Callable[..., T], **kwargs: Any) -> T:
     try:
         return fn(**kwargs)
     except ClientError as exc:
@@ -56,7 +66,7 @@ def _error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-class _Deadline:
+class Deadline:
     def __init__(self, what: str, timeout: float) -> None:
         self.what = what
         self.timeout = timeout
@@ -82,7 +92,7 @@ def _stack_status(clients: Clients, name: str) -> str | None:
     return None if status == "DELETE_COMPLETE" else status
 
 
-def _failure_reasons(clients: Clients, name: str) -> str:
+def failure_reasons(clients: Clients, name: str) -> str:
     try:
         events = clients.cloudformation.describe_stack_events(StackName=name)["StackEvents"]
     except ClientError:
@@ -95,7 +105,7 @@ def _failure_reasons(clients: Clients, name: str) -> str:
     return "; ".join(reasons) or "(no failure reason recorded)"
 
 
-def _wait_for_stack(clients: Clients, name: str, deadline: _Deadline) -> str:
+def wait_for_stack(clients: Clients, name: str, deadline: Deadline) -> str:
     while True:
         status = _stack_status(clients, name)
         if status is None or not status.endswith(_IN_PROGRESS_SUFFIX):
@@ -110,13 +120,13 @@ def deploy_data_stack(clients: Clients, prefix: str, *, timeout: float = 30.0) -
     Raises TemplateError for a prefix the template refuses, DeployError otherwise."""
     name = stack_name(prefix)
     template = data_resources_template(prefix)
-    deadline = _Deadline(f"stack {name}", timeout)
-    status = _wait_for_stack(clients, name, deadline)
+    deadline = Deadline(f"stack {name}", timeout)
+    status = wait_for_stack(clients, name, deadline)
     if status == "ROLLBACK_COMPLETE":
         # A failed first creation holds no resources, and CloudFormation only lets it be
         # deleted: clear it and create again.
-        _call(f"stack {name}: DeleteStack", clients.cloudformation.delete_stack, StackName=name)
-        status = _wait_for_stack(clients, name, deadline)
+        call(f"stack {name}: DeleteStack", clients.cloudformation.delete_stack, StackName=name)
+        status = wait_for_stack(clients, name, deadline)
     if status == "DELETE_COMPLETE":
         try:
             clients.cloudformation.create_stack(
@@ -132,14 +142,14 @@ def deploy_data_stack(clients: Clients, prefix: str, *, timeout: float = 30.0) -
                 raise DeployError(
                     f"stack {name}: CreateStack: {error.get('Code')}: {error.get('Message')}"
                 ) from exc
-        status = _wait_for_stack(clients, name, deadline)
+        status = wait_for_stack(clients, name, deadline)
     if status not in _REUSABLE:
-        raise DeployError(f"stack {name} is {status}: {_failure_reasons(clients, name)}")
+        raise DeployError(f"stack {name} is {status}: {failure_reasons(clients, name)}")
     _converge(clients, name, template, ResourceNames(prefix), deadline)
 
 
 def _physical_ids(clients: Clients, name: str) -> dict[str, str]:
-    resources = _call(
+    resources = call(
         f"stack {name}: DescribeStackResources",
         clients.cloudformation.describe_stack_resources,
         StackName=name,
@@ -160,7 +170,7 @@ def _converge(
     stack: str,
     template: dict[str, Any],
     names: ResourceNames,
-    deadline: _Deadline,
+    deadline: Deadline,
 ) -> None:
     physical = _physical_ids(clients, stack)
     by_type: dict[str, dict[str, str]] = {}
@@ -181,7 +191,7 @@ def _converge(
     expected_queues = {names.dispatch_queue, names.timer_queue, names.dead_letter_queue}
     _check_names(stack, "queues", queue_names, expected_queues)
     for queue in sorted(queue_names):
-        _call(f"queue {queue}: GetQueueUrl", clients.sqs.get_queue_url, QueueName=queue)
+        call(f"queue {queue}: GetQueueUrl", clients.sqs.get_queue_url, QueueName=queue)
 
     buckets = by_type.get("AWS::S3::Bucket", {})
     _check_names(stack, "buckets", set(buckets.values()), {names.blob_bucket})
@@ -190,10 +200,10 @@ def _converge(
 
 
 def _converge_table(
-    clients: Clients, table: str, properties: dict[str, Any], deadline: _Deadline
+    clients: Clients, table: str, properties: dict[str, Any], deadline: Deadline
 ) -> None:
     while True:
-        description = _call(
+        description = call(
             f"table {table}: DescribeTable", clients.dynamodb.describe_table, TableName=table
         )["Table"]
         if description["TableStatus"] == "ACTIVE":
@@ -202,7 +212,7 @@ def _converge_table(
     wanted = properties.get("TimeToLiveSpecification")
     if not wanted or not wanted.get("Enabled"):
         return
-    ttl = _call(
+    ttl = call(
         f"table {table}: DescribeTimeToLive",
         clients.dynamodb.describe_time_to_live,
         TableName=table,
@@ -215,7 +225,7 @@ def _converge_table(
             )
         return
     # moto's CloudFormation ignores TimeToLiveSpecification.
-    _call(
+    call(
         f"table {table}: UpdateTimeToLive",
         clients.dynamodb.update_time_to_live,
         TableName=table,
@@ -244,7 +254,7 @@ def _lifecycle_rule(rule: dict[str, Any]) -> dict[str, Any]:
 
 
 def _converge_bucket(clients: Clients, bucket: str, properties: dict[str, Any]) -> None:
-    _call(f"bucket {bucket}: HeadBucket", clients.s3.head_bucket, Bucket=bucket)
+    call(f"bucket {bucket}: HeadBucket", clients.s3.head_bucket, Bucket=bucket)
     lifecycle = properties.get("LifecycleConfiguration")
     if lifecycle:
         try:
@@ -255,7 +265,7 @@ def _converge_bucket(clients: Clients, bucket: str, properties: dict[str, Any]) 
                     f"bucket {bucket}: GetBucketLifecycleConfiguration: {exc}"
                 ) from exc
             # moto's CloudFormation ignores LifecycleConfiguration.
-            _call(
+            call(
                 f"bucket {bucket}: PutBucketLifecycleConfiguration",
                 clients.s3.put_bucket_lifecycle_configuration,
                 Bucket=bucket,
@@ -269,7 +279,7 @@ def _converge_bucket(clients: Clients, bucket: str, properties: dict[str, Any]) 
             if _error_code(exc) != "NoSuchPublicAccessBlockConfiguration":
                 raise DeployError(f"bucket {bucket}: GetPublicAccessBlock: {exc}") from exc
             # moto's CloudFormation ignores PublicAccessBlockConfiguration.
-            _call(
+            call(
                 f"bucket {bucket}: PutPublicAccessBlock",
                 clients.s3.put_public_access_block,
                 Bucket=bucket,
@@ -282,22 +292,22 @@ def destroy_data_stack(clients: Clients, prefix: str, *, timeout: float = 30.0) 
     emptying the bucket (CloudFormation refuses to delete a non-empty bucket). A stack that
     does not exist is not an error."""
     name = stack_name(prefix)
-    deadline = _Deadline(f"stack {name}", timeout)
-    if _wait_for_stack(clients, name, deadline) == "DELETE_COMPLETE":
+    deadline = Deadline(f"stack {name}", timeout)
+    if wait_for_stack(clients, name, deadline) == "DELETE_COMPLETE":
         return
     bucket = ResourceNames(prefix).blob_bucket
     try:
-        _empty_bucket(clients, bucket)
+        empty_bucket(clients, bucket)
     except ClientError as exc:
         if _error_code(exc) not in ("NoSuchBucket", "404"):
             raise DeployError(f"bucket {bucket}: emptying it failed: {exc}") from exc
-    _call(f"stack {name}: DeleteStack", clients.cloudformation.delete_stack, StackName=name)
-    status = _wait_for_stack(clients, name, deadline)
+    call(f"stack {name}: DeleteStack", clients.cloudformation.delete_stack, StackName=name)
+    status = wait_for_stack(clients, name, deadline)
     if status != "DELETE_COMPLETE":
-        raise DeployError(f"stack {name} is {status}: {_failure_reasons(clients, name)}")
+        raise DeployError(f"stack {name} is {status}: {failure_reasons(clients, name)}")
 
 
-def _empty_bucket(clients: Clients, bucket: str) -> None:
+def empty_bucket(clients: Clients, bucket: str) -> None:
     paginator = clients.s3.get_paginator("list_object_versions")
     for page in paginator.paginate(Bucket=bucket):
         doomed = [

@@ -159,11 +159,12 @@ def _hand_back(records: list[dict[str, Any]]) -> None:
     leave them invisible for the rest of the queue's visibility timeout (six times the
     function's), and a record handed back for lack of time wants a fresh invocation now."""
     rt = container()
+    known = {rt.settings.names.dispatch_queue: rt.queues.dispatch_url,
+             rt.settings.names.timer_queue: rt.queues.timer_url}
     by_queue: dict[str, list[str]] = {}
     for r in records:
         name = str(r.get("eventSourceARN", "")).rsplit(":", 1)[-1]
-        url = {rt.settings.names.dispatch_queue: rt.queues.dispatch_url,
-               rt.settings.names.timer_queue: rt.queues.timer_url}.get(name)
+        url = known.get(name)
         if url is None and name:  # a queue mapped besides the stack's two
             try:
                 url = rt.clients.sqs.get_queue_url(QueueName=name)["QueueUrl"]

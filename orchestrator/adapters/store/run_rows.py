@@ -305,6 +305,24 @@ class RunRows(Tables):
         return runs, {"run_id": {"S": run_id}, "created_at": {"N": str(created)},
                       "listed": item.get("listed", {"S": LISTED_LEGACY})}
 
+    def _listing(self, index: str, cond: str, values: dict[str, Any], status: str | None,
+                 limit: int) -> dict[str, Any]:
+        """A Query of a listing index, newest first, optionally of one status."""
+        values = dict(values)
+        kwargs: dict[str, Any] = {
+            "TableName": self.runs, "IndexName": index, "KeyConditionExpression": cond,
+            "ScanIndexForward": False, "Limit": limit,
+            # Only what a listing shows: the definition and input can be large.
+            "ProjectionExpression": "run_id, workflow, #s, created_at, finished_at, expires_at,"
+            " started_at, #t, rerun_of, listed",
+            "ExpressionAttributeNames": {"#s": "status", "#t": "trigger"},
+        }
+        if status is not None:
+            kwargs["FilterExpression"] = "#s = :st"
+            values[":st"] = {"S": status}
+        kwargs["ExpressionAttributeValues"] = values
+        return kwargs
+
     def _partition(
         self, part: str, below: tuple[int, str] | None, status: str | None, limit: int
     ) -> tuple[list[tuple[tuple[int, str], Item]], bool]:
@@ -315,17 +333,7 @@ class RunRows(Tables):
         if below is not None:
             cond += " AND created_at <= :c"
             values[":c"] = {"N": str(below[0])}
-        kwargs: dict[str, Any] = {
-            "TableName": self.runs, "IndexName": "recent", "KeyConditionExpression": cond,
-            "ScanIndexForward": False, "Limit": limit + 1,
-            "ProjectionExpression": "run_id, workflow, #s, created_at, finished_at, expires_at,"
-            " started_at, #t, rerun_of, listed",
-            "ExpressionAttributeNames": {"#s": "status", "#t": "trigger"},
-        }
-        if status is not None:
-            kwargs["FilterExpression"] = "#s = :st"
-            values[":st"] = {"S": status}
-        kwargs["ExpressionAttributeValues"] = values
+        kwargs = self._listing("recent", cond, values, status, limit + 1)
         out: list[tuple[tuple[int, str], Item]] = []
         for _ in range(20):  # bounded: a rare status may need several reads
             with _translate("runs of all workflows"):
@@ -382,30 +390,14 @@ class RunRows(Tables):
         runs while the cursor still leads on; reading continues until the page is full."""
         if workflow is None:
             return self._list_all(now, status=status, limit=limit, start=start)
-        values: dict[str, Any] = {}
-        index, cond = "by-workflow", "workflow = :w"
-        values[":w"] = {"S": workflow}
-        kwargs: dict[str, Any] = {
-            "TableName": self.runs,
-            "IndexName": index,
-            "KeyConditionExpression": cond,
-            "ScanIndexForward": False,
-            "Limit": limit,
-            # Only what a listing shows: the definition and input can be large.
-            "ProjectionExpression": "run_id, workflow, #s, created_at, finished_at, expires_at,"
-            " started_at, #t, rerun_of",
-            "ExpressionAttributeNames": {"#s": "status", "#t": "trigger"},
-        }
-        if status is not None:
-            kwargs["FilterExpression"] = "#s = :st"
-            values[":st"] = {"S": status}
-        kwargs["ExpressionAttributeValues"] = values
+        kwargs = self._listing("by-workflow", "workflow = :w", {":w": {"S": workflow}},
+                               status, limit)
         if start:
             kwargs["ExclusiveStartKey"] = start
         runs: list[RunRecord] = []
         last: Item | None = None
         for _ in range(20):  # bounded: a rare status may need several reads per page
-            with _translate(f"runs of {workflow or 'all workflows'}"):
+            with _translate(f"runs of {workflow}"):
                 resp = self.ddb.query(**kwargs)
             for item in resp.get("Items", []):
                 run = run_from_item(item)

@@ -158,6 +158,9 @@ class Settings:
     ttl_success: float = 24 * 3600.0
     ttl_failed: float = 30 * 24 * 3600.0
     worker_threads: int = 8
+    # A step with more than twice this many dependants has them promoted in slices of
+    # this size, each by whichever worker takes its message (Promote).
+    fanout_slice: int = 100
     # The API asks for a bearer key (`orchestrator keys create`) unless this is off.
     api_auth: bool = True
     # How long an Idempotency-Key, a webhook delivery id and an event are remembered.
@@ -196,6 +199,7 @@ class Settings:
             ttl_success=_float(env, "TTL_SUCCESS", d.ttl_success),
             ttl_failed=_float(env, "TTL_FAILED", d.ttl_failed),
             worker_threads=int(_float(env, "WORKER_THREADS", d.worker_threads)),
+            fanout_slice=max(1, int(_float(env, "FANOUT_SLICE", d.fanout_slice))),
             api_auth=_flag(env, "API_AUTH", d.api_auth),
             idempotency_retention=_float(env, "IDEMPOTENCY_RETENTION", d.idempotency_retention),
             delivery_retention=_float(env, "DELIVERY_RETENTION", d.delivery_retention),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.adapters.invoker import Call, Invoker
-from orchestrator.adapters.messages import AdmitRun, Dispatch
+from orchestrator.adapters.messages import AdmitRun, AnyMessage, Dispatch, Promote
 from orchestrator.adapters.queue import Received
 from orchestrator.adapters.store import Lease
 from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, Succeed, after_attempt
@@ -116,7 +116,7 @@ class Worker:
         return Lease(f"{self.id}#{next(self._claims)}",
                      self.clock() + self.settings.lease_margin)
 
-    def handle_before(self, msg: Dispatch | AdmitRun, deadline: float, margin: float) -> bool:
+    def handle_before(self, msg: AnyMessage, deadline: float, margin: float) -> bool:
         """Handle `msg` only if its attempt can end by `deadline` (wall clock): its step's
         timeout plus `margin` must fit, after any wait for its due time; inline
         successors are held to the same terms (sent to the queue instead). False: not
@@ -151,7 +151,7 @@ class Worker:
                    default=0.0)
         return bool(self.clock() + need + margin <= deadline)
 
-    def handle(self, msg: Dispatch | AdmitRun, receipt: Received | None = None) -> None:
+    def handle(self, msg: AnyMessage, receipt: Received | None = None) -> None:
         """Claim the attempt the message names and run it (and its inline successors)."""
         now = self.clock()
         if msg.due_at is not None and msg.due_at > now + EARLY_WAIT:
@@ -165,6 +165,12 @@ class Worker:
         if isinstance(msg, AdmitRun):
             if self.admit is not None:
                 self.admit(msg.run_id)
+            self._ack(receipt)
+            return
+        if isinstance(msg, Promote):
+            ctx = self.context(msg.run_id)
+            if ctx is not None:
+                self.adv.promote_slice(msg, ctx, self._fold if self._batching else None)
             self._ack(receipt)
             return
         row: StepRecord | None = None

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag, TypeAdapter
 
-__all__ = ["AdmitRun", "Dispatch", "Message", "decode", "encode"]
+__all__ = ["AdmitRun", "AnyMessage", "Dispatch", "Message", "Promote", "decode", "encode"]
 
 
 class Dispatch(BaseModel):
@@ -40,6 +40,23 @@ class AdmitRun(BaseModel):
     due_at: float | None = None
 
 
+class Promote(BaseModel):
+    """Step `step` succeeded: promote its dependants `lo` to `hi` (their order on its
+    row). A wide fan-out is promoted in slices by whichever workers take these, so its
+    last dependant is dispatched sooner the more workers there are."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    op: Literal["promote"] = "promote"
+    run_id: str
+    step: str
+    lo: int
+    hi: int
+    due_at: float | None = None
+
+
+AnyMessage = Dispatch | AdmitRun | Promote
+
+
 def _op(value: Any) -> str:
     # A step dispatch leaves `op` out on the wire (the hot path's messages stay small).
     if isinstance(value, dict):
@@ -48,18 +65,19 @@ def _op(value: Any) -> str:
 
 
 Message = Annotated[
-    Annotated[Dispatch, Tag("step")] | Annotated[AdmitRun, Tag("admit")],
+    Annotated[Dispatch, Tag("step")] | Annotated[AdmitRun, Tag("admit")]
+    | Annotated[Promote, Tag("promote")],
     Discriminator(_op),
 ]
-_ADAPTER: TypeAdapter[Dispatch | AdmitRun] = TypeAdapter(Message)
+_ADAPTER: TypeAdapter[AnyMessage] = TypeAdapter(Message)
 
 
-def encode(message: Dispatch | AdmitRun) -> str:
+def encode(message: AnyMessage) -> str:
     if isinstance(message, Dispatch):
         return message.model_dump_json(exclude_none=True, exclude_defaults=True)
     return message.model_dump_json(exclude_none=True)
 
 
-def decode(body: str) -> Dispatch | AdmitRun:
+def decode(body: str) -> AnyMessage:
     """Raises pydantic.ValidationError for a body that is not one of ours."""
     return _ADAPTER.validate_json(body)

@@ -14,11 +14,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.adapters.aws import translate_errors as _translate
-from orchestrator.adapters.messages import AdmitRun, Dispatch, decode, encode
+from orchestrator.adapters.messages import AdmitRun, AnyMessage, Dispatch, Promote, decode, encode
 from orchestrator.errors import StoreError
 from orchestrator.settings import ResourceNames
 
-__all__ = ["MAX_DELAY", "AdmitRun", "Dispatch", "Queues", "Received"]
+__all__ = ["MAX_DELAY", "AdmitRun", "Dispatch", "Promote", "Queues", "Received"]
 
 MAX_DELAY = 900  # SQS's ceiling on DelaySeconds
 
@@ -27,7 +27,7 @@ MAX_DELAY = 900  # SQS's ceiling on DelaySeconds
 class Received:
     queue: str
     receipt: str
-    message: Dispatch | AdmitRun | None  # None: not one of ours; delete it
+    message: AnyMessage | None  # None: not one of ours; delete it
     receive_count: int
 
 
@@ -45,8 +45,8 @@ class Queues:
     def _tampered(self, messages: Sequence[Any]) -> list[Any]:
         return list(messages) if self.tamper is None else self.tamper(list(messages))
 
-    def dispatch(self, messages: Sequence[Dispatch]) -> None:
-        """Enqueue dispatches, ten per request."""
+    def dispatch(self, messages: Sequence[Dispatch | Promote]) -> None:
+        """Enqueue dispatches (and promotions of a fan-out's slices), ten per request."""
         messages = self._tampered(messages)
         for i in range(0, len(messages), 10):
             chunk = messages[i : i + 10]
@@ -60,7 +60,7 @@ class Queues:
             if resp.get("Failed"):
                 raise StoreError(f"send dispatches: {len(resp['Failed'])} entries refused")
 
-    def timer(self, message: Dispatch | AdmitRun, now: float) -> None:
+    def timer(self, message: AnyMessage, now: float) -> None:
         """Deliver `message` at its due time (re-delayed hop by hop past 15 minutes)."""
         for m in self._tampered([message]):
             # Rounded down: the message arrives at most a second early and the worker
@@ -92,7 +92,7 @@ class Queues:
         out = []
         for m in resp.get("Messages", []):
             try:
-                msg: Dispatch | AdmitRun | None = decode(m["Body"])
+                msg: AnyMessage | None = decode(m["Body"])
             except ValidationError:
                 msg = None
             count = int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1"))

@@ -16,7 +16,7 @@ from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from orchestrator.adapters.blobs import Blobs
-from orchestrator.adapters.messages import Dispatch
+from orchestrator.adapters.messages import Dispatch, Promote
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Lease, Store
 from orchestrator.engine.attempts import Fail, Retry
@@ -205,23 +205,43 @@ class Executor:
             self.skip_branch(row.run_id, SkipBranch(done.step, done.dependants, "run stopped"),
                              tally)
             return None, done
-        inline, sends = self.promote_dependants(done, ctx, keep_one, fold)
+        hi, size = len(done.dependants), self.settings.fanout_slice
+        if hi > 2 * size:
+            # A wide fan-out: its other slices go to the queue first, for any worker
+            # (its own worker promotes the first).
+            self.queues.dispatch([Promote(run_id=done.run_id, step=done.step, lo=lo,
+                                          hi=min(lo + size, hi))
+                                  for lo in range(size, hi, size)])
+            hi = size
+        inline, sends = self.promote_dependants(done, ctx, keep_one, fold, hi=hi)
         if sends:
             self.queues.dispatch(sends)
         return inline, done
 
+    def promote_slice(self, msg: Promote, ctx: RunContext, fold: Fold | None) -> None:
+        """Promote one slice of a wide fan-out's dependants (a Promote message). The
+        row decides: a step that is not a success, or whose run is stopping, promotes
+        nothing (the stop skips its dependants). Promoting twice is harmless."""
+        done = self.store.get_step(msg.run_id, msg.step)
+        if done is None or done.status is not StepStatus.SUCCESS or done.stopping:
+            return
+        _, sends = self.promote_dependants(done, ctx, None, fold, lo=msg.lo, hi=msg.hi)
+        if sends:
+            self.queues.dispatch(sends)
+
     def promote_dependants(
         self, done: StepRecord, ctx: RunContext, keep_one: Lease | None,
-        fold: Fold | None = None,
+        fold: Fold | None = None, *, lo: int = 0, hi: int | None = None,
     ) -> tuple[StepRecord | None, list[Dispatch]]:
-        """Count `done` towards each dependant. Returns the dependant promoted into
-        `keep_one` (if any) and the dispatches of the others not sent yet. A wide join
-        (FOLD_FROM dependencies or more) is handed to `fold` when given: the caller
-        counts it later with others (satisfy_many)."""
+        """Count `done` towards each dependant (those from `lo` to `hi`). Returns the
+        dependant promoted into `keep_one` (if any) and the dispatches of the others not
+        sent yet. A wide join (FOLD_FROM dependencies or more) is handed to `fold` when
+        given: the caller counts it later with others (satisfy_many)."""
         inline: StepRecord | None = None
         sends: list[Dispatch] = []
-        last = len(done.dependants) - 1
-        for i, dep in enumerate(done.dependants):
+        deps = done.dependants[lo:hi]
+        last = len(deps) - 1
+        for i, dep in enumerate(deps):
             # Only the last dependant may be run inline: a lease taken at the start of a
             # wide fan-out would age while the rest are being promoted.
             lease = keep_one if i == last else None

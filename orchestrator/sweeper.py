@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.adapters.queue import Dispatch
@@ -48,6 +48,11 @@ class SweepReport:
     created: int = 0
     finished: int = 0
     queued: int = 0
+    # Of those, the ones whose group was examined already in this pass (through the
+    # group's first waiting run: a queued run is only ever let go in arrival order).
+    queued_same_group: int = 0
+    # The groups examined so far in this pass (each once, whichever shard its runs are in).
+    groups: set[str] = field(default_factory=set, repr=False)
     # Shards swept by this pass, and left to another sweeper holding them.
     shards: int = 0
     shards_busy: int = 0
@@ -210,11 +215,25 @@ class Sweeper:
         (its wake): carry it on, in case its start or its timer was lost. A younger one
         (the full sweep sees every run) is left to its start: two arrivals at once would
         each take a throttle slot. One waiting for a busy group is admitted when the
-        holder finishes (`on_finished`)."""
+        holder finishes (`on_finished`).
+
+        A group is examined once a pass (`report.groups`), whichever of its waiting runs comes
+        first: admission lets the group's oldest waiting run go first anyway, so the
+        work of a pass grows with the number of groups, not of runs waiting in them."""
         report.queued += 1
         since = max(run.created_at, run.admit_at or 0.0)
-        if self.on_queued is not None and now - since >= self.policy.settle:
-            self.on_queued(run)
+        if self.on_queued is None or now - since < self.policy.settle:
+            return
+        gate = run.gate
+        gid = gate.group_id if gate is not None else ""
+        # Waiting for its group: not for a throttle slot it has yet to take or reach.
+        if gate is not None and gid and (gate.throttle is None or run.admit_at is not None) \
+                and (run.admit_at or 0.0) <= now:
+            if gid in report.groups:
+                report.queued_same_group += 1
+                return
+            report.groups.add(gid)
+        self.on_queued(run)
 
     def sweep_run(
         self,

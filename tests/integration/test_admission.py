@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -269,3 +270,49 @@ def test_a_sweep_racing_a_queued_runs_arrival_takes_no_second_slot(
     assert None not in slots
     gaps = [round(b - a, 3) for a, b in itertools.pairwise(slots)]  # type: ignore[operator]
     assert gaps == [0.5, 0.5]  # each the next slot: none taken twice and wasted
+
+
+def sweep_with_queues(h: Harness, per_group: int) -> tuple[Any, Counter[str]]:
+    """Three groups busy, `per_group` runs in each (the first holds it, no worker runs),
+    then one sweep pass over every wake and every active run, once all have settled:
+    (its report, its DynamoDB requests); admission examined each group once."""
+    tenants = [f"t{i}-{time.time_ns()}" for i in range(3)]
+    ids = start_all(h, "keyed", [{"tenant": t} for t in tenants for _ in range(per_group)])
+    queued = [r for r in ids if h.rt.runs.get(r).status.value == "queued"]
+    assert len(queued) == 3 * (per_group - 1)
+    sweeper = h.rt.sweeper(clock=lambda: time.time() + 60)
+    examined: list[str] = []
+    arrive = sweeper.on_queued
+    assert arrive is not None
+
+    def counted(run: Any) -> object:
+        examined.append(run.gate.key)
+        return arrive(run)
+
+    sweeper.on_queued = counted
+    requests: Counter[str] = Counter()
+    h.rt.clients.dynamodb.meta.events.register(
+        "before-call.dynamodb", lambda model, **_: requests.update([model.name]))
+    # Every wake from the start, and the full sweep (its turn comes on a fresh prefix):
+    # each waiting run is seen twice, in one of four shards and in the full sweep.
+    report = sweeper.sweep(since=0)
+    asked = Counter(requests)  # what the pass asked, before the checks below ask more
+    # Nothing moved: every holder is still running, every other run still waits.
+    assert [h.rt.runs.get(r).status.value for r in queued] == ["queued"] * len(queued)
+    assert sorted(examined) == sorted(tenants)  # one per group, not one per waiting run
+    return report, asked
+
+
+def test_a_sweep_examines_each_busy_group_once_however_many_runs_wait_in_it(
+    harness_factory: Any,
+) -> None:
+    _, few = sweep_with_queues(harness_factory(MANIFEST), 2)
+    long, many = sweep_with_queues(harness_factory(MANIFEST), 9)
+    assert long.queued == 2 * 3 * 8
+    assert long.queued_same_group == long.queued - 3
+    # The pass's requests grow with the groups, not with the runs waiting in them: the
+    # same for 2 runs a group as for 9, but for the runs' reads (a request for each
+    # wake shard that has any, and one for the full sweep: 100 runs a request).
+    assert many.pop("BatchGetItem") <= 4 + 1
+    few.pop("BatchGetItem")
+    assert many == few, (many, few)

@@ -1,8 +1,10 @@
 """The local stack behind `orchestrator dev`: everything in one process, in order.
 
 1. the embedded AWS emulator (moto, DynamoDB serialized: in-process for this process's
-   own parts, over HTTP for other processes), unless an endpoint is configured;
-2. the tables, queues and bucket, created from template.yaml through CloudFormation;
+   own parts, over HTTP for other processes), unless an endpoint is configured
+   (`AWS_ENDPOINT_URL`, or one service's own `AWS_ENDPOINT_URL_DYNAMODB`, ...);
+2. the tables, queues and bucket, created from template.yaml through CloudFormation, or
+   straight through the services' APIs (`--provision direct`);
 3. the functions app on uvicorn;  4. the HTTP API, with a fresh API key for this stack
    (printed once) unless ORCH_API_AUTH=off;  5. the workers and the sweeper, as threads.
 `stop()` undoes it in reverse."""
@@ -22,9 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchestratorError, UsageError
-from orchestrator.settings import Settings, environment
+from orchestrator.settings import (
+    ENDPOINT_VARIABLE,
+    SERVICE_ENDPOINT_VARIABLES,
+    Settings,
+    environment,
+)
 
-__all__ = ["LocalStack", "StackOptions", "load_factory"]
+__all__ = ["LocalStack", "StackOptions", "endpoints", "load_factory"]
 
 DEMO_WORKFLOW = "monthly-report"
 # The worker function's timeout in template.yaml.
@@ -52,6 +59,27 @@ class StackOptions:
     # "direct" through the services' APIs, for an endpoint without CloudFormation.
     provision: str = "cloudformation"
     environ: dict[str, str] = field(default_factory=lambda: dict(environment()))
+
+
+def endpoints(settings: Settings) -> str:
+    """Where the clients go, for a person: the common endpoint (or AWS), then each
+    service's own."""
+    where = settings.endpoint_url or f"AWS ({settings.region})"
+    own = [f"{service} {url}" for service, url in sorted(settings.service_endpoints.items())]
+    return "; ".join([where, *own])
+
+
+def _one_cloudformation_endpoint(settings: Settings) -> None:
+    """CloudFormation makes its tables, queues and bucket in its own region's services: a
+    service sent elsewhere would never see them."""
+    stack = settings.endpoint_for("cloudformation")
+    for service in ("dynamodb", "sqs", "s3"):
+        url = settings.endpoint_for(service)
+        if url != stack:
+            raise UsageError(
+                f"{service} is at {url or 'AWS'} but CloudFormation at {stack or 'AWS'}"
+                f" ({ENDPOINT_VARIABLE}*): its stack would make the resources where the"
+                " orchestrator does not look; use --provision direct")
 
 
 def load_factory(spec: str) -> Callable[..., Any]:
@@ -99,11 +127,13 @@ class LocalStack:
         settings = settings.with_(sweep_interval=self.opts.sweep_interval)
         if self.opts.embedded_emulator:
             self.emulator = Emulator(self.opts.host, self.opts.emulator_port).start()
-            settings = settings.with_(endpoint_url=self.emulator.url)
+            # It serves every service: no service's own endpoint stays in front of it.
+            settings = settings.with_(endpoint_url=self.emulator.url, service_endpoints={})
             self.echo(f"emulator   {self.emulator.url}   (moto: DynamoDB, SQS, S3, CloudFormation)")
         else:
-            where = settings.endpoint_url or f"AWS ({settings.region})"
-            self.echo(f"endpoint   {where}")
+            self.echo(f"endpoint   {endpoints(settings)}")
+            if self.opts.provision == "cloudformation":
+                _one_cloudformation_endpoint(settings)
 
         if self.opts.functions_app:
             factory = load_factory(self.opts.functions_app)
@@ -196,7 +226,9 @@ class LocalStack:
             "ORCH_API_AUTH": "on" if settings.api_auth else "off",
         }
         if settings.endpoint_url:
-            values["AWS_ENDPOINT_URL"] = settings.endpoint_url
+            values[ENDPOINT_VARIABLE] = settings.endpoint_url
+        for service, url in settings.service_endpoints.items():
+            values[SERVICE_ENDPOINT_VARIABLES[service]] = url
         for key in ("FUNCTIONS_URL", "FUNCTIONS_SECRET"):
             if key in env:
                 values[key] = env[key]

@@ -3,14 +3,17 @@
 Every environment variable the orchestrator reads is named here and nowhere else, and
 `environment()` is the one read of the process environment (the manifest's `${VAR}`
 substitution, the local stack's child processes and the CLI's defaults all go through
-it). boto3 itself honours `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`, ... and the
-usual credential variables; we only pass them through.
+it). The endpoints are read here with boto3's own names and given to every client
+explicitly (adapters/aws.py); the usual credential variables are boto3's alone.
 
 | variable | read by | meaning |
 |---|---|---|
 | `ORCH_*` | `Settings.from_env` | the engine's settings (fields below) |
 | `AWS_REGION`, `AWS_DEFAULT_REGION` | `Settings.from_env` | the region |
-| `AWS_ENDPOINT_URL` | `Settings.from_env`, `dev` | an endpoint (then no embedded emulator) |
+| `AWS_ENDPOINT_URL` | `Settings.from_env`, `dev` | every service's endpoint (no emulator then) |
+| `AWS_ENDPOINT_URL_DYNAMODB` | `Settings.from_env`, `dev` | DynamoDB's, over `AWS_ENDPOINT_URL` |
+| `AWS_ENDPOINT_URL_SQS`, `_S3` | `Settings.from_env`, `dev` | SQS's, S3's, likewise |
+| `AWS_ENDPOINT_URL_CLOUDFORMATION` | `Settings.from_env`, `dev` | CloudFormation's, likewise |
 | `ORCH_MANIFEST` | the CLI | the manifest's path (default `orchestrator.yml`) |
 | `ORCHESTRATOR_URL` | the CLI | the API's URL (default `http://127.0.0.1:8080`) |
 | `ORCHESTRATOR_API_KEY` | the CLI | the bearer key sent to the API |"""
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 __all__ = [
     "DEFAULT_API_URL",
@@ -27,6 +30,7 @@ __all__ = [
     "ENDPOINT_VARIABLE",
     "KEY_VARIABLE",
     "MANIFEST_VARIABLE",
+    "SERVICE_ENDPOINT_VARIABLES",
     "URL_VARIABLE",
     "ClientDefaults",
     "ResourceNames",
@@ -36,6 +40,12 @@ __all__ = [
 
 ENV_PREFIX = "ORCH_"
 ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL"
+# boto3's per-service variables (AWS_ENDPOINT_URL_ + the service id, upper case), for the
+# services the orchestrator has clients of: service name -> variable.
+SERVICE_ENDPOINT_VARIABLES = {
+    service: f"{ENDPOINT_VARIABLE}_{service.upper()}"
+    for service in ("dynamodb", "sqs", "s3", "cloudformation")
+}
 MANIFEST_VARIABLE = "ORCH_MANIFEST"
 URL_VARIABLE = "ORCHESTRATOR_URL"
 KEY_VARIABLE = "ORCHESTRATOR_API_KEY"
@@ -55,17 +65,19 @@ class ClientDefaults:
     manifest: str = DEFAULT_MANIFEST
     url: str = DEFAULT_API_URL
     api_key: str | None = None
-    # An AWS endpoint is set: `orchestrator dev` uses it instead of its own emulator.
+    # An AWS endpoint is set (AWS_ENDPOINT_URL, else the first service's own one):
+    # `orchestrator dev` uses the endpoints instead of its own emulator.
     endpoint: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ClientDefaults:
         env = environment() if environ is None else environ
+        endpoints = [env.get(v) for v in (ENDPOINT_VARIABLE, *SERVICE_ENDPOINT_VARIABLES.values())]
         return cls(
             manifest=env.get(MANIFEST_VARIABLE) or DEFAULT_MANIFEST,
             url=env.get(URL_VARIABLE) or DEFAULT_API_URL,
             api_key=env.get(KEY_VARIABLE) or None,
-            endpoint=env.get(ENDPOINT_VARIABLE) or None,
+            endpoint=next((e for e in endpoints if e), None),
         )
 
 
@@ -105,6 +117,16 @@ class ResourceNames:
         return f"{self.prefix}-blobs"
 
 
+def _endpoint(env: Mapping[str, str], variable: str) -> str | None:
+    raw = (env.get(variable) or "").strip()
+    if raw == "":
+        return None
+    # boto3 would refuse it only when the first client is made, naming no variable.
+    if not raw.startswith(("http://", "https://")):
+        raise ValueError(f"{variable}={raw!r}: an endpoint is a URL (http://host:port)")
+    return raw
+
+
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(ENV_PREFIX + name)
     if raw is None or raw == "":
@@ -131,6 +153,10 @@ class Settings:
     prefix: str = "orch"
     region: str = "us-east-1"
     endpoint_url: str | None = None
+    # One service's own endpoint, over `endpoint_url`, by boto3's service name ("dynamodb",
+    # "sqs", "s3", "cloudformation"): e.g. DynamoDB on dynalite, SQS and S3 on moto.
+    # Read through `endpoint_for`.
+    service_endpoints: Mapping[str, str] = field(default_factory=dict, hash=False)
     # Sweeper cadence, and the grace after which an unclaimed dispatch counts as lost
     # (and a run's own follow-ups as overdue).
     sweep_interval: float = 5.0
@@ -170,9 +196,27 @@ class Settings:
     # A schedule tick later than this (downtime) is not fired; the next one is.
     schedule_grace: float = 300.0
 
+    def __post_init__(self) -> None:
+        unknown = set(self.service_endpoints) - set(SERVICE_ENDPOINT_VARIABLES)
+        if unknown:
+            raise ValueError(f"service_endpoints: no client for {sorted(unknown)}; the"
+                             f" services are {sorted(SERVICE_ENDPOINT_VARIABLES)}")
+        # A copy: the settings stay what they were built with.
+        object.__setattr__(self, "service_endpoints", dict(self.service_endpoints))
+
     @property
     def names(self) -> ResourceNames:
         return ResourceNames(self.prefix)
+
+    def endpoint_for(self, service: str) -> str | None:
+        """The endpoint of `service` (a boto3 service name): its own, else the common one,
+        else None (AWS's)."""
+        return self.service_endpoints.get(service) or self.endpoint_url
+
+    @property
+    def has_endpoint(self) -> bool:
+        """Whether any service is pointed at an endpoint of its own choosing (not AWS)."""
+        return bool(self.endpoint_url) or any(self.service_endpoints.values())
 
     def with_(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -184,7 +228,10 @@ class Settings:
         return cls(
             prefix=env.get(ENV_PREFIX + "PREFIX", d.prefix),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or d.region,
-            endpoint_url=env.get(ENDPOINT_VARIABLE) or None,
+            endpoint_url=_endpoint(env, ENDPOINT_VARIABLE),
+            service_endpoints={
+                service: url for service, variable in SERVICE_ENDPOINT_VARIABLES.items()
+                if (url := _endpoint(env, variable))},
             sweep_interval=_float(env, "SWEEP_INTERVAL", d.sweep_interval),
             redispatch_after=_float(env, "REDISPATCH_AFTER", d.redispatch_after),
             redispatch_ceiling=_float(env, "REDISPATCH_CEILING", d.redispatch_ceiling),

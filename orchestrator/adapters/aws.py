@@ -1,5 +1,7 @@
-"""The one factory for boto3 clients. It honours `AWS_ENDPOINT_URL*` (boto3 does) or an
-explicit endpoint, and supplies dummy credentials when talking to a local emulator."""
+"""The one factory for boto3 clients. It gives each client its endpoint from the settings
+(`AWS_ENDPOINT_URL`, or the service's own `AWS_ENDPOINT_URL_<SERVICE>` over it), and
+dummy credentials to a client whose endpoint is one of those (an emulator or another
+implementation); a client with no endpoint talks to AWS with boto3's own credentials."""
 
 from __future__ import annotations
 
@@ -44,12 +46,6 @@ class Clients:
 
 def make_clients(settings: Settings, *, max_pool: int = 32) -> Clients:
     """Build every client once; boto3 clients are thread-safe and reused across threads."""
-    kwargs: dict[str, Any] = {"region_name": settings.region}
-    if settings.endpoint_url:
-        kwargs["endpoint_url"] = settings.endpoint_url
-        # A local emulator accepts any credentials; never let boto3 go looking for real ones.
-        kwargs["aws_access_key_id"] = "local"
-        kwargs["aws_secret_access_key"] = "local"
     config = Config(
         max_pool_connections=max_pool,
         retries={"mode": "standard", "max_attempts": 4},
@@ -61,9 +57,21 @@ def make_clients(settings: Settings, *, max_pool: int = 32) -> Clients:
     # BatchWriteItem of 25 rows is thousands of checks) is skipped on those two clients.
     hot = config.merge(Config(parameter_validation=False))
     session = boto3.session.Session()
+
+    def client(service: str, config: Config) -> Any:
+        kwargs: dict[str, Any] = {"region_name": settings.region}
+        endpoint = settings.endpoint_for(service)
+        if endpoint:
+            # Passed explicitly, it wins over boto3's own reading of the environment.
+            kwargs["endpoint_url"] = endpoint
+            # An emulator accepts any credentials; never let boto3 go looking for real ones.
+            kwargs["aws_access_key_id"] = "local"
+            kwargs["aws_secret_access_key"] = "local"
+        return session.client(service, config=config, **kwargs)
+
     return Clients(
-        dynamodb=session.client("dynamodb", config=hot, **kwargs),
-        sqs=session.client("sqs", config=hot, **kwargs),
-        s3=session.client("s3", config=config, **kwargs),
-        cloudformation=session.client("cloudformation", config=config, **kwargs),
+        dynamodb=client("dynamodb", hot),
+        sqs=client("sqs", hot),
+        s3=client("s3", config),
+        cloudformation=client("cloudformation", config),
     )

@@ -178,9 +178,9 @@ def create_key(name: str) -> None:
     try:
         key = ApiKeys(control).create(name, time.time())
     except OrchestratorError as exc:
-        where = settings.endpoint_url or f"AWS ({settings.region})"
+        where = settings.endpoint_for("dynamodb") or f"AWS ({settings.region})"
         fail(f"cannot store the key in {settings.names.control_table} at {where}: "
-             f"{exc.message} (deployed? check AWS_ENDPOINT_URL and ORCH_PREFIX)",
+             f"{exc.message} (deployed? check AWS_ENDPOINT_URL[_DYNAMODB] and ORCH_PREFIX)",
              EXIT_UNAVAILABLE)
     click.echo(key)
     click.echo(
@@ -207,7 +207,9 @@ def create_key(name: str) -> None:
 @click.option(
     "--no-emulator",
     is_flag=True,
-    help="Use AWS_ENDPOINT_URL or real AWS instead of the embedded emulator.",
+    help="Use the configured endpoints or real AWS instead of the embedded emulator"
+    " (implied when AWS_ENDPOINT_URL or a service's own AWS_ENDPOINT_URL_DYNAMODB, _SQS,"
+    " _S3 is set).",
 )
 @click.option("--workers", default=1, show_default=True, help="Worker loops to run.")
 @click.option("--sweep-interval", default=5.0, show_default=True)

@@ -28,12 +28,11 @@ def _clients(settings: Settings) -> Any:
 
     import boto3
 
-    kwargs: dict[str, Any] = {"region_name": settings.region}
-    if settings.endpoint_url:
-        kwargs["endpoint_url"] = settings.endpoint_url
     session = boto3.session.Session()
-    return SimpleNamespace(**{name: session.client(name, **kwargs)
-                              for name in ("cloudformation", "s3", "sts", "dynamodb")})
+    return SimpleNamespace(**{
+        name: session.client(name, region_name=settings.region,
+                             endpoint_url=settings.endpoint_for(name))
+        for name in ("cloudformation", "s3", "sts", "dynamodb")})
 
 
 def _parameters(pairs: tuple[str, ...]) -> dict[str, str]:

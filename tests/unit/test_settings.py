@@ -1,0 +1,94 @@
+"""The endpoints, read from the environment with boto3's names: `AWS_ENDPOINT_URL` for every
+service, `AWS_ENDPOINT_URL_<SERVICE>` over it for one, each client sent to its own, and
+`orchestrator dev` leaving its embedded emulator out when any of them is set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.adapters.aws import make_clients
+from orchestrator.cli.commands import main
+from orchestrator.settings import SERVICE_ENDPOINT_VARIABLES, ClientDefaults, Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+MOTO = "http://127.0.0.1:4566"
+DYNALITE = "http://127.0.0.1:4567"
+
+
+def test_a_service_endpoint_is_read_over_the_common_one() -> None:
+    s = Settings.from_env({"AWS_ENDPOINT_URL": MOTO, "AWS_ENDPOINT_URL_DYNAMODB": DYNALITE})
+    assert s.endpoint_url == MOTO and s.service_endpoints == {"dynamodb": DYNALITE}
+    assert s.endpoint_for("dynamodb") == DYNALITE
+    assert [s.endpoint_for(x) for x in ("sqs", "s3", "cloudformation")] == [MOTO] * 3
+    assert s.has_endpoint
+
+
+def test_boto3s_names_for_each_service() -> None:
+    assert SERVICE_ENDPOINT_VARIABLES == {
+        "dynamodb": "AWS_ENDPOINT_URL_DYNAMODB", "sqs": "AWS_ENDPOINT_URL_SQS",
+        "s3": "AWS_ENDPOINT_URL_S3", "cloudformation": "AWS_ENDPOINT_URL_CLOUDFORMATION"}
+    env = {variable: f"http://{service}:1" for service, variable in
+           SERVICE_ENDPOINT_VARIABLES.items()}
+    s = Settings.from_env(env)
+    assert s.endpoint_url is None
+    assert {x: s.endpoint_for(x) for x in SERVICE_ENDPOINT_VARIABLES} == {
+        x: f"http://{x}:1" for x in SERVICE_ENDPOINT_VARIABLES}
+
+
+def test_no_endpoint_is_aws_and_an_empty_variable_is_none() -> None:
+    for env in ({}, {"AWS_ENDPOINT_URL": "", "AWS_ENDPOINT_URL_SQS": " "}):
+        s = Settings.from_env(env)
+        assert s.endpoint_url is None and s.service_endpoints == {}
+        assert s.endpoint_for("sqs") is None and not s.has_endpoint
+    assert Settings() == Settings.from_env({})
+
+
+@pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"])
+def test_an_endpoint_that_is_no_url_names_its_variable(variable: str) -> None:
+    with pytest.raises(ValueError, match=f"{variable}='localhost:4567'"):
+        Settings.from_env({variable: "localhost:4567"})
+
+
+def test_settings_keep_their_own_copy_and_refuse_a_service_without_a_client() -> None:
+    given = {"dynamodb": DYNALITE}
+    s = Settings(service_endpoints=given)
+    given["sqs"] = MOTO
+    assert s.service_endpoints == {"dynamodb": DYNALITE}
+    assert s.with_(prefix="other").service_endpoints == {"dynamodb": DYNALITE}
+    assert isinstance(hash(s), int)  # still hashable, as a frozen dataclass is
+    with pytest.raises(ValueError, match="no client for \\['dynamo'\\]"):
+        Settings(service_endpoints={"dynamo": DYNALITE})
+
+
+def test_each_client_goes_to_its_services_endpoint_with_dummy_credentials() -> None:
+    clients = make_clients(Settings(endpoint_url=MOTO, service_endpoints={"dynamodb": DYNALITE}))
+    assert clients.dynamodb.meta.endpoint_url == DYNALITE
+    assert {c.meta.endpoint_url for c in (clients.sqs, clients.s3, clients.cloudformation)} == {
+        MOTO}
+    # Nothing goes looking for real credentials (environment, files, instance metadata).
+    for client in (clients.dynamodb, clients.sqs, clients.s3, clients.cloudformation):
+        assert client._request_signer._credentials.access_key == "local"
+
+
+def test_any_endpoint_set_leaves_the_embedded_emulator_out_of_dev() -> None:
+    assert ClientDefaults.from_env({}).endpoint is None
+    assert ClientDefaults.from_env({"AWS_ENDPOINT_URL": MOTO}).endpoint == MOTO
+    assert ClientDefaults.from_env({"AWS_ENDPOINT_URL_SQS": MOTO}).endpoint == MOTO
+    assert ClientDefaults.from_env(
+        {"AWS_ENDPOINT_URL_DYNAMODB": DYNALITE, "AWS_ENDPOINT_URL": MOTO}).endpoint == MOTO
+
+
+def test_dev_refuses_cloudformation_that_would_make_the_tables_on_another_dynamodb() -> None:
+    # CloudFormation (moto) would make the tables in its own DynamoDB, not dynalite's:
+    # `dev` says so before starting anything, and names the way out.
+    env = {"AWS_ENDPOINT_URL": MOTO, "AWS_ENDPOINT_URL_DYNAMODB": DYNALITE}
+    res = CliRunner().invoke(main, ["dev", "--manifest", str(ROOT / "orchestrator.yml")],
+                             env=env)
+    assert res.exit_code == 2, res.output
+    assert f"endpoint   {MOTO}; dynamodb {DYNALITE}" in res.output
+    assert "emulator   " not in res.output
+    assert f"dynamodb is at {DYNALITE} but CloudFormation at {MOTO}" in res.output
+    assert "--provision direct" in res.output

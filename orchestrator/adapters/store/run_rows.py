@@ -17,7 +17,7 @@ from orchestrator.adapters.store.codec import (
     run_from_item,
     run_to_item,
 )
-from orchestrator.adapters.store.tables import Item, Tables, history_clause, landed, short_error
+from orchestrator.adapters.store.tables import Item, Tables, history_clause, short_error
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RUN_MOVES, Move, RunStatus, status_guard, status_set
 from orchestrator.engine.wakes import run_wake
@@ -89,7 +89,7 @@ class RunRows(Tables):
         except ConditionFailed as exc:
             if mine is None:
                 raise
-            return landed(exc, move, mine)
+            return self.landed(exc, move, mine, self.runs, {"run_id": {"S": run_id}})
         attrs: Item = resp.get("Attributes", {})
         return attrs
 

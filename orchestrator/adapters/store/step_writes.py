@@ -22,7 +22,6 @@ from orchestrator.adapters.store.tables import (
     Item,
     Tables,
     history_clause,
-    landed,
     short_error,
     step_key,
 )
@@ -106,9 +105,9 @@ class StepTransitions(Tables):
                 )
         except ConditionFailed as exc:
             # Our own claim, landed once already (its answer lost, the request resent).
-            return step_from_item(landed(exc, move, {
+            return step_from_item(self.landed(exc, move, {
                 "attempt": values[":n"], "lease_owner": values[":o"],
-                "attempt_started": values[":now"]}))
+                "attempt_started": values[":now"]}, self.steps, step_key(run_id, step)))
         return step_from_item(resp["Attributes"])
 
     def _promotion(
@@ -298,7 +297,8 @@ class StepTransitions(Tables):
         except ConditionFailed as exc:
             # Our own write, landed once already (its answer was lost and botocore sent
             # it again): the outcome is recorded, and its follow-ups are still ours.
-            return step_from_item(landed(exc, move, mine))
+            return step_from_item(self.landed(exc, move, mine, self.steps,
+                                              step_key(run_id, step)))
         if plain:
             return step_from_item({**step_key(run_id, step), "status": {"S": move.target or ""}})
         return step_from_item(resp["Attributes"])

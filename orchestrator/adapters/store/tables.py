@@ -38,13 +38,13 @@ def short_error(error: dict[str, Any]) -> dict[str, Any]:
     return {"code": error.get("code"), "message": message[:300]}
 
 
-def landed(exc: ConditionFailed, move: Move, mine: Item) -> Item:
-    """The row a failed guard found, if it is this very write's effect: the row has the
-    move's status and every attribute of `mine` (values only this write sets, such as
-    its own timestamp). That is the write landing once and its answer being lost:
-    botocore sent it again (a read timeout) and the second copy found the first one's
-    effect. Anything else re-raises `exc`."""
-    item = exc.item
+def landed(exc: ConditionFailed, move: Move, mine: Item, found: Item | None = None) -> Item:
+    """The row a failed guard found (`found`, else the one `exc` carries), if it is this
+    very write's effect: the row has the move's status and every attribute of `mine`
+    (values only this write sets, such as its own timestamp). That is the write landing
+    once and its answer being lost: botocore sent it again (a read timeout) and the
+    second copy found the first one's effect. Anything else re-raises `exc`."""
+    item = exc.item if found is None else found
     want_all = {"status": {"S": str(move.target or "")}, **mine}
     if not item:
         raise exc
@@ -83,6 +83,21 @@ class Tables:
         # A step row's terminal write stamps its expiry (the longest run retention) in
         # the same request, so finishing a run does not write its rows again.
         self.step_retention = step_retention
+
+    def landed(self, exc: ConditionFailed, move: Move, mine: Item, table: str,
+               key: Item) -> Item:
+        """`landed` on the row the failed guard found: the copy the failure carries
+        (ReturnValuesOnConditionCheckFailure=ALL_OLD) or, from an endpoint that ignores
+        that parameter and sends none (dynalite), the row read again, strongly
+        consistent. A read can only see a later state than the guard did, which fails the
+        check, never passes it wrongly: no other write sets the values of `mine`. AWS and
+        moto send the row whenever there is one: they are read again only where none is."""
+        found = exc.item
+        if found is None:
+            with _translate(f"{table}: the row a failed guard found"):
+                found = self.ddb.get_item(TableName=table, Key=key,
+                                          ConsistentRead=True).get("Item")
+        return landed(exc, move, mine, found)
 
     def woken(self, table: str, shard: int, after: float, upto: float) -> list[Item]:
         """The keys of the rows of `table` whose wake falls in (after, upto], from the

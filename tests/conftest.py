@@ -8,7 +8,7 @@ import pytest
 from functions.serving import BackgroundServer
 from infra.emulator import Emulator
 from orchestrator.adapters.aws import make_clients
-from tests.support.harness import Harness, fresh_settings
+from tests.support.harness import BuildHarness, Harness, fresh_settings
 from tests.support.testfns import Recorder, create_app
 
 
@@ -30,15 +30,29 @@ def testfns(recorder: Recorder) -> Iterator[str]:
 
 
 @pytest.fixture
-def harness_factory(emulator: Emulator, testfns: str, tmp_path: Path) -> Iterator[object]:
-    made: list[Harness] = []
+def build_harness(emulator: Emulator) -> BuildHarness:
+    """`build(manifest_text, tmp, env, **settings)`: a Harness on fresh resources. Here every
+    service is the shared moto emulator and the resources come from CloudFormation; a test
+    module may override this fixture to run the same tests on another endpoint
+    (tests/integration/test_dynalite.py: DynamoDB on dynalite)."""
 
-    def make(manifest_text: str, **settings: object) -> Harness:
+    def build(manifest_text: str, tmp: Path, env: dict[str, str],
+              **settings: object) -> Harness:
         # The harness's own parts call the emulator in-process, as `orchestrator dev`'s
         # do; subprocesses a test starts reach it over HTTP.
         s = fresh_settings(emulator.url, **settings)
-        h = Harness.build(s, manifest_text, tmp_path, {"FN": testfns},
-                          clients=emulator.attach(make_clients(s)))
+        return Harness.build(s, manifest_text, tmp, env, clients=emulator.attach(make_clients(s)))
+
+    return build
+
+
+@pytest.fixture
+def harness_factory(build_harness: BuildHarness, testfns: str,
+                    tmp_path: Path) -> Iterator[object]:
+    made: list[Harness] = []
+
+    def make(manifest_text: str, **settings: object) -> Harness:
+        h = build_harness(manifest_text, tmp_path, {"FN": testfns}, **settings)
         made.append(h)
         return h
 

@@ -273,11 +273,11 @@ def test_lint_ok_and_problems(tmp_path: Path) -> None:
     assert cli("lint", "--manifest", str(tmp_path / "missing.yml")).exit_code == 2
 
 
-def run_dev(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_dev(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", "dev", "--demo", "--exit-after-demo",
          "--manifest", str(ROOT / "orchestrator.yml"), "--port", "0", "--functions-port", "0",
-         "--emulator-port", "0"],
+         "--emulator-port", "0", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
     )
 

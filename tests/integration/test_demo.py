@@ -18,14 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def demo(emulator: Emulator, tmp_path: Path) -> Iterator[tuple[Harness, Path]]:
+def demo(build_harness: Any, tmp_path: Path) -> Iterator[tuple[Harness, Path]]:
     work = tmp_path / "work"
     secret = "demo-secret"
     with BackgroundServer(create_app(work_dir=work, secret=secret)) as fns:
         env = {"FUNCTIONS_URL": fns.url, "FUNCTIONS_SECRET": secret}
-        h = Harness.build(
-            fresh_settings(emulator.url), (ROOT / "orchestrator.yml").read_text(), ROOT, env
-        )
+        h = build_harness((ROOT / "orchestrator.yml").read_text(), ROOT, env)
         try:
             yield h, work
         finally:

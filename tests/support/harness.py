@@ -1,11 +1,13 @@
 """An orchestrator assembled for a test: a fresh set of tables and queues (own prefix)
-in the shared emulator, the real Runtime, and workers/sweepers as threads."""
+in the shared emulator (or, with `provision=create_data_resources`, on any endpoint
+without CloudFormation), the real Runtime, and workers/sweepers as threads."""
 
 from __future__ import annotations
 
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,11 @@ from orchestrator.adapters.aws import Clients, make_clients
 from orchestrator.manifest.loader import manifest_from_text
 from orchestrator.runtime import Runtime
 from orchestrator.settings import Settings
+
+# Makes the tables, queues and bucket of template.yaml for a prefix.
+Provision = Callable[[Clients, str], object]
+# The `build_harness` fixture: (manifest_text, tmp, env, **settings) -> Harness.
+BuildHarness = Callable[..., "Harness"]
 
 
 def fresh_settings(endpoint: str, **overrides: Any) -> Settings:
@@ -44,9 +51,10 @@ class Harness:
         tmp: Path,
         env: dict[str, str],
         clients: Clients | None = None,
+        provision: Provision = deploy_data_stack,
     ) -> Harness:
         clients = clients or make_clients(settings)
-        deploy_data_stack(clients, settings.prefix)
+        provision(clients, settings.prefix)
         manifest = manifest_from_text(manifest_text, "orchestrator.yml", tmp, env)
         return cls(Runtime.build(settings, manifest, clients=clients))
 

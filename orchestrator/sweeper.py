@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.adapters.queue import Dispatch
@@ -51,8 +51,6 @@ class SweepReport:
     # Of those, the ones whose group was examined already in this pass (through the
     # group's first waiting run: a queued run is only ever let go in arrival order).
     queued_same_group: int = 0
-    # The groups examined so far in this pass (each once, whichever shard its runs are in).
-    groups: set[str] = field(default_factory=set, repr=False)
     # Shards swept by this pass, and left to another sweeper holding them.
     shards: int = 0
     shards_busy: int = 0
@@ -80,6 +78,9 @@ class Sweeper:
         # `tasks` run once per sweep (the scheduler's tick).
         self.plan = plan
         self.on_queued = on_queued
+        # The concurrency groups examined so far in this pass (each once, whichever
+        # shard its runs are in); a pass starts with none.
+        self._groups: set[str] = set()
         self.on_finished = on_finished
         self.tasks = tasks
         self.adv = executor
@@ -106,6 +107,7 @@ class Sweeper:
         time on instead of from each shard's cursors (0: every row whose wake passed,
         as after restoring tables or correcting a clock that ran ahead)."""
         report = SweepReport()
+        self._groups = set()
         now = self.clock()
         for task in self.tasks:
             try:
@@ -217,7 +219,7 @@ class Sweeper:
         each take a throttle slot. One waiting for a busy group is admitted when the
         holder finishes (`on_finished`).
 
-        A group is examined once a pass (`report.groups`), whichever of its waiting runs comes
+        A group is examined once a pass (`_groups`), whichever of its waiting runs comes
         first: admission lets the group's oldest waiting run go first anyway, so the
         work of a pass grows with the number of groups, not of runs waiting in them."""
         report.queued += 1
@@ -229,10 +231,10 @@ class Sweeper:
         # Waiting for its group: not for a throttle slot it has yet to take or reach.
         if gate is not None and gid and (gate.throttle is None or run.admit_at is not None) \
                 and (run.admit_at or 0.0) <= now:
-            if gid in report.groups:
+            if gid in self._groups:
                 report.queued_same_group += 1
                 return
-            report.groups.add(gid)
+            self._groups.add(gid)
         self.on_queued(run)
 
     def sweep_run(

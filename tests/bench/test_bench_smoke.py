@@ -45,3 +45,40 @@ def test_quick_emulator_benchmark_prints_both_sides() -> None:
     for side in r.values():
         assert set(side) == {"update", "get", "query", "wake"}
         assert all(v > 0 for v in side.values())
+
+
+@pytest.mark.slow
+def test_quick_cost_benchmark_prices_every_workload() -> None:
+    r = quick("cost.py")
+    assert set(r["workloads"]) == {"w1", "w2", "w3", "w4"}
+    for w in r["workloads"].values():
+        step = w["per_step"]
+        assert step["wru"] > 0 and step["rru"] > 0 and step["sqs_billed"] > 0
+        assert step["invocations"]["worker"] > 0 and step["gb_s"]["worker"] > 0
+        assert w["dollars_per_million_steps_total"] > 0
+        assert w["compare"]["step_functions_standard"] >= 25.0
+    assert r["workloads"]["w4"]["per_step"]["invocations"]["api"] > 0  # the deliveries
+    assert r["moto_consumed_capacity"]["put"]["aws_rule"] == 3
+    assert r["sweeper"]["busy_minute"]["passes"] >= 1 and r["sweeper"]["per_pass"]["wru"] > 0
+
+
+def test_capacity_follows_aws_rules() -> None:
+    from tests.bench.capacity import Index, TableShape, item_size, read_units, write_units
+
+    assert item_size({"pk": {"S": "abc"}}) == 5
+    assert item_size({"n": {"N": "0012.3400"}}) == 1 + 3  # digits 1234: two bytes and one
+    assert item_size({"b": {"BOOL": True}, "z": {"NULL": True}}) == 4
+    assert item_size({"l": {"L": [{"S": "ab"}, {"N": "1"}]}}) == 1 + 3 + 3 + 3
+    assert item_size({"m": {"M": {"k": {"S": "v"}}}, "s": {"SS": ["a", "bc"]}}) == 7 + 4
+    assert (write_units(1024), write_units(1025), write_units(0)) == (1, 2, 1)
+    assert (read_units(4096, True), read_units(4097, False), read_units(0, False)) == (1, 1, 0.5)
+    shape = TableShape("t", ("id",), (Index("wake", ("w",), "KEYS_ONLY"),
+                                      Index("all", ("g",), "ALL")))
+    row = {"id": {"S": "1"}, "g": {"S": "x"}, "pad": {"S": "p" * 1500}}
+    assert shape.index_units(None, row) == {"all": 2}  # enters ALL by its 1.5 KB
+    woken = {**row, "w": {"N": "5"}}
+    assert shape.index_units(row, woken) == {"wake": 1, "all": 2}  # enters KEYS_ONLY
+    assert shape.index_units(woken, {**woken, "w": {"N": "6"}}) == {"wake": 2, "all": 2}
+    assert shape.index_units(woken, {**woken, "pad": {"S": "q"}}) == {"all": 1}
+    assert shape.index_units(woken, {k: v for k, v in woken.items() if k != "w"}) == {
+        "wake": 1, "all": 2}  # leaves KEYS_ONLY; ALL's entry changed

@@ -12,7 +12,12 @@ attention, never every running run.
 - a step claimed: its lease's end;
 - a step blocked: none (the step that completes its dependencies moves it);
 - a step terminal: when it finished (its follow-ups, the promotions, the count and a
-  halt, are checked at the next sweep);
+  halt, are checked at the next sweep); except a step that succeeded with dependants,
+  which keeps its claim's wake (its lease's end): a crash between its record and its
+  dependants' promotions is then repaired when a crash just before the record would
+  have been, and the record costs no write to the wake index (moving a row in an index
+  is a delete and a put: two of the three index writes a step would cost otherwise).
+  A sink's success, which may finish its run, is checked at the next sweep;
 - a run created, queued, admitted or asked to stop: + `settle` (its rows, admission or
   stop pass are checked);
 - a run finished: when it finished (its concurrency group's release is checked).

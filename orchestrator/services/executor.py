@@ -173,12 +173,18 @@ class Executor:
         if our lease was lost (someone else owns the attempt now)."""
         now = self.clock()
         done: StepRecord | None = None
+        # A step with dependants keeps its claim's wake: a crash between this record
+        # and their promotions is repaired at the lease's end, like a crash just before
+        # it, and the record costs no wake-index write. A sink's wake is now: a run's
+        # finish is checked at the next sweep (engine/wakes.py).
+        keep_wake = bool(row.dependants)
         try:
             # Most rows carry no flag: written with nothing asked back, the row as we
             # know it is the row written. A flagged row (its run is stopping or failing)
             # fails that guard and takes the full write, which reads the flags back.
             self.store.record_success(*_attempt_of(row), output_json=output_json,
-                                      output_ref=output_ref, size=size, now=now, plain=True)
+                                      output_ref=output_ref, size=size, now=now, plain=True,
+                                      keep_wake=keep_wake)
             done = replace(row, status=StepStatus.SUCCESS, finished_at=now, lease_owner=None,
                            lease_until=None, error=None, count_me=False, stopping=False)
         except ConditionFailed:

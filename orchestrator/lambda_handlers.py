@@ -148,7 +148,8 @@ def worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
             return False
 
     records = event.get("Records", [])
-    done = list(pool.map(one, records))
+    with w.folding():  # counts and a wide join's completions: one write each per batch
+        done = list(pool.map(one, records))
     failed = [r for r, ok in zip(records, done, strict=True) if not ok]
     _hand_back(failed)
     return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in failed]}

@@ -16,8 +16,9 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,6 +225,19 @@ class Worker:
             self._held.pop((receipt.queue, receipt.receipt), None)
             self._deletes.setdefault(receipt.queue, []).append(receipt.receipt)
             self._oldest_ack = min(self._oldest_ack, time.monotonic())
+
+    @contextmanager
+    def folding(self) -> Iterator[None]:
+        """Fold the terminal counts and wide joins' completions of what is handled
+        inside, and write them once at the end: a Lambda invocation's batch costs one
+        count write per run and one per join, as a poll loop's flush does, not one per
+        record. Lost with the invocation, they are the sweeper's to repair."""
+        self._batching = True
+        try:
+            yield
+        finally:
+            self._batching = False
+            self.flush()
 
     def flush(self, *, force: bool = True) -> None:
         """Write the folded counts and delete the acknowledged messages: deletes go ten

@@ -204,7 +204,8 @@ class Sweeper:
                     if run_id in at_run_level and self.on_finished is not None:
                         self.on_finished(run)  # a release lost with its process
                 else:
-                    steps = self.store.query_steps(run_id, states_only=True)
+                    steps = RunContext.of(run).rows(
+                        self.store.query_steps(run_id, states_only=True))
                     self.sweep_run(run, steps, policy, report, now)
                     due = settle_due(run, steps, now, policy)
                     if due is not None and self.store.arm_run(run_id, due, now):
@@ -265,10 +266,11 @@ class Sweeper:
                     pass
             elif isinstance(c, do.StopInFlight) or (isinstance(c, do.SkipStep) and stopping):
                 # Every skip of a stopping run is its stop pass's, carried on.
-                self.adv.apply_stop(run_id, c, tally)
+                self.adv.apply_stop(run_id, c, tally, ctx)
                 report.skipped += 1
             elif isinstance(c, do.SkipStep):
-                skipped = self.store.skip(run_id, c.step, c.statuses, c.reason, now)
+                skipped = self.store.skip(run_id, c.step, c.statuses, c.reason, now,
+                                          plan=ctx.plan(c.step))
                 if skipped is not None:
                     report.skipped += 1
                     if skipped.counted:
@@ -276,13 +278,14 @@ class Sweeper:
             elif isinstance(c, do.Restamp):
                 self.store.stamp_expiry(run_id, c.step, c.expires_at)
             elif isinstance(c, do.HaltRun):
-                self.adv.halt(run_id, c, tally)
+                self.adv.halt(run_id, c, tally, ctx)
             elif isinstance(c, do.SkipBranch):
-                self.adv.skip_branch(run_id, c, tally)
+                self.adv.skip_branch(run_id, c, tally, ctx)
             elif isinstance(c, do.Promote):
                 row = by_name[c.step]
                 if (
-                    self.store.promote(run_id, c.step, c.ndeps, None, now, all_deps=list(row.deps))
+                    self.store.promote(run_id, c.step, c.ndeps, None, now, all_deps=list(row.deps),
+                                       plan=ctx.plan(c.step))
                     is not None
                 ):
                     sends.append(Dispatch(run_id=run_id, step=c.step, attempt=1))

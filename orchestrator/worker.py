@@ -178,8 +178,12 @@ class Worker:
         if msg.after is not None and msg.attempt == 1:
             # Its only dependency succeeded: promote and claim it in one write. None if it
             # is no longer blocked (a sweep promoted it: claim it below, as ready).
+            # The row may not be written yet (its start leaves such steps out): the
+            # plan in the run's context creates it in the same write.
+            ctx = self.context(msg.run_id)
             row = self.store.satisfy(msg.run_id, msg.step, msg.after, 1, self.lease(), now,
-                                     ready_at=msg.ready_at)
+                                     ready_at=msg.ready_at,
+                                     plan=ctx.plan(msg.step) if ctx is not None else None)
         if row is None:
             try:
                 row = self.store.claim(msg.run_id, msg.step, msg.attempt, self.lease(), now)

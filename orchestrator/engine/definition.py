@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from orchestrator.engine.policies import GroupPolicy, OnFailure, ThrottlePolicy
@@ -46,6 +47,19 @@ class Definition:
     @property
     def ndeps(self) -> dict[str, int]:
         return {s.name: len(s.deps) for s in self.steps}
+
+    @cached_property
+    def dependants(self) -> dict[str, tuple[str, ...]]:
+        """Each step's dependants, in declaration order (computed once)."""
+        out: dict[str, list[str]] = {s.name: [] for s in self.steps}
+        for s in self.steps:
+            for d in s.deps:
+                out.setdefault(d, []).append(s.name)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def specs(self) -> dict[str, StepSpec]:
+        return {s.name: s for s in self.steps}
 
     @property
     def sinks(self) -> set[str]:

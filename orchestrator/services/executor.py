@@ -21,6 +21,8 @@ from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Lease, Store
 from orchestrator.engine.attempts import Fail, Retry
 from orchestrator.engine.commands import Finish, HaltRun, SkipBranch, SkipStep, StopInFlight
+from orchestrator.engine.definition import Definition
+from orchestrator.engine.plan import plan_row, with_unwritten
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
@@ -67,6 +69,22 @@ class RunContext:
     # Each step's timeout: how long an attempt may take (a Lambda invocation checks it
     # against its remaining time before it starts one).
     timeouts: Mapping[str, float] = field(default_factory=dict)
+    # What the run runs: the planned rows of the steps its start left out come from it.
+    definition: Definition | None = field(default=None, compare=False, repr=False)
+
+    def plan(self, step: str) -> StepRecord | None:
+        """The planned row of a step blocked on one dependency, which its start leaves
+        out (engine.plan): the write that first moves it creates it. None for any other
+        step, whose row the start wrote."""
+        if self.definition is None or self.ndeps.get(step) != 1:
+            return None
+        return plan_row(self.run_id, self.definition, step)
+
+    def rows(self, read: list[StepRecord]) -> list[StepRecord]:
+        """The run's rows as read, with the ones its start left out, as planned."""
+        if self.definition is None:
+            return read
+        return with_unwritten(read, self.run_id, self.definition)
 
     @classmethod
     def of(cls, run: RunRecord) -> RunContext:
@@ -88,6 +106,7 @@ class RunContext:
             ends_with=next(iter(sinks)) if alone else None,
             started_at=run.started_at or run.created_at,
             timeouts={st.name: st.timeout for st in run.definition.steps},
+            definition=run.definition,
         )
 
     @classmethod
@@ -209,7 +228,7 @@ class Executor:
             # It landed in a stopping run: nothing below it starts (rows the stop pass
             # could not see, written by a launch still under way, are skipped here).
             self.skip_branch(row.run_id, SkipBranch(done.step, done.dependants, "run stopped"),
-                             tally)
+                             tally, ctx)
             return None, done
         hi, size = len(done.dependants), self.settings.fanout_slice
         if hi > 2 * size:
@@ -266,7 +285,7 @@ class Executor:
                 # Stamp each promotion with its own time: a wide fan-out takes a while,
                 # and the sweeper reads ready_at as "when was this message due to be sent".
                 promoted = self.store.satisfy(done.run_id, dep, done.step, ndeps, lease,
-                                              self.clock())
+                                              self.clock(), plan=ctx.plan(dep))
                 if promoted is None:
                     continue
                 if promoted.status is StepStatus.DISPATCHED:
@@ -346,15 +365,24 @@ class Executor:
             tally.add(row.run_id)
         then = after_failure(ctx.on_failure, failed)
         if isinstance(then, SkipBranch):
-            self.skip_branch(row.run_id, then, tally)
+            self.skip_branch(row.run_id, then, tally, ctx)
         else:
-            self.halt(row.run_id, then, tally)
+            self.halt(row.run_id, then, tally, ctx)
         return True
 
     # ---- the run's transitions ---------------------------------------------------------
 
-    def skip_branch(self, run_id: str, cmd: SkipBranch, tally: Tally) -> None:
+    def context(self, run_id: str, ctx: RunContext | None = None) -> RunContext:
+        """`ctx` if it knows the run's definition, else one read afresh."""
+        if ctx is not None and ctx.definition is not None:
+            return ctx
+        run = self.store.get_run(run_id, self.clock())
+        return RunContext.of(run) if run is not None else RunContext.missing(run_id)
+
+    def skip_branch(self, run_id: str, cmd: SkipBranch, tally: Tally,
+                    ctx: RunContext | None = None) -> None:
         """continue-independent: skip the branch below a failure, nothing else."""
+        ctx = self.context(run_id, ctx)
         now = self.clock()
         frontier = list(cmd.dependants)
         seen: set[str] = set()
@@ -363,16 +391,18 @@ class Executor:
             if name in seen:
                 continue
             seen.add(name)
-            skipped = self.store.skip(run_id, name, (StepStatus.BLOCKED,), cmd.reason, now)
+            skipped = self.store.skip(run_id, name, (StepStatus.BLOCKED,), cmd.reason, now,
+                                      plan=ctx.plan(name))
             if skipped is not None:
                 if skipped.counted:
                     tally.add(run_id)
                 frontier.extend(skipped.dependants)
 
-    def halt(self, run_id: str, cmd: HaltRun, tally: Tally) -> None:
+    def halt(self, run_id: str, cmd: HaltRun, tally: Tally,
+             ctx: RunContext | None = None) -> None:
         """Stop the run, then flag it halted: the flag comes after the pass, so no step
         starts after the run's `run.halted` entry."""
-        self.stop(run_id, cmd.reason, tally)
+        self.stop(run_id, cmd.reason, tally, ctx)
         try:
             self.store.mark_halted(run_id, cmd.error, self.clock())
         except ConditionFailed:
@@ -383,24 +413,30 @@ class Executor:
         from it if this process dies), then the run is stopped."""
         run = self.store.request_kill(run_id, reason, self.clock())
         tally = Tally()
-        self.stop(run_id, f"run killed: {reason}", tally)
+        self.stop(run_id, f"run killed: {reason}", tally, RunContext.of(run))
         self.flush(tally)
         return run
 
-    def stop(self, run_id: str, reason: str, tally: Tally) -> None:
-        """The stop pass (engine.transitions): skip every step that has not started,
-        flag every step in flight; in-flight ones land."""
-        for cmd in stop_pass(self.store.query_steps(run_id, states_only=True), reason):
-            self.apply_stop(run_id, cmd, tally)
+    def stop(self, run_id: str, reason: str, tally: Tally,
+             ctx: RunContext | None = None) -> None:
+        """The stop pass (engine.transitions): skip every step that has not started
+        (those its start left out included), flag every step in flight; in-flight ones
+        land."""
+        ctx = self.context(run_id, ctx)
+        for cmd in stop_pass(ctx.rows(self.store.query_steps(run_id, states_only=True)),
+                             reason):
+            self.apply_stop(run_id, cmd, tally, ctx)
 
-    def apply_stop(self, run_id: str, cmd: SkipStep | StopInFlight, tally: Tally) -> None:
+    def apply_stop(self, run_id: str, cmd: SkipStep | StopInFlight, tally: Tally,
+                   ctx: RunContext | None = None) -> None:
         if isinstance(cmd, SkipStep):
-            self.stop_step(run_id, cmd.step, cmd.reason, tally)
+            self.stop_step(run_id, cmd.step, cmd.reason, tally, ctx=ctx)
         else:
-            self.stop_step(run_id, cmd.step, "", tally, in_flight=True)
+            self.stop_step(run_id, cmd.step, "", tally, in_flight=True, ctx=ctx)
 
     def stop_step(
-        self, run_id: str, step: str, reason: str, tally: Tally, *, in_flight: bool = False
+        self, run_id: str, step: str, reason: str, tally: Tally, *, in_flight: bool = False,
+        ctx: RunContext | None = None,
     ) -> None:
         """Skip the step if it has not started, else flag it `stopping`. Each write is
         guarded by the state it expects; a row that moved between the read and the write
@@ -408,7 +444,9 @@ class Executor:
         now = self.clock()
         for _ in range(4):
             if not in_flight:
-                skipped = self.store.skip(run_id, step, NOT_STARTED, reason or "run stopped", now)
+                plan = ctx.plan(step) if ctx is not None else None
+                skipped = self.store.skip(run_id, step, NOT_STARTED, reason or "run stopped", now,
+                                          plan=plan)
                 if skipped is not None:
                     if skipped.counted:
                         tally.add(run_id)
@@ -416,6 +454,11 @@ class Executor:
             if self.store.mark_stopping(run_id, step, now):
                 return
             row = self.store.get_step(run_id, step)
+            if row is None and (ctx is None or ctx.definition is None):
+                # Perhaps a row its start left out: skipped as planned, from the run.
+                ctx = self.context(run_id)
+                in_flight = False
+                continue
             if row is None or row.status.terminal or row.stopping:
                 return
             in_flight = row.claimed
@@ -458,9 +501,10 @@ class Executor:
                 return None
             # States are all a finish reads, but for a failed step's error (shown on the
             # run): the rows' payloads, outputs and histories are left out unless one failed.
-            steps = self.store.query_steps(run_id, states_only=True)
+            ctx = RunContext.of(run)
+            steps = ctx.rows(self.store.query_steps(run_id, states_only=True))
             if any(s.status is StepStatus.FAILED for s in steps):
-                steps = self.store.query_steps(run_id)
+                steps = ctx.rows(self.store.query_steps(run_id))
             # The finish's time is taken after its reads: a process that stalls between
             # the two must not stamp the run finished before a step the rows show started.
             now = self.clock()
@@ -474,7 +518,8 @@ class Executor:
             # flight (their branches below were skipped). Make those steps count too,
             # so the last of them to land finishes the run.
             moving = [s.step for s in steps if not s.status.terminal]
-            flagged = sum(self.store.flag_counted(run_id, name) for name in moving)
+            flagged = sum(self.store.flag_counted(run_id, name, plan=ctx.plan(name))
+                          for name in moving)
             if flagged:
                 self.store.decrement_remaining(run_id, -flagged, now)
             if flagged == len(moving):

@@ -15,13 +15,13 @@ from typing import Any
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.engine.admission import gate_of
 from orchestrator.engine.definition import Definition, Gate, Trigger
-from orchestrator.engine.plan import plan_steps
+from orchestrator.engine.plan import plan_steps, unwritten
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.rerun import with_reused
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.engine.transitions import killed_error
 from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
-from orchestrator.services.executor import Executor
+from orchestrator.services.executor import Executor, RunContext
 from orchestrator.services.views import run_view
 from orchestrator.strict_json import dumps
 
@@ -167,8 +167,9 @@ class RunService:
         # a start that stalled (paused, retried) past half of that creates the rest of its
         # rows one by one, each only if absent, rather than overwrite them.
         began = run.started_at or run.created_at
-        self.store.put_steps(rows, fence=began + self.store.wake.settle / 2,
-                             clock=self.adv.clock)
+        # A step blocked on one dependency is left out: its promotion creates its row.
+        self.store.put_steps([r for r in rows if not unwritten(r)],
+                             fence=began + self.store.wake.settle / 2, clock=self.adv.clock)
         ready = [
             Dispatch(run_id=run.run_id, step=r.step, attempt=1)
             for r in rows
@@ -189,7 +190,7 @@ class RunService:
     def view(self, run_id: str, *, steps: bool = True) -> dict[str, Any]:
         """The run with its steps, or (steps=False) the run alone: one read of its row."""
         run = self.get(run_id)
-        rows = self.store.query_steps(run_id) if steps else None
+        rows = RunContext.of(run).rows(self.store.query_steps(run_id)) if steps else None
         return run_view(run, rows, self.adv.load_output)
 
     def history(self, run_id: str) -> list[dict[str, Any]]:

@@ -92,9 +92,12 @@ def sink_done(h: Harness, run_id: str) -> tuple[Any, RunContext]:
     rt = h.rt
     t0 = time.time()
     done: Any = None
+    run = rt.store.get_run(run_id, t0)
+    assert run is not None
     for step, dep in (("one", None), ("two", "one"), ("three", "two")):
-        if dep is not None:
-            rt.store.promote(run_id, step, 1, None, t0, all_deps=[dep])
+        if dep is not None:  # the start left its row out: the promotion creates it
+            rt.store.promote(run_id, step, 1, None, t0, all_deps=[dep],
+                             plan=RunContext.of(run).plan(step))
         rt.store.claim(run_id, step, 1, Lease("w", t0 + 60), t0)
         done = rt.store.record_success(run_id, step, 1, "w", output_json="{}",
                                        output_ref=None, size=2, now=time.time())

@@ -72,7 +72,7 @@ def by_hand_up_to_the_join(h: Harness, run_id: str, fold: Any) -> None:
     rt.executor.succeed(root, ctx, "{}", None, 2, Tally(), keep_one=None)
     for i, child in enumerate(CHILDREN):
         row = rt.store.satisfy(run_id, child, "root", 1, Lease(f"w#{i + 2}", now + 60),
-                               time.time())
+                               time.time(), plan=ctx.plan(child))
         assert row is not None and row.status is StepStatus.DISPATCHED
         rt.executor.succeed(row, ctx, "{}", None, 2, Tally(), keep_one=None, fold=fold)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
-from orchestrator.adapters.store.codec import history_entry, num, step_from_item
+from orchestrator.adapters.store.codec import history_entry, num, step_from_item, step_to_item
 from orchestrator.adapters.store.tables import (
     HISTORY,
     Item,
@@ -48,6 +48,29 @@ def _names(lease: Lease | None) -> dict[str, str]:
     if lease is not None:
         names["#t"] = "timeout"
     return names
+
+
+# What a row's first write sets when the start left the row out (engine.plan.unwritten).
+_STATIC = ("backend", "route", "deps", "dependants", "payload", "max_attempts", "timeout",
+           "retry_strategy", "retry_delay", "retry_max_delay", "output_size", "wake_shard")
+
+
+def _creating(plan: StepRecord | None, update: str, guard: str, values: dict[str, Any],
+              names: dict[str, str]) -> tuple[str, str]:
+    """`update` and `guard` made to also create the row, as planned, where the start left
+    it out: the guard holds on no row, and the update sets what the row would have been
+    written with. With no `plan`, both as they were."""
+    if plan is None:
+        return update, guard
+    assert update.startswith("SET "), update
+    item = step_to_item(plan)
+    sets = []
+    for i, key in enumerate(_STATIC):
+        values[f":c{i}"] = item[key]
+        names[f"#c{i}"] = key
+        sets.append(f"#c{i} = :c{i}")
+    return (f"SET {', '.join(sets)}, {update[4:]}",
+            f"(attribute_not_exists(#s) OR {guard})")
 
 
 def _returns(lease: Lease | None) -> str:
@@ -111,11 +134,13 @@ class StepTransitions(Tables):
         return step_from_item(resp["Attributes"])
 
     def _promotion(
-        self, lease: Lease | None, now: float, ready_at: float | None = None
+        self, lease: Lease | None, now: float, ready_at: float | None = None,
+        plan: StepRecord | None = None,
     ) -> tuple[str, str, dict[str, Any]]:
         """(the SET clause, the status guard, their values) of a promotion. `ready_at`:
         when the step became ready, if earlier than this write (a claim from a message
-        that said so)."""
+        that said so). `plan`: the row as planned, if it may not be written yet (then
+        the lease's end is computed here: the row may have no timeout to add it to)."""
         ready = now if ready_at is None else min(ready_at, now)
         values: dict[str, Any] = {":one": num(1), ":now": num(now), ":rdy": num(ready)}
         move = STEP_MOVES["promote" if lease is None else "promote+claim"]
@@ -133,34 +158,42 @@ class StepTransitions(Tables):
         values[":h"]["L"].append(history_entry(now, "step.started", attempt=1))
         values.update({":o": {"S": lease.owner}, ":lu": num(lease.base)})
         del values[":wk"]
+        until = "#t + :lu"
+        if plan is not None:
+            values[":lu"] = num(lease.base + plan.timeout)
+            until = ":lu"
         return (
             f"SET {status_set(move, values)}, attempt = :one, ready_at = :rdy, lease_owner = :o,"
-            f" lease_until = #t + :lu, wake_at = #t + :lu, started_at = :now,"
+            f" lease_until = {until}, wake_at = {until}, started_at = :now,"
             f" attempt_started = :now, {hist}",
             guard, values,
         )
 
     def satisfy(
         self, run_id: str, step: str, dep: str, ndeps: int, lease: Lease | None, now: float,
-        *, ready_at: float | None = None,
+        *, ready_at: float | None = None, plan: StepRecord | None = None,
     ) -> StepRecord | None:
         """Record that `dep` succeeded. Returns the row if this call promoted the step
         (blocked -> ready, or straight to dispatched under `lease`), else None: the whole
         row under a lease (it runs next), otherwise only what the promotion wrote.
+        `plan`: the row as planned, for a step the start may have left out (it is created
+        by this write).
 
         Adding `dep` to the `satisfied` set is idempotent, so a duplicated completion
         counts once; the promotion is a compare-and-swap, so exactly one caller wins."""
         key = step_key(run_id, step)
         if ndeps == 1:
             # The only dependency: the update that records it is the promotion itself.
-            update, guard, values = self._promotion(lease, now, ready_at)
+            update, guard, values = self._promotion(lease, now, ready_at, plan)
             values[":dep"] = {"SS": [dep]}
+            names = _names(lease if plan is None else None)
+            update, guard = _creating(plan, update, guard, values, names)
             attrs = self._guarded(
                 f"step {run_id}/{step}: promote",
                 Key=key,
                 UpdateExpression=update + " ADD satisfied :dep",
                 ConditionExpression=guard,
-                ExpressionAttributeNames=_names(lease),
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
                 ReturnValues=_returns(lease),
             )
@@ -230,25 +263,30 @@ class StepTransitions(Tables):
         now: float,
         *,
         all_deps: Sequence[str] | None = None,
+        plan: StepRecord | None = None,
     ) -> StepRecord | None:
         """blocked -> ready (or dispatched under `lease`) once every dependency counted.
 
         The sweeper passes `all_deps` when it has seen every dependency succeed; the
-        set is then completed in the same write."""
-        update, cond, values = self._promotion(lease, now)
+        set is then completed in the same write (and, with `plan`, the row created if
+        the start left it out)."""
+        update, cond, values = self._promotion(lease, now, plan=plan)
         if all_deps is not None:
             update += ", satisfied = :all"
             values[":all"] = {"SS": list(all_deps)}
         else:
             cond += " AND size(satisfied) = :nd"
             values[":nd"] = num(ndeps)
+            plan = None  # a count that is not there cannot be complete
+        names = _names(lease if plan is None else None)
+        update, cond = _creating(plan, update, cond, values, names)
         key = step_key(run_id, step)
         attrs = self._guarded(
             f"step {run_id}/{step}: promote",
             Key=key,
             UpdateExpression=update,
             ConditionExpression=cond,
-            ExpressionAttributeNames=_names(lease),
+            ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
             ReturnValues=_returns(lease),
         )
@@ -425,8 +463,11 @@ class StepTransitions(Tables):
         statuses: Sequence[StepStatus],
         reason: str,
         now: float,
+        *,
+        plan: StepRecord | None = None,
     ) -> StepRecord | None:
-        """Mark a step that has not started (no lease) as skipped; None if it has."""
+        """Mark a step that has not started (no lease) as skipped; None if it has.
+        `plan`: the row as planned, created skipped if the start left it out."""
         move = STEP_MOVES["skip"]
         values: dict[str, Any] = {
             ":why": {"S": dumps(error_doc(Code.SKIPPED, reason))},
@@ -435,29 +476,43 @@ class StepTransitions(Tables):
         }
         guard = status_guard(move, values, only=statuses)
         hist = history_clause(values, now, "step.skipped", reason=reason[:300])
+        names = {"#s": "status", "#err": "error", "#h": "history"}
+        update, guard = _creating(
+            plan if StepStatus.BLOCKED in statuses else None,
+            f"SET {status_set(move, values)}, #err = :why, finished_at = :now,"
+            f" expires_at = :exp, wake_at = :now, {hist}", guard, values, names)
+        if plan is not None and StepStatus.BLOCKED in statuses:
+            update += ", attempt = if_not_exists(attempt, :zero)"
+            values[":zero"] = num(0)
         attrs = self._guarded(
             f"step {run_id}/{step}: skip",
             Key=step_key(run_id, step),
-            UpdateExpression=f"SET {status_set(move, values)}, #err = :why, finished_at = :now,"
-            f" expires_at = :exp, wake_at = :now, {hist}"
-            " REMOVE due_at",
+            UpdateExpression=f"{update} REMOVE due_at",
             ConditionExpression=f"{guard} AND attribute_not_exists(lease_owner)",
-            ExpressionAttributeNames={"#s": "status", "#err": "error", "#h": "history"},
+            ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW",
         )
         return None if attrs is None else step_from_item(attrs)
 
-    def flag_counted(self, run_id: str, step: str) -> bool:
-        """Mark a step still in flight so that its terminal transition counts (once)."""
+    def flag_counted(self, run_id: str, step: str, *, plan: StepRecord | None = None) -> bool:
+        """Mark a step still in flight so that its terminal transition counts (once).
+        `plan`: the row as planned, created blocked (and flagged) if the start left it
+        out."""
         values: dict[str, Any] = {":t": {"BOOL": True}}
         guard = status_guard(STEP_MOVES["flag-counted"], values)
+        names = {"#s": "status"}
+        update = "SET count_me = :t"
+        if plan is not None:
+            update += ", #s = if_not_exists(#s, :blk), attempt = if_not_exists(attempt, :zero)"
+            values.update({":blk": {"S": StepStatus.BLOCKED.value}, ":zero": num(0)})
+        update, guard = _creating(plan, update, guard, values, names)
         return self._guarded(
             f"step {run_id}/{step}: flag",
             Key=step_key(run_id, step),
-            UpdateExpression="SET count_me = :t",
+            UpdateExpression=update,
             ConditionExpression=f"attribute_not_exists(count_me) AND {guard}",
-            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
         ) is not None
 

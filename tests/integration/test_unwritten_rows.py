@@ -1,0 +1,115 @@
+"""A step blocked on one dependency has no row until something moves it: the start
+writes only the roots and the joins, a promotion (or a skip) creates the row as planned,
+and every reader sees the rows the start left out as planned (blocked). What a run
+shows, how it stops and how it fails are the same as when every row was written."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from orchestrator.adapters.messages import Dispatch
+from tests.support.harness import steps_of
+from tests.support.testfns import Recorder
+
+MANIFEST = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  chain:
+    steps:
+      one:   { backend: fn, route: /echo }
+      two:   { backend: fn, route: /echo, dependsOn: [one] }
+      three: { backend: fn, route: /echo, dependsOn: [two] }
+      join:  { backend: fn, route: /echo, dependsOn: [one, three] }
+  branches:
+    onFailure: continue-independent
+    steps:
+      root: { backend: fn, route: /echo }
+      bad:  { backend: fn, route: /status, payload: { code: 422 }, dependsOn: [root] }
+      below: { backend: fn, route: /echo, dependsOn: [bad] }
+      good: { backend: fn, route: /echo, dependsOn: [root] }
+  fan:
+    steps:
+      root: { backend: fn, route: /echo }
+      x:    { backend: fn, route: /echo, dependsOn: [root] }
+      y:    { backend: fn, route: /echo, dependsOn: [root] }
+"""
+
+
+def written(h: Any, run_id: str) -> set[str]:
+    return {r.step for r in h.rt.store.query_steps(run_id)}
+
+
+def test_the_start_writes_the_roots_and_joins_and_a_view_shows_every_step(
+    harness_factory: Any, recorder: Recorder,
+) -> None:
+    h = harness_factory(MANIFEST)
+    run_id = h.start("chain")  # no worker yet
+    assert written(h, run_id) == {"one", "join"}
+    view = h.rt.runs.view(run_id)
+    assert {s["step"]: s["status"] for s in view["steps"]} == {
+        "one": "ready", "two": "blocked", "three": "blocked", "join": "blocked"}
+    h.start_workers()
+    view = h.wait(run_id)
+    assert view["status"] == "success"
+    assert written(h, run_id) == {"one", "two", "three", "join"}
+    assert all(len(recorder.for_step(run_id, s)) == 1 for s in ("one", "two", "three", "join"))
+    two = steps_of(view)["two"]
+    assert [e["type"] for e in h.rt.runs.history(run_id) if e.get("step") == "two"] == [
+        "step.ready", "step.started", "step.succeeded"]
+    assert two["attempts"] == 1
+
+
+def test_a_cancel_skips_the_rows_the_start_left_out_and_a_late_promotion_creates_nothing(
+    harness_factory: Any, recorder: Recorder,
+) -> None:
+    h = harness_factory(MANIFEST)
+    sent: list[Any] = []
+    h.rt.queues.tamper = lambda msgs: sent.extend(msgs) or []
+    run_id = h.start("chain")
+    h.rt.worker().handle(Dispatch(run_id=run_id, step="one", attempt=1))
+    assert "two" not in written(h, run_id)  # its message is sent, its row not written
+    hint = next(m for m in sent if isinstance(m, Dispatch) and m.step == "two")
+    h.rt.runs.kill(run_id, "enough")
+    view = h.rt.runs.view(run_id)
+    assert view["status"] == "killed"
+    assert {s["step"]: s["status"] for s in view["steps"]} == {
+        "one": "success", "two": "skipped", "three": "skipped", "join": "skipped"}
+    assert written(h, run_id) == {"one", "two", "three", "join"}  # the skips made them
+    # two's message, sent before the cancel, comes late: nothing starts.
+    h.rt.worker().handle(hint)
+    assert recorder.for_step(run_id, "two") == []
+    assert steps_of(h.rt.runs.view(run_id))["two"]["status"] == "skipped"
+
+
+def test_a_failed_branch_is_skipped_below_and_the_run_finishes(
+    harness_factory: Any, recorder: Recorder,
+) -> None:
+    h = harness_factory(MANIFEST)
+    h.start_workers()
+    run_id = h.start("branches")
+    view = h.wait(run_id)
+    assert view["status"] == "failed"
+    assert {s["step"]: s["status"] for s in view["steps"]} == {
+        "root": "success", "bad": "failed", "below": "skipped", "good": "success"}
+    assert recorder.for_step(run_id, "below") == []
+
+
+def test_a_step_whose_promotion_was_lost_with_its_worker_is_created_by_the_sweep(
+    harness_factory: Any, recorder: Recorder,
+) -> None:
+    h = harness_factory(MANIFEST, redispatch_after=30.0)
+    # root's worker runs y inline and sends x's message, which is lost.
+    h.rt.queues.tamper = lambda msgs: [m for m in msgs
+                                       if not (isinstance(m, Dispatch) and m.step == "x")]
+    run_id = h.start("fan")
+    h.start_workers()
+    h.wait_for_step(run_id, "y", ("success",))
+    assert "x" not in written(h, run_id)  # its message is gone, its row never written
+    assert steps_of(h.rt.runs.view(run_id))["x"]["status"] == "blocked"
+    h.rt.queues.tamper = None
+    report = h.rt.sweeper(clock=lambda: time.time() + 31).sweep()
+    assert report.promoted == 1
+    assert h.wait(run_id)["status"] == "success"
+    assert len(recorder.for_step(run_id, "x")) == 1

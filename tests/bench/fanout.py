@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="Print the figures as JSON.")
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--skip-r", action="store_true", help="Only D.")
+    ap.add_argument("--skip-d", action="store_true", help="Only R.")
     args = ap.parse_args(argv)
 
     def say(line: str) -> None:
@@ -146,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"threads": args.threads}
     if not args.skip_r:
         results["requests_per_step"] = requests_per_step(sizes, say)
+    if args.skip_d:
+        return _report(results, args.json)
     port = _free_port()
     emu_url = f"http://127.0.0.1:{port}"
     emu = subprocess.Popen([sys.executable, "-m", "infra.emulator", "--port", str(port)],
@@ -168,12 +171,16 @@ def main(argv: list[str] | None = None) -> int:
         emu.terminate()
         emu.wait(timeout=30)
     results["dispatch"] = {"steps": wide, "by_workers": dispatch}
+    return _report(results, args.json)
+
+
+def _report(results: dict[str, Any], as_json: bool) -> int:
     if "requests_per_step" in results:
         by_n = [v for k, v in results["requests_per_step"].items() if k != "fixed_per_run"]
         for key in ("requests_per_step", "beyond_fixed_per_step"):
             vals = [v[key]["total"] if key == "requests_per_step" else v[key] for v in by_n]
             results[f"{key}_spread"] = round(max(vals) / min(vals) - 1, 3)
-    if args.json:
+    if as_json:
         print(json.dumps(results, indent=2))
     else:
         print(render(results))
@@ -195,6 +202,8 @@ def render(r: dict[str, Any]) -> str:
                          f"  {ops}")
         lines.append(f"   largest / smallest - 1: {r['requests_per_step_spread']:+.1%}"
                      f" ({r['beyond_fixed_per_step_spread']:+.1%} beyond the fixed cost)")
+    if "dispatch" not in r:
+        return "\n".join(lines)
     d = r["dispatch"]
     lines.append(f"D  fan-out of {d['steps']}: root's success -> last leaf dispatched"
                  " (run's total):")

@@ -3,7 +3,8 @@
 A step blocked on exactly one dependency is *unwritten* at the start (`unwritten`): the
 write that first moves it (its promotion, usually promote-and-claim, or a skip) creates
 its row, so a chain or a fan-out costs no row write per step at the start. Until then
-readers see the row as planned (`with_unwritten`).
+readers see the row as planned (`with_unwritten`). A rerun's start writes every row: the
+steps it reuses, and those they make ready, are not as planned.
 
 Pure: nothing here does I/O."""
 
@@ -59,9 +60,10 @@ def plan_steps(run_id: str, specs: Sequence[StepSpec], now: float) -> list[StepR
 
 
 def plan_row(run_id: str, definition: Definition, step: str) -> StepRecord | None:
-    """The planned row of one step of `definition` (None: no such step)."""
+    """The planned row of one step of `definition` (None: no such step, or a rerun's,
+    whose start writes every row)."""
     spec = definition.specs.get(step)
-    if spec is None:
+    if spec is None or definition.reused:
         return None
     return _row(run_id, spec, definition.dependants.get(step, ()), 0.0)
 
@@ -77,6 +79,8 @@ def with_unwritten(
 ) -> list[StepRecord]:
     """A run's rows as read, with the planned rows its start left out and nobody has
     written since (blocked, as planned), in the order of the rows' keys."""
+    if definition.reused:
+        return list(rows)  # a rerun's start writes every row (see RunService.launch)
     have = {r.step for r in rows}
     extra = []
     for spec in definition.steps:

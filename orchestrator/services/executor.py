@@ -196,7 +196,9 @@ class Executor:
         # and their promotions is repaired at the lease's end, like a crash just before
         # it, and the record costs no wake-index write. A sink's wake is now: a run's
         # finish is checked at the next sweep (engine/wakes.py).
-        keep_wake = bool(row.dependants)
+        # Only while the lease holds: a record landing after it (a stalled worker) may
+        # find the sweeper past that wake already, and takes the finish time instead.
+        keep_wake = bool(row.dependants) and now < (row.lease_until or 0.0)
         try:
             # Most rows carry no flag: written with nothing asked back, the row as we
             # know it is the row written. A flagged row (its run is stopping or failing)
@@ -245,8 +247,9 @@ class Executor:
 
     def promote_slice(self, msg: Promote, ctx: RunContext, fold: Fold | None) -> None:
         """Promote one slice of a wide fan-out's dependants (a Promote message). The
-        row decides: a step that is not a success, or whose run is stopping, promotes
-        nothing (the stop skips its dependants). Promoting twice is harmless."""
+        row decides: a step that is not a success, or that landed in a stopping run,
+        promotes nothing; in a run stopped since, the stop pass's skips make each
+        promotion's guard fail. Promoting twice is harmless."""
         done = self.store.get_step(msg.run_id, msg.step)
         if done is None or done.status is not StepStatus.SUCCESS or done.stopping:
             return

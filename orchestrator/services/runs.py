@@ -167,8 +167,9 @@ class RunService:
         # a start that stalled (paused, retried) past half of that creates the rest of its
         # rows one by one, each only if absent, rather than overwrite them.
         began = run.started_at or run.created_at
-        # A step blocked on one dependency is left out: its promotion creates its row.
-        self.store.put_steps([r for r in rows if not unwritten(r)],
+        # A step blocked on one dependency is left out: its promotion creates its row
+        # (not in a rerun, whose reused steps the plan does not know).
+        self.store.put_steps([r for r in rows if run.definition.reused or not unwritten(r)],
                              fence=began + self.store.wake.settle / 2, clock=self.adv.clock)
         ready = [
             Dispatch(run_id=run.run_id, step=r.step, attempt=1)

@@ -113,3 +113,21 @@ def test_a_step_whose_promotion_was_lost_with_its_worker_is_created_by_the_sweep
     assert report.promoted == 1
     assert h.wait(run_id)["status"] == "success"
     assert len(recorder.for_step(run_id, "x")) == 1
+
+
+def test_a_rerun_writes_every_row_at_its_start(harness_factory: Any, recorder: Recorder) -> None:
+    # Its reused steps, and the steps they make ready, are not as planned: a sweep that
+    # filled a missing row in as planned would run a reused step again.
+    h = harness_factory(MANIFEST)
+    h.start_workers()
+    first = h.start("branches")
+    assert h.wait(first)["status"] == "failed"
+    h.stop.set()
+    for t in h.threads:
+        t.join(timeout=10)
+    rerun, _ = h.rt.runs.rerun(first)
+    assert written(h, rerun.run_id) == {"root", "bad", "below", "good"}
+    statuses = {s["step"]: s["status"] for s in h.rt.runs.view(rerun.run_id)["steps"]}
+    assert statuses == {"root": "success", "good": "success", "bad": "ready",
+                        "below": "blocked"}
+    assert len(recorder.for_step(first, "root")) == 1

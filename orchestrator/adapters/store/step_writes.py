@@ -270,6 +270,8 @@ class StepTransitions(Tables):
         The sweeper passes `all_deps` when it has seen every dependency succeed; the
         set is then completed in the same write (and, with `plan`, the row created if
         the start left it out)."""
+        if all_deps is None:
+            plan = None  # a count that is not there cannot be complete: the row exists
         update, cond, values = self._promotion(lease, now, plan=plan)
         if all_deps is not None:
             update += ", satisfied = :all"
@@ -277,7 +279,6 @@ class StepTransitions(Tables):
         else:
             cond += " AND size(satisfied) = :nd"
             values[":nd"] = num(ndeps)
-            plan = None  # a count that is not there cannot be complete
         names = _names(lease if plan is None else None)
         update, cond = _creating(plan, update, cond, values, names)
         key = step_key(run_id, step)

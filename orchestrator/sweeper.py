@@ -204,9 +204,9 @@ class Sweeper:
                     if run_id in at_run_level and self.on_finished is not None:
                         self.on_finished(run)  # a release lost with its process
                 else:
-                    steps = RunContext.of(run).rows(
-                        self.store.query_steps(run_id, states_only=True))
-                    self.sweep_run(run, steps, policy, report, now)
+                    ctx = RunContext.of(run)
+                    steps = ctx.rows(self.store.query_steps(run_id, states_only=True))
+                    self.sweep_run(run, steps, policy, report, now, ctx)
                     due = settle_due(run, steps, now, policy)
                     if due is not None and self.store.arm_run(run_id, due, now):
                         report.rearmed += 1
@@ -245,15 +245,16 @@ class Sweeper:
         policy: SweepPolicy,
         report: SweepReport,
         now: float,
+        ctx: RunContext | None = None,
     ) -> None:
         run_id = run.run_id
         report.runs += 1
+        ctx = ctx or RunContext.of(run)
         planned = self.plan(run) if len(steps) < run.total else []
         cmds = reconcile(run, steps, planned, now, policy, self.rand())
         tally = Tally()
         sends: list[Dispatch] = []
         by_name = {s.step: s for s in steps}
-        ctx = RunContext.of(run)
         stopping = run.kill_requested or run.halted
         for c in cmds:
             if isinstance(c, do.CreateStep):

@@ -478,13 +478,14 @@ class StepTransitions(Tables):
         guard = status_guard(move, values, only=statuses)
         hist = history_clause(values, now, "step.skipped", reason=reason[:300])
         names = {"#s": "status", "#err": "error", "#h": "history"}
-        update, guard = _creating(
-            plan if StepStatus.BLOCKED in statuses else None,
-            f"SET {status_set(move, values)}, #err = :why, finished_at = :now,"
-            f" expires_at = :exp, wake_at = :now, {hist}", guard, values, names)
-        if plan is not None and StepStatus.BLOCKED in statuses:
+        update = (f"SET {status_set(move, values)}, #err = :why, finished_at = :now,"
+                  f" expires_at = :exp, wake_at = :now, {hist}")
+        if StepStatus.BLOCKED not in statuses:
+            plan = None  # only a blocked row may be one its start left out
+        if plan is not None:
             update += ", attempt = if_not_exists(attempt, :zero)"
             values[":zero"] = num(0)
+        update, guard = _creating(plan, update, guard, values, names)
         attrs = self._guarded(
             f"step {run_id}/{step}: skip",
             Key=step_key(run_id, step),

@@ -22,7 +22,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "DURABLE_PREFIX",
     "RESERVED_KEYS",
+    "DurableRequestBody",
+    "DurableRun",
     "ErrorBody",
     "ErrorInfo",
     "RunInfo",
@@ -31,6 +34,9 @@ __all__ = [
 ]
 
 RESERVED_KEYS = frozenset({"input", "steps", "run"})
+
+# A durable workflow `name` is served at POST DURABLE_PREFIX + name.
+DURABLE_PREFIX = "/durable/"
 
 
 class RunInfo(BaseModel):
@@ -65,6 +71,35 @@ class StepRequestBody(BaseModel):
     def payload(self) -> dict[str, Any]:
         """The static payload: every top-level key that is not reserved."""
         return dict(self.model_extra or {})
+
+
+class DurableRun(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    run_id: str = Field(min_length=1, description="The run this call advances.")
+    workflow: str = Field(default="", description="The workflow's name.")
+    started_at: float = Field(description="When the run started (Unix seconds).")
+    now: float = Field(description="The orchestrator's time at the call (Unix seconds).")
+    attempt: int = Field(default=1, ge=1, description="Attempt of this call (it was retried).")
+
+
+class DurableRequestBody(BaseModel):
+    """The JSON body POSTed to a durable workflow: its run's journal, for one call."""
+
+    model_config = ConfigDict(extra="ignore", title="DurableRequest")
+
+    run: DurableRun
+    input: Any = Field(default=None, description="The run's input.")
+    journal: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Every recorded operation: scope, pos, id, kind, name, status, value/error.",
+    )
+    target: str = Field(default="", description="The scope that may run a step body.")
+    attempts: dict[str, int] = Field(
+        default_factory=dict, description="Failed attempts so far of the frontier's steps, by id.",
+    )
+    mode: str = Field(default="run", pattern="^(run|check)$",
+                      description="run: advance; check: replay only, run nothing.")
 
 
 class ErrorInfo(BaseModel):

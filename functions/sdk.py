@@ -46,8 +46,9 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from functions import signing
+from functions.durable.workflow import Workflow, advance
 from functions.failures import RetryableError, TerminalError, _DeliberateFailure
-from functions.protocol import ErrorBody, StepRequestBody
+from functions.protocol import DURABLE_PREFIX, DurableRequestBody, ErrorBody, StepRequestBody
 
 __all__ = ["FunctionApp", "RetryableError", "StepRequest", "TerminalError", "serve"]
 
@@ -127,6 +128,7 @@ class FunctionApp:
         self._tolerance = tolerance
         self._clock = clock
         self._registered: dict[str, _Registered] = {}
+        self._workflows: dict[str, Workflow] = {}
         self._app = Starlette(
             routes=[
                 Route("/openapi.json", self._serve_openapi, methods=["GET"]),
@@ -148,6 +150,29 @@ class FunctionApp:
         """The registered step routes, in registration order."""
         return tuple(self._registered)
 
+    @property
+    def workflows(self) -> tuple[str, ...]:
+        """The durable workflows served, in registration order."""
+        return tuple(self._workflows)
+
+    def workflow(self, *workflows: Workflow) -> None:
+        """Serve durable workflows (declared with `functions.durable.workflow`): each at
+        POST /durable/<name>, published in /openapi.json and /healthz."""
+        for wf in workflows:
+            if not isinstance(wf, Workflow):
+                raise TypeError(f"{wf!r} is not a workflow: declare it with @workflow(name)")
+            path = DURABLE_PREFIX + wf.name
+            if not _ROUTE.fullmatch(path):
+                raise ValueError(f"workflow name {wf.name!r} must use URL-safe characters")
+            if wf.name in self._workflows or path in self._registered:
+                raise ValueError(f"workflow {wf.name!r} is already served")
+            self._workflows[wf.name] = wf
+
+            async def endpoint(request: Request, wf: Workflow = wf) -> Response:
+                return await self._handle_workflow(wf, request)
+
+            self._app.router.routes.append(Route(path, endpoint, methods=["POST"]))
+
     def step(self, path: str, summary: str | None = None) -> Callable[[H], H]:
         """Register the decorated function as the handler of POST `path`.
 
@@ -159,6 +184,8 @@ class FunctionApp:
             raise ValueError(f"route {path!r} is reserved by the SDK")
         if path in self._registered:
             raise ValueError(f"route {path!r} is already registered")
+        if path.startswith(DURABLE_PREFIX):
+            raise ValueError(f"routes under {DURABLE_PREFIX} are the durable workflows'")
 
         def register(handler: H) -> H:
             doc = inspect.getdoc(handler)
@@ -176,9 +203,7 @@ class FunctionApp:
 
     # -- one call ---------------------------------------------------------------------
 
-    async def _handle(self, entry: _Registered, request: Request) -> Response:
-        raw = await request.body()
-        headers = request.headers
+    def _verify(self, raw: bytes, headers: Mapping[str, str]) -> Response | None:
         if self._secrets is not None:
             try:
                 signing.verify(
@@ -191,6 +216,31 @@ class FunctionApp:
                 )
             except signing.SignatureError as exc:
                 return _error(401, "bad_signature", exc.reason, retryable=False)
+        return None
+
+    async def _handle_workflow(self, wf: Workflow, request: Request) -> Response:
+        raw = await request.body()
+        refused = self._verify(raw, request.headers)
+        if refused is not None:
+            return refused
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            return _error(400, "invalid_json", f"request body is not valid JSON: {exc}", False)
+        try:
+            body = DurableRequestBody.model_validate(data)
+        except ValidationError as exc:
+            problems = json.loads(exc.json(include_url=False, include_input=False))
+            return _error(400, "invalid_request", f"invalid workflow call: {exc}", False, problems)
+        answer = await advance(wf, body.model_dump())
+        return Response(_dumps(answer), status_code=200, media_type="application/json")
+
+    async def _handle(self, entry: _Registered, request: Request) -> Response:
+        raw = await request.body()
+        headers = request.headers
+        refused = self._verify(raw, headers)
+        if refused is not None:
+            return refused
 
         parsed = _parse_body(raw)
         if isinstance(parsed, Response):
@@ -247,7 +297,8 @@ class FunctionApp:
         return JSONResponse(self.openapi())
 
     async def _serve_health(self, request: Request) -> Response:
-        return JSONResponse({"ok": True, "routes": list(self._registered)})
+        return JSONResponse({"ok": True, "routes": list(self._registered),
+                             "workflows": list(self._workflows)})
 
     def openapi(self) -> dict[str, Any]:
         """An OpenAPI 3.1 document with one POST operation per registered route."""
@@ -317,6 +368,25 @@ class FunctionApp:
             if entry.description:
                 operation["description"] = entry.description
             paths[entry.path] = {"post": operation}
+        for wf in self._workflows.values():
+            paths[DURABLE_PREFIX + wf.name] = {"post": {
+                "operationId": _operation_id(DURABLE_PREFIX + wf.name),
+                "summary": f"Durable workflow {wf.name}: one call (replay, then advance)",
+                "x-durable-workflow": wf.describe(),
+                "parameters": parameters,
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/DurableRequest"}}}},
+                "responses": {
+                    "200": {"description": "The operations for the orchestrator to commit.",
+                            "content": {"application/json": {"schema": {}}}},
+                    "400": error("The body is not a workflow call."),
+                    **({"401": responses["401"]} if "401" in responses else {}),
+                },
+            }}
+        if self._workflows:
+            durable = DurableRequestBody.model_json_schema(ref_template=ref)
+            schemas.update(durable.pop("$defs", {}))
+            schemas["DurableRequest"] = durable
         return {
             "openapi": "3.1.0",
             "info": {"title": self.title, "version": "1"},

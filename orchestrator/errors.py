@@ -49,6 +49,8 @@ class Code(StrEnum):
                           "the dependencies' outputs could not be read")
     LEASE_EXPIRED = ("lease_expired", True,
                      "the worker running the attempt stopped answering")
+    BAD_ANSWER = ("bad_answer", True,
+                  "a durable workflow's answer does not follow the protocol: retried")
     UNKNOWN_BACKEND = "unknown_backend", False, "the step's backend is not configured"
     RUN_MISSING = "run_missing", False, "the step's run row is gone"
     SKIPPED = "skipped", False, "the step never ran: a dependency failed or the run stopped"

@@ -23,6 +23,7 @@ from orchestrator.services.events import EventService
 from orchestrator.services.executor import Executor
 from orchestrator.services.runs import RunService
 from orchestrator.services.scheduler import Scheduler
+from orchestrator.services.signals import Signals
 from orchestrator.services.webhooks import WebhookService
 from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
@@ -47,6 +48,7 @@ class Runtime:
     events: EventService
     webhooks: WebhookService
     scheduler: Scheduler
+    signals: Signals
 
     @classmethod
     def build(
@@ -62,9 +64,11 @@ class Runtime:
         retention = max(settings.ttl_success, settings.ttl_failed)
         wake = WakeTimes(redispatch_after=settings.redispatch_after,
                          settle=settings.redispatch_after, ceiling=settings.redispatch_ceiling)
-        store = Store(clients.dynamodb, names, step_retention=retention, wake=wake)
-        queues = Queues(clients.sqs, names)
         blobs = Blobs(clients.s3, names.blob_bucket)
+        # A durable run's journal entries past the inline limit go to the blob store.
+        store = Store(clients.dynamodb, names, step_retention=retention, wake=wake,
+                      blobs=blobs, inline_limit=settings.inline_output_limit)
+        queues = Queues(clients.sqs, names)
         control = Control(clients.dynamodb, names.control_table)
         # Admission and runs need each other (a finished run admits the next, which is
         # launched; cancel-running cancels a run): the cycle is closed by these two
@@ -93,7 +97,7 @@ class Runtime:
         )
         return cls(
             settings, manifest, clients, store, queues, blobs, executor, runs, clock, control,
-            admission, events, webhooks, scheduler,
+            admission, events, webhooks, scheduler, Signals(store, queues, clock),
         )
 
     def backends(self) -> dict[str, BackendRef]:

@@ -27,8 +27,10 @@ from orchestrator.adapters.messages import AdmitRun, AnyMessage, Dispatch, Promo
 from orchestrator.adapters.queue import Received
 from orchestrator.adapters.store import Lease
 from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, Succeed, after_attempt
+from orchestrator.engine.durable import is_driver
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code, ConditionFailed, OrchestratorError, StoreError, error_doc
+from orchestrator.services.durable import Durable, Target
 from orchestrator.services.executor import LRU, Executor, RunContext, Tally
 
 __all__ = ["BackendRef", "Worker"]
@@ -106,6 +108,7 @@ class Worker:
         self.sleep = sleep
         # Admission of a queued run whose throttle slot came due.
         self.admit = admit
+        self.durable = Durable(executor, invoker, clock=clock, rand=rand)
 
     # ---- one message -----------------------------------------------------------------
 
@@ -340,6 +343,11 @@ class Worker:
                 tally.add(row.run_id)
             return None
         backend = self.backends.get(row.backend)
+        if ctx is not None and backend is not None and is_driver(row.step):
+            target = Target(backend.url.rstrip("/") + row.route, backend.secret)
+            self.durable.advance(row, ctx, target, tally,
+                                 room=lambda: self._room_for(ctx, (row.step,)))
+            return None
         raw = b""
         if ctx is None:
             outcome = Outcome(

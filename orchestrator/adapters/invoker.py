@@ -44,6 +44,8 @@ class Call:
     input: Any
     steps: dict[str, Any] | None
     payload: dict[str, Any]
+    # A body built by the caller (a durable workflow's call), sent as is.
+    raw_body: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class Invoker:
         ).encode()
 
     def invoke(self, call: Call) -> Result:
-        body = self.body(call)
+        body = call.raw_body if call.raw_body is not None else self.body(call)
         headers = {
             "Content-Type": "application/json",
             IDEMPOTENCY_HEADER: idempotency_key(call.run_id, call.step),

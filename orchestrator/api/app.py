@@ -30,6 +30,7 @@ from orchestrator.api.openapi import openapi_document
 from orchestrator.api.requests import MAX_BODY, TooLarge, error, read_body, read_json, validated
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import (
+    Code,
     ConditionFailed,
     Conflict,
     NotFound,
@@ -73,7 +74,7 @@ def _summary(r: Any) -> dict[str, Any]:
     return {
         "run_id": r.run_id,
         "workflow": r.workflow,
-        "status": r.status.value,
+        "status": r.shown_status,
         "created_at": r.created_at,
         "started_at": r.started_at,
         "finished_at": r.finished_at,
@@ -86,7 +87,7 @@ def _started(run: Any, created: bool, **extra: Any) -> JSONResponse:
     body = {
         "run_id": run.run_id,
         "workflow": run.workflow,
-        "status": run.status.value,
+        "status": run.shown_status,
         "created": created,
         **extra,
     }
@@ -194,8 +195,8 @@ def create_app(rt: Runtime) -> Starlette:
         q = request.query_params
         workflow = q.get("workflow") or None
         status = q.get("status") or None
-        if status is not None and status not in {s.value for s in RunStatus}:
-            known = ", ".join(s.value for s in RunStatus)
+        if status is not None and status not in {s.value for s in RunStatus} | {"paused"}:
+            known = ", ".join([*(s.value for s in RunStatus), "paused"])
             raise UsageError(f"status: {status!r} is not a run status ({known})")
         try:
             limit = int(q.get("limit", "20"))
@@ -213,6 +214,21 @@ def create_app(rt: Runtime) -> Starlette:
         body = validated(CancelRun, await read_json(request))
         view = await run_in_threadpool(rt.runs.kill, request.path_params["run_id"], body.reason)
         return JSONResponse(view)
+
+    async def send_signal(request: Request) -> JSONResponse:
+        raw = await read_body(request)
+        try:
+            payload = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise UsageError(f"body: not JSON ({exc})") from None
+        if not isinstance(payload, dict):
+            raise Unprocessable(Code.INVALID_BODY, "body: a signal's payload is a JSON"
+                                f" object, not {type(payload).__name__}")
+        key = request.headers.get("idempotency-key")
+        result = await run_in_threadpool(
+            rt.signals.send, request.path_params["run_id"], request.path_params["name"],
+            payload, key)
+        return JSONResponse(result, status_code=200 if result["duplicate"] else 202)
 
     async def rerun_run(request: Request) -> JSONResponse:
         doc = await read_json(request)
@@ -235,6 +251,7 @@ def create_app(rt: Runtime) -> Starlette:
                 "on_failure": wf.on_failure,
                 "schedule": wf.schedule.model_dump(exclude_none=True) if wf.schedule else None,
                 "events": [t.event for t in getattr(wf, "on", None) or ()],
+                "kind": "durable" if wf.durable else "dag",
             })
         return JSONResponse({"workflows": out})
 
@@ -335,6 +352,7 @@ def create_app(rt: Runtime) -> Starlette:
         route("/runs/{run_id}/events", run_events, "GET"),
         route("/runs/{run_id}/cancel", cancel_run, "POST"),
         route("/runs/{run_id}/rerun", rerun_run, "POST"),
+        route("/runs/{run_id}/signals/{name}", send_signal, "POST"),
         route("/workflows", workflows, "GET"),
         route("/events", emit_event, "POST"),
         route("/events", list_events, "GET"),

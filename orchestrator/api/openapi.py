@@ -57,8 +57,12 @@ def _json(schema: Schema, description: str) -> Schema:
 STRING: Schema = {"type": "string"}
 TIME: Schema = {"type": "number", "description": "Unix time in seconds"}
 ANY: Schema = {}
-RUN_STATUS: Schema = {"type": "string", "enum": [s.value for s in RunStatus]}
-STEP_STATUS: Schema = {"type": "string", "enum": [s.value for s in StepStatus]}
+# `paused`: a durable run stopped by a replay mismatch (running underneath).
+RUN_STATUS: Schema = {"type": "string", "enum": [*(s.value for s in RunStatus), "paused"]}
+# A durable run's operations add: timed_out (a wait that ended by its timeout), waiting
+# (a sleep or signal), retrying (a step between attempts), paused (a mismatch there).
+STEP_STATUS: Schema = {"type": "string", "enum": [
+    *(s.value for s in StepStatus), "timed_out", "waiting", "retrying", "paused"]}
 
 # ---- request bodies --------------------------------------------------------------------
 
@@ -287,6 +291,30 @@ def _paths(retention: float) -> dict[str, Schema]:
                 },
             ),
         },
+        "/runs/{run_id}/signals/{name}": {
+            "post": _op(
+                "sendSignal", "Send a signal to a durable run.", tag="runs",
+                description="Signals queue per run and name until a wait consumes them (first"
+                " in, first out): one sent before the run waits is not lost. The body is the"
+                " payload (a JSON object; empty: `{}`). With an `Idempotency-Key`, a resend"
+                " queues nothing (200, `duplicate: true`).",
+                parameters=[run_id, _path("name", "The signal's name.", {
+                    "type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"}),
+                    {"name": "Idempotency-Key", "in": "header", "required": False,
+                     "description": "The same key sends the signal once.",
+                     "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
+                body=_body("SignalPayload", required=False),
+                responses={
+                    "202": _json(_ref("SignalResult"), "Queued; the run is woken"),
+                    "200": _json(_ref("SignalResult"), "Sent before with this key"),
+                    **_errors(*BODY_ERRORS, "404", "409", "503", notes={
+                        "404": "No such run",
+                        "409": "The run finished (run_finished) or is not durable (conflict)",
+                        "422": "The payload is not a JSON object",
+                    }),
+                },
+            ),
+        },
         "/workflows": {
             "get": _op("listWorkflows", "The manifest's workflows.", tag="workflows",
                        responses={"200": _json(_ref("Workflows"), "The workflows")}),
@@ -407,8 +435,16 @@ def _response_schemas() -> dict[str, Schema]:
             "depends_on": {"type": "array", "items": STRING},
             "started_at": nullable_time, "finished_at": nullable_time,
             "output_bytes": _nullable({"type": "integer", "minimum": 0}),
+            "kind": {"type": "string", "description": "A durable run's operation: step, sleep,"
+                     " signal, patch"},
+            "scope": {"type": "string", "description": "Its scope ('' for the top)"},
+            "position": _nullable({"type": "integer", "minimum": 0}),
+            "id": nullable_string,
+            "until": nullable_time,
         }, description="A step without a row yet shows only step, status (blocked),"
-                       " attempts, output and error."),
+                       " attempts, output and error. A durable run's steps are its"
+                       " operations, in order (kind, scope, position, id; until: when a"
+                       " wait's timer ends)."),
         "Admission": _object(["group", "key", "policy", "throttle_key", "admit_at"], {
             "group": nullable_string, "key": nullable_string, "policy": nullable_string,
             "throttle_key": nullable_string, "admit_at": nullable_time,
@@ -422,7 +458,14 @@ def _response_schemas() -> dict[str, Schema]:
              "kill_reason": nullable_string, "trigger": trigger, "rerun_of": nullable_string,
              "admission": _nullable(_ref("Admission")),
              "steps": {"type": "array", "items": _ref("StepView"),
-                       "description": "In dependency order (left out with ?steps=false)"}},
+                       "description": "In dependency order (left out with ?steps=false)"},
+             "kind": {"type": "string", "enum": ["durable"],
+                      "description": "Set on a durable workflow's run"},
+             "output": {**ANY, "description": "A durable run's result, once it succeeded"},
+             "paused": _nullable({"type": "object", "description": "A paused durable run:"
+                                  " the replay mismatch, both operations shown"}),
+             "waiting": _nullable({"type": "object", "description": "What a durable run"
+                                   " waits for (kind, name, until)"})},
         ),
         "RunSummary": _object(
             ["run_id", "workflow", "status", "created_at", "started_at", "finished_at",
@@ -451,6 +494,13 @@ def _response_schemas() -> dict[str, Schema]:
             "schedule": _nullable({"type": "object"}),
             "events": {"type": "array", "items": STRING,
                        "description": "Event names that start it"},
+            "kind": {"type": "string", "enum": ["dag", "durable"]},
+        }),
+        "SignalPayload": {"type": "object", "description": "Any JSON object: what the"
+                          " run's wait_for_signal returns"},
+        "SignalResult": _object(["run_id", "signal", "id", "duplicate"], {
+            "run_id": STRING, "signal": STRING, "id": STRING,
+            "duplicate": {"type": "boolean", "description": "true: sent before (same key)"},
         }),
         "Workflows": _object(["workflows"], {
             "workflows": {"type": "array", "items": _ref("Workflow")}}),

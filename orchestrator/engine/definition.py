@@ -13,10 +13,17 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from functions.protocol import DURABLE_PREFIX
+from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.policies import GroupPolicy, OnFailure, ThrottlePolicy
 from orchestrator.manifest.workflows import topological_order
 
-__all__ = ["Definition", "Gate", "StepSpec", "Throttle", "Trigger"]
+__all__ = ["CALL_RETRIES", "DURABLE_PREFIX", "Definition", "Gate", "StepSpec", "Throttle",
+           "Trigger"]
+
+# How many times a durable workflow's call is retried in a row when it fails (the
+# endpoint down, a 5xx): with the backoff doubling up to 5 minutes, about an hour.
+CALL_RETRIES = 16
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,8 @@ class Definition:
     steps: tuple[StepSpec, ...]
     on_failure: OnFailure = OnFailure.HALT
     reused: Mapping[str, str] = field(default_factory=dict)
+    # A durable workflow's name at its backend: the run has one step, its driver.
+    durable: str | None = None
 
     @property
     def ndeps(self) -> dict[str, int]:
@@ -73,7 +82,7 @@ class Definition:
             return [s.name for s in self.steps]
 
     def reusing(self, reused: Mapping[str, str]) -> Definition:
-        return Definition(self.steps, self.on_failure, dict(reused))
+        return Definition(self.steps, self.on_failure, dict(reused), self.durable)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -97,6 +106,8 @@ class Definition:
         }
         if self.reused:
             doc["reused"] = dict(self.reused)
+        if self.durable is not None:
+            doc["durable"] = self.durable
         return doc
 
     @classmethod
@@ -119,12 +130,25 @@ class Definition:
                 )
             )
         return cls(
-            tuple(steps), OnFailure(doc.get("onFailure") or "halt"), dict(doc.get("reused") or {})
+            tuple(steps), OnFailure(doc.get("onFailure") or "halt"), dict(doc.get("reused") or {}),
+            doc.get("durable"),
         )
 
     @classmethod
-    def of(cls, workflow: Any, backends: Mapping[str, Any], default_timeout: float) -> Definition:
-        """A manifest workflow's definition, with each step's timeout resolved."""
+    def of(cls, workflow: Any, backends: Mapping[str, Any], default_timeout: float,
+           name: str = "") -> Definition:
+        """A manifest workflow's definition (`name`: its name in the manifest), with each
+        step's timeout resolved."""
+        if getattr(workflow, "backend", None) is not None:
+            served = workflow.workflow or name
+            backend = backends.get(workflow.backend)
+            timeout = workflow.timeout or (backend.timeout if backend is not None else None)
+            driver = StepSpec(
+                name=DRIVER, backend=workflow.backend, route=DURABLE_PREFIX + served,
+                retry_max=CALL_RETRIES, retry_strategy="exponential", retry_delay=1.0,
+                retry_max_delay=300.0, timeout=timeout or default_timeout,
+            )
+            return cls((driver,), OnFailure.HALT, durable=served)
         steps = []
         for name, st in workflow.steps.items():
             backend = backends.get(st.backend)

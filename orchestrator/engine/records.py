@@ -57,6 +57,10 @@ class StepRecord:
     # how often its dispatch was sent again.
     wake_at: float | None = None
     resends: int = 0
+    # A durable run's driver (engine/durable.py): what it waits for while nobody holds
+    # it, and how often it was poked (a signal landed: look again).
+    waiting: dict[str, Any] | None = None
+    pokes: int = 0
     # Every transition of this row with its time (appended in the same conditional
     # writes that make them, so history costs no extra request).
     history: tuple[dict[str, Any], ...] = ()
@@ -101,4 +105,14 @@ class RunRecord:
     started_at: float | None = None
     # When a sweep must look at this run if nobody moved it on (engine/wakes.py).
     wake_at: float | None = None
+    # A durable run stopped by a replay mismatch (both operations): it is `running`
+    # in the state machine and shown as `paused` until resumed, reset or cancelled.
+    paused: dict[str, Any] | None = None
     history: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def shown_status(self) -> str:
+        """The status as users see it: `paused` for a paused running run."""
+        if self.paused is not None and self.status is RunStatus.RUNNING:
+            return "paused"
+        return self.status.value

@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from functions.protocol import DURABLE_PREFIX
 from orchestrator.errors import ManifestError
 from orchestrator.manifest.models import (
     DEFER_CHECKS,
@@ -128,6 +129,8 @@ class _Loaded:
         for name, wf in self.manifest.workflows.items():
             at: YamlPath = ("workflows", name)
             used.update(step.backend for step in wf.steps.values())
+            if wf.backend is not None:
+                used.add(wf.backend)
             if wf.for_each is not None and wf.for_each.query is not None:
                 notes.add(
                     (*at, "forEach", "query"),
@@ -338,11 +341,19 @@ def _raw_edges(workflow: str, raw: dict[str, Any]) -> tuple[dict[str, list[str]]
     for_each = raw.get("forEach")
     if isinstance(for_each, dict):
         callers.append(("forEach", ("forEach",), for_each))
+    if isinstance(raw.get("backend"), str):
+        # A durable workflow: its backend must serve it (the SDK publishes the route).
+        named = raw.get("workflow")
+        served: str = named if isinstance(named, str) else workflow
+        at: YamlPath = ("workflow",) if "workflow" in raw else ("backend",)
+        callers.append((served, at[:-1], {"backend": raw["backend"],
+                                          "route": DURABLE_PREFIX + served, "_at": at}))
     calls = [
         Call(
             entry["backend"],
             entry["route"],
-            ("workflows", workflow, *at, "route"),
+            ("workflows", workflow, *entry["_at"]) if "_at" in entry
+            else ("workflows", workflow, *at, "route"),
             f"{workflow}.{label}",
         )
         for label, at, entry in callers

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from functions.protocol import DURABLE_PREFIX
 from orchestrator.errors import ManifestError
 from orchestrator.manifest.models import Backend, did_you_mean
 from orchestrator.manifest.problems import Findings
@@ -61,6 +62,16 @@ class SpecRoutes:
                     continue
                 if not any(route_matches(call.route, op) for op in operations):
                     route, label = call.route, call.label
+                    if route.startswith(DURABLE_PREFIX):
+                        served = sorted(op[len(DURABLE_PREFIX):] for op in operations
+                                        if op.startswith(DURABLE_PREFIX))
+                        found.add(
+                            call.path,
+                            f"durable workflow {route[len(DURABLE_PREFIX):]!r} is not served "
+                            f"by backend {name!r} (its spec {backend.openapi!r} has no POST "
+                            f"{route}; it serves {', '.join(served) or 'no durable workflows'})",
+                        )
+                        continue
                     found.add(
                         call.path,
                         f"step {label} calls POST {route}, which is not a POST "

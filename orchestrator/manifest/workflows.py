@@ -14,7 +14,14 @@ import heapq
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BeforeValidator, Field, ValidationInfo, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.manifest.fields import (
     Duration,
@@ -182,13 +189,19 @@ _GROUP_OVERLAP: dict[str, Literal["skip", "replace", "queue"]] = {
 
 
 class Workflow(ManifestModel):
-    """A DAG of named steps; declaration order is irrelevant, `dependsOn` decides.
+    """A DAG of named steps; declaration order is irrelevant, `dependsOn` decides. Or
+    a durable workflow written in code: `backend` serves it (at POST
+    /durable/<workflow>, `workflow` defaulting to this workflow's own name), each call
+    bounded by `timeout`.
 
     `concurrency` is either a policy for scheduled fires (`skip`, `allow`, `replace`:
     what a fire does while the previous run for the same forEach key is still going) or
     a `ConcurrencyGroup` mapping; see the `overlap` and `group` properties."""
 
-    steps: dict[Name, Step] = Field(min_length=1)
+    steps: dict[Name, Step] = Field(default_factory=dict)
+    backend: Name | None = None
+    workflow: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._~\-]{1,128}$")
+    timeout: Duration | None = None
     on_failure: Literal["halt", "continue-independent"] = "halt"
     schedule: Schedule | None = None
     for_each: ForEach | None = None
@@ -213,8 +226,28 @@ class Workflow(ManifestModel):
         """The concurrency group, when `concurrency` is given as a mapping."""
         return self.concurrency if isinstance(self.concurrency, ConcurrencyGroup) else None
 
+    @field_validator("steps")
+    @classmethod
+    def _some_steps(cls, value: dict[str, Step]) -> dict[str, Step]:
+        if not value:
+            raise ValueError("must not be empty")
+        return value
+
+    @property
+    def durable(self) -> bool:
+        """Whether this is a durable workflow written in code (no steps)."""
+        return self.backend is not None
+
     @model_validator(mode="after")
     def _check_graph(self, info: ValidationInfo) -> Self:
+        if self.backend is None and not self.steps:
+            raise ValueError("a workflow needs steps (a DAG) or backend (a durable workflow "
+                             "written in code, served by that backend)")
+        if self.backend is not None and self.steps:
+            raise ValueError("steps and backend exclude each other: steps declare a DAG, "
+                             "backend serves a durable workflow written in code")
+        if self.backend is None and (self.workflow is not None or self.timeout is not None):
+            raise ValueError("workflow and timeout belong to a durable workflow: add backend")
         if not checks_deferred(info):
             deps = {name: step.depends_on for name, step in self.steps.items()}
             problems = graph_problems(deps)
@@ -325,6 +358,8 @@ def backend_problems(workflow: Any, backends: Sequence[str]) -> list[tuple[YamlP
     for_each = workflow.get("forEach")
     if isinstance(for_each, Mapping):
         targets.append((("forEach", "backend"), for_each.get("backend")))
+    if "backend" in workflow:
+        targets.append((("backend",), workflow.get("backend")))
     for at, backend in targets:
         if isinstance(backend, str) and backend not in backends:
             problems.append(

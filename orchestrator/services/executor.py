@@ -72,6 +72,12 @@ class RunContext:
     # What the run runs: the planned rows of the steps its start left out come from it.
     definition: Definition | None = field(default=None, compare=False, repr=False)
 
+    @property
+    def served(self) -> str:
+        """A durable run's workflow name at its backend (else the workflow's name)."""
+        durable = self.definition.durable if self.definition is not None else None
+        return durable or self.workflow
+
     def plan(self, step: str) -> StepRecord | None:
         """The planned row of a step blocked on one dependency, which its start leaves
         out (engine.plan): the write that first moves it creates it. None for any other

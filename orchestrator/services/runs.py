@@ -84,7 +84,7 @@ class RunService:
         previous run for `fire_key` is still going; a workflow's own concurrency group
         takes precedence."""
         wf = self.workflow(workflow)
-        definition = Definition.of(wf, self.manifest.backends, self.default_timeout)
+        definition = Definition.of(wf, self.manifest.backends, self.default_timeout, workflow)
         gate = gate_of(wf, workflow, input, overlap, fire_key)
         return self.create(
             workflow, definition, input, run_id,
@@ -192,7 +192,9 @@ class RunService:
         """The run with its steps, or (steps=False) the run alone: one read of its row."""
         run = self.get(run_id)
         rows = RunContext.of(run).rows(self.store.query_steps(run_id)) if steps else None
-        return run_view(run, rows, self.adv.load_output)
+        journal = (self.store.read_journal(run_id)
+                   if steps and run.definition.durable is not None else None)
+        return run_view(run, rows, self.adv.load_output, journal)
 
     def history(self, run_id: str) -> list[dict[str, Any]]:
         """Every transition of the run and its steps, oldest first."""

@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import StepStatus
 
-__all__ = ["run_view", "step_view"]
+__all__ = ["durable_steps", "run_view", "step_view"]
+
+_ENTRY_STATUS = {"ok": "success", "error": "failed", "timeout": "timed_out"}
+_WAIT_STATUS = {"sleep": "waiting", "signal": "waiting", "retry": "retrying", "next": "ready",
+                "mismatch": "paused"}
 
 
 def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any]) -> dict[str, Any]:
@@ -33,14 +38,50 @@ def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any]
     }
 
 
+def durable_steps(journal: list[dict[str, Any]], driver: StepRecord | None
+                  ) -> list[dict[str, Any]]:
+    """A durable run's operations as its steps: what the journal records, in order, then
+    what the run waits for (if anything)."""
+    out: list[dict[str, Any]] = []
+    for e in sorted(journal, key=lambda e: (e.get("scope", ""), int(e.get("pos", 0)))):
+        status = _ENTRY_STATUS.get(str(e.get("status")), str(e.get("status")))
+        out.append({
+            "step": e.get("name"), "kind": e.get("kind"), "status": status,
+            "attempts": int(e.get("attempts") or 1) if e.get("kind") == "step" else 0,
+            "output": e.get("value") if status != "failed" else None,
+            "error": e.get("error"), "scope": e.get("scope", ""), "position": e.get("pos"),
+            "id": e.get("id"), "started_at": e.get("started"), "finished_at": e.get("ended"),
+        })
+    waiting = None if driver is None or driver.status.terminal else driver.waiting
+    if waiting and waiting.get("kind") in ("sleep", "signal", "retry", "mismatch") and not any(
+            o["scope"] == waiting.get("scope", "") and o["position"] == waiting.get("pos")
+            for o in out):
+        detail = waiting.get("detail") or {}
+        kind = "step" if waiting["kind"] == "retry" else waiting["kind"]
+        if waiting["kind"] == "mismatch":
+            kind = str((detail.get("issued") or {}).get("kind", "step"))
+        out.append({
+            "step": waiting.get("name"), "kind": kind,
+            "status": _WAIT_STATUS.get(waiting["kind"], "waiting"),
+            "attempts": int(waiting.get("attempt") or 0), "output": None,
+            "error": detail.get("error"), "scope": waiting.get("scope", ""),
+            "position": waiting.get("pos"), "id": waiting.get("id"),
+            "started_at": waiting.get("since"), "finished_at": None,
+            "until": waiting.get("until"),
+        })
+    return out
+
+
 def run_view(
-    run: RunRecord, steps: list[StepRecord] | None, load: Callable[[StepRecord], Any]
+    run: RunRecord, steps: list[StepRecord] | None, load: Callable[[StepRecord], Any],
+    journal: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A run as the API shows it; without `steps` (None) the run alone, from its row."""
+    """A run as the API shows it; without `steps` (None) the run alone, from its row.
+    A durable run shows its operations (`journal`) as its steps, and its result."""
     view = {
         "run_id": run.run_id,
         "workflow": run.workflow,
-        "status": run.status.value,
+        "status": run.shown_status,
         "input": run.input,
         "error": run.error,
         "created_at": run.created_at,
@@ -59,6 +100,18 @@ def run_view(
             "admit_at": run.admit_at,
         },
     }
+    if run.definition.durable is not None:
+        view["kind"] = "durable"
+        view["paused"] = run.paused
+        if steps is not None:
+            driver = next((s for s in steps if s.step == DRIVER), None)
+            view["output"] = (load(driver) if driver is not None
+                              and driver.status is StepStatus.SUCCESS else None)
+            if driver is not None and driver.status is not StepStatus.SUCCESS and driver.error:
+                view["error"] = view["error"] or driver.error
+            view["waiting"] = None if driver is None or driver.status.terminal else driver.waiting
+            view["steps"] = durable_steps(journal or [], driver)
+        return view
     if steps is not None:
         by_name = {s.step: s for s in steps}
         order = run.definition.order()

@@ -73,6 +73,7 @@ workflows:
     schedule: { every: 1h }
     steps:
       one: { backend: fn, route: /echo }
+  waiter: { backend: fn, workflow: approval }
 webhooks:
   local:
     workflow: chain
@@ -126,6 +127,9 @@ def live(emulator: Emulator, testfns: str, tmp_path_factory: pytest.TempPathFact
         for run_id in ("seed-running", "seed-killed"):
             resp = client.post("/runs", json={"workflow": "chain", "run_id": run_id})
             assert resp.status_code == 201, resp.text
+        # A durable run (no workers: it stays running) that takes signals.
+        resp = client.post("/runs", json={"workflow": "waiter", "run_id": "seed-durable"})
+        assert resp.status_code == 201, resp.text
         assert client.post("/runs/seed-killed/cancel").json()["status"] == "killed"
         schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
         yield Live(h, server.url, key, client, schema, "seed-running", "seed-killed")
@@ -197,8 +201,13 @@ def steer(live: Live, case: Any, data: st.DataObject, mode: GenerationMode) -> N
         return
     path, body, params = case.operation.path, case.body, case.path_parameters
     if params is not None and "run_id" in params:
-        params["run_id"] = data.draw(st.sampled_from([live.running, live.killed]))
-    if params is not None and "name" in params:
+        runs = [live.running, live.killed]
+        if path.startswith("/runs/{run_id}/signals/"):
+            runs = ["seed-durable", "seed-durable", live.killed]
+        params["run_id"] = data.draw(st.sampled_from(runs))
+    if params is not None and "name" in params and "/signals/" in path:
+        params["name"] = data.draw(st.sampled_from(["approve", "go"]))
+    elif params is not None and "name" in params:
         names = ["local", "signed"] if path.startswith("/webhooks") else ["nightly", "chain"]
         params["name"] = data.draw(st.sampled_from(names))
     if isinstance(body, dict) and path == "/runs":

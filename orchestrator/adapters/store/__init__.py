@@ -14,10 +14,11 @@ store.
 - `tables.Tables`: the client and table names they share;
 - `codec`: the item encoding of rows; `control.Control`: the control table's items.
 
-Durable-workflow journal rows will be one more row class here."""
+- `journal.JournalRows`: a durable run's journal entries, signals and driver writes."""
 
 from __future__ import annotations
 
+from orchestrator.adapters.store.journal import JournalRows
 from orchestrator.adapters.store.run_rows import RunRows
 from orchestrator.adapters.store.step_rows import StepRows
 from orchestrator.adapters.store.step_writes import Lease, StepTransitions
@@ -25,5 +26,5 @@ from orchestrator.adapters.store.step_writes import Lease, StepTransitions
 __all__ = ["Lease", "Store"]
 
 
-class Store(RunRows, StepRows, StepTransitions):
+class Store(RunRows, StepRows, StepTransitions, JournalRows):
     """Reads and conditional writes of the runs and steps tables (one DynamoDB client)."""

@@ -105,6 +105,8 @@ def step_from_item(item: Item) -> StepRecord:
         at_launch=bool(item.get("at_launch", {}).get("BOOL", False)),
         wake_at=_n(item, "wake_at"),
         resends=int(_n(item, "resends") or 0),
+        waiting=_json(item, "waiting"),
+        pokes=int(_n(item, "pokes") or 0),
         history=_history(item),
     )
 
@@ -152,6 +154,10 @@ def step_to_item(s: StepRecord) -> Item:
     item["wake_shard"] = num(shard_of(s.run_id))
     if s.resends:
         item["resends"] = num(s.resends)
+    if s.waiting is not None:
+        item["waiting"] = {"S": dumps(s.waiting)}
+    if s.pokes:
+        item["pokes"] = num(s.pokes)
     for key in ("lease_until", "due_at", "ready_at", "started_at", "finished_at", "expires_at",
                 "wake_at"):
         v = getattr(s, key)
@@ -195,6 +201,7 @@ def run_from_item(item: Item) -> RunRecord:
         kill_requested=bool(item.get("kill_requested", {}).get("BOOL", False)),
         kill_reason=_s(item, "kill_reason"),
         halted=bool(item.get("halted", {}).get("BOOL", False)),
+        paused=_json(item, "paused"),
         error=_json(item, "error"),
         finished_at=_n(item, "finished_at"),
         expires_at=_n(item, "expires_at"),

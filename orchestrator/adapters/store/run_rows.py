@@ -116,6 +116,29 @@ class RunRows(Tables):
             values, names={"#e": "error", "#h": "history"}, also="halted <> :t",
         )
 
+    def pause_run(self, run_id: str, error: dict[str, Any], now: float) -> None:
+        """Flag a durable run paused (a replay mismatch), with what was found."""
+        values = {":p": {"S": dumps(error)}, ":now": num(now)}
+        hist = history_clause(values, now, "run.paused", error=short_error(error))
+        try:
+            self._update_running(run_id, RUN_MOVES["pause"],
+                                 f"SET paused = :p, updated_at = :now, {hist}", values,
+                                 names={"#h": "history"})
+        except ConditionFailed:
+            pass  # it ended or stopped meanwhile
+
+    def unpause_run(self, run_id: str, now: float, **detail: Any) -> bool:
+        """Clear a run's pause (resume, reset). False if it is not paused."""
+        values = {":now": num(now)}
+        hist = history_clause(values, now, "run.resumed", **detail)
+        try:
+            self._update_running(run_id, RUN_MOVES["pause"],
+                                 f"SET updated_at = :now, {hist} REMOVE paused", values,
+                                 names={"#h": "history"}, also="attribute_exists(paused)")
+        except ConditionFailed:
+            return False
+        return True
+
     def request_kill(self, run_id: str, reason: str, now: float) -> RunRecord:
         values = {":t": {"BOOL": True}, ":r": {"S": reason}, ":now": num(now),
                   ":wk": num(now + self.wake.settle)}
@@ -314,12 +337,16 @@ class RunRows(Tables):
             "ScanIndexForward": False, "Limit": limit,
             # Only what a listing shows: the definition and input can be large.
             "ProjectionExpression": "run_id, workflow, #s, created_at, finished_at, expires_at,"
-            " started_at, #t, rerun_of, listed",
+            " started_at, #t, rerun_of, listed, paused",
             "ExpressionAttributeNames": {"#s": "status", "#t": "trigger"},
         }
         if status is not None:
-            kwargs["FilterExpression"] = "#s = :st"
-            values[":st"] = {"S": status}
+            # `paused` is shown for a running durable run stopped by a replay mismatch.
+            kwargs["FilterExpression"] = {
+                "paused": "#s = :st AND attribute_exists(paused)",
+                "running": "#s = :st AND attribute_not_exists(paused)",
+            }.get(status, "#s = :st")
+            values[":st"] = {"S": "running" if status == "paused" else status}
         kwargs["ExpressionAttributeValues"] = values
         return kwargs
 

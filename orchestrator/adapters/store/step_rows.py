@@ -22,8 +22,13 @@ STATE_PROJECTION = (
     "run_id, step, #s, backend, route, deps, dependants, attempt, max_attempts, #t,"
     " retry_strategy, retry_delay, retry_max_delay, lease_owner, lease_until, due_at,"
     " ready_at, started_at, finished_at, count_me, stopping, expires_at, at_launch, wake_at,"
-    " resends"
+    " resends, waiting, pokes"
 )
+
+
+# Sort keys from here on are not step rows: a durable run's journal entries and
+# signals (adapters/store/journal.py). Step names never start with "~".
+ITEMS = "~"
 
 
 class FenceClosed(Exception):
@@ -131,8 +136,9 @@ class StepRows(Tables):
         rows: list[StepRecord] = []
         kwargs: dict[str, Any] = {
             "TableName": self.steps,
-            "KeyConditionExpression": "run_id = :r",
-            "ExpressionAttributeValues": {":r": {"S": run_id}},
+            # Below "~": a durable run's journal and signals sort after its rows.
+            "KeyConditionExpression": "run_id = :r AND step < :items",
+            "ExpressionAttributeValues": {":r": {"S": run_id}, ":items": {"S": ITEMS}},
             "ConsistentRead": True,
         }
         if states_only:

@@ -74,8 +74,13 @@ class Tables:
         *,
         step_retention: float = 30 * 24 * 3600.0,
         wake: WakeTimes | None = None,
+        blobs: Any = None,
+        inline_limit: int = 32 * 1024,
     ) -> None:
         self.ddb = dynamodb
+        # Where a value too large for an item goes (a durable run's journal entries).
+        self.blobs = blobs
+        self.inline_limit = inline_limit
         self.runs = names.runs_table
         self.steps = names.steps_table
         # Every write stamps the row's next wake (engine/wakes.py) in the same request.

@@ -1,0 +1,270 @@
+"""A durable run's journal and signals, in the steps table under the run's partition,
+sorted after its step rows (sort keys from `~`):
+
+| step (sort key)                     | what                                              |
+|-------------------------------------|---------------------------------------------------|
+| `$run`                              | the driver: an ordinary step row (engine/durable) |
+| `~j#<scope>#<pos:08d>`              | one journal entry, written once                   |
+| `~s#<name>#<ms>#<signal id>`        | a signal, queued until a wait consumes it         |
+
+An entry is created with a conditional put: the first write wins, and a writer that
+loses gets the entry that is there (a duplicate of its own, or the outcome that beat it:
+a signal before a timeout). Values past `inline_limit` bytes live in the blob store and
+the entry holds their key. Reading a journal is one strongly consistent query."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.store.codec import num, step_from_item
+from orchestrator.adapters.store.control import ms_key
+from orchestrator.adapters.store.tables import Tables, history_clause, step_key
+from orchestrator.engine.durable import DRIVER
+from orchestrator.engine.records import StepRecord
+from orchestrator.errors import ConditionFailed
+from orchestrator.strict_json import dumps
+
+__all__ = ["JournalRows", "entry_key", "signal_prefix"]
+
+JOURNAL = "~j#"
+SIGNALS = "~s#"
+
+
+def entry_key(scope: str, pos: int) -> str:
+    return f"{JOURNAL}{scope}#{pos:08d}"
+
+
+def signal_prefix(name: str) -> str:
+    return f"{SIGNALS}{name}#"
+
+
+class JournalRows(Tables):
+    # -- the journal ---------------------------------------------------------------------
+
+    def read_journal(self, run_id: str) -> list[dict[str, Any]]:
+        """Every entry of a run's journal, in (scope, position) order."""
+        entries: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.steps,
+            "KeyConditionExpression": "run_id = :r AND begins_with(step, :j)",
+            "ExpressionAttributeValues": {":r": {"S": run_id}, ":j": {"S": JOURNAL}},
+            "ConsistentRead": True,
+        }
+        while True:
+            with _translate(f"journal of {run_id}"):
+                resp = self.ddb.query(**kwargs)
+            entries.extend(self._entry(i) for i in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return entries
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    def _entry(self, item: dict[str, Any]) -> dict[str, Any]:
+        ref = item.get("ref", {}).get("S")
+        if ref is not None:
+            if self.blobs is None:
+                raise RuntimeError("journal entry in the blob store, and no blob store")
+            raw = self.blobs.get(ref).decode()
+        else:
+            raw = item["doc"]["S"]
+        entry: dict[str, Any] = json.loads(raw)
+        return entry
+
+    def put_entry(self, run_id: str, entry: dict[str, Any], now: float) -> dict[str, Any]:
+        """Create the entry at its place; the entry that is there if another write was
+        first (compare its id with yours)."""
+        key = entry_key(str(entry.get("scope", "")), int(entry["pos"]))
+        raw = dumps(entry)
+        item: dict[str, Any] = {
+            **step_key(run_id, key),
+            "op_id": {"S": str(entry["id"])},
+            "expires_at": num(now + self.step_retention),
+        }
+        if len(raw) > self.inline_limit:
+            if self.blobs is None:
+                raise RuntimeError("journal entry too large for an item, and no blob store")
+            item["ref"] = {"S": self.blobs.put(f"journal/{run_id}/{key[3:]}.json", raw.encode())}
+        else:
+            item["doc"] = {"S": raw}
+        try:
+            with _translate(f"journal {run_id}/{key}: write"):
+                self.ddb.put_item(TableName=self.steps, Item=item,
+                                  ConditionExpression="attribute_not_exists(step)")
+        except ConditionFailed:
+            with _translate(f"journal {run_id}/{key}: read"):
+                found = self.ddb.get_item(TableName=self.steps, Key=step_key(run_id, key),
+                                          ConsistentRead=True).get("Item")
+            if found is None:  # cannot be: entries are never deleted while a run lives
+                raise
+            return self._entry(found)
+        return entry
+
+    # -- signals -------------------------------------------------------------------------
+
+    def queue_signal(self, run_id: str, name: str, payload: Any, signal_id: str,
+                     now: float) -> bool:
+        """Queue a signal (False: one with this id is queued already)."""
+        item = {
+            **step_key(run_id, f"{signal_prefix(name)}{ms_key(now)}#{signal_id}"),
+            "doc": {"S": dumps({"id": signal_id, "payload": payload, "at": round(now, 3)})},
+            "expires_at": num(now + self.step_retention),
+        }
+        try:
+            with _translate(f"signal {run_id}/{name}: queue"):
+                self.ddb.put_item(TableName=self.steps, Item=item,
+                                  ConditionExpression="attribute_not_exists(step)")
+        except ConditionFailed:
+            return False
+        return True
+
+    def signal_ids(self, run_id: str, name: str) -> set[str]:
+        return {s["id"] for s in self._signals(run_id, name, unconsumed=False)}
+
+    def _signals(self, run_id: str, name: str, *, unconsumed: bool) -> list[dict[str, Any]]:
+        kwargs: dict[str, Any] = {
+            "TableName": self.steps,
+            "KeyConditionExpression": "run_id = :r AND begins_with(step, :p)",
+            "ExpressionAttributeValues": {":r": {"S": run_id}, ":p": {"S": signal_prefix(name)}},
+            "ConsistentRead": True,
+        }
+        out: list[dict[str, Any]] = []
+        while True:
+            with _translate(f"signals {run_id}/{name}"):
+                resp = self.ddb.query(**kwargs)
+            for item in resp.get("Items", []):
+                doc = json.loads(item["doc"]["S"])
+                doc["key"] = item["step"]["S"]
+                doc["consumed"] = item.get("taken_by", {}).get("S")
+                if not unconsumed or doc["consumed"] is None:
+                    out.append(doc)
+            if "LastEvaluatedKey" not in resp:
+                return out
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    def take_signal(self, run_id: str, name: str, wait_id: str) -> dict[str, Any] | None:
+        """The oldest signal `name` not consumed by another wait, now consumed by
+        `wait_id` (a conditional write: two waits never take the same signal; taking it
+        again for the same wait is a no-op). None: there is none."""
+        for doc in self._signals(run_id, name, unconsumed=False):
+            if doc["consumed"] == wait_id:
+                return doc
+            if doc["consumed"] is not None:
+                continue
+            try:
+                with _translate(f"signal {run_id}/{name}: consume"):
+                    self.ddb.update_item(
+                        TableName=self.steps, Key=step_key(run_id, doc["key"]),
+                        UpdateExpression="SET taken_by = :w",
+                        ConditionExpression="attribute_not_exists(taken_by) OR taken_by = :w",
+                        ExpressionAttributeValues={":w": {"S": wait_id}},
+                    )
+            except ConditionFailed:
+                continue  # another wait took it first
+            return doc
+        return None
+
+    # -- the driver ----------------------------------------------------------------------
+
+    def suspend_driver(self, run_id: str, owner: str, attempt: int, pokes: int,
+                       waiting: dict[str, Any], due_at: float | None, wake_at: float | None,
+                       now: float, *, reset_attempt: bool = False) -> str:
+        """Release the driver's lease, leaving what it waits for. Guarded by the lease
+        and by `pokes` (the count its holder saw): "ok", "poked" (a signal landed
+        meanwhile: look again, the lease is still yours), "stopping" (the run is being
+        cancelled: the lease is still yours, end the driver) or "lost"."""
+        values: dict[str, Any] = {":o": {"S": owner}, ":n": num(attempt), ":p": num(pokes),
+                                  ":w": {"S": dumps(waiting)}}
+        sets = ["waiting = :w", history_clause(values, now, "run.waiting", waits=waiting["kind"],
+                                               name=waiting.get("name"))]
+        removes = ["lease_owner", "lease_until"]
+        for attr, value in (("due_at", due_at), ("wake_at", wake_at)):
+            if value is None:
+                removes.append(attr)
+            else:
+                values[f":{attr}"] = num(value)
+                sets.append(f"{attr} = :{attr}")
+        if reset_attempt:
+            values[":one"] = num(1)
+            sets.append("attempt = :one")
+        try:
+            with _translate(f"driver {run_id}: suspend"):
+                self.ddb.update_item(
+                    TableName=self.steps, Key=step_key(run_id, DRIVER),
+                    UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+                    ConditionExpression=(
+                        "lease_owner = :o AND attempt = :n AND attribute_not_exists(stopping)"
+                        + (" AND (attribute_not_exists(pokes) OR pokes = :p)" if not pokes
+                           else " AND pokes = :p")),
+                    ExpressionAttributeNames={"#h": "history"},
+                    ExpressionAttributeValues=values,
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+        except ConditionFailed as exc:
+            item = exc.item or self.ddb.get_item(TableName=self.steps,
+                                                 Key=step_key(run_id, DRIVER),
+                                                 ConsistentRead=True).get("Item") or {}
+            mine = (item.get("lease_owner", {}).get("S") == owner
+                    and int(item.get("attempt", {}).get("N", "0")) == attempt)
+            if not mine:
+                return "lost"
+            return "stopping" if "stopping" in item else "poked"
+        return "ok"
+
+    def poke_driver(self, run_id: str, now: float) -> StepRecord | None:
+        """Tell the driver to look again (a signal landed). Returns the row as poked if
+        nobody holds it (send it a dispatch; its wake covers a lost one), None if it is
+        held (its holder sees the poke when it releases) or gone."""
+        key = step_key(run_id, DRIVER)
+        wake = num(now + self.wake.redispatch_after)
+        for _ in range(8):
+            try:
+                with _translate(f"driver {run_id}: poke"):
+                    resp = self.ddb.update_item(
+                        TableName=self.steps, Key=key,
+                        UpdateExpression="ADD pokes :one SET wake_at = :wk",
+                        ConditionExpression=("attribute_exists(step) AND #s = :d"
+                                             " AND attribute_not_exists(lease_owner)"),
+                        ExpressionAttributeNames={"#s": "status"},
+                        ExpressionAttributeValues={":one": num(1), ":wk": wake,
+                                                   ":d": {"S": "dispatched"}},
+                        ReturnValues="ALL_NEW",
+                    )
+                return step_from_item(resp["Attributes"])
+            except ConditionFailed:
+                pass
+            try:
+                with _translate(f"driver {run_id}: poke"):
+                    self.ddb.update_item(
+                        TableName=self.steps, Key=key,
+                        UpdateExpression="ADD pokes :one",
+                        ConditionExpression="attribute_exists(lease_owner)",
+                        ExpressionAttributeValues={":one": num(1)},
+                    )
+                return None
+            except ConditionFailed:
+                row = self.get_driver(run_id)
+                if row is None or row.status.terminal or row.status.value == "ready":
+                    return None  # gone, ended, or not started (it reads its signals then)
+        return None
+
+    def get_driver(self, run_id: str) -> StepRecord | None:
+        with _translate(f"driver {run_id}: read"):
+            item = self.ddb.get_item(TableName=self.steps, Key=step_key(run_id, DRIVER),
+                                     ConsistentRead=True).get("Item")
+        return None if item is None else step_from_item(item)
+
+    def renew_driver(self, run_id: str, owner: str, attempt: int, until: float) -> bool:
+        """Extend the driver's lease (an eager chain of calls); False if it is lost."""
+        try:
+            with _translate(f"driver {run_id}: renew"):
+                self.ddb.update_item(
+                    TableName=self.steps, Key=step_key(run_id, DRIVER),
+                    UpdateExpression="SET lease_until = :u, wake_at = :u",
+                    ConditionExpression="lease_owner = :o AND attempt = :n",
+                    ExpressionAttributeValues={":u": num(until), ":o": {"S": owner},
+                                               ":n": num(attempt)},
+                )
+        except ConditionFailed:
+            return False
+        return True

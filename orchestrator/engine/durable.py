@@ -1,0 +1,240 @@
+"""Durable workflows: what a call's answer and the clock mean for a run.
+
+A durable run has one step row, the *driver* (`DRIVER`): it carries the lease of
+whoever advances the run, its retries when a call fails, and what the run waits for
+(`Waiting`) while nobody holds it. The journal is one write-once item per operation
+(adapters/store/journal.py). A call's answer is a list of operations (functions/durable);
+`read_answer` turns it into the entries to commit and one `Next` move, and
+`resolve` decides whether a wait is over. Pure: no I/O.
+
+First resolution wins: the outcome of a wait is the journal entry at its place, created
+with a conditional put. Whoever loses the put (a timer against a signal, a duplicate)
+adopts the entry that is there."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "DRIVER",
+    "Complete",
+    "Continue",
+    "Fail",
+    "Next",
+    "Pause",
+    "Suspend",
+    "Waiting",
+    "is_driver",
+    "read_answer",
+    "resolve",
+    "wait_entry",
+]
+
+DRIVER = "$run"
+WAIT_KINDS = ("sleep", "signal", "retry", "next", "mismatch")
+# A call that asks for more than this many entries at once is refused as malformed.
+MAX_OPS_PER_CALL = 1000
+
+
+def is_driver(step: str) -> bool:
+    return step == DRIVER
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What the driver waits for: `kind` is sleep, signal, retry (a step's next
+    attempt), next (a step to run: only when the chain went to the queue) or mismatch
+    (paused). `until` is when a timer ends the wait (a sleep's end, a signal's
+    timeout, a retry's backoff)."""
+
+    kind: str
+    scope: str = ""
+    pos: int = 0
+    id: str = ""
+    name: str = ""
+    until: float | None = None
+    since: float = 0.0
+    attempt: int = 0
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"kind": self.kind, "scope": self.scope, "pos": self.pos,
+                               "id": self.id, "name": self.name, "since": self.since}
+        if self.until is not None:
+            doc["until"] = self.until
+        if self.attempt:
+            doc["attempt"] = self.attempt
+        if self.detail:
+            doc["detail"] = dict(self.detail)
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Waiting:
+        until = doc.get("until")
+        return cls(
+            kind=str(doc["kind"]), scope=str(doc.get("scope", "")), pos=int(doc.get("pos", 0)),
+            id=str(doc.get("id", "")), name=str(doc.get("name", "")),
+            until=None if until is None else float(until), since=float(doc.get("since", 0.0)),
+            attempt=int(doc.get("attempt", 0)), detail=dict(doc.get("detail") or {}),
+        )
+
+    def place(self) -> dict[str, Any]:
+        return {"scope": self.scope, "pos": self.pos, "id": self.id,
+                "kind": self.kind, "name": self.name}
+
+
+@dataclass(frozen=True)
+class Continue:
+    """Call again at once (a step is next)."""
+
+
+@dataclass(frozen=True)
+class Suspend:
+    waiting: Waiting
+
+
+@dataclass(frozen=True)
+class Complete:
+    value: Any
+
+
+@dataclass(frozen=True)
+class Fail:
+    error: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A replay mismatch: the run pauses, both operations shown."""
+
+    waiting: Waiting
+    error: dict[str, Any]
+
+
+Next = Continue | Suspend | Complete | Fail | Pause
+
+
+class BadAnswer(ValueError):
+    """The workflow's answer does not follow the protocol."""
+
+
+def _place(op: Mapping[str, Any]) -> tuple[str, int, str, str]:
+    try:
+        return str(op.get("scope", "")), int(op["pos"]), str(op["id"]), str(op["name"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadAnswer(f"operation {op!r} lacks its place (pos, id, name)") from exc
+
+
+def read_answer(answer: Any, now: float) -> tuple[list[dict[str, Any]], Next]:
+    """The entries to commit, in order, and what follows them. BadAnswer if the
+    answer does not follow the protocol (the call then counts as failed)."""
+    if not isinstance(answer, Mapping) or not isinstance(answer.get("ops"), list):
+        raise BadAnswer("the answer is not an object with an 'ops' list")
+    ops: Sequence[Any] = answer["ops"]
+    if len(ops) > MAX_OPS_PER_CALL:
+        raise BadAnswer(f"the answer has {len(ops)} operations (at most {MAX_OPS_PER_CALL})")
+    deadline = answer.get("deadline")
+    entries: list[dict[str, Any]] = []
+    for op in ops:
+        if not isinstance(op, Mapping):
+            raise BadAnswer(f"operation {op!r} is not an object")
+        kind = op.get("op")
+        if kind == "record":
+            entry = op.get("entry")
+            if not isinstance(entry, Mapping):
+                raise BadAnswer("a record operation has no entry")
+            _place(entry)
+            entries.append(dict(entry))
+            continue
+        if kind == "complete":
+            return entries, Complete(op.get("value"))
+        if kind == "fail":
+            error = op.get("error")
+            return entries, Fail(dict(error) if isinstance(error, Mapping)
+                                 else {"code": "workflow_failed", "message": str(error)})
+        if kind == "mismatch":
+            recorded, issued = op.get("recorded") or {}, op.get("issued") or {}
+            scope, pos, oid, name = _place(issued)
+            message = str(op.get("message") or "replay mismatch")
+            waiting = Waiting("mismatch", scope, pos, oid, name, since=now,
+                              detail={"recorded": dict(recorded), "issued": dict(issued)})
+            return entries, Pause(waiting, {"code": "replay_mismatch", "message": message,
+                                            "details": waiting.detail})
+        scope, pos, oid, name = _place(op)
+        if kind == "next":
+            return entries, Continue()
+        cap: float | None = float(deadline) if isinstance(deadline, int | float) else None
+        if kind == "sleep":
+            until = op.get("until")
+            wake = float(until) if until is not None else now + _num(op, "seconds")
+            return entries, Suspend(Waiting("sleep", scope, pos, oid, name,
+                                            until=_capped(wake, cap), since=now,
+                                            detail={"deadline": cap} if cap else {}))
+        if kind == "signal":
+            timeout = op.get("timeout")
+            end: float | None = None if timeout is None else now + _num(op, "timeout")
+            detail: dict[str, Any] = {"timeout": end} if end is not None else {}
+            if cap is not None:
+                detail["deadline"] = cap
+            return entries, Suspend(Waiting("signal", scope, pos, oid, name,
+                                            until=_capped(end, cap), since=now, detail=detail))
+        if kind == "retry":
+            attempt = int(_num(op, "attempt"))
+            detail = {"error": op.get("error")}
+            return entries, Suspend(Waiting("retry", scope, pos, oid, name,
+                                            until=now + _num(op, "after"), since=now,
+                                            attempt=attempt, detail=detail))
+        raise BadAnswer(f"unknown operation {kind!r}")
+    raise BadAnswer("the answer ends without saying what comes next")
+
+
+def _num(op: Mapping[str, Any], key: str) -> float:
+    value = op.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise BadAnswer(f"operation {op.get('op')!r}: {key} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _capped(until: float | None, deadline: float | None) -> float | None:
+    """A wait ends by the run's execution deadline at the latest (the call then fails
+    the run)."""
+    if deadline is None:
+        return until
+    return deadline if until is None else min(until, deadline)
+
+
+def wait_entry(waiting: Waiting, now: float, *, status: str = "ok", value: Any = None,
+               **extra: Any) -> dict[str, Any]:
+    """The journal entry that ends `waiting`."""
+    return {**waiting.place(), "status": status, "value": value, "started": waiting.since,
+            "ended": round(now, 3), **extra}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A wait is over: its entry (None for a retry's backoff, which records nothing)."""
+
+    entry: dict[str, Any] | None
+
+
+def resolve(waiting: Waiting, now: float, signal: Mapping[str, Any] | None = None
+            ) -> Resolved | None:
+    """Whether `waiting` is over at `now`, given the oldest signal queued for it (if it
+    waits for one). None: it still waits."""
+    due = waiting.until is not None and now >= waiting.until
+    if waiting.kind == "retry":
+        return Resolved(None) if due else None
+    if waiting.kind == "next":
+        return Resolved(None)
+    if waiting.kind == "sleep":
+        return Resolved(wait_entry(waiting, now)) if due else None
+    if waiting.kind == "signal":
+        if signal is not None:
+            return Resolved(wait_entry(waiting, now, value=signal.get("payload"),
+                                       signal=signal.get("id")))
+        if due:
+            return Resolved(wait_entry(waiting, now, status="timeout"))
+        return None
+    return None  # a mismatch waits for an operator

@@ -1,0 +1,253 @@
+"""Advancing a durable run: call its workflow with the journal, commit what the call
+reports, and call again at once while the run has a step to run (eager continuation).
+
+The worker that claimed the run's driver row holds its lease for the whole chain; it
+reads the journal once and keeps it in memory, so a sequential step costs one HTTP call
+and one conditional put. The run leaves the worker only to wait (a sleep, a signal, a
+step's backoff), when the worker's time is up, or when it ends. While it waits, nobody
+holds it: a timer message (or the sweeper, for waits past the queue's 15-minute delay)
+or a poke (a signal landed) brings it back to a worker, which resolves the wait before
+calling the workflow again.
+
+Whoever advances the run, the decisions are engine/durable.py's: this module only reads
+and writes."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from orchestrator.adapters.invoker import Call, Invoker
+from orchestrator.adapters.messages import Dispatch
+from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, after_attempt
+from orchestrator.engine.durable import (
+    DRIVER,
+    BadAnswer,
+    Complete,
+    Continue,
+    Pause,
+    Suspend,
+    Waiting,
+    read_answer,
+    resolve,
+)
+from orchestrator.engine.durable import Fail as WorkflowFail
+from orchestrator.engine.records import StepRecord
+from orchestrator.errors import Code, error_doc
+from orchestrator.services.executor import Executor, RunContext, Tally
+from orchestrator.strict_json import dumps
+
+__all__ = ["Durable", "Target"]
+
+log = logging.getLogger("orchestrator.durable")
+
+# Waits ending within this many seconds get a timer message now; later ones are the
+# sweeper's to hand to the queue when they come within reach (SQS delays <= 15 min).
+TIMER_REACH = 900.0
+# The sweeper hands a far wait to the queue this long before it ends.
+HANDOFF_BEFORE = 600.0
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    secret: str | None
+
+
+class Durable:
+    def __init__(self, executor: Executor, invoker: Invoker, *,
+                 clock: Callable[[], float], rand: Callable[[], float]) -> None:
+        self.adv = executor
+        self.store = executor.store
+        self.queues = executor.queues
+        self.settings = executor.settings
+        self.invoker = invoker
+        self.clock = clock
+        self.rand = rand
+
+    # ---- advancing a run ---------------------------------------------------------------
+
+    def advance(self, row: StepRecord, ctx: RunContext, target: Target, tally: Tally,
+                room: Callable[[], bool]) -> None:
+        """Advance the run whose driver `row` this worker has just claimed, until it
+        waits or ends (or `room()` says this worker's time is up)."""
+        run_id = row.run_id
+        journal = self.store.read_journal(run_id)
+        places = {(e.get("scope", ""), int(e["pos"])) for e in journal}
+        waiting = Waiting.from_json(row.waiting) if row.waiting else None
+        pokes = row.pokes
+        attempts: dict[str, int] = {}
+        while True:
+            now = self.clock()
+            if waiting is not None and (waiting.scope, waiting.pos) in places:
+                waiting = None  # resolved already (a stale record of a past wait)
+            if waiting is not None:
+                if waiting.kind == "retry":
+                    attempts = {waiting.id: waiting.attempt}
+                signal = None
+                if waiting.kind == "signal":
+                    signal = self.store.take_signal(run_id, waiting.name,
+                                                    f"{waiting.scope}#{waiting.pos}")
+                done = resolve(waiting, now, signal)
+                if done is None:
+                    left = self._suspend(row, pokes, waiting, now, tally)
+                    if left != "poked":
+                        return
+                    fresh = self.store.get_driver(run_id)
+                    pokes = fresh.pokes if fresh is not None else pokes + 1
+                    continue
+                if done.entry is not None:
+                    stored = self.store.put_entry(run_id, done.entry, now)
+                    journal.append(stored)
+                    places.add((stored.get("scope", ""), int(stored["pos"])))
+                waiting = None
+            kept = self._keep_lease(row, ctx)
+            if kept is None:
+                return  # the lease is lost: its next holder carries on
+            row = kept
+            answer, failure = self._call(row, ctx, target, journal, attempts)
+            if failure is not None:
+                self._call_failed(row, ctx, failure, tally)
+                return
+            try:
+                entries, after = read_answer(answer, self.clock())
+            except BadAnswer as exc:
+                self._call_failed(row, ctx, Outcome(OutcomeKind.RETRYABLE, error=error_doc(
+                    Code.BAD_ANSWER, f"workflow {ctx.served}: {exc}")), tally)
+                return
+            attempts = {}
+            for entry in entries:
+                stored = self.store.put_entry(run_id, entry, self.clock())
+                if stored.get("id") != entry.get("id"):
+                    # Another call committed a different operation here: the code differs
+                    # between the two (a deploy mid-run). Pause, as for a mismatch.
+                    after = Pause(
+                        Waiting("mismatch", str(entry.get("scope", "")), int(entry["pos"]),
+                                str(entry.get("id")), str(entry.get("name")), since=now,
+                                detail={"recorded": _place(stored), "issued": _place(entry)}),
+                        {"code": "replay_mismatch",
+                         "message": f"two calls recorded different operations at position "
+                                    f"{entry['pos']}: {stored.get('name')!r} and "
+                                    f"{entry.get('name')!r}"})
+                    break
+                journal.append(stored)
+                places.add((stored.get("scope", ""), int(stored["pos"])))
+            if isinstance(after, Continue):
+                if room():
+                    continue
+                # This worker's time is up: the next call goes to the queue.
+                waiting = Waiting("next", since=self.clock())
+                self._suspend(row, pokes, waiting, self.clock(), tally, send=True)
+                return
+            if isinstance(after, Suspend):
+                waiting = after.waiting
+                continue
+            if isinstance(after, Complete):
+                self._complete(row, ctx, after.value, tally)
+                return
+            if isinstance(after, WorkflowFail):
+                self.adv.fail(row, ctx, Fail(dict(after.error)), tally)
+                return
+            assert isinstance(after, Pause)
+            self._pause(row, pokes, after, tally)
+            return
+
+    def _call(self, row: StepRecord, ctx: RunContext, target: Target,
+              journal: list[dict[str, Any]], attempts: dict[str, int]
+              ) -> tuple[Any, Outcome | None]:
+        body = {
+            "run": {"run_id": row.run_id, "workflow": ctx.served,
+                    "started_at": ctx.started_at, "now": self.clock(), "attempt": row.attempt},
+            "input": ctx.input,
+            "journal": journal,
+            "target": "",
+            "attempts": attempts,
+        }
+        call = Call(url=target.url, secret=target.secret, run_id=row.run_id,
+                    workflow=ctx.workflow, step=DRIVER, attempt=row.attempt,
+                    timeout=row.timeout, input=None, steps=None, payload={},
+                    raw_body=dumps(body).encode())
+        result = self.invoker.invoke(call)
+        if result.outcome.kind is not OutcomeKind.SUCCESS:
+            return None, result.outcome
+        try:
+            return json.loads(result.raw), None
+        except ValueError:
+            return None, Outcome(OutcomeKind.RETRYABLE, error=error_doc(
+                Code.BAD_ANSWER, "the workflow's answer is not JSON"))
+
+    def _call_failed(self, row: StepRecord, ctx: RunContext, outcome: Outcome,
+                     tally: Tally) -> None:
+        """A call that failed as a whole (endpoint down, 5xx, a malformed answer): tried
+        again with backoff, like a step's attempt; a 4xx fails the run."""
+        decision = after_attempt(row, outcome, self.clock(), self.rand())
+        if isinstance(decision, Retry):
+            self.adv.retry(row, decision, tally)
+        elif isinstance(decision, Fail):
+            self.adv.fail(row, ctx, decision, tally)
+
+    def _keep_lease(self, row: StepRecord, ctx: RunContext) -> StepRecord | None:
+        """The row, with a lease that outlasts one more call (renewed if need be)."""
+        now = self.clock()
+        need = row.timeout + self.settings.lease_margin
+        if (row.lease_until or 0.0) - now >= need:
+            return row
+        until = now + need
+        if not self.store.renew_driver(row.run_id, row.lease_owner or "", row.attempt, until):
+            return None
+        return replace(row, lease_until=until)
+
+    def _suspend(self, row: StepRecord, pokes: int, waiting: Waiting, now: float,
+                 tally: Tally, *, send: bool = False) -> str:
+        """Release the run to wait; a timer message if its wait ends within reach."""
+        until = waiting.until
+        if send:
+            due, wake = now, now + self.adv.store.wake.redispatch_after
+        elif until is None:
+            due, wake = None, None  # a poke (or a timer) brings it back
+        elif until - now <= TIMER_REACH:
+            due, wake = until, until + self.adv.store.wake.redispatch_after
+        else:
+            due, wake = until, until - HANDOFF_BEFORE
+        left = self.store.suspend_driver(row.run_id, row.lease_owner or "", row.attempt, pokes,
+                                         waiting.to_json(), due, wake, now,
+                                         reset_attempt=row.attempt > 1)
+        if left == "stopping":
+            # The run is being cancelled and the lease is still ours: end the driver.
+            gone = self.store.abandon(row.run_id, DRIVER, row.attempt, row.lease_owner or "",
+                                      "run stopped", now)
+            if gone is not None and gone.counted:
+                tally.add(row.run_id)
+            return left
+        if left == "ok" and due is not None and (send or (until is not None
+                                                         and until - now <= TIMER_REACH)):
+            attempt = 1 if row.attempt > 1 else row.attempt
+            msg = Dispatch(run_id=row.run_id, step=DRIVER, attempt=attempt,
+                           due_at=None if send else due)
+            if send:
+                self.queues.dispatch([msg])
+            else:
+                self.queues.timer(msg, now)
+        return left
+
+    def _complete(self, row: StepRecord, ctx: RunContext, value: Any, tally: Tally) -> None:
+        raw = dumps(value).encode()
+        try:
+            output_json, output_ref = self.adv.store_output(row, raw)
+        except Exception as exc:  # the blob store failed: try the call again later
+            self._call_failed(row, ctx, Outcome(OutcomeKind.RETRYABLE, error=error_doc(
+                Code.OUTPUT_STORE_FAILED, str(exc)), retry_after=1.0), tally)
+            return
+        self.adv.succeed(row, ctx, output_json, output_ref, len(raw), tally, keep_one=None)
+
+    def _pause(self, row: StepRecord, pokes: int, pause: Pause, tally: Tally) -> None:
+        now = self.clock()
+        self.store.pause_run(row.run_id, pause.error, now)
+        self._suspend(row, pokes, pause.waiting, now, tally)
+
+
+def _place(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: entry.get(k) for k in ("scope", "pos", "id", "kind", "name")}

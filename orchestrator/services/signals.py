@@ -1,0 +1,59 @@
+"""Signals to durable runs: queued per run and name until a wait consumes them (first
+in, first out), so none is lost when it arrives before the run waits for it.
+
+Sending is two writes: the signal's item, then a poke on the run's driver row. A run
+nobody holds gets a dispatch (and a wake, in case the dispatch is lost); a run being
+advanced sees the poke when it next tries to wait, and looks again."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.adapters.messages import Dispatch
+from orchestrator.adapters.queue import Queues
+from orchestrator.adapters.store import Store
+from orchestrator.engine.durable import DRIVER
+from orchestrator.errors import Code, Conflict, NotFound, UsageError
+
+__all__ = ["Signals"]
+
+SIGNAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+
+
+class Signals:
+    def __init__(self, store: Store, queues: Queues, clock: Callable[[], float]) -> None:
+        self.store = store
+        self.queues = queues
+        self.clock = clock
+
+    def send(self, run_id: str, name: str, payload: Any, key: str | None = None
+             ) -> dict[str, Any]:
+        """Queue signal `name` with `payload` for a durable run and wake it. `key` (an
+        Idempotency-Key) makes a resend queue nothing."""
+        if not SIGNAL_NAME.fullmatch(name):
+            raise UsageError(f"signal name {name!r}: use 1-128 of A-Z a-z 0-9 _ . : - "
+                             "(starting with a letter or digit)")
+        run = self.store.get_run(run_id, self.clock())
+        if run is None:
+            raise NotFound(f"run {run_id!r} not found")
+        if run.definition.durable is None:
+            raise Conflict(Code.CONFLICT, f"run {run_id!r} is a run of DAG workflow "
+                           f"{run.workflow!r}: only durable workflows take signals")
+        sid = (hashlib.sha256(key.encode()).hexdigest()[:32] if key is not None
+               else uuid.uuid4().hex)
+        if run.status.terminal:
+            if key is not None and sid in self.store.signal_ids(run_id, name):
+                # A resend of a signal delivered before the run ended.
+                return {"run_id": run_id, "signal": name, "id": sid, "duplicate": True}
+            raise Conflict(Code.RUN_FINISHED, f"run {run_id!r} has already finished "
+                           f"({run.status.value}): the signal would never be read")
+        now = self.clock()
+        created = self.store.queue_signal(run_id, name, payload, sid, now)
+        poked = self.store.poke_driver(run_id, now)
+        if poked is not None:
+            self.queues.dispatch([Dispatch(run_id=run_id, step=DRIVER, attempt=poked.attempt)])
+        return {"run_id": run_id, "signal": name, "id": sid, "duplicate": not created}

@@ -1,0 +1,137 @@
+"""Durable workflows end to end: the real engine on moto, the workflows served by a real
+FunctionApp over real HTTP."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from functions.serving import BackgroundServer
+from orchestrator.api.app import create_app as create_api
+from tests.support.durable_fns import LEDGER, create_app
+from tests.support.harness import Harness
+
+MANIFEST = """
+backends:
+  app: { url: "${APP}", secret: durable-secret }
+workflows:
+  chain: { backend: app }
+  sleeper: { backend: app }
+  approval: { backend: app }
+  flaky: { backend: app }
+  saga: { backend: app }
+  versioned: { backend: app, workflow: versioned, timeout: 30s }
+"""
+
+
+@pytest.fixture(scope="module")
+def app_url() -> Iterator[str]:
+    with BackgroundServer(create_app()) as server:
+        yield server.url
+
+
+@pytest.fixture
+def h(build_harness: Any, app_url: str, tmp_path: Any) -> Iterator[Harness]:
+    harness = build_harness(MANIFEST, tmp_path, {"APP": app_url})
+    harness.start_workers(1, threads=4)
+    harness.start_sweeper()
+    yield harness
+    harness.close()
+
+
+def until(check: Any, timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def test_a_chain_runs_each_step_once_and_ends_with_the_workflows_result(h: Harness) -> None:
+    run_id = h.start("chain", {"steps": 5})
+    view = h.wait(run_id)
+    assert view["status"] == "success", view
+    assert view["output"] == {"total": 10}
+    assert LEDGER.bodies(run_id) == [f"add-{i}" for i in range(5)]
+    journal = h.rt.store.read_journal(run_id)
+    assert [e["name"] for e in journal] == [f"add-{i}" for i in range(5)]
+
+
+def test_a_sleep_holds_nothing_and_the_run_resumes_after_it(h: Harness) -> None:
+    run_id = h.start("sleeper", {"sleep": "1s"})
+    waiting = until(lambda: (h.rt.store.get_driver(run_id) or None)
+                    if (h.rt.store.get_driver(run_id) or _none()).waiting else None)
+    assert waiting.lease_owner is None and waiting.waiting["kind"] == "sleep"
+    view = h.wait(run_id)
+    assert view["status"] == "success"
+    assert LEDGER.bodies(run_id) == ["before", "after"]
+    sleep = next(e for e in h.rt.store.read_journal(run_id) if e["kind"] == "sleep")
+    assert sleep["ended"] - sleep["started"] >= 1.0
+
+
+def _none() -> Any:
+    class Nothing:
+        waiting = None
+    return Nothing()
+
+
+def test_a_signal_sent_before_the_wait_is_not_lost(h: Harness) -> None:
+    run_id = h.start("approval", {"twice": True})
+    h.rt.signals.send(run_id, "approve", {"n": 1})
+    h.rt.signals.send(run_id, "approve", {"n": 2})
+    view = h.wait(run_id)
+    assert view["status"] == "success"
+    assert view["output"] == {"first": {"n": 1}, "second": {"n": 2}}
+
+
+def test_a_signal_wakes_a_waiting_run(h: Harness) -> None:
+    run_id = h.start("approval", {})
+    until(lambda: (h.rt.store.get_driver(run_id) or _none()).waiting)
+    h.rt.signals.send(run_id, "approve", {"approved": True})
+    assert h.wait(run_id)["output"] == {"decision": {"approved": True}}
+
+
+def test_a_signal_wait_times_out_with_none(h: Harness) -> None:
+    run_id = h.start("approval", {"timeout": "1s"})
+    assert h.wait(run_id)["output"] == {"decision": None}
+
+
+def test_retries_back_off_and_keep_one_idempotency_key(h: Harness) -> None:
+    run_id = h.start("flaky", {"fails": 2})
+    view = h.wait(run_id)
+    assert view["output"] == "ok after 3"
+    assert len(LEDGER.keys(run_id, "flaky")) == 1
+    [entry] = h.rt.store.read_journal(run_id)
+    assert entry["attempts"] == 3
+
+
+def test_a_saga_compensates_and_an_uncaught_failure_fails_the_run(h: Harness) -> None:
+    ok = h.start("saga", {})
+    bad = h.start("saga", {"reraise": True})
+    assert h.wait(ok)["output"] == {"refunded": True, "why": "bad_address"}
+    failed = h.wait(bad)
+    assert failed["status"] == "failed"
+    assert LEDGER.bodies(ok) == ["charge", "ship", "refund"]
+
+
+def test_signals_over_http(h: Harness) -> None:
+    api = create_api(h.rt)
+    with BackgroundServer(api) as server:
+        run_id = h.start("approval", {})
+        url = f"{server.url}/runs/{run_id}/signals/approve"
+        first = httpx.post(url, json={"ok": 1}, headers={"Idempotency-Key": "k1"})
+        again = httpx.post(url, json={"ok": 1}, headers={"Idempotency-Key": "k1"})
+        assert first.status_code == 202 and again.status_code == 200
+        assert again.json()["duplicate"] is True
+        assert h.wait(run_id)["output"] == {"decision": {"ok": 1}}
+        late = httpx.post(url, json={})
+        assert late.status_code == 409 and late.json()["error"]["code"] == "run_finished"
+        missing = httpx.post(f"{server.url}/runs/nope/signals/approve", json={})
+        assert missing.status_code == 404

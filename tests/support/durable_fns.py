@@ -1,0 +1,116 @@
+"""Durable workflows for the integration tests, served by a real FunctionApp over real
+HTTP. Every step body writes to `LEDGER` (which run, which step, which attempt, which
+idempotency key), so tests assert what the functions actually ran."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from functions.durable import Context, StepFailed, TerminalError, step, workflow
+from functions.sdk import FunctionApp
+
+
+@dataclass
+class Ledger:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    runs: dict[str, list[tuple[str, int, str]]] = field(
+        default_factory=lambda: defaultdict(list))
+    # Code versions by run: a test flips this to change what a workflow issues.
+    version: dict[str, int] = field(default_factory=dict)
+
+    def add(self, ctx: Context, name: str) -> int:
+        with self.lock:
+            self.runs[ctx.run_id].append((name, ctx.attempt, ctx.idempotency_key))
+            return sum(1 for n, _, _ in self.runs[ctx.run_id] if n == name)
+
+    def bodies(self, run_id: str) -> list[str]:
+        with self.lock:
+            return [n for n, _, _ in self.runs[run_id]]
+
+    def keys(self, run_id: str, name: str) -> set[str]:
+        with self.lock:
+            return {k for n, _, k in self.runs[run_id] if n == name}
+
+
+LEDGER = Ledger()
+
+
+def _recorded(name: str, value: Any = None) -> Any:
+    def body_for(ctx: Context) -> Any:
+        async def body() -> Any:
+            LEDGER.add(ctx, name)
+            return value
+        return body
+    return body_for
+
+
+@workflow("chain")
+async def chain(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    total = 0
+    for i in range(int(payload.get("steps", 3))):
+        total += await step(f"add-{i}", _recorded(f"add-{i}", i)(ctx))
+    return {"total": total}
+
+
+@workflow("sleeper")
+async def sleeper(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    await step("before", _recorded("before")(ctx))
+    await ctx.sleep(payload.get("sleep", "1s"))
+    await step("after", _recorded("after")(ctx))
+    return {"slept": True}
+
+
+@workflow("approval")
+async def approval(ctx: Context, payload: dict[str, Any]) -> Any:
+    first = await ctx.wait_for_signal("approve", timeout=payload.get("timeout"))
+    if payload.get("twice"):
+        second = await ctx.wait_for_signal("approve", timeout=payload.get("timeout"))
+        return {"first": first, "second": second}
+    return {"decision": first}
+
+
+@workflow("flaky")
+async def flaky(ctx: Context, payload: dict[str, Any]) -> Any:
+    fails = int(payload.get("fails", 2))
+
+    async def body() -> str:
+        n = LEDGER.add(ctx, "flaky")
+        if n <= fails:
+            raise RuntimeError(f"failure {n}")
+        return f"ok after {n}"
+
+    return await step("flaky", body, retries=3, delay=0.05)
+
+
+@workflow("saga")
+async def saga(ctx: Context, payload: dict[str, Any]) -> Any:
+    await step("charge", _recorded("charge", {"charged": 10})(ctx))
+    try:
+        async def ship() -> None:
+            LEDGER.add(ctx, "ship")
+            raise TerminalError("address unknown", code="bad_address")
+        await step("ship", ship)
+    except StepFailed as exc:
+        await step("refund", _recorded("refund", {"refunded": 10})(ctx))
+        if payload.get("reraise"):
+            raise
+        return {"refunded": True, "why": exc.code}
+    return {"refunded": False}
+
+
+@workflow("versioned")
+async def versioned(ctx: Context, payload: dict[str, Any]) -> Any:
+    await step("one", _recorded("one")(ctx))
+    name = "two" if LEDGER.version.get(ctx.run_id, 1) == 1 else "two-renamed"
+    await step(name, _recorded(name)(ctx))
+    await ctx.wait_for_signal("finish")
+    return {"done": name}
+
+
+def create_app() -> FunctionApp:
+    app = FunctionApp(secret="durable-secret")
+    app.workflow(chain, sleeper, approval, flaky, saga, versioned)
+    return app

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +92,8 @@ class Call:
     sizes: dict[str, int] = field(default_factory=dict)
     # Set once the call has reported a failure or a mismatch: nothing after counts.
     halted: bool = False
+    # The orchestrator's time at the call, on this process's monotonic clock.
+    _mono: float = field(default_factory=time.monotonic)
 
     @classmethod
     def of(cls, entries: list[dict[str, Any]], **kw: Any) -> Call:
@@ -111,6 +114,11 @@ class Call:
                             contextvars.Token[Scope | None]]) -> None:
         _SCOPE.reset(tokens[1])
         _CALL.reset(tokens[0])
+
+    def clock(self) -> float:
+        """The time on the orchestrator's clock (its `now` at the call, plus what has
+        passed since): what entries record, so a test's fake clock applies to them."""
+        return round(self.now + (time.monotonic() - self._mono), 3)
 
     def replaying(self, scope: Scope) -> bool:
         return scope.pos < self.sizes.get(scope.id, 0)

@@ -13,13 +13,13 @@ import asyncio
 import contextvars
 import functools
 import inspect
-import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from functions.durable import stubs
 from functions.durable.call import Place, current, roundtrip
 from functions.durable.durations import Duration, seconds
 from functions.durable.errors import StepFailed, Suspend, WorkflowError
@@ -167,7 +167,7 @@ async def run_step(sc: StepCall) -> Any:
     call.budget -= 1
     attempt = call.attempts.get(place.id, 0) + 1
     info = StepInfo(place, attempt, f"{call.run_id}:{place.id}")
-    started = round(time.time(), 3)
+    started = call.clock()
     scope.busy = place
     token = _STEP.set(info)
     try:
@@ -177,7 +177,7 @@ async def run_step(sc: StepCall) -> Any:
         raise
     except Exception as exc:
         error, retryable, hint = _classify(exc, sc.options)
-        ended = round(time.time(), 3)
+        ended = call.clock()
         if retryable and attempt <= sc.options.retries:
             after = hint if hint is not None else sc.options.after(attempt)
             raise call.wait(place, "retry", attempt=attempt, error=error, after=after,
@@ -189,12 +189,12 @@ async def run_step(sc: StepCall) -> Any:
         _STEP.reset(token)
         scope.busy = None
     call.record(scope, {**place.doc(), "status": "ok", "value": value, "attempts": attempt,
-                        "started": started, "ended": round(time.time(), 3)})
+                        "started": started, "ended": call.clock()})
     return value
 
 
 async def _invoke(sc: StepCall) -> Any:
-    fn = sc.fn
+    fn = stubs.lookup(sc.name) or sc.fn
     if _is_async(fn):
         work: Awaitable[Any] = fn(*sc.args, **sc.kwargs)
     else:

@@ -19,6 +19,7 @@ from orchestrator.adapters.store.control import Control
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.wakes import WakeTimes
 from orchestrator.services.admission import Admission
+from orchestrator.services.durable_admin import DurableAdmin
 from orchestrator.services.events import EventService
 from orchestrator.services.executor import Executor
 from orchestrator.services.runs import RunService
@@ -49,6 +50,7 @@ class Runtime:
     webhooks: WebhookService
     scheduler: Scheduler
     signals: Signals
+    durable: DurableAdmin
 
     @classmethod
     def build(
@@ -98,6 +100,7 @@ class Runtime:
         return cls(
             settings, manifest, clients, store, queues, blobs, executor, runs, clock, control,
             admission, events, webhooks, scheduler, Signals(store, queues, clock),
+            DurableAdmin(store, queues, clock),
         )
 
     def backends(self) -> dict[str, BackendRef]:

@@ -25,7 +25,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from orchestrator import __version__
-from orchestrator.api.models import CancelRun, EmitEvent, RerunRun, StartRun
+from orchestrator.api.models import (
+    CancelRun,
+    EmitEvent,
+    RerunRun,
+    ResetRun,
+    ResumeRun,
+    StartRun,
+)
 from orchestrator.api.openapi import openapi_document
 from orchestrator.api.requests import MAX_BODY, TooLarge, error, read_body, read_json, validated
 from orchestrator.engine.states import RunStatus
@@ -230,6 +237,17 @@ def create_app(rt: Runtime) -> Starlette:
             payload, key)
         return JSONResponse(result, status_code=200 if result["duplicate"] else 202)
 
+    async def resume_run(request: Request) -> JSONResponse:
+        validated(ResumeRun, await read_json(request))
+        result = await run_in_threadpool(rt.durable.resume, request.path_params["run_id"])
+        return JSONResponse(result)
+
+    async def reset_run(request: Request) -> JSONResponse:
+        body = validated(ResetRun, await read_json(request))
+        result = await run_in_threadpool(rt.durable.reset, request.path_params["run_id"],
+                                         body.to)
+        return JSONResponse(result)
+
     async def rerun_run(request: Request) -> JSONResponse:
         doc = await read_json(request)
         body = validated(RerunRun, doc)
@@ -353,6 +371,8 @@ def create_app(rt: Runtime) -> Starlette:
         route("/runs/{run_id}/cancel", cancel_run, "POST"),
         route("/runs/{run_id}/rerun", rerun_run, "POST"),
         route("/runs/{run_id}/signals/{name}", send_signal, "POST"),
+        route("/runs/{run_id}/resume", resume_run, "POST"),
+        route("/runs/{run_id}/reset", reset_run, "POST"),
         route("/workflows", workflows, "GET"),
         route("/events", emit_event, "POST"),
         route("/events", list_events, "GET"),

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CancelRun", "EmitEvent", "RerunRun", "StartRun"]
+__all__ = ["CancelRun", "EmitEvent", "RerunRun", "ResetRun", "ResumeRun", "StartRun"]
 
 
 class _Body(BaseModel):
@@ -22,6 +22,15 @@ class StartRun(_Body):
 
 class CancelRun(_Body):
     reason: str = Field(default="cancelled by request", max_length=1000)
+
+
+class ResumeRun(_Body):
+    """No fields: `{}` or an empty body."""
+
+
+class ResetRun(_Body):
+    to: int = Field(ge=0, description="The position in the workflow's top scope from which"
+                    " the journal is forgotten: operations there and after run again.")
 
 
 class RerunRun(_Body):

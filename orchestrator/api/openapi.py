@@ -14,7 +14,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.api.models import CancelRun, EmitEvent, RerunRun, StartRun
+from orchestrator.api.models import (
+    CancelRun,
+    EmitEvent,
+    RerunRun,
+    ResetRun,
+    ResumeRun,
+    StartRun,
+)
 from orchestrator.api.requests import MAX_BODY
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.services.events import ID_RE, MAX_EVENT_BYTES, NAME_RE
@@ -24,7 +31,8 @@ from orchestrator.strict_json import MAX_DEPTH
 
 __all__ = ["BODY_MODELS", "openapi_document"]
 
-BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitEvent)
+BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitEvent,
+                                            ResumeRun, ResetRun)
 JSON = "application/json"
 Schema = dict[str, Any]
 
@@ -315,6 +323,34 @@ def _paths(retention: float) -> dict[str, Schema]:
                 },
             ),
         },
+        "/runs/{run_id}/resume": {
+            "post": _op(
+                "resumeRun", "Call a durable run's workflow again (after a fix).", tag="runs",
+                description="A paused run (a replay mismatch) resumes from its journal; any"
+                " other waiting durable run is only woken. An empty body is `{}`.",
+                parameters=[run_id], body=_body("ResumeRun", required=False),
+                responses={"200": _json(_ref("ResumeResult"), "Resumed"),
+                           **_errors(*BODY_ERRORS, "404", "409", "503", notes={
+                               "404": "No such run",
+                               "409": "The run finished (run_finished), is not durable, or is"
+                               " being advanced right now (conflict: try again)",
+                           })},
+            ),
+        },
+        "/runs/{run_id}/reset": {
+            "post": _op(
+                "resetRun", "Forget a durable run's journal from a position on.", tag="runs",
+                description="Operations at `to` and after (in the workflow's top scope) run"
+                " again; the run's status is kept (a paused run resumes).",
+                parameters=[run_id], body=_body("ResetRun", required=True),
+                responses={"200": _json(_ref("ResetResult"), "Reset"),
+                           **_errors(*BODY_ERRORS, "404", "409", "503", notes={
+                               "404": "No such run",
+                               "409": "The run finished (run_finished), is not durable, or is"
+                               " being advanced right now (conflict: try again)",
+                           })},
+            ),
+        },
         "/workflows": {
             "get": _op("listWorkflows", "The manifest's workflows.", tag="workflows",
                        responses={"200": _json(_ref("Workflows"), "The workflows")}),
@@ -496,6 +532,14 @@ def _response_schemas() -> dict[str, Schema]:
                        "description": "Event names that start it"},
             "kind": {"type": "string", "enum": ["dag", "durable"]},
         }),
+        "ResumeResult": _object(["run_id", "resumed", "was_paused"], {
+            "run_id": STRING, "resumed": {"type": "boolean"},
+            "was_paused": {"type": "boolean"}}),
+        "ResetResult": _object(["run_id", "reset_to", "forgotten", "was_paused"], {
+            "run_id": STRING, "reset_to": {"type": "integer", "minimum": 0},
+            "forgotten": {"type": "integer", "minimum": 0,
+                          "description": "Journal entries forgotten"},
+            "was_paused": {"type": "boolean"}}),
         "SignalPayload": {"type": "object", "description": "Any JSON object: what the"
                           " run's wait_for_signal returns"},
         "SignalResult": _object(["run_id", "signal", "id", "duplicate"], {

@@ -102,6 +102,8 @@ def reconcile(
                 last = max((progress(d) for d in dep_rows), default=0.0)
                 if now - last >= policy.settle:
                     cmds.append(Promote(s.step, len(s.deps)))
+        elif s.waiting is not None and not s.claimed and s.wake_at is None:
+            continue  # a durable run waiting for a signal or an event: its poke wakes it
         elif s.status is StepStatus.READY or (s.status is StepStatus.DISPATCHED and not s.claimed):
             # Its wake says when its message counts as lost (doubling with each resend).
             since = max(s.due_at or 0.0, s.ready_at or 0.0)

@@ -49,6 +49,8 @@ log = logging.getLogger("orchestrator.durable")
 TIMER_REACH = 900.0
 # The sweeper hands a far wait to the queue this long before it ends.
 HANDOFF_BEFORE = 600.0
+# How often a chain of calls reads its driver row for a cancel.
+STOP_CHECK_EVERY = 1.0
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,16 @@ class Durable:
         waiting = Waiting.from_json(row.waiting) if row.waiting else None
         pokes = row.pokes
         attempts: dict[str, int] = {}
+        checked = self.clock()
         while True:
             now = self.clock()
+            if now - checked >= STOP_CHECK_EVERY:
+                # A long chain looks for a cancel now and then (one read), not every step.
+                checked = now
+                fresh = self.store.get_driver(run_id)
+                if fresh is None or fresh.lease_owner != row.lease_owner or fresh.stopping:
+                    self._give_up(row, tally, now)
+                    return
             if waiting is not None and (waiting.scope, waiting.pos) in places:
                 waiting = None  # resolved already (a stale record of a past wait)
             if waiting is not None:
@@ -217,10 +227,7 @@ class Durable:
                                          reset_attempt=row.attempt > 1)
         if left == "stopping":
             # The run is being cancelled and the lease is still ours: end the driver.
-            gone = self.store.abandon(row.run_id, DRIVER, row.attempt, row.lease_owner or "",
-                                      "run stopped", now)
-            if gone is not None and gone.counted:
-                tally.add(row.run_id)
+            self._give_up(row, tally, now)
             return left
         if left == "ok" and due is not None and (send or (until is not None
                                                          and until - now <= TIMER_REACH)):
@@ -232,6 +239,13 @@ class Durable:
             else:
                 self.queues.timer(msg, now)
         return left
+
+    def _give_up(self, row: StepRecord, tally: Tally, now: float) -> None:
+        """End the driver of a run being cancelled (a no-op if the lease is lost)."""
+        gone = self.store.abandon(row.run_id, DRIVER, row.attempt, row.lease_owner or "",
+                                  "run stopped", now)
+        if gone is not None and gone.counted:
+            tally.add(row.run_id)
 
     def _complete(self, row: StepRecord, ctx: RunContext, value: Any, tally: Tally) -> None:
         raw = dumps(value).encode()

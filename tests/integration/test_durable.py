@@ -12,6 +12,7 @@ import pytest
 
 from functions.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
+from orchestrator.sweeper import SweepReport
 from tests.support.durable_fns import LEDGER, create_app
 from tests.support.harness import Harness
 
@@ -25,6 +26,7 @@ workflows:
   flaky: { backend: app }
   saga: { backend: app }
   versioned: { backend: app, workflow: versioned, timeout: 30s }
+  slowchain: { backend: app }
 """
 
 
@@ -135,3 +137,75 @@ def test_signals_over_http(h: Harness) -> None:
         assert late.status_code == 409 and late.json()["error"]["code"] == "run_finished"
         missing = httpx.post(f"{server.url}/runs/nope/signals/approve", json={})
         assert missing.status_code == 404
+
+
+def waiting_for(h: Harness, run_id: str, kind: str) -> dict[str, Any]:
+    def check() -> Any:
+        row = h.rt.store.get_driver(run_id)
+        w = None if row is None or row.lease_owner else row.waiting
+        return w if w and w["kind"] == kind else None
+    got: dict[str, Any] = until(check)
+    return got
+
+
+def test_a_replay_mismatch_pauses_and_a_resume_after_the_fix_goes_on(h: Harness) -> None:
+    run_id = h.start("versioned", {})
+    waiting_for(h, run_id, "signal")
+    LEDGER.version[run_id] = 2  # a deploy renames the second step
+    h.rt.signals.send(run_id, "finish", {})
+    paused = until(lambda: (v := h.rt.runs.view(run_id))["status"] == "paused" and v)
+    assert paused["paused"]["code"] == "replay_mismatch"
+    shown = paused["paused"]["details"]
+    assert shown["recorded"]["name"] == "two" and shown["issued"]["name"] == "two-renamed"
+    assert [s["status"] for s in paused["steps"]][-1] == "success"  # the signal, recorded
+    LEDGER.version[run_id] = 1  # the fix
+    assert h.rt.durable.resume(run_id)["was_paused"] is True
+    done = h.wait(run_id)
+    assert done["status"] == "success" and done["output"] == {"done": "two"}
+    assert LEDGER.bodies(run_id) == ["one", "two"]
+    assert [e["type"] for e in h.rt.runs.history(run_id)
+            if e["type"] in ("run.paused", "run.resumed")] == ["run.paused", "run.resumed"]
+
+
+def test_a_reset_runs_the_forgotten_operations_again(h: Harness) -> None:
+    run_id = h.start("versioned", {})
+    waiting_for(h, run_id, "signal")
+    out = h.rt.durable.reset(run_id, 1)
+    assert out["forgotten"] == 1  # step two (the signal wait is not recorded yet)
+    until(lambda: LEDGER.bodies(run_id) == ["one", "two", "two"])
+    waiting_for(h, run_id, "signal")
+    h.rt.signals.send(run_id, "finish", {})
+    assert h.wait(run_id)["status"] == "success"
+
+
+def test_cancelling_a_waiting_run_ends_it_killed(h: Harness) -> None:
+    run_id = h.start("approval", {})
+    waiting_for(h, run_id, "signal")
+    h.rt.runs.kill(run_id, "not needed")
+    view = h.wait(run_id)
+    assert view["status"] == "killed"
+    with pytest.raises(Exception, match="already finished"):
+        h.rt.signals.send(run_id, "approve", {})
+
+
+def test_cancelling_a_run_mid_chain_stops_its_calls(h: Harness) -> None:
+    run_id = h.start("slowchain", {"steps": 100})
+    until(lambda: len(LEDGER.bodies(run_id)) >= 3)
+    h.rt.runs.kill(run_id, "stop")
+    assert h.wait(run_id)["status"] == "killed"
+    ran = len(LEDGER.bodies(run_id))
+    assert ran < 100
+    journal = h.rt.store.read_journal(run_id)
+    assert len(journal) <= ran
+
+
+def test_the_sweeper_leaves_a_run_waiting_for_a_signal_alone(h: Harness) -> None:
+    run_id = h.start("approval", {})
+    waiting_for(h, run_id, "signal")
+    row = h.rt.store.get_driver(run_id)
+    assert row is not None and row.wake_at is None
+    later = time.time() + 3600
+    for _ in range(3):
+        h.rt.sweeper(clock=lambda: later).sweep_runs([run_id], set(), later, SweepReport())
+    after = h.rt.store.get_driver(run_id)
+    assert after is not None and after.resends == 0 and after.pokes == row.pokes

@@ -110,7 +110,22 @@ async def versioned(ctx: Context, payload: dict[str, Any]) -> Any:
     return {"done": name}
 
 
+
+
+@workflow("slowchain")
+async def slowchain(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    import asyncio
+
+    for i in range(int(payload.get("steps", 100))):
+        async def body(i: int = i) -> int:
+            LEDGER.add(ctx, f"slow-{i}")
+            await asyncio.sleep(0.05)
+            return i
+        await step(f"slow-{i}", body)
+    return {"done": True}
+
+
 def create_app() -> FunctionApp:
     app = FunctionApp(secret="durable-secret")
-    app.workflow(chain, sleeper, approval, flaky, saga, versioned)
+    app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain)
     return app

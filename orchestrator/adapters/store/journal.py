@@ -254,6 +254,49 @@ class JournalRows(Tables):
                                      ConsistentRead=True).get("Item")
         return None if item is None else step_from_item(item)
 
+    def hold_driver(self, run_id: str, owner: str, until: float) -> StepRecord | None:
+        """Take the lease of a driver nobody holds (an operator's reset); None if it is
+        held, ended or missing. A driver not started yet (ready) is taken as well."""
+        try:
+            with _translate(f"driver {run_id}: hold"):
+                resp = self.ddb.update_item(
+                    TableName=self.steps, Key=step_key(run_id, DRIVER),
+                    UpdateExpression=("SET lease_owner = :o, lease_until = :u, wake_at = :u,"
+                                      " #s = :d"),
+                    ConditionExpression="#s IN (:d, :r) AND attribute_not_exists(lease_owner)",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={":o": {"S": owner}, ":u": num(until),
+                                               ":d": {"S": "dispatched"},
+                                               ":r": {"S": "ready"}},
+                    ReturnValues="ALL_NEW",
+                )
+        except ConditionFailed:
+            return None
+        return step_from_item(resp["Attributes"])
+
+    def delete_entries(self, run_id: str, scope: str, first: int) -> int:
+        """Delete a scope's journal entries from position `first` on (a reset)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.steps,
+            "KeyConditionExpression": "run_id = :r AND step BETWEEN :a AND :b",
+            "ExpressionAttributeValues": {":r": {"S": run_id},
+                                          ":a": {"S": entry_key(scope, first)},
+                                          ":b": {"S": f"{JOURNAL}{scope}#~"}},
+            "ProjectionExpression": "run_id, step",
+            "ConsistentRead": True,
+        }
+        n = 0
+        while True:
+            with _translate(f"journal of {run_id}: entries to delete"):
+                resp = self.ddb.query(**kwargs)
+            for item in resp.get("Items", []):
+                with _translate(f"journal {run_id}/{item['step']['S']}: delete"):
+                    self.ddb.delete_item(TableName=self.steps, Key=item)
+                n += 1
+            if "LastEvaluatedKey" not in resp:
+                return n
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
     def renew_driver(self, run_id: str, owner: str, attempt: int, until: float) -> bool:
         """Extend the driver's lease (an eager chain of calls); False if it is lost."""
         try:

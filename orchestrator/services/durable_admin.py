@@ -1,0 +1,80 @@
+"""An operator's hand on a durable run: resume it (after a fix for a replay mismatch)
+or reset it to an earlier point of its journal.
+
+Both take the run's driver only while nobody holds it (a run being advanced answers
+409: try again once it waits), and hand it back waiting for its next call."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.adapters.messages import Dispatch
+from orchestrator.adapters.queue import Queues
+from orchestrator.adapters.store import Store
+from orchestrator.engine.durable import DRIVER, Waiting
+from orchestrator.engine.records import RunRecord
+from orchestrator.errors import Code, Conflict, NotFound, UsageError
+
+__all__ = ["DurableAdmin"]
+
+HOLD_FOR = 30.0
+
+
+class DurableAdmin:
+    def __init__(self, store: Store, queues: Queues, clock: Callable[[], float]) -> None:
+        self.store = store
+        self.queues = queues
+        self.clock = clock
+
+    def _durable_run(self, run_id: str) -> RunRecord:
+        run = self.store.get_run(run_id, self.clock())
+        if run is None:
+            raise NotFound(f"run {run_id!r} not found (or expired)")
+        if run.definition.durable is None:
+            raise Conflict(Code.CONFLICT, f"run {run_id!r} is a run of DAG workflow "
+                           f"{run.workflow!r}: only durable runs resume or reset")
+        if run.status.terminal:
+            raise Conflict(Code.RUN_FINISHED, f"run {run_id!r} has already finished "
+                           f"({run.status.value}); start it again with rerun")
+        return run
+
+    def resume(self, run_id: str) -> dict[str, Any]:
+        """Call a paused run's workflow again (the code was fixed). A run that is not
+        paused is only woken: harmless."""
+        run = self._durable_run(run_id)
+        self._restart(run_id, "resume", lambda: None)
+        self.store.unpause_run(run_id, self.clock(), how="resume")
+        return {"run_id": run_id, "resumed": True, "was_paused": run.paused is not None}
+
+    def reset(self, run_id: str, to: int) -> dict[str, Any]:
+        """Forget the journal from position `to` of the workflow's top on, and call the
+        workflow again: what follows runs again."""
+        if isinstance(to, bool) or not isinstance(to, int) or to < 0:
+            raise UsageError(f"to: {to!r} is not a position (an integer >= 0)")
+        run = self._durable_run(run_id)
+        deleted: list[int] = []
+        self._restart(run_id, "reset", lambda: deleted.append(
+            self.store.delete_entries(run_id, "", to)))
+        self.store.unpause_run(run_id, self.clock(), how="reset", to=to)
+        return {"run_id": run_id, "reset_to": to, "forgotten": deleted[0] if deleted else 0,
+                "was_paused": run.paused is not None}
+
+    def _restart(self, run_id: str, why: str, meanwhile: Callable[[], object]) -> None:
+        owner = f"{why}:{uuid.uuid4().hex[:12]}"
+        now = self.clock()
+        held = self.store.hold_driver(run_id, owner, now + HOLD_FOR)
+        if held is None:
+            raise Conflict(Code.CONFLICT, f"run {run_id!r} is being advanced right now (or "
+                           "has not started): try again once it waits")
+        meanwhile()
+        nxt = Waiting("next", since=now).to_json()
+        left = self.store.suspend_driver(run_id, owner, held.attempt, held.pokes, nxt,
+                                         now, now + self.store.wake.redispatch_after, now)
+        if left != "ok":  # a poke landed: the holder is still us; release plainly
+            fresh = self.store.get_driver(run_id)
+            if fresh is not None and fresh.lease_owner == owner:
+                self.store.suspend_driver(run_id, owner, fresh.attempt, fresh.pokes, nxt,
+                                          now, now + self.store.wake.redispatch_after, now)
+        self.queues.dispatch([Dispatch(run_id=run_id, step=DRIVER, attempt=held.attempt)])

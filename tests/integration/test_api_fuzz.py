@@ -202,7 +202,8 @@ def steer(live: Live, case: Any, data: st.DataObject, mode: GenerationMode) -> N
     path, body, params = case.operation.path, case.body, case.path_parameters
     if params is not None and "run_id" in params:
         runs = [live.running, live.killed]
-        if path.startswith("/runs/{run_id}/signals/"):
+        if path.startswith(("/runs/{run_id}/signals/", "/runs/{run_id}/resume",
+                            "/runs/{run_id}/reset")):
             runs = ["seed-durable", "seed-durable", live.killed]
         params["run_id"] = data.draw(st.sampled_from(runs))
     if params is not None and "name" in params and "/signals/" in path:

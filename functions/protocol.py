@@ -81,6 +81,8 @@ class DurableRun(BaseModel):
     started_at: float = Field(description="When the run started (Unix seconds).")
     now: float = Field(description="The orchestrator's time at the call (Unix seconds).")
     attempt: int = Field(default=1, ge=1, description="Attempt of this call (it was retried).")
+    subject: str | None = Field(default=None,
+                                description="The subject of the event that started the run.")
 
 
 class DurableRequestBody(BaseModel):

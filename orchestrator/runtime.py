@@ -20,6 +20,7 @@ from orchestrator.engine.records import RunRecord
 from orchestrator.engine.wakes import WakeTimes
 from orchestrator.services.admission import Admission
 from orchestrator.services.durable_admin import DurableAdmin
+from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.events import EventService
 from orchestrator.services.executor import Executor
 from orchestrator.services.runs import RunService
@@ -51,6 +52,7 @@ class Runtime:
     scheduler: Scheduler
     signals: Signals
     durable: DurableAdmin
+    event_waits: EventWaits
 
     @classmethod
     def build(
@@ -91,7 +93,10 @@ class Runtime:
             store, control, queues, clock, launch=runs.launch, cancel=runs.cancel,
             ttl=settings.ttl_success,
         )
-        events = EventService(control, runs, clock, settings.event_retention)
+        event_waits = EventWaits(control, clock, settings.event_retention)
+        signals = Signals(store, queues, clock)
+        events = EventService(control, runs, clock, settings.event_retention,
+                              waits=event_waits, wake=signals.wake)
         webhooks = WebhookService(control, runs, clock, settings.delivery_retention)
         scheduler = Scheduler(
             control, runs, clock, grace=settings.schedule_grace,
@@ -99,8 +104,8 @@ class Runtime:
         )
         return cls(
             settings, manifest, clients, store, queues, blobs, executor, runs, clock, control,
-            admission, events, webhooks, scheduler, Signals(store, queues, clock),
-            DurableAdmin(store, queues, clock),
+            admission, events, webhooks, scheduler, signals,
+            DurableAdmin(store, queues, clock), event_waits,
         )
 
     def backends(self) -> dict[str, BackendRef]:
@@ -113,7 +118,7 @@ class Runtime:
         invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock)
         return Worker(
             self.executor, invoker, self.backends(), admit=self.admission.due,
-            clock=clock or self.clock, **kwargs,
+            clock=clock or self.clock, event_waits=self.event_waits, **kwargs,
         )
 
     def sweeper(self, *, clock: Callable[[], float] | None = None) -> Sweeper:

@@ -31,6 +31,7 @@ from orchestrator.engine.durable import is_driver
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code, ConditionFailed, OrchestratorError, StoreError, error_doc
 from orchestrator.services.durable import Durable, Target
+from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import LRU, Executor, RunContext, Tally
 
 __all__ = ["BackendRef", "Worker"]
@@ -69,6 +70,7 @@ class Worker:
         rand: Callable[[], float] = random.random,
         sleep: Callable[[float], object] = time.sleep,
         worker_id: str | None = None,
+        event_waits: EventWaits | None = None,
     ) -> None:
         self.adv = executor
         self.store = executor.store
@@ -108,7 +110,7 @@ class Worker:
         self.sleep = sleep
         # Admission of a queued run whose throttle slot came due.
         self.admit = admit
-        self.durable = Durable(executor, invoker, clock=clock, rand=rand)
+        self.durable = Durable(executor, invoker, clock=clock, rand=rand, events=event_waits)
 
     # ---- one message -----------------------------------------------------------------
 

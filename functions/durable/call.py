@@ -67,8 +67,10 @@ class Scope:
     id: str
     pos: int = 0
     counts: dict[str, int] = field(default_factory=dict)
-    # Time as the workflow sees it here: when the last operation met so far ended.
+    # Time as the workflow sees it here: when the last operation met so far ended, and
+    # when it started (an event wait's window opens there).
     now: float = 0.0
+    last_started: float = 0.0
     # The operation in flight in this scope (two at once are refused).
     busy: Place | None = None
 
@@ -81,6 +83,8 @@ class Call:
     workflow: str
     started_at: float
     now: float
+    # The subject of the event that started the run, if one did.
+    subject: str | None
     journal: dict[tuple[str, int], dict[str, Any]]
     target: str = ""
     attempts: dict[str, int] = field(default_factory=dict)
@@ -164,6 +168,7 @@ class Call:
     def outcome(self, scope: Scope, rec: dict[str, Any]) -> Any:
         """What a record hands back to the workflow: its value, or its failure raised."""
         scope.now = max(scope.now, float(rec.get("ended") or rec.get("started") or scope.now))
+        scope.last_started = float(rec.get("started") or scope.last_started)
         if rec.get("status") == "error":
             raise StepFailed(str(rec.get("name")), rec.get("error") or {})
         return rec.get("value")
@@ -175,6 +180,7 @@ class Call:
         self.journal[key] = entry
         self.sizes[entry["scope"]] = max(self.sizes.get(entry["scope"], 0), entry["pos"] + 1)
         scope.now = max(scope.now, float(entry.get("ended") or scope.now))
+        scope.last_started = float(entry.get("started") or scope.last_started)
         self.ops.append({"op": "record", "entry": entry})
 
     def halt(self, code: str, message: str) -> Suspend:

@@ -58,6 +58,11 @@ class Context:
         return self._call.workflow
 
     @property
+    def subject(self) -> str | None:
+        """The subject (key) of the event that started the run, if one did."""
+        return self._call.subject
+
+    @property
     def replaying(self) -> bool:
         """Whether the code is re-running operations the journal already records."""
         call, scope = current()
@@ -130,6 +135,23 @@ class Context:
         wait in a queue, first in first out); None if `timeout` passes first."""
         limit = None if timeout is None else seconds(timeout, f"signal {name!r} timeout")
         return await self._wait("signal", name, timeout=limit)
+
+    async def wait_for_event(self, name: str, *, subject: str | None = None,
+                             timeout: Duration | None = None,
+                             lookback: Duration | None = None) -> dict[str, Any] | None:
+        """The first event `name` (from POST /events) about `subject` (default: the
+        subject of the event that started the run; events without a subject match too)
+        emitted since the operation before this wait started, less `lookback`: one that
+        arrived before the wait registered is seen. None if `timeout` passes first. The
+        event: {name, key, id, data, received_at}."""
+        call, scope = current()
+        limit = None if timeout is None else seconds(timeout, f"event {name!r} timeout")
+        back = 0.0 if lookback is None else seconds(lookback, f"event {name!r} lookback")
+        wanted = subject if subject is not None else call.subject
+        value: dict[str, Any] | None = await self._wait(
+            "event", name, event=name, subject=wanted, timeout=limit,
+            after=scope.last_started - back)
+        return value
 
     async def _wait(self, kind: str, name: str, **fields: Any) -> Any:
         call, scope = current()

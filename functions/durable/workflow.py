@@ -80,6 +80,7 @@ async def advance(wf: Workflow, body: Mapping[str, Any]) -> dict[str, Any]:
         target=str(body.get("target") or ""),
         attempts={str(k): int(v) for k, v in (body.get("attempts") or {}).items()},
         check=body.get("mode") == "check",
+        subject=None if run.get("subject") is None else str(run["subject"]),
         max_steps=wf.max_steps,
     )
     deadline = None if wf.execution_timeout is None else started_at + wf.execution_timeout
@@ -88,7 +89,7 @@ async def advance(wf: Workflow, body: Mapping[str, Any]) -> dict[str, Any]:
         call.halt("execution_timeout",
                   f"the run is older than its execution_timeout of {wf.execution_timeout} s")
         return answer
-    scope = Scope("", now=started_at)
+    scope = Scope("", now=started_at, last_started=started_at)
     tokens = call.enter(scope)
     try:
         value = await wf.fn(Context(call), body.get("input"))

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 DRIVER = "$run"
-WAIT_KINDS = ("sleep", "signal", "retry", "next", "mismatch")
+WAIT_KINDS = ("sleep", "signal", "event", "retry", "next", "mismatch")
 # A call that asks for more than this many entries at once is refused as malformed.
 MAX_OPS_PER_CALL = 1000
 
@@ -180,6 +180,21 @@ def read_answer(answer: Any, now: float) -> tuple[list[dict[str, Any]], Next]:
                 detail["deadline"] = cap
             return entries, Suspend(Waiting("signal", scope, pos, oid, name,
                                             until=_capped(end, cap), since=now, detail=detail))
+        if kind == "event":
+            timeout = op.get("timeout")
+            end = None if timeout is None else now + _num(op, "timeout")
+            subject = op.get("subject")
+            event = op.get("event")
+            if not isinstance(event, str) or not event:
+                raise BadAnswer("an event wait names no event")
+            detail = {"event": event, "subject": None if subject is None else str(subject),
+                      "after": _num(op, "after") if op.get("after") is not None else now}
+            if end is not None:
+                detail["timeout"] = end
+            if cap is not None:
+                detail["deadline"] = cap
+            return entries, Suspend(Waiting("event", scope, pos, oid, name,
+                                            until=_capped(end, cap), since=now, detail=detail))
         if kind == "retry":
             attempt = int(_num(op, "attempt"))
             detail = {"error": op.get("error")}
@@ -219,10 +234,11 @@ class Resolved:
     entry: dict[str, Any] | None
 
 
-def resolve(waiting: Waiting, now: float, signal: Mapping[str, Any] | None = None
+def resolve(waiting: Waiting, now: float, found: Mapping[str, Any] | None = None
             ) -> Resolved | None:
-    """Whether `waiting` is over at `now`, given the oldest signal queued for it (if it
-    waits for one). None: it still waits."""
+    """Whether `waiting` is over at `now`, given what it waits for if it came: the
+    oldest signal queued for it, or the earliest event in its window. None: it still
+    waits."""
     due = waiting.until is not None and now >= waiting.until
     if waiting.kind == "retry":
         return Resolved(None) if due else None
@@ -231,9 +247,16 @@ def resolve(waiting: Waiting, now: float, signal: Mapping[str, Any] | None = Non
     if waiting.kind == "sleep":
         return Resolved(wait_entry(waiting, now)) if due else None
     if waiting.kind == "signal":
-        if signal is not None:
-            return Resolved(wait_entry(waiting, now, value=signal.get("payload"),
-                                       signal=signal.get("id")))
+        if found is not None:
+            return Resolved(wait_entry(waiting, now, value=found.get("payload"),
+                                       signal=found.get("id")))
+        if due:
+            return Resolved(wait_entry(waiting, now, status="timeout"))
+        return None
+    if waiting.kind == "event":
+        if found is not None:
+            value = {k: found.get(k) for k in ("name", "key", "id", "data", "received_at")}
+            return Resolved(wait_entry(waiting, now, value=value, event=found.get("id")))
         if due:
             return Resolved(wait_entry(waiting, now, status="timeout"))
         return None

@@ -37,6 +37,7 @@ from orchestrator.engine.durable import (
 from orchestrator.engine.durable import Fail as WorkflowFail
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code, error_doc
+from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import Executor, RunContext, Tally
 from orchestrator.strict_json import dumps
 
@@ -61,8 +62,10 @@ class Target:
 
 class Durable:
     def __init__(self, executor: Executor, invoker: Invoker, *,
-                 clock: Callable[[], float], rand: Callable[[], float]) -> None:
+                 clock: Callable[[], float], rand: Callable[[], float],
+                 events: EventWaits | None = None) -> None:
         self.adv = executor
+        self.events = events
         self.store = executor.store
         self.queues = executor.queues
         self.settings = executor.settings
@@ -82,6 +85,8 @@ class Durable:
         waiting = Waiting.from_json(row.waiting) if row.waiting else None
         pokes = row.pokes
         attempts: dict[str, int] = {}
+        # A wait just reported by a call (not one found on the row): it registers.
+        fresh_wait = False
         checked = self.clock()
         while True:
             now = self.clock()
@@ -97,11 +102,18 @@ class Durable:
             if waiting is not None:
                 if waiting.kind == "retry":
                     attempts = {waiting.id: waiting.attempt}
-                signal = None
+                found = None
                 if waiting.kind == "signal":
-                    signal = self.store.take_signal(run_id, waiting.name,
-                                                    f"{waiting.scope}#{waiting.pos}")
-                done = resolve(waiting, now, signal)
+                    found = self.store.take_signal(run_id, waiting.name,
+                                                   f"{waiting.scope}#{waiting.pos}")
+                elif waiting.kind == "event" and self.events is not None:
+                    if fresh_wait:
+                        # Register first, then look: an event landing in between
+                        # finds the registration and pokes this run.
+                        self.events.register(run_id, waiting)
+                    found = self.events.find(waiting)
+                fresh_wait = False
+                done = resolve(waiting, now, found)
                 if done is None:
                     left = self._suspend(row, pokes, waiting, now, tally)
                     if left != "poked":
@@ -113,6 +125,8 @@ class Durable:
                     stored = self.store.put_entry(run_id, done.entry, now)
                     journal.append(stored)
                     places.add((stored.get("scope", ""), int(stored["pos"])))
+                if waiting.kind == "event" and self.events is not None:
+                    self.events.forget(run_id, waiting)
                 waiting = None
             kept = self._keep_lease(row, ctx)
             if kept is None:
@@ -154,6 +168,7 @@ class Durable:
                 return
             if isinstance(after, Suspend):
                 waiting = after.waiting
+                fresh_wait = True
                 continue
             if isinstance(after, Complete):
                 self._complete(row, ctx, after.value, tally)
@@ -170,7 +185,8 @@ class Durable:
               ) -> tuple[Any, Outcome | None]:
         body = {
             "run": {"run_id": row.run_id, "workflow": ctx.served,
-                    "started_at": ctx.started_at, "now": self.clock(), "attempt": row.attempt},
+                    "started_at": ctx.started_at, "now": self.clock(), "attempt": row.attempt,
+                    "subject": ctx.subject},
             "input": ctx.input,
             "journal": journal,
             "target": "",

@@ -23,6 +23,7 @@ from typing import Any
 from orchestrator.adapters.store.control import Control, doc_of, ms_key
 from orchestrator.errors import UsageError
 from orchestrator.expressions import compile_expression
+from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.runs import RunService
 from orchestrator.strict_json import dumps
 
@@ -46,6 +47,10 @@ class EventService:
     runs: RunService
     clock: Callable[[], float]
     retention: float  # how long events and their ids are kept
+    # Durable runs waiting for events: where an event is published, and how a run
+    # found waiting is woken.
+    waits: EventWaits | None = None
+    wake: Callable[[str], object] | None = None
 
     def emit(
         self, name: str, data: Any = None, *, key: str | None = None, event_id: str | None = None
@@ -76,8 +81,14 @@ class EventService:
             event = {**event, "received_at": float(claim.doc["at"])}
         if first or repair:
             self._store(event)
+            if self.waits is not None:
+                for run_id in sorted(self.waits.publish(event)):
+                    if self.wake is not None:
+                        self.wake(run_id)
         started = []
-        trigger = {"source": "event", "event": name, "id": eid}
+        # A run started by an event takes its subject (a durable run's event waits
+        # default to it).
+        trigger = {"source": "event", "event": name, "id": eid, **({"key": key} if key else {})}
         for wf_name in workflows:
             run_id = event_run_id(wf_name, name, eid)
             if first or (repair and self.runs.store.get_run(run_id, now) is None):

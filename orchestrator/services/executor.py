@@ -71,6 +71,9 @@ class RunContext:
     timeouts: Mapping[str, float] = field(default_factory=dict)
     # What the run runs: the planned rows of the steps its start left out come from it.
     definition: Definition | None = field(default=None, compare=False, repr=False)
+    # The subject of the event that started the run, if one did (durable event waits
+    # default to it).
+    subject: str | None = None
 
     @property
     def served(self) -> str:
@@ -113,12 +116,21 @@ class RunContext:
             started_at=run.started_at or run.created_at,
             timeouts={st.name: st.timeout for st in run.definition.steps},
             definition=run.definition,
+            subject=_subject(run),
         )
 
     @classmethod
     def missing(cls, run_id: str) -> RunContext:
         """For a step whose run row is gone: its failure stops nothing else."""
         return cls(run_id, "", None, OnFailure.HALT, {})
+
+
+def _subject(run: RunRecord) -> str | None:
+    trigger = run.trigger
+    if trigger is None or trigger.source != "event":
+        return None
+    key = trigger.detail.get("key")
+    return None if key is None else str(key)
 
 
 class LRU(OrderedDict[Any, Any]):

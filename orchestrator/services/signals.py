@@ -53,7 +53,12 @@ class Signals:
                            f"({run.status.value}): the signal would never be read")
         now = self.clock()
         created = self.store.queue_signal(run_id, name, payload, sid, now)
-        poked = self.store.poke_driver(run_id, now)
+        self.wake(run_id)
+        return {"run_id": run_id, "signal": name, "id": sid, "duplicate": not created}
+
+    def wake(self, run_id: str) -> None:
+        """Tell a durable run to look again at what it waits for (a signal or an event
+        came): a dispatch if nobody holds it, a poke its holder sees otherwise."""
+        poked = self.store.poke_driver(run_id, self.clock())
         if poked is not None:
             self.queues.dispatch([Dispatch(run_id=run_id, step=DRIVER, attempt=poked.attempt)])
-        return {"run_id": run_id, "signal": name, "id": sid, "duplicate": not created}

@@ -13,7 +13,7 @@ import pytest
 from functions.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from orchestrator.sweeper import SweepReport
-from tests.support.durable_fns import LEDGER, create_app
+from tests.support.durable_fns import EFFECTS, LEDGER, create_app
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -27,6 +27,8 @@ workflows:
   saga: { backend: app }
   versioned: { backend: app, workflow: versioned, timeout: 30s }
   slowchain: { backend: app }
+  trial: { backend: app, on: { event: trial.started } }
+  ships: { backend: app }
 """
 
 
@@ -209,3 +211,41 @@ def test_the_sweeper_leaves_a_run_waiting_for_a_signal_alone(h: Harness) -> None
         h.rt.sweeper(clock=lambda: later).sweep_runs([run_id], set(), later, SweepReport())
     after = h.rt.store.get_driver(run_id)
     assert after is not None and after.resends == 0 and after.pokes == row.pokes
+
+
+def test_an_event_cuts_a_deadline_short_for_its_subject_only(h: Harness) -> None:
+    one = h.rt.events.emit("trial.started", {"timeout": "3s"}, key="cust-1")["runs"][0]
+    two = h.rt.events.emit("trial.started", {"timeout": "3s"}, key="cust-2")["runs"][0]
+    for r in (one, two):
+        waiting_for(h, r["run_id"], "event")
+    h.rt.events.emit("plan.upgraded", {}, key="cust-1", event_id="up-1")
+    assert h.wait(one["run_id"])["output"] == {"upgraded": True, "event": "up-1"}
+    late = h.wait(two["run_id"])
+    assert late["output"] == {"upgraded": False}
+    assert LEDGER.bodies(two["run_id"]) == ["welcome", "downgrade"]
+    timed_out = [s for s in late["steps"] if s["kind"] == "event"]
+    assert timed_out[0]["status"] == "timed_out"
+    # An upgrade after the timeout changes nothing.
+    h.rt.events.emit("plan.upgraded", {}, key="cust-2")
+    assert h.rt.runs.view(two["run_id"])["output"] == {"upgraded": False}
+
+
+def test_an_event_emitted_before_the_wait_registers_is_seen(h: Harness) -> None:
+    # The step's own side effect emits the event: it lands before the call that
+    # reports the wait has even returned.
+    EFFECTS["ship"] = lambda run_id: h.rt.events.emit(
+        "order.shipped", {"carrier": "x"}, key=run_id)
+    run_id = h.start("ships", {})
+    view = h.wait(run_id)
+    assert view["output"]["data"] == {"carrier": "x"} and view["output"]["key"] == run_id
+
+
+def test_an_event_before_the_previous_operation_needs_a_lookback(h: Harness) -> None:
+    EFFECTS["ship"] = lambda run_id: None
+    # Each run's subject is its own id: emit for it before it starts.
+    h.rt.events.emit("order.shipped", {"n": 1}, key="early-1")
+    plain, _ = h.rt.runs.start("ships", {"timeout": "1s"}, "early-1")
+    assert h.wait(plain.run_id)["output"] is None
+    h.rt.events.emit("order.shipped", {"n": 2}, key="early-2")
+    back, _ = h.rt.runs.start("ships", {"timeout": "5s", "lookback": "1h"}, "early-2")
+    assert h.wait(back.run_id)["output"]["data"] == {"n": 2}

@@ -125,7 +125,34 @@ async def slowchain(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
     return {"done": True}
 
 
+# Side effects a test plugs into a step body (e.g. emitting an event through the engine).
+EFFECTS: dict[str, Any] = {}
+
+
+@workflow("trial")
+async def trial(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    data = payload.get("data") or {}
+    await step("welcome", _recorded("welcome")(ctx))
+    upgraded = await ctx.wait_for_event("plan.upgraded", timeout=data.get("timeout", "14d"))
+    if upgraded is not None:
+        await step("thank", _recorded("thank")(ctx))
+        return {"upgraded": True, "event": upgraded["id"]}
+    await step("downgrade", _recorded("downgrade")(ctx))
+    return {"upgraded": False}
+
+
+@workflow("ships")
+async def ships(ctx: Context, payload: dict[str, Any]) -> Any:
+    async def ship() -> None:
+        LEDGER.add(ctx, "ship")
+        EFFECTS["ship"](ctx.run_id)  # its side effect emits order.shipped
+    await step("ship", ship)
+    return await ctx.wait_for_event("order.shipped", subject=ctx.run_id,
+                                    timeout=payload.get("timeout", "5s"),
+                                    lookback=payload.get("lookback"))
+
+
 def create_app() -> FunctionApp:
     app = FunctionApp(secret="durable-secret")
-    app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain)
+    app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain, trial, ships)
     return app

@@ -1,0 +1,100 @@
+"""Durable runs waiting for events (`ctx.wait_for_event`), without missing one.
+
+An event and a wait that may match share a partition of the control table, and each
+side writes its own item there before it reads the other side's, strongly consistent:
+whichever writes second sees the first. (Never through an index: a GSI is eventually
+consistent on AWS, and the race would pass on the emulator and fail in production.)
+
+| pk                       | sk                                 | what               |
+|--------------------------|------------------------------------|--------------------|
+| `evw#<name>#<subject>`   | `e#<ms>#<event id>`                | an event           |
+| `evw#<name>#<subject>`   | `w#<run id>#<scope>#<pos>`         | a waiting run      |
+
+An event with subject K is written under K and `*`; one without a subject under `` and
+`*`. A wait for subject S registers under S and `` (an event without a subject matches
+every wait); a wait for any subject registers under `*`. Each matching pair meets in
+one partition. The event side pokes each waiting run it finds; the run's worker picks
+the earliest event in the wait's window (from the start of the operation before the
+wait, less its lookback) and records it: first resolution wins, a later event or the
+timeout changes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.adapters.store.control import Control, doc_of, ms_key
+from orchestrator.engine.durable import Waiting
+
+__all__ = ["EventWaits"]
+
+ANY = "*"
+
+
+def _partitions_of_event(name: str, key: str | None) -> list[str]:
+    return [f"evw#{name}#{key or ''}", f"evw#{name}#{ANY}"]
+
+
+def _partitions_of_wait(name: str, subject: str | None) -> list[str]:
+    if subject is None:
+        return [f"evw#{name}#{ANY}"]
+    return list(dict.fromkeys([f"evw#{name}#{subject}", f"evw#{name}#"]))
+
+
+class EventWaits:
+    def __init__(self, control: Control, clock: Callable[[], float], retention: float) -> None:
+        self.control = control
+        self.clock = clock
+        self.retention = retention
+
+    # ---- the event side ----------------------------------------------------------------
+
+    def publish(self, event: dict[str, Any]) -> set[str]:
+        """Write the event where waits look, then read who waits: the runs to poke."""
+        at = float(event["received_at"])
+        parts = _partitions_of_event(str(event["name"]), event.get("key"))
+        for pk in parts:
+            self.control.put_new(pk, f"e#{ms_key(at)}#{event['id']}", now=at, doc=event,
+                                 expires_at=at + self.retention)
+        runs: set[str] = set()
+        now = self.clock()
+        for pk in parts:
+            for item in self.control.query(pk, now=now, after="w#", limit=1000):
+                doc = doc_of(item) or {}
+                if doc.get("run_id"):
+                    runs.add(str(doc["run_id"]))
+        return runs
+
+    # ---- the waiting side --------------------------------------------------------------
+
+    def register(self, run_id: str, waiting: Waiting) -> None:
+        detail = waiting.detail
+        end = waiting.until or (self.clock() + self.retention)
+        for pk in _partitions_of_wait(str(detail["event"]), detail.get("subject")):
+            self.control.put_new(pk, self._wait_key(run_id, waiting), now=self.clock(),
+                                 doc={"run_id": run_id}, expires_at=end + self.retention)
+
+    def find(self, waiting: Waiting) -> dict[str, Any] | None:
+        """The earliest event in the wait's window, if any (strongly consistent)."""
+        detail = waiting.detail
+        after = float(detail.get("after") or 0.0)
+        found: list[dict[str, Any]] = []
+        now = self.clock()
+        for pk in _partitions_of_wait(str(detail["event"]), detail.get("subject")):
+            for item in self.control.query(pk, now=now, after=f"e#{ms_key(after)}", limit=100):
+                doc = doc_of(item) if item["sk"]["S"].startswith("e#") else None
+                if doc is not None and float(doc.get("received_at", 0.0)) >= after:
+                    found.append(doc)
+                    break  # the earliest of this partition
+        if not found:
+            return None
+        return min(found, key=lambda d: (float(d["received_at"]), str(d["id"])))
+
+    def forget(self, run_id: str, waiting: Waiting) -> None:
+        detail = waiting.detail
+        for pk in _partitions_of_wait(str(detail["event"]), detail.get("subject")):
+            self.control.delete(pk, self._wait_key(run_id, waiting))
+
+    @staticmethod
+    def _wait_key(run_id: str, waiting: Waiting) -> str:
+        return f"w#{run_id}#{waiting.scope}#{waiting.pos}"

@@ -23,6 +23,7 @@ from orchestrator.services.durable_admin import DurableAdmin
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.events import EventService
 from orchestrator.services.executor import Executor
+from orchestrator.services.hooks import Hooks
 from orchestrator.services.runs import RunService
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.services.signals import Signals
@@ -53,6 +54,7 @@ class Runtime:
     signals: Signals
     durable: DurableAdmin
     event_waits: EventWaits
+    hooks: Hooks
 
     @classmethod
     def build(
@@ -106,6 +108,8 @@ class Runtime:
             settings, manifest, clients, store, queues, blobs, executor, runs, clock, control,
             admission, events, webhooks, scheduler, signals,
             DurableAdmin(store, queues, clock), event_waits,
+            Hooks(control, store, signals, clock, secret=settings.hook_secret,
+                  public_url=settings.public_url),
         )
 
     def backends(self) -> dict[str, BackendRef]:
@@ -118,7 +122,8 @@ class Runtime:
         invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock)
         return Worker(
             self.executor, invoker, self.backends(), admit=self.admission.due,
-            clock=clock or self.clock, event_waits=self.event_waits, **kwargs,
+            clock=clock or self.clock, event_waits=self.event_waits, hooks=self.hooks,
+            **kwargs,
         )
 
     def sweeper(self, *, clock: Callable[[], float] | None = None) -> Sweeper:

@@ -195,6 +195,12 @@ class Settings:
     event_retention: float = 7 * 24 * 3600.0
     # A schedule tick later than this (downtime) is not fired; the next one is.
     schedule_grace: float = 300.0
+    # The key durable hooks' URL tokens are derived from (HMAC): tokens are never
+    # stored, only their hashes. Unset, a random key is made once and kept in the
+    # control table: set it in production, so the tables alone reveal no token.
+    hook_secret: str | None = field(default=None, repr=False)
+    # The API's public base URL, for the hook URLs workflows hand out (unset: a path).
+    public_url: str | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.service_endpoints) - set(SERVICE_ENDPOINT_VARIABLES)
@@ -252,4 +258,6 @@ class Settings:
             delivery_retention=_float(env, "DELIVERY_RETENTION", d.delivery_retention),
             event_retention=_float(env, "EVENT_RETENTION", d.event_retention),
             schedule_grace=_float(env, "SCHEDULE_GRACE", d.schedule_grace),
+            hook_secret=env.get(ENV_PREFIX + "HOOK_SECRET") or None,
+            public_url=(env.get(ENV_PREFIX + "PUBLIC_URL") or "").rstrip("/") or None,
         )

@@ -33,6 +33,7 @@ from orchestrator.errors import Code, ConditionFailed, OrchestratorError, StoreE
 from orchestrator.services.durable import Durable, Target
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import LRU, Executor, RunContext, Tally
+from orchestrator.services.hooks import Hooks
 
 __all__ = ["BackendRef", "Worker"]
 
@@ -71,6 +72,7 @@ class Worker:
         sleep: Callable[[float], object] = time.sleep,
         worker_id: str | None = None,
         event_waits: EventWaits | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.adv = executor
         self.store = executor.store
@@ -110,7 +112,8 @@ class Worker:
         self.sleep = sleep
         # Admission of a queued run whose throttle slot came due.
         self.admit = admit
-        self.durable = Durable(executor, invoker, clock=clock, rand=rand, events=event_waits)
+        self.durable = Durable(executor, invoker, clock=clock, rand=rand, events=event_waits,
+                               hooks=hooks)
 
     # ---- one message -----------------------------------------------------------------
 

@@ -15,7 +15,7 @@
     app.workflow(send_welcome_email)     # POST /durable/send-welcome-email
 """
 
-from functions.durable.context import Context
+from functions.durable.context import Context, Hook
 from functions.durable.durations import seconds
 from functions.durable.errors import ReplayMismatch, StepFailed, Suspend, WorkflowError
 from functions.durable.steps import StepCall, StepFunction, step
@@ -24,6 +24,7 @@ from functions.failures import RetryableError, TerminalError
 
 __all__ = [
     "Context",
+    "Hook",
     "ReplayMismatch",
     "RetryableError",
     "StepCall",

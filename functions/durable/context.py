@@ -15,15 +15,16 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid as uuid_mod
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from functions.durable.call import Call, current
+from functions.durable.call import Call, current, roundtrip
 from functions.durable.durations import Duration, seconds
 from functions.durable.errors import WorkflowError
 from functions.durable.steps import current_step
 
-__all__ = ["Context"]
+__all__ = ["Context", "Hook"]
 
 _log = logging.getLogger("functions.durable.workflow")
 
@@ -40,6 +41,20 @@ class _ReplayFilter(logging.LoggerAdapter):  # type: ignore[type-arg]
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         return f"[{self._ctx.workflow} {self._ctx.run_id}] {msg}", kwargs
+
+
+@dataclass(frozen=True)
+class Hook:
+    ctx: Context = field(repr=False)
+    token: str = field(repr=False)
+    url: str
+    signal: str
+    expires_at: float
+    metadata: Any = None
+
+    async def wait(self, *, timeout: Duration | None = None) -> Any:
+        """The payload the hook delivers (None if `timeout` passes first)."""
+        return await self.ctx.wait_for_signal(self.signal, timeout=timeout)
 
 
 class Context:
@@ -152,6 +167,19 @@ class Context:
             "event", name, event=name, subject=wanted, timeout=limit,
             after=scope.last_started - back)
         return value
+
+    async def create_hook(self, signal: str, *, metadata: Any = None,
+                          ttl: Duration | None = None) -> Hook:
+        """A hook: a secret URL that delivers signal `signal` to this run once, with
+        `metadata` merged over the JSON it is posted. Stored before this returns, so
+        its URL can be handed out at once; the same on every replay. Expires after
+        `ttl` (default 7 days). Wait for it with `await hook.wait()` or
+        `ctx.wait_for_signal(signal)`."""
+        limit = None if ttl is None else seconds(ttl, f"hook {signal!r} ttl", allow_zero=False)
+        value = await self._wait("hook", signal, signal=signal,
+                                 metadata=roundtrip(metadata, "hook metadata"), ttl=limit)
+        return Hook(self, str(value.get("token", "")), str(value.get("url", "")), signal,
+                    float(value.get("expires_at") or 0.0), value.get("metadata"))
 
     async def _wait(self, kind: str, name: str, **fields: Any) -> Any:
         call, scope = current()

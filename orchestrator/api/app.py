@@ -27,6 +27,7 @@ from starlette.routing import Route
 from orchestrator import __version__
 from orchestrator.api.models import (
     CancelRun,
+    CreateHook,
     EmitEvent,
     RerunRun,
     ResetRun,
@@ -48,11 +49,12 @@ from orchestrator.errors import (
 )
 from orchestrator.runtime import Runtime
 from orchestrator.services.apikeys import ApiKeys
+from orchestrator.services.hooks import Gone
 from orchestrator.services.idempotency import IdempotencyKeys
 
 __all__ = ["create_app"]
 
-OPEN_PATHS = ("/healthz", "/openapi.json")
+OPEN_PATHS = ("/healthz", "/openapi.json", "/hooks/{token}")
 KEY_CACHE_SECONDS = 30.0
 # The attributes a listing's LastEvaluatedKey can hold (table and index keys).
 CURSOR_KEYS = frozenset({"run_id", "workflow", "created_at", "listed"})
@@ -248,6 +250,25 @@ def create_app(rt: Runtime) -> Starlette:
                                          body.to)
         return JSONResponse(result)
 
+    async def create_hook(request: Request) -> JSONResponse:
+        body = validated(CreateHook, await read_json(request))
+        made = await run_in_threadpool(
+            rt.hooks.create_for, body.run_id, body.signal, body.metadata, body.ttl, body.token)
+        return JSONResponse({**made, "run_id": body.run_id}, status_code=201)
+
+    async def execute_hook(request: Request) -> JSONResponse:
+        raw = await read_body(request)
+        try:
+            payload = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise UsageError(f"body: not JSON ({exc})") from None
+        if not isinstance(payload, dict):
+            raise Unprocessable(Code.INVALID_BODY, "body: a hook's payload is a JSON object,"
+                                f" not {type(payload).__name__}")
+        result = await run_in_threadpool(rt.hooks.execute, request.path_params["token"],
+                                         payload)
+        return JSONResponse(result, status_code=200 if result["duplicate"] else 202)
+
     async def rerun_run(request: Request) -> JSONResponse:
         doc = await read_json(request)
         body = validated(RerunRun, doc)
@@ -345,6 +366,8 @@ def create_app(rt: Runtime) -> Starlette:
             return resp
         if isinstance(exc, NotFound):
             return error(404, exc.code, exc.message)
+        if isinstance(exc, Gone):
+            return error(410, exc.code, exc.message)
         if isinstance(exc, Conflict):
             return error(409, exc.code, exc.message)
         if isinstance(exc, ConditionFailed):
@@ -372,6 +395,8 @@ def create_app(rt: Runtime) -> Starlette:
         route("/runs/{run_id}/rerun", rerun_run, "POST"),
         route("/runs/{run_id}/signals/{name}", send_signal, "POST"),
         route("/runs/{run_id}/resume", resume_run, "POST"),
+        route("/hooks", create_hook, "POST"),
+        route("/hooks/{token}", execute_hook, "POST"),
         route("/runs/{run_id}/reset", reset_run, "POST"),
         route("/workflows", workflows, "GET"),
         route("/events", emit_event, "POST"),

@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CancelRun", "EmitEvent", "RerunRun", "ResetRun", "ResumeRun", "StartRun"]
+__all__ = ["CancelRun", "CreateHook", "EmitEvent", "RerunRun", "ResetRun", "ResumeRun",
+           "StartRun"]
 
 
 class _Body(BaseModel):
@@ -45,3 +46,18 @@ class EmitEvent(_Body):
     key: str | None = Field(default=None, max_length=512)
     id: str | None = Field(default=None, min_length=1, max_length=200)
     data: Any = None
+
+
+class CreateHook(_Body):
+    """A hook for a durable run, created from outside its workflow."""
+
+    run_id: str = Field(min_length=1, max_length=200)
+    signal: str = Field(min_length=1, max_length=128,
+                        description="The signal the hook delivers to the run.")
+    metadata: Any = Field(default=None, description="Merged over the payload it is executed"
+                          " with (a JSON object).")
+    ttl: float | None = Field(default=None, gt=0, le=365 * 24 * 3600,
+                              description="Seconds until it expires (default 7 days).")
+    token: str | None = Field(default=None, min_length=32, max_length=200,
+                              description="A token of your own (at least 32 characters);"
+                              " by default one of 256 random bits is made.")

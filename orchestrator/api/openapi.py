@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from orchestrator.api.models import (
     CancelRun,
+    CreateHook,
     EmitEvent,
     RerunRun,
     ResetRun,
@@ -32,7 +33,7 @@ from orchestrator.strict_json import MAX_DEPTH
 __all__ = ["BODY_MODELS", "openapi_document"]
 
 BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitEvent,
-                                            ResumeRun, ResetRun)
+                                            ResumeRun, ResetRun, CreateHook)
 JSON = "application/json"
 Schema = dict[str, Any]
 
@@ -126,6 +127,7 @@ def _model_schemas(models: Iterable[type[BaseModel]]) -> dict[str, Schema]:
 # ---- responses -------------------------------------------------------------------------
 
 _ERROR_TEXT = {
+    "410": "Gone: the hook was executed already (single-use) or expired",
     "400": "Malformed request: a body that is not JSON (or has duplicate keys, NaN or"
     f" Infinity, or nests deeper than {MAX_DEPTH} levels), or a parameter or field value"
     " the service refuses",
@@ -318,6 +320,43 @@ def _paths(retention: float) -> dict[str, Schema]:
                     **_errors(*BODY_ERRORS, "404", "409", "503", notes={
                         "404": "No such run",
                         "409": "The run finished (run_finished) or is not durable (conflict)",
+                        "422": "The payload is not a JSON object",
+                    }),
+                },
+            ),
+        },
+        "/hooks": {
+            "post": _op(
+                "createHook", "Create a hook for a durable run (from outside its workflow).",
+                tag="hooks",
+                description="Returns the token once: only its hash is stored. Executing it"
+                " (POST /hooks/{token}) sends `signal` to the run with `metadata` merged over"
+                " the payload.",
+                body=_body("CreateHook", required=True),
+                responses={"201": _json(_ref("HookCreated"), "Created"),
+                           **_errors(*BODY_ERRORS, "404", "409", "503", notes={
+                               "404": "No such run",
+                               "409": "The run finished (run_finished) or is not durable",
+                           })},
+            ),
+        },
+        "/hooks/{token}": {
+            "post": _op(
+                "executeHook", "Execute a hook: deliver its signal to its run, once.",
+                tag="hooks", open_=True,
+                description="No bearer key: the token is the credential. The body (a JSON"
+                " object; empty: `{}`) is the signal's payload, with the hook's metadata"
+                " merged over it. The same request sent again is answered 200 (duplicate);"
+                " any other request to a used or expired hook is a 410, to an unknown token a"
+                " 404, and neither changes anything.",
+                parameters=[_path("token", "The hook's secret token.")],
+                body=_body("SignalPayload", required=False),
+                responses={
+                    "202": _json(_ref("HookResult"), "Delivered"),
+                    "200": _json(_ref("HookResult"), "This very request, delivered before"),
+                    **_errors(*BODY_ERRORS, "404", "409", "410", "503", notes={
+                        "404": "No such hook",
+                        "409": "The hook's run has finished (run_finished)",
                         "422": "The payload is not a JSON object",
                     }),
                 },
@@ -540,6 +579,16 @@ def _response_schemas() -> dict[str, Schema]:
             "forgotten": {"type": "integer", "minimum": 0,
                           "description": "Journal entries forgotten"},
             "was_paused": {"type": "boolean"}}),
+        "HookCreated": _object(["run_id", "signal", "expires_at", "metadata", "hook", "token",
+                                "url"], {
+            "run_id": STRING, "signal": STRING, "expires_at": TIME, "metadata": ANY,
+            "hook": {"type": "string", "description": "A short id (a prefix of its hash)"},
+            "token": {"type": "string", "description": "The secret: shown this once"},
+            "url": {"type": "string", "description": "Where to POST it (ORCH_PUBLIC_URL +"
+                    " /hooks/{token}, or the path alone)"}}),
+        "HookResult": _object(["run_id", "signal", "duplicate", "signal_id"], {
+            "run_id": STRING, "signal": STRING, "duplicate": {"type": "boolean"},
+            "signal_id": STRING}),
         "SignalPayload": {"type": "object", "description": "Any JSON object: what the"
                           " run's wait_for_signal returns"},
         "SignalResult": _object(["run_id", "signal", "id", "duplicate"], {

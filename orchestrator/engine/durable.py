@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 DRIVER = "$run"
-WAIT_KINDS = ("sleep", "signal", "event", "retry", "next", "mismatch")
+WAIT_KINDS = ("sleep", "signal", "event", "hook", "retry", "next", "mismatch")
 # A call that asks for more than this many entries at once is refused as malformed.
 MAX_OPS_PER_CALL = 1000
 
@@ -195,6 +195,14 @@ def read_answer(answer: Any, now: float) -> tuple[list[dict[str, Any]], Next]:
                 detail["deadline"] = cap
             return entries, Suspend(Waiting("event", scope, pos, oid, name,
                                             until=_capped(end, cap), since=now, detail=detail))
+        if kind == "hook":
+            signal = op.get("signal")
+            if not isinstance(signal, str) or not signal:
+                raise BadAnswer("a hook names no signal")
+            ttl = op.get("ttl")
+            return entries, Suspend(Waiting("hook", scope, pos, oid, name, since=now, detail={
+                "signal": signal, "metadata": op.get("metadata"),
+                "ttl": None if ttl is None else _num(op, "ttl")}))
         if kind == "retry":
             attempt = int(_num(op, "attempt"))
             detail = {"error": op.get("error")}
@@ -253,6 +261,12 @@ def resolve(waiting: Waiting, now: float, found: Mapping[str, Any] | None = None
         if due:
             return Resolved(wait_entry(waiting, now, status="timeout"))
         return None
+    if waiting.kind == "hook":
+        # Created (stored) by the caller before this: the entry keeps no token.
+        if found is None:
+            return None
+        value = {k: found.get(k) for k in ("signal", "expires_at", "metadata", "hook")}
+        return Resolved(wait_entry(waiting, now, value=value))
     if waiting.kind == "event":
         if found is not None:
             value = {k: found.get(k) for k in ("name", "key", "id", "data", "received_at")}

@@ -39,6 +39,7 @@ from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code, error_doc
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import Executor, RunContext, Tally
+from orchestrator.services.hooks import Hooks
 from orchestrator.strict_json import dumps
 
 __all__ = ["Durable", "Target"]
@@ -63,9 +64,10 @@ class Target:
 class Durable:
     def __init__(self, executor: Executor, invoker: Invoker, *,
                  clock: Callable[[], float], rand: Callable[[], float],
-                 events: EventWaits | None = None) -> None:
+                 events: EventWaits | None = None, hooks: Hooks | None = None) -> None:
         self.adv = executor
         self.events = events
+        self.hooks = hooks
         self.store = executor.store
         self.queues = executor.queues
         self.settings = executor.settings
@@ -112,6 +114,10 @@ class Durable:
                         # finds the registration and pokes this run.
                         self.events.register(run_id, waiting)
                     found = self.events.find(waiting)
+                elif waiting.kind == "hook" and self.hooks is not None:
+                    d = waiting.detail
+                    found = self.hooks.create(run_id, waiting.id, str(d["signal"]),
+                                              d.get("metadata"), d.get("ttl"))
                 fresh_wait = False
                 done = resolve(waiting, now, found)
                 if done is None:
@@ -188,7 +194,7 @@ class Durable:
                     "started_at": ctx.started_at, "now": self.clock(), "attempt": row.attempt,
                     "subject": ctx.subject},
             "input": ctx.input,
-            "journal": journal,
+            "journal": [self._shown(row.run_id, e) for e in journal],
             "target": "",
             "attempts": attempts,
         }
@@ -204,6 +210,15 @@ class Durable:
         except ValueError:
             return None, Outcome(OutcomeKind.RETRYABLE, error=error_doc(
                 Code.BAD_ANSWER, "the workflow's answer is not JSON"))
+
+    def _shown(self, run_id: str, entry: dict[str, Any]) -> dict[str, Any]:
+        """An entry as the workflow gets it: a hook's with its token and URL, which the
+        journal does not keep (they are derived again, never stored)."""
+        if entry.get("kind") != "hook" or self.hooks is None or entry.get("status") != "ok":
+            return entry
+        token = self.hooks.token_for(run_id, str(entry["id"]))
+        return {**entry, "value": {**(entry.get("value") or {}), "token": token,
+                                   "url": self.hooks.url_for(token)}}
 
     def _call_failed(self, row: StepRecord, ctx: RunContext, outcome: Outcome,
                      tally: Tally) -> None:

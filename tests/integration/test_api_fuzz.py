@@ -113,6 +113,7 @@ class Live:
     schema: Any  # schemathesis' view of the served /openapi.json
     running: str  # a run without workers: it stays running until cancelled
     killed: str
+    hook_tokens: list[str]  # hooks of the durable seed run (each works once)
 
 
 @pytest.fixture(scope="module")
@@ -130,9 +131,11 @@ def live(emulator: Emulator, testfns: str, tmp_path_factory: pytest.TempPathFact
         # A durable run (no workers: it stays running) that takes signals.
         resp = client.post("/runs", json={"workflow": "waiter", "run_id": "seed-durable"})
         assert resp.status_code == 201, resp.text
+        tokens = [client.post("/hooks", json={"run_id": "seed-durable", "signal": "approve"}
+                              ).json()["token"] for _ in range(4)]
         assert client.post("/runs/seed-killed/cancel").json()["status"] == "killed"
         schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
-        yield Live(h, server.url, key, client, schema, "seed-running", "seed-killed")
+        yield Live(h, server.url, key, client, schema, "seed-running", "seed-killed", tokens)
     h.close()
 
 
@@ -172,7 +175,8 @@ def test_document_names_every_route_and_only_those(live: Live) -> None:
     routes = {(r.path, m) for r in app.routes if isinstance(r, Route) for m in r.methods or ()
               if m != "HEAD"}
     assert routes == set(OPERATIONS)
-    assert {("/healthz", "GET"), ("/openapi.json", "GET"), ("/webhooks/{name}", "POST")} == OPEN
+    assert {("/healthz", "GET"), ("/openapi.json", "GET"), ("/webhooks/{name}", "POST"),
+            ("/hooks/{token}", "POST")} == OPEN
     bearer = served["components"]["securitySchemes"]["bearer"]
     assert (bearer["type"], bearer["scheme"]) == ("http", "bearer")
     assert served["security"] == [{"bearer": []}]
@@ -180,8 +184,8 @@ def test_document_names_every_route_and_only_those(live: Live) -> None:
         op = served["paths"][path][method.lower()]
         codes = set(op["responses"])
         assert (path, method) in OPEN or "401" in codes, (path, method)
-        assert all(c in {"200", "201", "202", "400", "401", "404", "409", "413", "422", "503"}
-                   for c in codes), (path, method, codes)
+        assert all(c in {"200", "201", "202", "400", "401", "404", "409", "410", "413", "422",
+                         "503"} for c in codes), (path, method, codes)
         if "requestBody" in op and path != "/webhooks/{name}":
             assert {"400", "413", "422"} <= codes, (path, method)
     assert "$defs" not in json.dumps(served)
@@ -206,6 +210,10 @@ def steer(live: Live, case: Any, data: st.DataObject, mode: GenerationMode) -> N
                             "/runs/{run_id}/reset")):
             runs = ["seed-durable", "seed-durable", live.killed]
         params["run_id"] = data.draw(st.sampled_from(runs))
+    if params is not None and "token" in params:
+        params["token"] = data.draw(st.sampled_from([*live.hook_tokens, "x" * 43]))
+    if isinstance(body, dict) and path == "/hooks":
+        body["run_id"] = "seed-durable"
     if params is not None and "name" in params and "/signals/" in path:
         params["name"] = data.draw(st.sampled_from(["approve", "go"]))
     elif params is not None and "name" in params:

@@ -3,6 +3,7 @@ FunctionApp over real HTTP."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from functions.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from orchestrator.sweeper import SweepReport
-from tests.support.durable_fns import EFFECTS, LEDGER, create_app
+from tests.support.durable_fns import EFFECTS, HOOK_URLS, LEDGER, create_app
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -29,6 +30,7 @@ workflows:
   slowchain: { backend: app }
   trial: { backend: app, on: { event: trial.started } }
   ships: { backend: app }
+  docapproval: { backend: app }
 """
 
 
@@ -249,3 +251,47 @@ def test_an_event_before_the_previous_operation_needs_a_lookback(h: Harness) -> 
     h.rt.events.emit("order.shipped", {"n": 2}, key="early-2")
     back, _ = h.rt.runs.start("ships", {"timeout": "5s", "lookback": "1h"}, "early-2")
     assert h.wait(back.run_id)["output"]["data"] == {"n": 2}
+
+
+def test_a_hook_delivers_its_signal_once_with_its_metadata(h: Harness) -> None:
+    api = create_api(h.rt)
+    with BackgroundServer(api) as server:
+        run_id = h.start("docapproval", {"doc": "d-7"})
+        waiting_for(h, run_id, "signal")
+        urls = HOOK_URLS[run_id]
+        token = urls[0].rsplit("/", 1)[1]
+        assert len(token) >= 43  # 256 bits, base64url
+        url = server.url + urls[0]
+        first = httpx.post(url, json={"approved": True, "documentId": "forged"})
+        assert first.status_code == 202, first.text
+        again = httpx.post(url, json={"approved": True, "documentId": "forged"})
+        assert again.status_code == 200 and again.json()["duplicate"] is True
+        other = httpx.post(url, json={"approved": False})
+        assert other.status_code == 410 and other.json()["error"]["code"] == "hook_gone"
+        assert httpx.post(server.url + "/hooks/" + "x" * 43, json={}).status_code == 404
+        view = h.wait(run_id)
+        # The workflow's metadata wins over what the caller sent.
+        assert view["output"] == {"published": True, "documentId": "d-7"}
+        assert len(set(urls)) == 1 and len(urls) >= 2  # a replay gets the same URL
+        # Only the token's hash is stored: neither the journal nor the control table
+        # holds the token.
+        journal = json.dumps(h.rt.store.read_journal(run_id))
+        items = h.rt.clients.dynamodb.scan(TableName=h.rt.settings.names.control_table)
+        assert token not in journal and token not in json.dumps(items["Items"])
+
+
+def test_an_expired_hook_is_gone_and_changes_nothing(h: Harness) -> None:
+    api = create_api(h.rt)
+    with BackgroundServer(api) as server:
+        run_id = h.start("approval", {})
+        made = httpx.post(server.url + "/hooks", json={
+            "run_id": run_id, "signal": "approve", "ttl": 0.5, "metadata": {"via": "hook"}})
+        assert made.status_code == 201, made.text
+        until(lambda: time.time() > made.json()["expires_at"])
+        late = httpx.post(server.url + made.json()["url"], json={"approved": True})
+        assert late.status_code == 410
+        assert h.rt.store.signal_ids(run_id, "approve") == set()
+        fresh = httpx.post(server.url + "/hooks", json={
+            "run_id": run_id, "signal": "approve", "metadata": {"via": "hook"}}).json()
+        assert httpx.post(server.url + fresh["url"], json={"ok": 1}).status_code == 202
+        assert h.wait(run_id)["output"] == {"decision": {"ok": 1, "via": "hook"}}

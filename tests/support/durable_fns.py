@@ -152,7 +152,25 @@ async def ships(ctx: Context, payload: dict[str, Any]) -> Any:
                                     lookback=payload.get("lookback"))
 
 
+# The hook URLs each call of a run's workflow got (a replay must get the same one).
+HOOK_URLS: dict[str, list[str]] = defaultdict(list)
+
+
+@workflow("docapproval")
+async def docapproval(ctx: Context, payload: dict[str, Any]) -> Any:
+    hook = await ctx.create_hook("doc-approval", metadata={"documentId": payload["doc"]},
+                                 ttl=payload.get("ttl", "7d"))
+    HOOK_URLS[ctx.run_id].append(hook.url)
+    await step("notify", _recorded("notify")(ctx))
+    approval = await hook.wait(timeout=payload.get("timeout"))
+    if not approval or not approval.get("approved"):
+        raise TerminalError("document rejected")
+    await step("publish", _recorded("publish")(ctx))
+    return {"published": True, "documentId": approval["documentId"]}
+
+
 def create_app() -> FunctionApp:
     app = FunctionApp(secret="durable-secret")
-    app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain, trial, ships)
+    app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain, trial, ships,
+                 docapproval)
     return app

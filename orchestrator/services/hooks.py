@@ -1,0 +1,135 @@
+"""Hooks: secret URLs that deliver a signal to a durable run, once.
+
+A hook's token (256 bits) is an HMAC of the run and the operation that created it under
+the hook key (`ORCH_HOOK_SECRET`), so it is never stored: the control table keeps only
+its SHA-256 (`hook#<sha256>`), with the run, the signal, the metadata and the expiry.
+The same operation always has the same token: a workflow replaying `create_hook` hands
+out the same URL, and the hook is stored before the workflow can hand it out.
+
+`POST /hooks/{token}` with a JSON object sends the hook's signal with the metadata
+merged over the body (the workflow's metadata wins). A token is single-use: executed
+once it answers 410 (so does an expired one); an unknown one 404; neither changes
+anything. The delivery is marked first, with the payload's hash: the same request sent
+again (its answer lost) sends the same signal again, which the signal's idempotency
+key makes a no-op."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.adapters.store import Store
+from orchestrator.adapters.store.control import Control, doc_of
+from orchestrator.errors import Code, Conflict, NotFound, OrchestratorError, UsageError
+from orchestrator.services.signals import SIGNAL_NAME, Signals
+from orchestrator.strict_json import dumps
+
+__all__ = ["Gone", "Hooks"]
+
+KEY_ITEM = "secret#hooks"
+MAX_TTL = 365 * 24 * 3600.0
+DEFAULT_TTL = 7 * 24 * 3600.0
+
+
+class Gone(OrchestratorError):
+    """410: a hook already executed, or expired."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = "hook_gone"
+
+
+def _sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Hooks:
+    def __init__(self, control: Control, store: Store, signals: Signals,
+                 clock: Callable[[], float], *, secret: str | None,
+                 public_url: str | None) -> None:
+        self.control = control
+        self.store = store
+        self.signals = signals
+        self.clock = clock
+        self._secret = secret.encode() if secret else None
+        self.public_url = public_url
+
+    def _key(self) -> bytes:
+        if self._secret is None:
+            made = secrets.token_hex(32)
+            self.control.put_new(KEY_ITEM, now=self.clock(), doc={"key": made})
+            stored = doc_of(self.control.get(KEY_ITEM, now=self.clock()) or {}) or {}
+            self._secret = str(stored.get("key", made)).encode()
+        return self._secret
+
+    def token_for(self, run_id: str, op_id: str) -> str:
+        mac = hmac.new(self._key(), f"{run_id}\x1f{op_id}".encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+    def url_for(self, token: str) -> str:
+        return f"{self.public_url or ''}/hooks/{token}"
+
+    def create(self, run_id: str, op_id: str, signal: str, metadata: Any, ttl: float | None,
+               *, token: str | None = None) -> dict[str, Any]:
+        """Store the hook of operation `op_id` of a run (again: a no-op). Returns what
+        the journal keeps (no token) with the token and URL."""
+        if not SIGNAL_NAME.fullmatch(signal):
+            raise UsageError(f"signal {signal!r}: not a signal name")
+        life = DEFAULT_TTL if ttl is None else min(max(float(ttl), 1.0), MAX_TTL)
+        now = self.clock()
+        tok = token or self.token_for(run_id, op_id)
+        sha = _sha(tok)
+        doc = {"run_id": run_id, "signal": signal, "metadata": metadata,
+               "expires_at": round(now + life, 3), "op_id": op_id}
+        if not self.control.put_new(f"hook#{sha}", now=now, doc=doc,
+                                    expires_at=now + life + DEFAULT_TTL):
+            stored = doc_of(self.control.get(f"hook#{sha}", now=now) or {}) or doc
+            doc = stored
+        return {"signal": doc["signal"], "expires_at": doc["expires_at"],
+                "metadata": doc.get("metadata"), "hook": sha[:16], "token": tok,
+                "url": self.url_for(tok)}
+
+    def create_for(self, run_id: str, signal: str, metadata: Any, ttl: float | None,
+                   token: str | None = None) -> dict[str, Any]:
+        """A hook created from outside the workflow (POST /hooks)."""
+        run = self.store.get_run(run_id, self.clock())
+        if run is None:
+            raise NotFound(f"run {run_id!r} not found (or expired)")
+        if run.definition.durable is None:
+            raise Conflict(Code.CONFLICT, f"run {run_id!r} is not a durable run")
+        if run.status.terminal:
+            raise Conflict(Code.RUN_FINISHED, f"run {run_id!r} has already finished")
+        return self.create(run_id, f"api:{secrets.token_hex(8)}", signal, metadata, ttl,
+                           token=token)
+
+    def execute(self, token: str, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise UsageError("body: a hook's payload is a JSON object")
+        now = self.clock()
+        sha = _sha(token)
+        item = self.control.get(f"hook#{sha}", now=now)
+        doc = doc_of(item or {})
+        if doc is None:
+            raise NotFound("no such hook (unknown token)")
+        digest = hashlib.sha256(dumps(body).encode()).hexdigest()
+        used = doc.get("used")
+        if used is not None and used != digest:
+            raise Gone("this hook was executed already: a hook is single-use")
+        if used is None:
+            if now >= float(doc["expires_at"]):
+                raise Gone("this hook has expired")
+            marked = {**doc, "used": digest, "used_at": round(now, 3)}
+            if not self.control.update_if(
+                    f"hook#{sha}", "SET doc = :d", {":d": {"S": dumps(marked)},
+                                                    ":old": item["doc"]},  # type: ignore[index]
+                    "doc = :old"):
+                raise Gone("this hook was executed already: a hook is single-use")
+        metadata = doc.get("metadata")
+        payload = {**body, **(metadata if isinstance(metadata, dict) else {})}
+        sent = self.signals.send(doc["run_id"], doc["signal"], payload, key=f"hook:{sha}")
+        return {"run_id": doc["run_id"], "signal": doc["signal"], "duplicate": used is not None,
+                "signal_id": sent["id"]}

@@ -21,6 +21,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -33,7 +34,6 @@ from functions.serving import BackgroundServer
 from infra.direct import create_data_resources
 from infra.emulator import Emulator
 from orchestrator.adapters.aws import Clients, make_clients
-from orchestrator.adapters.invoker import Invoker
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.states import RunStatus
@@ -65,7 +65,8 @@ class RunFailed(AssertionError):
 
 
 class RunNotFinished(AssertionError):
-    """`result()` of a run that has not ended (it waits for a signal, or is paused)."""
+    """`result()` of a run that has not ended (it waits for a signal or an event, or
+    is paused)."""
 
 
 class StillRunning(AssertionError):
@@ -134,7 +135,6 @@ class WorkflowEnv:
         self._emulator = emulator
         self._owns_emulator = emulator is None
         self._server: BackgroundServer | None = None
-        self._invoker: Invoker | None = None
         self._rt: Runtime | None = None
         self._worker: Worker | None = None
 
@@ -167,11 +167,12 @@ class WorkflowEnv:
         text, env = self._manifest()
         manifest = manifest_from_text(text, "orchestrator.yml", environ=env)
         rt = Runtime.build(settings, manifest, clients=clients, clock=self.clock)
-        # The worker runs on the fake clock, but signs its calls with the real time: the
-        # SDK refuses a signature whose timestamp is minutes away from its own clock.
-        self._invoker = Invoker(max_body=settings.output_hard_cap, clock=time.time)
-        self._worker = Worker(rt.executor, self._invoker, rt.backends(),
-                              admit=rt.admission.due, clock=self.clock, sleep=self.clock.sleep)
+        # The worker runs on the fake clock but signs its calls with the real time (the
+        # SDK refuses a timestamp minutes away from its own clock): Runtime.worker gives
+        # the runtime's own clock to the invoker alone, so it is asked on a copy whose
+        # clock is the real one, with the same parts.
+        self._worker = replace(rt, clock=time.time).worker(clock=self.clock,
+                                                           sleep=self.clock.sleep)
         self._rt = rt
 
     def _manifest(self) -> tuple[str, dict[str, str]]:
@@ -194,9 +195,8 @@ class WorkflowEnv:
         """Stop the app's server (and the emulator if this environment started it), and
         clear the step stubs."""
         stubs.clear()
-        if self._invoker is not None:
-            self._invoker.close()
-            self._invoker = None
+        if self._worker is not None:
+            self._worker.invoker.close()
         if self._server is not None:
             self._server.stop()
             self._server = None
@@ -241,10 +241,19 @@ class WorkflowEnv:
 
     def emit(self, name: str, data: Any = None, *, key: str | None = None,
              event_id: str | None = None) -> list[str]:
-        """Emit an event; the ids of the runs it started (workflows given
-        `options={"wf": {"on": {"event": name}}}`)."""
+        """Emit an event about subject `key`: it ends the waits for it (at the next
+        `run_until_idle`) and starts the runs it triggers (workflows given
+        `options={"wf": {"on": {"event": name}}}`), whose ids it returns."""
         answer = self.rt.events.emit(name, data, key=key, event_id=event_id)
         return [r["run_id"] for r in answer["runs"]]
+
+    def execute_hook(self, hook: str, payload: Mapping[str, Any] | None = None
+                     ) -> dict[str, Any]:
+        """Execute a hook (its URL as the workflow handed it out, or its token) with
+        `payload`, as POST /hooks/{token} does: it delivers the hook's signal at the next
+        `run_until_idle`."""
+        token = hook.rstrip("/").rsplit("/", 1)[-1]
+        return self.rt.hooks.execute(token, dict(payload or {}))
 
     def stub_step(self, name: str, value: Any = None, *, fn: Callable[..., Any] | None = None,
                   error: BaseException | None = None) -> None:
@@ -256,9 +265,9 @@ class WorkflowEnv:
     def run_until_idle(self, *, max_rounds: int = DEFAULT_MAX_ROUNDS) -> None:
         """Run what is queued; when every run waits on a timer, move the clock to the
         earliest wake-up and go on. Returns once every run has ended or waits for
-        something only the test can send (a signal with no timeout) or do (a paused
-        run). StillRunning after `max_rounds` wake-ups (a run that never stops
-        sleeping)."""
+        something only the test can send (a signal or an event, with no timeout) or
+        do (a paused run). StillRunning after `max_rounds` wake-ups (a run that never
+        stops sleeping)."""
         self._pump(None, max_rounds)
 
     def advance(self, duration: float | str | timedelta, *,
@@ -363,7 +372,7 @@ class WorkflowEnv:
                 raise RuntimeError(f"run {run_id}: its driver is held by {driver.lease_owner}"
                                    " though no worker is running (an earlier error?)")
             if driver.due_at is None and driver.waiting is not None:
-                continue  # waits for a signal (or an operator): the test's to send
+                continue  # waits for a signal or an event (or an operator): the test's
             if driver.due_at is None or driver.due_at <= now:
                 # Its wait is over (or its first message went missing): look at it now.
                 due.append(Dispatch(run_id=run_id, step=DRIVER, attempt=driver.attempt))
@@ -389,8 +398,8 @@ def _waits(waiting: Mapping[str, Any] | None, now: float) -> str:
         return "not waiting"
     kind, name, until = waiting.get("kind"), waiting.get("name"), waiting.get("until")
     when = "" if until is None else f" until now + {max(0.0, float(until) - now):.0f}s"
-    if kind == "signal":
-        return f"waiting for signal {name!r}{when or ' (no timeout)'}"
+    if kind in ("signal", "event"):
+        return f"waiting for {kind} {name!r}{when or ' (no timeout)'}"
     if kind == "mismatch":
         return f"paused by a replay mismatch at {name!r}"
     return f"waiting ({kind} {name!r}){when}"

@@ -25,7 +25,12 @@ from pydantic_core import to_jsonable_python
 
 from functions.durable.errors import ReplayMismatch, StepFailed, Suspend, WorkflowError
 
-__all__ = ["Call", "Place", "Scope", "current", "op_id", "roundtrip"]
+__all__ = ["RESULT_POS", "Call", "Place", "Scope", "branch_scope", "current", "op_id",
+           "roundtrip"]
+
+# A parallel branch's result is recorded in its scope at this position (after any
+# operation the branch can have).
+RESULT_POS = 99_999_999
 
 _CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("durable_call", default=None)
 _SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durable_scope", default=None)
@@ -34,6 +39,11 @@ _SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durable_s
 def op_id(scope: str, name: str, n: int) -> str:
     """An operation's id: stable for the n-th operation called `name` in `scope`."""
     return hashlib.sha256(f"{scope}\x1f{name}\x1f{n}".encode()).hexdigest()[:20]
+
+
+def branch_scope(parent: str, pos: int, index: int) -> str:
+    """The scope of branch `index` of the parallel operation at `pos` of `parent`."""
+    return f"{parent}/{pos}:{index}" if parent else f"{pos}:{index}"
 
 
 def roundtrip(value: Any, what: str) -> Any:
@@ -104,10 +114,15 @@ class Call:
         journal = {(str(e.get("scope", "")), int(e["pos"])): e for e in entries}
         sizes: dict[str, int] = {}
         for scope, pos in journal:
-            sizes[scope] = max(sizes.get(scope, 0), pos + 1)
+            if pos != RESULT_POS:
+                sizes[scope] = max(sizes.get(scope, 0), pos + 1)
         return cls(journal=journal, sizes=sizes, **kw)
 
     # -- the current call and scope ----------------------------------------------------
+
+    def targets(self, scope_id: str) -> bool:
+        """Whether this call advances `scope_id` or a scope inside it."""
+        return self.target == scope_id or self.target.startswith(scope_id + "/")
 
     def enter(self, scope: Scope) -> tuple[contextvars.Token[Call | None],
                                            contextvars.Token[Scope | None]]:
@@ -178,7 +193,8 @@ class Call:
         for the rest of this call."""
         key = (entry["scope"], entry["pos"])
         self.journal[key] = entry
-        self.sizes[entry["scope"]] = max(self.sizes.get(entry["scope"], 0), entry["pos"] + 1)
+        if entry["pos"] != RESULT_POS:
+            self.sizes[entry["scope"]] = max(self.sizes.get(entry["scope"], 0), entry["pos"] + 1)
         scope.now = max(scope.now, float(entry.get("ended") or scope.now))
         scope.last_started = float(entry.get("started") or scope.last_started)
         self.ops.append({"op": "record", "entry": entry})

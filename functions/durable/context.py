@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid as uuid_mod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from functions.durable.call import Call, current, roundtrip
 from functions.durable.durations import Duration, seconds
 from functions.durable.errors import WorkflowError
+from functions.durable.parallel import run_parallel
 from functions.durable.steps import current_step
 
 __all__ = ["Context", "Hook"]
@@ -180,6 +182,14 @@ class Context:
                                  metadata=roundtrip(metadata, "hook metadata"), ttl=limit)
         return Hook(self, str(value.get("token", "")), str(value.get("url", "")), signal,
                     float(value.get("expires_at") or 0.0), value.get("metadata"))
+
+    async def parallel(self, branches: Sequence[Any], *, max_parallel: int | None = None,
+                       name: str = "parallel") -> list[Any]:
+        """Run `branches` (steps, or async callables whose durable operations form a
+        branch of their own) at most `max_parallel` at a time, each advancing on its
+        own. Returns their results in input order; if any failed, raises the first
+        failure (in input order) once every branch has ended."""
+        return await run_parallel(branches, max_parallel, name)
 
     async def _wait(self, kind: str, name: str, **fields: Any) -> Any:
         call, scope = current()

@@ -19,6 +19,8 @@ from typing import Any
 
 __all__ = [
     "DRIVER",
+    "RESULT_POS",
+    "BranchDone",
     "Complete",
     "Continue",
     "Fail",
@@ -26,20 +28,75 @@ __all__ = [
     "Pause",
     "Suspend",
     "Waiting",
+    "branch_index",
+    "branch_scope",
+    "first_branches",
+    "in_view",
     "is_driver",
+    "parent_of",
     "read_answer",
     "resolve",
+    "row_of",
+    "scope_of",
     "wait_entry",
 ]
 
 DRIVER = "$run"
-WAIT_KINDS = ("sleep", "signal", "event", "hook", "retry", "next", "mismatch")
+# A parallel branch's result sits in its scope at this position (functions/durable).
+RESULT_POS = 99_999_999
+WAIT_KINDS = ("sleep", "signal", "event", "hook", "parallel", "retry", "next", "mismatch")
 # A call that asks for more than this many entries at once is refused as malformed.
 MAX_OPS_PER_CALL = 1000
 
 
 def is_driver(step: str) -> bool:
-    return step == DRIVER
+    """The root driver, or a parallel branch's (`$run/<scope>`)."""
+    return step == DRIVER or step.startswith(DRIVER + "/")
+
+
+def scope_of(step: str) -> str:
+    """The scope a driver row advances."""
+    return step[len(DRIVER) + 1:] if step.startswith(DRIVER + "/") else ""
+
+
+def row_of(scope: str) -> str:
+    """The driver row of a scope."""
+    return f"{DRIVER}/{scope}" if scope else DRIVER
+
+
+def parent_of(scope: str) -> str:
+    return scope.rsplit("/", 1)[0] if "/" in scope else ""
+
+
+def branch_scope(parent: str, pos: int, index: int) -> str:
+    """Branch `index` of the parallel operation at `pos` of `parent` (as the SDK names
+    it)."""
+    return f"{parent}/{pos}:{index}" if parent else f"{pos}:{index}"
+
+
+def branch_index(scope: str) -> int:
+    return int(scope.rsplit("/", 1)[-1].split(":", 1)[1])
+
+
+def first_branches(total: int, limit: int, done: set[int]) -> list[int]:
+    """The branches to start when a parallel operation begins: each finished branch i
+    starts branch i + limit, so at most `limit` are in flight; branches found done
+    already (their code returned at once) hand on as if they had just finished."""
+    out = []
+    for i in range(min(limit, total)):
+        j = i
+        while j < total and j in done:
+            j += limit
+        if j < total:
+            out.append(j)
+    return out
+
+
+def in_view(scope: str, target: str) -> bool:
+    """Whether entries of `scope` matter to a call advancing `target`: its ancestors,
+    itself and what is inside it."""
+    return (not scope or scope == target or target.startswith(scope + "/")
+            or scope.startswith(target + "/") or not target)
 
 
 @dataclass(frozen=True)
@@ -113,7 +170,14 @@ class Pause:
     error: dict[str, Any]
 
 
-Next = Continue | Suspend | Complete | Fail | Pause
+@dataclass(frozen=True)
+class BranchDone:
+    """A parallel branch's code returned (or raised): its result entry."""
+
+    entry: dict[str, Any]
+
+
+Next = Continue | Suspend | Complete | Fail | Pause | BranchDone
 
 
 class BadAnswer(ValueError):
@@ -127,9 +191,12 @@ def _place(op: Mapping[str, Any]) -> tuple[str, int, str, str]:
         raise BadAnswer(f"operation {op!r} lacks its place (pos, id, name)") from exc
 
 
-def read_answer(answer: Any, now: float) -> tuple[list[dict[str, Any]], Next]:
-    """The entries to commit, in order, and what follows them. BadAnswer if the
-    answer does not follow the protocol (the call then counts as failed)."""
+def read_answer(answer: Any, now: float, target: str = ""
+                ) -> tuple[list[dict[str, Any]], Next]:
+    """The entries to commit, in order, and what follows them for the scope the call
+    advanced (`target`): the frontiers other scopes report are only information. A
+    parallel branch whose code returned is `BranchDone`. BadAnswer if the answer does
+    not follow the protocol (the call then counts as failed)."""
     if not isinstance(answer, Mapping) or not isinstance(answer.get("ops"), list):
         raise BadAnswer("the answer is not an object with an 'ops' list")
     ops: Sequence[Any] = answer["ops"]
@@ -163,8 +230,16 @@ def read_answer(answer: Any, now: float) -> tuple[list[dict[str, Any]], Next]:
             return entries, Pause(waiting, {"code": "replay_mismatch", "message": message,
                                             "details": waiting.detail})
         scope, pos, oid, name = _place(op)
+        if scope != target:
+            continue  # another scope's frontier, met on the way
         if kind == "next":
             return entries, Continue()
+        if kind == "parallel":
+            branches, limit = int(_num(op, "branches")), int(_num(op, "max_parallel"))
+            if branches < 1 or limit < 1:
+                raise BadAnswer("a parallel operation needs branches and max_parallel >= 1")
+            return entries, Suspend(Waiting("parallel", scope, pos, oid, name, since=now,
+                                            detail={"branches": branches, "max": limit}))
         cap: float | None = float(deadline) if isinstance(deadline, int | float) else None
         if kind == "sleep":
             until = op.get("until")
@@ -210,6 +285,12 @@ def read_answer(answer: Any, now: float) -> tuple[list[dict[str, Any]], Next]:
                                             until=now + _num(op, "after"), since=now,
                                             attempt=attempt, detail=detail))
         raise BadAnswer(f"unknown operation {kind!r}")
+    if target:
+        done = next((e for e in entries if e.get("scope") == target
+                     and int(e.get("pos", -1)) == RESULT_POS), None)
+        if done is not None:
+            return entries, BranchDone(done)
+        return entries, Continue()  # the branch's result is recorded already: look again
     raise BadAnswer("the answer ends without saying what comes next")
 
 
@@ -252,6 +333,11 @@ def resolve(waiting: Waiting, now: float, found: Mapping[str, Any] | None = None
         return Resolved(None) if due else None
     if waiting.kind == "next":
         return Resolved(None)
+    if waiting.kind == "parallel":
+        # `found`: the parallel operation's aggregate; over when every branch is done.
+        if found is not None and len(found.get("done") or ()) >= int(waiting.detail["branches"]):
+            return Resolved(None)
+        return None
     if waiting.kind == "sleep":
         return Resolved(wait_entry(waiting, now)) if due else None
     if waiting.kind == "signal":

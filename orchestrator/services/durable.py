@@ -25,18 +25,26 @@ from orchestrator.adapters.messages import Dispatch
 from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, after_attempt
 from orchestrator.engine.durable import (
     DRIVER,
+    RESULT_POS,
     BadAnswer,
+    BranchDone,
     Complete,
     Continue,
     Pause,
     Suspend,
     Waiting,
+    branch_scope,
+    first_branches,
+    in_view,
     read_answer,
     resolve,
+    row_of,
+    scope_of,
 )
 from orchestrator.engine.durable import Fail as WorkflowFail
 from orchestrator.engine.records import StepRecord
-from orchestrator.errors import Code, error_doc
+from orchestrator.engine.states import StepStatus
+from orchestrator.errors import Code, ConditionFailed, error_doc
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import Executor, RunContext, Tally
 from orchestrator.services.hooks import Hooks
@@ -82,6 +90,7 @@ class Durable:
         """Advance the run whose driver `row` this worker has just claimed, until it
         waits or ends (or `room()` says this worker's time is up)."""
         run_id = row.run_id
+        scope = scope_of(row.step)
         journal = self.store.read_journal(run_id)
         places = {(e.get("scope", ""), int(e["pos"])) for e in journal}
         waiting = Waiting.from_json(row.waiting) if row.waiting else None
@@ -95,7 +104,7 @@ class Durable:
             if now - checked >= STOP_CHECK_EVERY:
                 # A long chain looks for a cancel now and then (one read), not every step.
                 checked = now
-                fresh = self.store.get_driver(run_id)
+                fresh = self.store.get_driver(run_id, row.step)
                 if fresh is None or fresh.lease_owner != row.lease_owner or fresh.stopping:
                     self._give_up(row, tally, now)
                     return
@@ -118,13 +127,17 @@ class Durable:
                     d = waiting.detail
                     found = self.hooks.create(run_id, waiting.id, str(d["signal"]),
                                               d.get("metadata"), d.get("ttl"))
+                elif waiting.kind == "parallel":
+                    if fresh_wait:
+                        self._open_parallel(row, ctx, waiting, places, now)
+                    found = self.store.get_parallel(run_id, waiting.scope, waiting.pos)
                 fresh_wait = False
                 done = resolve(waiting, now, found)
                 if done is None:
                     left = self._suspend(row, pokes, waiting, now, tally)
                     if left != "poked":
                         return
-                    fresh = self.store.get_driver(run_id)
+                    fresh = self.store.get_driver(run_id, row.step)
                     pokes = fresh.pokes if fresh is not None else pokes + 1
                     continue
                 if done.entry is not None:
@@ -143,7 +156,7 @@ class Durable:
                 self._call_failed(row, ctx, failure, tally)
                 return
             try:
-                entries, after = read_answer(answer, self.clock())
+                entries, after = read_answer(answer, self.clock(), scope)
             except BadAnswer as exc:
                 self._call_failed(row, ctx, Outcome(OutcomeKind.RETRYABLE, error=error_doc(
                     Code.BAD_ANSWER, f"workflow {ctx.served}: {exc}")), tally)
@@ -179,6 +192,9 @@ class Durable:
             if isinstance(after, Complete):
                 self._complete(row, ctx, after.value, tally)
                 return
+            if isinstance(after, BranchDone):
+                self._branch_done(row, ctx, scope, tally)
+                return
             if isinstance(after, WorkflowFail):
                 self.adv.fail(row, ctx, Fail(dict(after.error)), tally)
                 return
@@ -194,8 +210,9 @@ class Durable:
                     "started_at": ctx.started_at, "now": self.clock(), "attempt": row.attempt,
                     "subject": ctx.subject},
             "input": ctx.input,
-            "journal": [self._shown(row.run_id, e) for e in journal],
-            "target": "",
+            "journal": [self._shown(row.run_id, e) for e in journal
+                        if in_view(str(e.get("scope", "")), scope_of(row.step))],
+            "target": scope_of(row.step),
             "attempts": attempts,
         }
         call = Call(url=target.url, secret=target.secret, run_id=row.run_id,
@@ -237,7 +254,8 @@ class Durable:
         if (row.lease_until or 0.0) - now >= need:
             return row
         until = now + need
-        if not self.store.renew_driver(row.run_id, row.lease_owner or "", row.attempt, until):
+        if not self.store.renew_driver(row.run_id, row.lease_owner or "", row.attempt, until,
+                                       row.step):
             return None
         return replace(row, lease_until=until)
 
@@ -255,7 +273,7 @@ class Durable:
             due, wake = until, until - HANDOFF_BEFORE
         left = self.store.suspend_driver(row.run_id, row.lease_owner or "", row.attempt, pokes,
                                          waiting.to_json(), due, wake, now,
-                                         reset_attempt=row.attempt > 1)
+                                         reset_attempt=row.attempt > 1, step=row.step)
         if left == "stopping":
             # The run is being cancelled and the lease is still ours: end the driver.
             self._give_up(row, tally, now)
@@ -263,7 +281,7 @@ class Durable:
         if left == "ok" and due is not None and (send or (until is not None
                                                          and until - now <= TIMER_REACH)):
             attempt = 1 if row.attempt > 1 else row.attempt
-            msg = Dispatch(run_id=row.run_id, step=DRIVER, attempt=attempt,
+            msg = Dispatch(run_id=row.run_id, step=row.step, attempt=attempt,
                            due_at=None if send else due)
             if send:
                 self.queues.dispatch([msg])
@@ -271,9 +289,71 @@ class Durable:
                 self.queues.timer(msg, now)
         return left
 
+    # ---- parallel branches ---------------------------------------------------------------
+
+    def _open_parallel(self, row: StepRecord, ctx: RunContext, waiting: Waiting,
+                       places: set[tuple[str, int]], now: float) -> None:
+        """A parallel operation begins: its aggregate, then its first branches."""
+        total, limit = int(waiting.detail["branches"]), int(waiting.detail["max"])
+        done = {i for i in range(total)
+                if (branch_scope(waiting.scope, waiting.pos, i), RESULT_POS) in places}
+        self.store.open_parallel(row.run_id, waiting.scope, waiting.pos, total, limit, done,
+                                 now)
+        self._start_branches(row, ctx, [branch_scope(waiting.scope, waiting.pos, i)
+                                        for i in first_branches(total, limit, done)], now)
+
+    def _start_branches(self, row: StepRecord, ctx: RunContext, scopes: list[str],
+                        now: float) -> None:
+        spec = ctx.definition.specs[DRIVER] if ctx.definition is not None else None
+        sends = []
+        for scope in scopes:
+            branch = StepRecord(
+                run_id=row.run_id, step=row_of(scope), status=StepStatus.READY,
+                backend=spec.backend if spec else row.backend,
+                route=spec.route if spec else row.route,
+                # Not counted towards the run's finish: the top's driver ends the run.
+                dependants=(DRIVER,), attempt=1, max_attempts=row.max_attempts,
+                timeout=row.timeout, retry_strategy=row.retry_strategy,
+                retry_delay=row.retry_delay, retry_max_delay=row.retry_max_delay,
+                ready_at=now, wake_at=now + self.store.wake.redispatch_after,
+                history=({"at": round(now, 3), "type": "step.ready"},),
+            )
+            try:
+                self.store.create_step_if_absent(branch)
+            except ConditionFailed:
+                continue  # started before (a repeated call); its dispatch went then
+            sends.append(Dispatch(run_id=row.run_id, step=branch.step, attempt=1))
+        if sends:
+            self.queues.dispatch(sends)
+
+    def _branch_done(self, row: StepRecord, ctx: RunContext, scope: str, tally: Tally) -> None:
+        """A branch's code ended: count it, start the branch after it, wake the parent
+        when it was the last; the branch's row ends last, so a worker dying on the way
+        leaves it leased, and its retry does all of this again (each part idempotent)."""
+        parent, _, last = scope.rpartition("/")
+        pos, index = (int(x) for x in last.split(":", 1))
+        agg = self.store.branch_done(row.run_id, parent, pos, index)
+        now = self.clock()
+        successor = index + agg["max"]
+        if successor < agg["total"]:
+            self._start_branches(row, ctx, [branch_scope(parent, pos, successor)], now)
+        if len(agg["done"]) >= agg["total"]:
+            self.wake(row.run_id, row_of(parent))
+        try:
+            self.store.record_success(row.run_id, row.step, row.attempt, row.lease_owner or "",
+                                      output_json="null", output_ref=None, size=0, now=now)
+        except ConditionFailed:
+            pass  # the lease was lost: its next holder finds the branch done and ends it
+
+    def wake(self, run_id: str, step: str) -> None:
+        """Poke a driver row; dispatch it if nobody holds it."""
+        poked = self.store.poke_driver(run_id, self.clock(), step)
+        if poked is not None:
+            self.queues.dispatch([Dispatch(run_id=run_id, step=step, attempt=poked.attempt)])
+
     def _give_up(self, row: StepRecord, tally: Tally, now: float) -> None:
         """End the driver of a run being cancelled (a no-op if the lease is lost)."""
-        gone = self.store.abandon(row.run_id, DRIVER, row.attempt, row.lease_owner or "",
+        gone = self.store.abandon(row.run_id, row.step, row.attempt, row.lease_owner or "",
                                   "run stopped", now)
         if gone is not None and gone.counted:
             tally.add(row.run_id)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.store.control import Control, doc_of, ms_key
-from orchestrator.engine.durable import Waiting
+from orchestrator.engine.durable import DRIVER, Waiting, row_of
 
 __all__ = ["EventWaits"]
 
@@ -49,20 +49,21 @@ class EventWaits:
 
     # ---- the event side ----------------------------------------------------------------
 
-    def publish(self, event: dict[str, Any]) -> set[str]:
-        """Write the event where waits look, then read who waits: the runs to poke."""
+    def publish(self, event: dict[str, Any]) -> set[tuple[str, str]]:
+        """Write the event where waits look, then read who waits: the (run, driver row)
+        pairs to poke."""
         at = float(event["received_at"])
         parts = _partitions_of_event(str(event["name"]), event.get("key"))
         for pk in parts:
             self.control.put_new(pk, f"e#{ms_key(at)}#{event['id']}", now=at, doc=event,
                                  expires_at=at + self.retention)
-        runs: set[str] = set()
+        runs: set[tuple[str, str]] = set()
         now = self.clock()
         for pk in parts:
             for item in self.control.query(pk, now=now, after="w#", limit=1000):
                 doc = doc_of(item) or {}
                 if doc.get("run_id"):
-                    runs.add(str(doc["run_id"]))
+                    runs.add((str(doc["run_id"]), str(doc.get("row") or DRIVER)))
         return runs
 
     # ---- the waiting side --------------------------------------------------------------
@@ -72,7 +73,8 @@ class EventWaits:
         end = waiting.until or (self.clock() + self.retention)
         for pk in _partitions_of_wait(str(detail["event"]), detail.get("subject")):
             self.control.put_new(pk, self._wait_key(run_id, waiting), now=self.clock(),
-                                 doc={"run_id": run_id}, expires_at=end + self.retention)
+                                 doc={"run_id": run_id, "row": row_of(waiting.scope)},
+                                 expires_at=end + self.retention)
 
     def find(self, waiting: Waiting) -> dict[str, Any] | None:
         """The earliest event in the wait's window, if any (strongly consistent)."""

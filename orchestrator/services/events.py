@@ -50,7 +50,7 @@ class EventService:
     # Durable runs waiting for events: where an event is published, and how a run
     # found waiting is woken.
     waits: EventWaits | None = None
-    wake: Callable[[str], object] | None = None
+    wake: Callable[[str, str], object] | None = None
 
     def emit(
         self, name: str, data: Any = None, *, key: str | None = None, event_id: str | None = None
@@ -82,9 +82,9 @@ class EventService:
         if first or repair:
             self._store(event)
             if self.waits is not None:
-                for run_id in sorted(self.waits.publish(event)):
+                for run_id, row in sorted(self.waits.publish(event)):
                     if self.wake is not None:
-                        self.wake(run_id)
+                        self.wake(run_id, row)
         started = []
         # A run started by an event takes its subject (a durable run's event waits
         # default to it).

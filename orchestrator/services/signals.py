@@ -53,12 +53,18 @@ class Signals:
                            f"({run.status.value}): the signal would never be read")
         now = self.clock()
         created = self.store.queue_signal(run_id, name, payload, sid, now)
-        self.wake(run_id)
+        for row in self.store.drivers(run_id):
+            # The scopes that may take it: those waiting for it, and those being
+            # advanced (their holder sees the poke before it waits).
+            waits = row.waiting or {}
+            if not row.status.terminal and (row.lease_owner is not None or (
+                    waits.get("kind") == "signal" and waits.get("name") == name)):
+                self.wake(run_id, row.step)
         return {"run_id": run_id, "signal": name, "id": sid, "duplicate": not created}
 
-    def wake(self, run_id: str) -> None:
-        """Tell a durable run to look again at what it waits for (a signal or an event
-        came): a dispatch if nobody holds it, a poke its holder sees otherwise."""
-        poked = self.store.poke_driver(run_id, self.clock())
+    def wake(self, run_id: str, step: str = DRIVER) -> None:
+        """Tell a durable run's driver (its top's, or a branch's) to look again at what
+        it waits for: a dispatch if nobody holds it, a poke its holder sees otherwise."""
+        poked = self.store.poke_driver(run_id, self.clock(), step)
         if poked is not None:
-            self.queues.dispatch([Dispatch(run_id=run_id, step=DRIVER, attempt=poked.attempt)])
+            self.queues.dispatch([Dispatch(run_id=run_id, step=step, attempt=poked.attempt)])

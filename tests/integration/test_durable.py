@@ -14,7 +14,7 @@ import pytest
 from functions.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from orchestrator.sweeper import SweepReport
-from tests.support.durable_fns import EFFECTS, HOOK_URLS, LEDGER, create_app
+from tests.support.durable_fns import CONCURRENCY, EFFECTS, HOOK_URLS, LEDGER, create_app
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -31,6 +31,8 @@ workflows:
   trial: { backend: app, on: { event: trial.started } }
   ships: { backend: app }
   docapproval: { backend: app }
+  fanout: { backend: app }
+  branches: { backend: app }
 """
 
 
@@ -295,3 +297,28 @@ def test_an_expired_hook_is_gone_and_changes_nothing(h: Harness) -> None:
             "run_id": run_id, "signal": "approve", "metadata": {"via": "hook"}}).json()
         assert httpx.post(server.url + fresh["url"], json={"ok": 1}).status_code == 202
         assert h.wait(run_id)["output"] == {"decision": {"ok": 1, "via": "hook"}}
+
+
+def test_parallel_steps_keep_input_order_and_never_exceed_max_parallel(h: Harness) -> None:
+    run_id = h.start("fanout", {"n": 12, "max": 3})
+    view = h.wait(run_id)
+    assert view["status"] == "success", view
+    assert view["output"] == {"results": [i * i for i in range(12)]}
+    assert 1 <= CONCURRENCY.peak[run_id] <= 3
+    assert sorted(LEDGER.bodies(run_id)) == sorted(f"probe-{i}" for i in range(12))
+
+
+def test_branches_with_several_operations_advance_on_their_own(h: Harness) -> None:
+    run_id = h.start("branches", {"sleep": "300ms"})
+    view = h.wait(run_id)
+    assert view["output"] == {"results": [0, 11, 22], "total": 33}, view
+    bodies = LEDGER.bodies(run_id)
+    assert sorted(bodies) == sorted(["a-0", "a-1", "a-2", "b-0", "b-1", "b-2", "total"])
+    scopes = {s["scope"] for s in view["steps"]}
+    assert {"0:0", "0:1", "0:2"} <= scopes
+
+
+def test_a_failed_branch_raises_after_the_others_settle(h: Harness) -> None:
+    run_id = h.start("fanout", {"n": 6, "max": 2, "fail": [1]})
+    view = h.wait(run_id)
+    assert view["output"] == {"failed": "probe_failed", "ran": 6}

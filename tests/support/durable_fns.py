@@ -169,8 +169,64 @@ async def docapproval(ctx: Context, payload: dict[str, Any]) -> Any:
     return {"published": True, "documentId": approval["documentId"]}
 
 
+@dataclass
+class Concurrency:
+    """How many probe bodies run at once, per run (the function's own ledger)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    active: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    peak: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+CONCURRENCY = Concurrency()
+
+
+@workflow("fanout")
+async def fanout(ctx: Context, payload: dict[str, Any]) -> Any:
+    import asyncio
+
+    def probe(i: int) -> Any:
+        async def body() -> int:
+            LEDGER.add(ctx, f"probe-{i}")
+            with CONCURRENCY.lock:
+                CONCURRENCY.active[ctx.run_id] += 1
+                peak = max(CONCURRENCY.peak[ctx.run_id], CONCURRENCY.active[ctx.run_id])
+                CONCURRENCY.peak[ctx.run_id] = peak
+            try:
+                await asyncio.sleep(float(payload.get("hold", 0.05)))
+            finally:
+                with CONCURRENCY.lock:
+                    CONCURRENCY.active[ctx.run_id] -= 1
+            if i in payload.get("fail", ()):
+                raise TerminalError(f"probe {i} failed", code="probe_failed")
+            return i * i
+        return body
+
+    try:
+        results = await ctx.parallel([step(f"probe-{i}", probe(i)) for i in range(payload["n"])],
+                                     max_parallel=payload.get("max"))
+    except StepFailed as exc:
+        return {"failed": exc.code, "ran": len(set(LEDGER.bodies(ctx.run_id)))}
+    return {"results": results}
+
+
+@workflow("branches")
+async def branches(ctx: Context, payload: dict[str, Any]) -> Any:
+    def branch(i: int) -> Any:
+        async def run() -> int:
+            a = await step("a", _recorded(f"a-{i}", i)(ctx))
+            await ctx.sleep(payload.get("sleep", "200ms"))
+            b = await step("b", _recorded(f"b-{i}", 10 * i)(ctx))
+            return int(a) + int(b)
+        return run
+
+    results = await ctx.parallel([branch(i) for i in range(3)])
+    total = await step("total", _recorded("total", sum(results))(ctx))
+    return {"results": results, "total": total}
+
+
 def create_app() -> FunctionApp:
     app = FunctionApp(secret="durable-secret")
     app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain, trial, ships,
-                 docapproval)
+                 docapproval, fanout, branches)
     return app

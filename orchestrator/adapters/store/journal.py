@@ -6,6 +6,8 @@ sorted after its step rows (sort keys from `~`):
 | `$run`                              | the driver: an ordinary step row (engine/durable) |
 | `~j#<scope>#<pos:08d>`              | one journal entry, written once                   |
 | `~s#<name>#<ms>#<signal id>`        | a signal, queued until a wait consumes it         |
+| `~p#<scope>#<pos:08d>`              | a parallel operation: its size, the branches done |
+| `$run/<scope>`                      | a parallel branch's driver                        |
 
 An entry is created with a conditional put: the first write wins, and a writer that
 loses gets the entry that is there (a duplicate of its own, or the outcome that beat it:
@@ -30,6 +32,12 @@ __all__ = ["JournalRows", "entry_key", "signal_prefix"]
 
 JOURNAL = "~j#"
 SIGNALS = "~s#"
+PARALLEL = "~p#"
+
+
+def _aggregate(item: dict[str, Any]) -> dict[str, Any]:
+    return {"total": int(item["total"]["N"]), "max": int(item["max"]["N"]),
+            "done": {int(x) for x in item.get("done", {}).get("NS", [])}}
 
 
 def entry_key(scope: str, pos: int) -> str:
@@ -168,7 +176,7 @@ class JournalRows(Tables):
 
     def suspend_driver(self, run_id: str, owner: str, attempt: int, pokes: int,
                        waiting: dict[str, Any], due_at: float | None, wake_at: float | None,
-                       now: float, *, reset_attempt: bool = False) -> str:
+                       now: float, *, reset_attempt: bool = False, step: str = DRIVER) -> str:
         """Release the driver's lease, leaving what it waits for. Guarded by the lease
         and by `pokes` (the count its holder saw): "ok", "poked" (a signal landed
         meanwhile: look again, the lease is still yours), "stopping" (the run is being
@@ -188,9 +196,9 @@ class JournalRows(Tables):
             values[":one"] = num(1)
             sets.append("attempt = :one")
         try:
-            with _translate(f"driver {run_id}: suspend"):
+            with _translate(f"driver {run_id}/{step}: suspend"):
                 self.ddb.update_item(
-                    TableName=self.steps, Key=step_key(run_id, DRIVER),
+                    TableName=self.steps, Key=step_key(run_id, step),
                     UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
                     ConditionExpression=(
                         "lease_owner = :o AND attempt = :n AND attribute_not_exists(stopping)"
@@ -202,7 +210,7 @@ class JournalRows(Tables):
                 )
         except ConditionFailed as exc:
             item = exc.item or self.ddb.get_item(TableName=self.steps,
-                                                 Key=step_key(run_id, DRIVER),
+                                                 Key=step_key(run_id, step),
                                                  ConsistentRead=True).get("Item") or {}
             mine = (item.get("lease_owner", {}).get("S") == owner
                     and int(item.get("attempt", {}).get("N", "0")) == attempt)
@@ -211,11 +219,11 @@ class JournalRows(Tables):
             return "stopping" if "stopping" in item else "poked"
         return "ok"
 
-    def poke_driver(self, run_id: str, now: float) -> StepRecord | None:
+    def poke_driver(self, run_id: str, now: float, step: str = DRIVER) -> StepRecord | None:
         """Tell the driver to look again (a signal landed). Returns the row as poked if
         nobody holds it (send it a dispatch; its wake covers a lost one), None if it is
         held (its holder sees the poke when it releases) or gone."""
-        key = step_key(run_id, DRIVER)
+        key = step_key(run_id, step)
         wake = num(now + self.wake.redispatch_after)
         for _ in range(8):
             try:
@@ -243,16 +251,72 @@ class JournalRows(Tables):
                     )
                 return None
             except ConditionFailed:
-                row = self.get_driver(run_id)
+                row = self.get_driver(run_id, step)
                 if row is None or row.status.terminal or row.status.value == "ready":
                     return None  # gone, ended, or not started (it reads its signals then)
         return None
 
-    def get_driver(self, run_id: str) -> StepRecord | None:
-        with _translate(f"driver {run_id}: read"):
-            item = self.ddb.get_item(TableName=self.steps, Key=step_key(run_id, DRIVER),
+    def get_driver(self, run_id: str, step: str = DRIVER) -> StepRecord | None:
+        with _translate(f"driver {run_id}/{step}: read"):
+            item = self.ddb.get_item(TableName=self.steps, Key=step_key(run_id, step),
                                      ConsistentRead=True).get("Item")
         return None if item is None else step_from_item(item)
+
+    def drivers(self, run_id: str) -> list[StepRecord]:
+        """The run's driver rows: its top's and its parallel branches' (one query)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.steps,
+            "KeyConditionExpression": "run_id = :r AND begins_with(step, :d)",
+            "ExpressionAttributeValues": {":r": {"S": run_id}, ":d": {"S": DRIVER}},
+            "ProjectionExpression": "run_id, step, #s, backend, route, lease_owner, waiting,"
+                                    " pokes, attempt",
+            "ExpressionAttributeNames": {"#s": "status"},
+            "ConsistentRead": True,
+        }
+        out: list[StepRecord] = []
+        while True:
+            with _translate(f"drivers of {run_id}"):
+                resp = self.ddb.query(**kwargs)
+            out.extend(step_from_item(i) for i in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return out
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    # -- parallel operations ---------------------------------------------------------------
+
+    def open_parallel(self, run_id: str, scope: str, pos: int, total: int, limit: int,
+                      done: set[int], now: float) -> None:
+        """The aggregate of a parallel operation (once): its size and the branches done."""
+        item: dict[str, Any] = {**step_key(run_id, f"{PARALLEL}{scope}#{pos:08d}"),
+                                "total": num(total), "max": num(limit),
+                                "expires_at": num(now + self.step_retention)}
+        if done:
+            item["done"] = {"NS": [str(i) for i in sorted(done)]}
+        try:
+            with _translate(f"parallel {run_id}/{scope}#{pos}: open"):
+                self.ddb.put_item(TableName=self.steps, Item=item,
+                                  ConditionExpression="attribute_not_exists(step)")
+        except ConditionFailed:
+            pass  # opened before (a call repeated)
+
+    def branch_done(self, run_id: str, scope: str, pos: int, index: int) -> dict[str, Any]:
+        """Count branch `index` done (again: a no-op). Returns {total, max, done}."""
+        with _translate(f"parallel {run_id}/{scope}#{pos}: branch {index} done"):
+            resp = self.ddb.update_item(
+                TableName=self.steps, Key=step_key(run_id, f"{PARALLEL}{scope}#{pos:08d}"),
+                UpdateExpression="ADD done :i",
+                ConditionExpression="attribute_exists(step)",
+                ExpressionAttributeValues={":i": {"NS": [str(index)]}},
+                ReturnValues="ALL_NEW",
+            )
+        return _aggregate(resp["Attributes"])
+
+    def get_parallel(self, run_id: str, scope: str, pos: int) -> dict[str, Any] | None:
+        with _translate(f"parallel {run_id}/{scope}#{pos}: read"):
+            item = self.ddb.get_item(
+                TableName=self.steps, Key=step_key(run_id, f"{PARALLEL}{scope}#{pos:08d}"),
+                ConsistentRead=True).get("Item")
+        return None if item is None else _aggregate(item)
 
     def hold_driver(self, run_id: str, owner: str, until: float) -> StepRecord | None:
         """Take the lease of a driver nobody holds (an operator's reset); None if it is
@@ -297,12 +361,13 @@ class JournalRows(Tables):
                 return n
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
-    def renew_driver(self, run_id: str, owner: str, attempt: int, until: float) -> bool:
+    def renew_driver(self, run_id: str, owner: str, attempt: int, until: float,
+                     step: str = DRIVER) -> bool:
         """Extend the driver's lease (an eager chain of calls); False if it is lost."""
         try:
-            with _translate(f"driver {run_id}: renew"):
+            with _translate(f"driver {run_id}/{step}: renew"):
                 self.ddb.update_item(
-                    TableName=self.steps, Key=step_key(run_id, DRIVER),
+                    TableName=self.steps, Key=step_key(run_id, step),
                     UpdateExpression="SET lease_until = :u, wake_at = :u",
                     ConditionExpression="lease_owner = :o AND attempt = :n",
                     ExpressionAttributeValues={":u": num(until), ":o": {"S": owner},

@@ -19,6 +19,7 @@ from orchestrator.adapters.store.control import Control
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.wakes import WakeTimes
 from orchestrator.services.admission import Admission
+from orchestrator.services.children import Children
 from orchestrator.services.durable_admin import DurableAdmin
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.events import EventService
@@ -55,6 +56,7 @@ class Runtime:
     durable: DurableAdmin
     event_waits: EventWaits
     hooks: Hooks
+    children: Children
 
     @classmethod
     def build(
@@ -85,11 +87,15 @@ class Runtime:
 
         def release(run: RunRecord) -> None:
             admission.release(run)
+            children.finished(run)  # a durable parent waiting for this run goes on
+
+        def children_of(run_id: str) -> list[str]:
+            return children.of(run_id)
 
         executor = Executor(store, queues, blobs, settings, clock, on_finish=release)
         runs = RunService(
             executor, manifest, default_timeout=settings.default_step_timeout,
-            arrive=arrive, release=release,
+            arrive=arrive, release=release, children_of=children_of,
         )
         admission = Admission(
             store, control, queues, clock, launch=runs.launch, cancel=runs.cancel,
@@ -97,6 +103,7 @@ class Runtime:
         )
         event_waits = EventWaits(control, clock, settings.event_retention)
         signals = Signals(store, queues, clock)
+        children = Children(control, store, clock, start=runs.start, wake=signals.wake)
         events = EventService(control, runs, clock, settings.event_retention,
                               waits=event_waits, wake=signals.wake)
         webhooks = WebhookService(control, runs, clock, settings.delivery_retention)
@@ -110,6 +117,7 @@ class Runtime:
             DurableAdmin(store, queues, clock), event_waits,
             Hooks(control, store, signals, clock, secret=settings.hook_secret,
                   public_url=settings.public_url),
+            children,
         )
 
     def backends(self) -> dict[str, BackendRef]:
@@ -123,13 +131,18 @@ class Runtime:
         return Worker(
             self.executor, invoker, self.backends(), admit=self.admission.due,
             clock=clock or self.clock, event_waits=self.event_waits, hooks=self.hooks,
-            **kwargs,
+            children=self.children, **kwargs,
         )
+
+    def released(self, run: RunRecord) -> None:
+        """A finished run gives up what it holds and wakes a parent waiting for it."""
+        self.admission.release(run)
+        self.children.finished(run)
 
     def sweeper(self, *, clock: Callable[[], float] | None = None) -> Sweeper:
         return Sweeper(
             self.executor, control=self.control, plan=self.runs.rows_for,
             clock=clock or self.clock,
-            on_queued=self.admission.arrive, on_finished=self.admission.release,
+            on_queued=self.admission.arrive, on_finished=self.released,
             tasks=(self.scheduler.tick,),
         )

@@ -30,6 +30,7 @@ from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, Succ
 from orchestrator.engine.durable import is_driver
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code, ConditionFailed, OrchestratorError, StoreError, error_doc
+from orchestrator.services.children import Children
 from orchestrator.services.durable import Durable, Target
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import LRU, Executor, RunContext, Tally
@@ -73,6 +74,7 @@ class Worker:
         worker_id: str | None = None,
         event_waits: EventWaits | None = None,
         hooks: Hooks | None = None,
+        children: Children | None = None,
     ) -> None:
         self.adv = executor
         self.store = executor.store
@@ -113,7 +115,7 @@ class Worker:
         # Admission of a queued run whose throttle slot came due.
         self.admit = admit
         self.durable = Durable(executor, invoker, clock=clock, rand=rand, events=event_waits,
-                               hooks=hooks)
+                               hooks=hooks, children=children)
 
     # ---- one message -----------------------------------------------------------------
 

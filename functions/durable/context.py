@@ -183,6 +183,20 @@ class Context:
         return Hook(self, str(value.get("token", "")), str(value.get("url", "")), signal,
                     float(value.get("expires_at") or 0.0), value.get("metadata"))
 
+    async def call(self, workflow: str, input: Any = None, *, name: str | None = None) -> Any:
+        """Start a child run of `workflow` (served by any backend the manifest names) and
+        wait for its result; its failure raises StepFailed (code child_failed). The
+        child's id derives from this run and operation: a replay starts nothing new."""
+        return await self._wait("call", name or workflow, workflow=workflow,
+                                input=roundtrip(input, f"the input of child {workflow!r}"))
+
+    async def spawn(self, workflow: str, input: Any = None, *, name: str | None = None) -> str:
+        """Start a child run of `workflow` without waiting for it; returns its run id.
+        Cancelling this run cancels it too, while it runs."""
+        value = await self._wait("spawn", name or workflow, workflow=workflow,
+                                 input=roundtrip(input, f"the input of child {workflow!r}"))
+        return str((value or {}).get("run_id"))
+
     async def parallel(self, branches: Sequence[Any], *, max_parallel: int | None = None,
                        name: str = "parallel") -> list[Any]:
         """Run `branches` (steps, or async callables whose durable operations form a

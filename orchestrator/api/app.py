@@ -169,10 +169,15 @@ def create_app(rt: Runtime) -> Starlette:
                     key, doc, body.run_id or rt.runs.new_run_id(body.workflow, rt.clock()),
                     rt.clock(),
                 )
-            run, created = rt.runs.start(
-                body.workflow, body.input, run_id,
-                trigger={"source": "api", **({"idempotency_key": key} if key else {})},
-            )
+            trigger: dict[str, Any] = {"source": "api"}
+            if key:
+                trigger["idempotency_key"] = key
+            if body.parent_run_id is not None:
+                rt.children.require(body.parent_run_id)  # 404 if there is no such run
+                trigger["parent_run_id"] = body.parent_run_id
+            run, created = rt.runs.start(body.workflow, body.input, run_id, trigger=trigger)
+            if body.parent_run_id is not None:
+                rt.children.link(body.parent_run_id, run.run_id, run.workflow)
             return _started(run, created)
 
         return await run_in_threadpool(start)
@@ -218,6 +223,30 @@ def create_app(rt: Runtime) -> Starlette:
                                        start=start)
         )
         return JSONResponse({"runs": [_summary(r) for r in runs], "next_cursor": _cursor(last)})
+
+    async def children(request: Request) -> JSONResponse:
+        run_id = request.path_params["run_id"]
+
+        def read() -> dict[str, Any]:
+            rt.runs.get(run_id)  # 404 if there is no such run
+            ids = rt.children.of(run_id)
+            found = rt.store.get_runs(ids, rt.clock()) if ids else {}
+            return {"run_id": run_id,
+                    "children": [_summary(found[i]) for i in ids if i in found]}
+
+        return JSONResponse(await run_in_threadpool(read))
+
+    async def parent(request: Request) -> JSONResponse:
+        run_id = request.path_params["run_id"]
+
+        def read() -> dict[str, Any]:
+            run = rt.runs.get(run_id)
+            pid = rt.children.parent_of(run)
+            up = rt.store.get_run(pid, rt.clock()) if pid else None
+            return {"run_id": run_id, "parent_run_id": pid,
+                    "parent": None if up is None else _summary(up)}
+
+        return JSONResponse(await run_in_threadpool(read))
 
     async def cancel_run(request: Request) -> JSONResponse:
         body = validated(CancelRun, await read_json(request))
@@ -395,6 +424,8 @@ def create_app(rt: Runtime) -> Starlette:
         route("/runs/{run_id}/rerun", rerun_run, "POST"),
         route("/runs/{run_id}/signals/{name}", send_signal, "POST"),
         route("/runs/{run_id}/resume", resume_run, "POST"),
+        route("/runs/{run_id}/children", children, "GET"),
+        route("/runs/{run_id}/parent", parent, "GET"),
         route("/hooks", create_hook, "POST"),
         route("/hooks/{token}", execute_hook, "POST"),
         route("/runs/{run_id}/reset", reset_run, "POST"),

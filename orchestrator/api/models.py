@@ -19,6 +19,9 @@ class StartRun(_Body):
     workflow: str = Field(min_length=1, max_length=128)
     input: Any = None
     run_id: str | None = Field(default=None, min_length=1, max_length=200)
+    parent_run_id: str | None = Field(default=None, min_length=1, max_length=200,
+                                      description="Link the run to a parent run (listed in"
+                                      " its children; cancelling the parent cancels it).")
 
 
 class CancelRun(_Body):

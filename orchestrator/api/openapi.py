@@ -325,6 +325,18 @@ def _paths(retention: float) -> dict[str, Schema]:
                 },
             ),
         },
+        "/runs/{run_id}/children": {
+            "get": _op("getRunChildren", "A run's child runs (ctx.call, ctx.spawn, or started"
+                       " with parent_run_id), oldest first.", tag="runs", parameters=[run_id],
+                       responses={"200": _json(_ref("RunChildren"), "The children"),
+                                  **_errors("404", "503", notes={"404": "No such run"})}),
+        },
+        "/runs/{run_id}/parent": {
+            "get": _op("getRunParent", "A run's parent run, if it has one.", tag="runs",
+                       parameters=[run_id],
+                       responses={"200": _json(_ref("RunParent"), "The parent (null: none)"),
+                                  **_errors("404", "503", notes={"404": "No such run"})}),
+        },
         "/hooks": {
             "post": _op(
                 "createHook", "Create a hook for a durable run (from outside its workflow).",
@@ -579,6 +591,11 @@ def _response_schemas() -> dict[str, Schema]:
             "forgotten": {"type": "integer", "minimum": 0,
                           "description": "Journal entries forgotten"},
             "was_paused": {"type": "boolean"}}),
+        "RunChildren": _object(["run_id", "children"], {
+            "run_id": STRING, "children": {"type": "array", "items": _ref("RunSummary")}}),
+        "RunParent": _object(["run_id", "parent_run_id", "parent"], {
+            "run_id": STRING, "parent_run_id": nullable_string,
+            "parent": _nullable(_ref("RunSummary"))}),
         "HookCreated": _object(["run_id", "signal", "expires_at", "metadata", "hook", "token",
                                 "url"], {
             "run_id": STRING, "signal": STRING, "expires_at": TIME, "metadata": ANY,

@@ -44,7 +44,8 @@ __all__ = [
 DRIVER = "$run"
 # A parallel branch's result sits in its scope at this position (functions/durable).
 RESULT_POS = 99_999_999
-WAIT_KINDS = ("sleep", "signal", "event", "hook", "parallel", "retry", "next", "mismatch")
+WAIT_KINDS = ("sleep", "signal", "event", "hook", "parallel", "call", "spawn", "retry", "next",
+              "mismatch")
 # A call that asks for more than this many entries at once is refused as malformed.
 MAX_OPS_PER_CALL = 1000
 
@@ -278,6 +279,12 @@ def read_answer(answer: Any, now: float, target: str = ""
             return entries, Suspend(Waiting("hook", scope, pos, oid, name, since=now, detail={
                 "signal": signal, "metadata": op.get("metadata"),
                 "ttl": None if ttl is None else _num(op, "ttl")}))
+        if kind in ("call", "spawn"):
+            workflow = op.get("workflow")
+            if not isinstance(workflow, str) or not workflow:
+                raise BadAnswer(f"a {kind} names no workflow")
+            return entries, Suspend(Waiting(kind, scope, pos, oid, name, since=now, detail={
+                "workflow": workflow, "input": op.get("input")}))
         if kind == "retry":
             attempt = int(_num(op, "attempt"))
             detail = {"error": op.get("error")}
@@ -333,6 +340,23 @@ def resolve(waiting: Waiting, now: float, found: Mapping[str, Any] | None = None
         return Resolved(None) if due else None
     if waiting.kind == "next":
         return Resolved(None)
+    if waiting.kind == "spawn":
+        # `found`: the child run started.
+        return None if found is None else Resolved(wait_entry(
+            waiting, now, value={"run_id": found.get("run_id")}))
+    if waiting.kind == "call":
+        # `found`: the child, once it has ended (run_id, status, output, error).
+        if found is None:
+            return None
+        if found.get("status") == "success":
+            return Resolved(wait_entry(waiting, now, value=found.get("output"),
+                                       child=found.get("run_id")))
+        error = {"code": "child_failed", "message": f"child run {found.get('run_id')} ended "
+                 f"{found.get('status')}", "details": {"run_id": found.get("run_id"),
+                                                        "status": found.get("status"),
+                                                        "error": found.get("error")}}
+        return Resolved(wait_entry(waiting, now, status="error", error=error,
+                                   child=found.get("run_id")))
     if waiting.kind == "parallel":
         # `found`: the parallel operation's aggregate; over when every branch is done.
         if found is not None and len(found.get("done") or ()) >= int(waiting.detail["branches"]):

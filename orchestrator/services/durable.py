@@ -45,6 +45,7 @@ from orchestrator.engine.durable import Fail as WorkflowFail
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
 from orchestrator.errors import Code, ConditionFailed, error_doc
+from orchestrator.services.children import Children, child_run_id
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import Executor, RunContext, Tally
 from orchestrator.services.hooks import Hooks
@@ -72,8 +73,10 @@ class Target:
 class Durable:
     def __init__(self, executor: Executor, invoker: Invoker, *,
                  clock: Callable[[], float], rand: Callable[[], float],
-                 events: EventWaits | None = None, hooks: Hooks | None = None) -> None:
+                 events: EventWaits | None = None, hooks: Hooks | None = None,
+                 children: Children | None = None) -> None:
         self.adv = executor
+        self.children = children
         self.events = events
         self.hooks = hooks
         self.store = executor.store
@@ -127,6 +130,8 @@ class Durable:
                     d = waiting.detail
                     found = self.hooks.create(run_id, waiting.id, str(d["signal"]),
                                               d.get("metadata"), d.get("ttl"))
+                elif waiting.kind in ("call", "spawn") and self.children is not None:
+                    found = self._child(row, waiting, fresh_wait)
                 elif waiting.kind == "parallel":
                     if fresh_wait:
                         self._open_parallel(row, ctx, waiting, places, now)
@@ -344,6 +349,32 @@ class Durable:
                                       output_json="null", output_ref=None, size=0, now=now)
         except ConditionFailed:
             pass  # the lease was lost: its next holder finds the branch done and ends it
+
+    def _child(self, row: StepRecord, waiting: Waiting, fresh: bool) -> dict[str, Any] | None:
+        """Start the child of a call or spawn (once); for a call, the child once ended."""
+        assert self.children is not None
+        d = waiting.detail
+        child_id = child_run_id(row.run_id, waiting.id)
+        if fresh or waiting.kind == "spawn":
+            self.children.start(row.run_id, row.step, waiting.place(), str(d["workflow"]),
+                                d.get("input"), waits=waiting.kind == "call")
+        if waiting.kind == "spawn":
+            return {"run_id": child_id}
+        child = self.store.get_run(child_id, self.clock())
+        if child is None:
+            return {"run_id": child_id, "status": "failed",
+                    "error": {"code": "run_missing", "message": "the child run is gone"}}
+        if not child.status.terminal:
+            return None
+        out: dict[str, Any] = {"run_id": child_id, "status": child.status.value,
+                               "error": child.error}
+        if child.definition.durable is not None:
+            driver = self.store.get_driver(child_id)
+            if driver is not None and driver.status is StepStatus.SUCCESS:
+                out["output"] = self.adv.load_output(driver)
+        else:
+            out["output"] = {"run_id": child_id, "status": child.status.value}
+        return out
 
     def wake(self, run_id: str, step: str) -> None:
         """Poke a driver row; dispatch it if nobody holds it."""

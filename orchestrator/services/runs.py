@@ -47,6 +47,7 @@ class RunService:
         default_timeout: float,
         arrive: Callable[[RunRecord], RunRecord],
         release: Callable[[RunRecord], None],
+        children_of: Callable[[str], list[str]] | None = None,
     ) -> None:
         # `arrive` and `release` are admission's: a gated run waits for its group and
         # throttle; a cancelled queued run gives its place up.
@@ -56,6 +57,8 @@ class RunService:
         self.default_timeout = default_timeout
         self.arrive = arrive
         self.release = release
+        # A durable run's children: cancelling it cancels them.
+        self.children_of = children_of
 
     def new_run_id(self, workflow: str, now: float) -> str:
         return f"{workflow}-{int(now * 1000)}-{secrets.token_hex(3)}"
@@ -237,6 +240,9 @@ class RunService:
             self.adv.kill(run_id, reason)
         except ConditionFailed:
             return False
+        if self.children_of is not None and run.definition.durable is not None:
+            for child in self.children_of(run_id):
+                self.cancel(child, f"its parent {run_id} was cancelled: {reason}")
         return True
 
     def rerun(
@@ -252,7 +258,10 @@ class RunService:
             raise Conflict("nothing_to_rerun", f"run {run_id} succeeded: every step has its"
                            " output; start a new run instead")
         steps = self.store.query_steps(run_id, states_only=True)
+        # A durable run starts again from the top (its journal is not carried over:
+        # `reset` replays part of a run instead).
         definition = old.definition.reusing(
+            {} if old.definition.durable is not None else
             {s.step: run_id for s in steps if s.status is StepStatus.SUCCESS}
         )
         new_input = old.input if input is _KEEP else input

@@ -78,7 +78,8 @@ def test_event_emit_starts_the_listening_workflow_once(api: tuple[Harness, str])
     assert view["status"] == "success"
     assert view["input"]["data"] == {"total": 150, "currency": "EUR"}
     assert view["input"]["key"] == "acme"
-    assert view["trigger"] == {"source": "event", "event": "order.paid", "id": "evt-1"}
+    assert view["trigger"] == {"source": "event", "event": "order.paid", "id": "evt-1",
+                               "key": "acme"}
     # the same id again: nothing new
     again = out_json(cli("event", "emit", "order.paid", "--id", "evt-1", "--data", data,
                          "--json", "--url", url))

@@ -33,6 +33,7 @@ workflows:
   docapproval: { backend: app }
   fanout: { backend: app }
   branches: { backend: app }
+  parent: { backend: app }
 """
 
 
@@ -145,11 +146,12 @@ def test_signals_over_http(h: Harness) -> None:
         assert missing.status_code == 404
 
 
-def waiting_for(h: Harness, run_id: str, kind: str) -> dict[str, Any]:
+def waiting_for(h: Harness, run_id: str, kind: str, name: str | None = None
+                ) -> dict[str, Any]:
     def check() -> Any:
         row = h.rt.store.get_driver(run_id)
         w = None if row is None or row.lease_owner else row.waiting
-        return w if w and w["kind"] == kind else None
+        return w if w and w["kind"] == kind and name in (None, w["name"]) else None
     got: dict[str, Any] = until(check)
     return got
 
@@ -322,3 +324,41 @@ def test_a_failed_branch_raises_after_the_others_settle(h: Harness) -> None:
     run_id = h.start("fanout", {"n": 6, "max": 2, "fail": [1]})
     view = h.wait(run_id)
     assert view["output"] == {"failed": "probe_failed", "ran": 6}
+
+
+def test_a_child_call_returns_its_result_and_a_spawn_does_not_wait(h: Harness) -> None:
+    run_id = h.start("parent", {"failing": True})
+    view = h.wait(run_id)
+    assert view["status"] == "success", view
+    out = view["output"]
+    assert out["first"] == {"total": 1} and out["child_failed"] == "child_failed"
+    kids = h.rt.children.of(run_id)
+    assert len(kids) == 3 and out["spawned"] in kids
+    assert h.rt.runs.get(out["spawned"]).status.value == "running"  # spawned: not awaited
+    child = h.rt.runs.get(kids[0])
+    assert h.rt.children.parent_of(child) == run_id
+    api = create_api(h.rt)
+    with BackgroundServer(api) as server:
+        listed = httpx.get(f"{server.url}/runs/{run_id}/children").json()
+        assert [c["run_id"] for c in listed["children"]] == kids
+        up = httpx.get(f"{server.url}/runs/{kids[0]}/parent").json()
+        assert up["parent"]["run_id"] == run_id
+        made = httpx.post(f"{server.url}/runs", json={"workflow": "chain", "input": {},
+                                                      "parent_run_id": run_id})
+        assert made.status_code == 201
+        assert made.json()["run_id"] in h.rt.children.of(run_id)
+        orphan = httpx.post(f"{server.url}/runs", json={"workflow": "chain",
+                                                        "parent_run_id": "nope"})
+        assert orphan.status_code == 404
+
+
+def test_cancelling_a_parent_cancels_its_running_children(h: Harness) -> None:
+    run_id = h.start("parent", {"wait_child": True})
+    waiting_for(h, run_id, "call", "second-approval")
+    kids = h.rt.children.of(run_id)
+    assert len(kids) == 3
+    h.rt.runs.kill(run_id, "no longer needed")
+    assert h.wait(run_id)["status"] == "killed"
+    for kid in kids[1:]:  # the spawned one and the awaited one were running
+        assert h.wait(kid)["status"] == "killed"
+    assert h.rt.runs.get(kids[0]).status.value == "success"

@@ -225,8 +225,23 @@ async def branches(ctx: Context, payload: dict[str, Any]) -> Any:
     return {"results": results, "total": total}
 
 
+@workflow("parent")
+async def parent(ctx: Context, payload: dict[str, Any]) -> Any:
+    first = await ctx.call("chain", {"steps": 2})
+    spawned = await ctx.spawn("approval", {})
+    out: dict[str, Any] = {"first": first, "spawned": spawned}
+    if payload.get("failing"):
+        try:
+            await ctx.call("saga", {"reraise": True})
+        except StepFailed as exc:
+            out["child_failed"] = exc.code
+    if payload.get("wait_child"):
+        out["approval"] = await ctx.call("approval", {}, name="second-approval")
+    return out
+
+
 def create_app() -> FunctionApp:
     app = FunctionApp(secret="durable-secret")
     app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain, trial, ships,
-                 docapproval, fanout, branches)
+                 docapproval, fanout, branches, parent)
     return app

@@ -14,6 +14,7 @@ import binascii
 import json
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,6 +33,7 @@ from orchestrator.api.models import (
     RerunRun,
     ResetRun,
     ResumeRun,
+    RunEvent,
     StartRun,
 )
 from orchestrator.api.openapi import openapi_document
@@ -49,6 +51,7 @@ from orchestrator.errors import (
 )
 from orchestrator.runtime import Runtime
 from orchestrator.services.apikeys import ApiKeys
+from orchestrator.services.events import MAX_EVENT_BYTES
 from orchestrator.services.hooks import Gone
 from orchestrator.services.idempotency import IdempotencyKeys
 
@@ -203,7 +206,21 @@ def create_app(rt: Runtime) -> Starlette:
     async def run_events(request: Request) -> JSONResponse:
         run_id = request.path_params["run_id"]
         events = await run_in_threadpool(rt.runs.history, run_id)
-        return JSONResponse({"run_id": run_id, "events": events})
+        custom = await run_in_threadpool(rt.store.run_events, run_id)
+        return JSONResponse({"run_id": run_id, "events": events, "custom": custom})
+
+    async def add_run_event(request: Request) -> JSONResponse:
+        body = validated(RunEvent, await read_json(request))
+        run_id = request.path_params["run_id"]
+        if len(json.dumps(body.payload)) > MAX_EVENT_BYTES:
+            raise UsageError(f"payload: larger than {MAX_EVENT_BYTES} bytes")
+
+        def add() -> dict[str, Any]:
+            rt.runs.get(run_id)  # 404 if there is no such run
+            return rt.store.add_run_event(run_id, body.event_type, body.payload,
+                                          uuid.uuid4().hex, rt.clock())
+
+        return JSONResponse(await run_in_threadpool(add), status_code=201)
 
     async def list_runs(request: Request) -> JSONResponse:
         q = request.query_params
@@ -420,6 +437,7 @@ def create_app(rt: Runtime) -> Starlette:
         route("/runs", list_runs, "GET"),
         route("/runs/{run_id}", get_run, "GET"),
         route("/runs/{run_id}/events", run_events, "GET"),
+        route("/runs/{run_id}/events", add_run_event, "POST"),
         route("/runs/{run_id}/cancel", cancel_run, "POST"),
         route("/runs/{run_id}/rerun", rerun_run, "POST"),
         route("/runs/{run_id}/signals/{name}", send_signal, "POST"),

@@ -7,8 +7,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["CancelRun", "CreateHook", "EmitEvent", "RerunRun", "ResetRun", "ResumeRun",
-           "StartRun"]
+__all__ = [
+    "CancelRun",
+    "CreateHook",
+    "EmitEvent",
+    "RerunRun",
+    "ResetRun",
+    "ResumeRun",
+    "RunEvent",
+    "StartRun",
+]
 
 
 class _Body(BaseModel):
@@ -64,3 +72,10 @@ class CreateHook(_Body):
     token: str | None = Field(default=None, min_length=32, max_length=200,
                               description="A token of your own (at least 32 characters);"
                               " by default one of 256 random bits is made.")
+
+
+class RunEvent(_Body):
+    """A custom event of a run, kept beside its transitions."""
+
+    event_type: str = Field(min_length=1, max_length=128)
+    payload: Any = None

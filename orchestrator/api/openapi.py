@@ -21,6 +21,7 @@ from orchestrator.api.models import (
     RerunRun,
     ResetRun,
     ResumeRun,
+    RunEvent,
     StartRun,
 )
 from orchestrator.api.requests import MAX_BODY
@@ -33,7 +34,7 @@ from orchestrator.strict_json import MAX_DEPTH
 __all__ = ["BODY_MODELS", "openapi_document"]
 
 BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitEvent,
-                                            ResumeRun, ResetRun, CreateHook)
+                                            ResumeRun, ResetRun, CreateHook, RunEvent)
 JSON = "application/json"
 Schema = dict[str, Any]
 
@@ -266,9 +267,15 @@ def _paths(retention: float) -> dict[str, Schema]:
         },
         "/runs/{run_id}/events": {
             "get": _op("getRunEvents", "Every transition of a run and its steps, oldest"
-                       " first.", tag="runs", parameters=[run_id],
+                       " first, and its custom events.", tag="runs", parameters=[run_id],
                        responses={"200": _json(_ref("RunEvents"), "The run's history"),
                                   **_errors("404", "503", notes={"404": "No such run"})}),
+            "post": _op("addRunEvent", "Add a custom event to a run (kept beside its"
+                        " transitions, for as long as the run).", tag="runs",
+                        parameters=[run_id], body=_body("RunEvent", required=True),
+                        responses={"201": _json(_ref("CustomEvent"), "Added"),
+                                   **_errors(*BODY_ERRORS, "404", "503",
+                                             notes={"404": "No such run"})}),
         },
         "/runs/{run_id}/cancel": {
             "post": _op(
@@ -572,7 +579,11 @@ def _response_schemas() -> dict[str, Schema]:
             "step": {"type": "string", "description": "Set on a step's entries"},
         }, open_=True),
         "RunEvents": _object(["run_id", "events"], {
-            "run_id": STRING, "events": {"type": "array", "items": _ref("HistoryEntry")}}),
+            "run_id": STRING, "events": {"type": "array", "items": _ref("HistoryEntry")},
+            "custom": {"type": "array", "items": _ref("CustomEvent"),
+                       "description": "Custom events (POST /runs/{id}/events), oldest first"}}),
+        "CustomEvent": _object(["id", "event_type", "payload", "at"], {
+            "id": STRING, "event_type": STRING, "payload": ANY, "at": TIME}),
         "Workflow": _object(["name", "description", "steps", "on_failure", "schedule",
                              "events"], {
             "name": STRING, "description": nullable_string,

@@ -362,3 +362,20 @@ def test_cancelling_a_parent_cancels_its_running_children(h: Harness) -> None:
     for kid in kids[1:]:  # the spawned one and the awaited one were running
         assert h.wait(kid)["status"] == "killed"
     assert h.rt.runs.get(kids[0]).status.value == "success"
+
+
+def test_custom_run_events_sit_beside_the_transitions(h: Harness) -> None:
+    api = create_api(h.rt)
+    with BackgroundServer(api) as server:
+        run_id = h.start("chain", {"steps": 1})
+        h.wait(run_id)
+        url = f"{server.url}/runs/{run_id}/events"
+        made = httpx.post(url, json={"event_type": "step-started", "payload": {"n": 1}})
+        assert made.status_code == 201, made.text
+        httpx.post(url, json={"event_type": "step-completed", "payload": {"n": 1}})
+        listed = httpx.get(url).json()
+        assert [e["event_type"] for e in listed["custom"]] == ["step-started",
+                                                              "step-completed"]
+        assert any(e["type"] == "run.success" for e in listed["events"])
+        assert httpx.post(f"{server.url}/runs/nope/events",
+                          json={"event_type": "x"}).status_code == 404

@@ -7,6 +7,7 @@ sorted after its step rows (sort keys from `~`):
 | `~j#<scope>#<pos:08d>`              | one journal entry, written once                   |
 | `~s#<name>#<ms>#<signal id>`        | a signal, queued until a wait consumes it         |
 | `~p#<scope>#<pos:08d>`              | a parallel operation: its size, the branches done |
+| `~e#<ms>#<event id>`                | a custom run event (POST /runs/{id}/events)       |
 | `$run/<scope>`                      | a parallel branch's driver                        |
 
 An entry is created with a conditional put: the first write wins, and a writer that
@@ -33,6 +34,7 @@ __all__ = ["JournalRows", "entry_key", "signal_prefix"]
 JOURNAL = "~j#"
 SIGNALS = "~s#"
 PARALLEL = "~p#"
+RUN_EVENTS = "~e#"
 
 
 def _aggregate(item: dict[str, Any]) -> dict[str, Any]:
@@ -171,6 +173,34 @@ class JournalRows(Tables):
                 continue  # another wait took it first
             return doc
         return None
+
+    # -- run events (custom, written by anyone: reference 003's create_event) -----------
+
+    def add_run_event(self, run_id: str, event_type: str, payload: Any, event_id: str,
+                      now: float) -> dict[str, Any]:
+        doc = {"id": event_id, "event_type": event_type, "payload": payload,
+               "at": round(now, 3)}
+        item = {**step_key(run_id, f"{RUN_EVENTS}{ms_key(now)}#{event_id}"),
+                "doc": {"S": dumps(doc)}, "expires_at": num(now + self.step_retention)}
+        with _translate(f"run {run_id}: event {event_type}"):
+            self.ddb.put_item(TableName=self.steps, Item=item)
+        return doc
+
+    def run_events(self, run_id: str) -> list[dict[str, Any]]:
+        kwargs: dict[str, Any] = {
+            "TableName": self.steps,
+            "KeyConditionExpression": "run_id = :r AND begins_with(step, :e)",
+            "ExpressionAttributeValues": {":r": {"S": run_id}, ":e": {"S": RUN_EVENTS}},
+            "ConsistentRead": True,
+        }
+        out: list[dict[str, Any]] = []
+        while True:
+            with _translate(f"events of {run_id}"):
+                resp = self.ddb.query(**kwargs)
+            out.extend(json.loads(i["doc"]["S"]) for i in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return out
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
     # -- the driver ----------------------------------------------------------------------
 

@@ -62,11 +62,12 @@ def _options(retries: int, backoff: str, delay: Duration, max_delay: Duration,
              ) -> StepOptions:
     if isinstance(retry_on, type):
         retry_on = (retry_on,)
+    first, cap = seconds(delay, "delay"), seconds(max_delay, "max_delay")
+    if first > cap:
+        raise ValueError(f"delay {delay!r} is longer than max_delay {max_delay!r}, which caps"
+                         " every wait: raise max_delay")
     return StepOptions(
-        retries=retries, backoff=backoff,
-        delay=seconds(delay, "delay") if not isinstance(delay, int | float) else float(delay),
-        max_delay=(seconds(max_delay, "max_delay") if not isinstance(max_delay, int | float)
-                   else float(max_delay)),
+        retries=retries, backoff=backoff, delay=first, max_delay=cap,
         timeout=None if timeout is None else seconds(timeout, "timeout", allow_zero=False),
         retry_on=retry_on,
     )
@@ -127,15 +128,17 @@ def step(
     *args: Any,
     retries: int = 3,
     backoff: str = "exponential",
-    delay: Duration = 1.0,
-    max_delay: Duration = 300.0,
+    delay: Duration = "1s",
+    max_delay: Duration = "5m",
     timeout: Duration | None = None,
     retry_on: type[BaseException] | tuple[type[BaseException], ...] | None = None,
 ) -> Any:
     """`@step("name", retries=3, backoff="exponential")` decorates a function as a step;
-    `step("name", fn, *args)` is one step call inline. `delay` and `max_delay` are in
-    seconds (or duration text); `timeout` bounds one attempt; `retry_on` limits retries
-    to those exception types (RetryableError is always retried, TerminalError never)."""
+    `step("name", fn, *args)` is one step call inline. `delay` is the first backoff,
+    `max_delay` caps every one; `timeout` bounds one attempt; `retry_on` limits retries
+    to those exception types (RetryableError is always retried, TerminalError never).
+    Durations are as everywhere in the SDK: text ("500ms", "2s", "5m"), a timedelta, or
+    a number of milliseconds."""
     options = _options(retries, backoff, delay, max_delay, timeout, retry_on)
     if callable(name):  # bare @step
         return StepFunction(getattr(name, "__name__", "step"), name, options)

@@ -82,7 +82,7 @@ async def flaky(ctx: Context, payload: dict[str, Any]) -> Any:
             raise RuntimeError(f"failure {n}")
         return f"ok after {n}"
 
-    return await step("flaky", body, retries=3, delay=0.05)
+    return await step("flaky", body, retries=3, delay="50ms")
 
 
 @workflow("saga")

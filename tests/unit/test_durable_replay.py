@@ -127,7 +127,7 @@ def test_a_different_operation_where_the_journal_has_a_record_is_a_mismatch() ->
 def test_retryable_failures_back_off_then_succeed_with_one_idempotency_key() -> None:
     seen: list[tuple[int, str]] = []
 
-    @step("flaky", retries=3, backoff="exponential", delay=2)
+    @step("flaky", retries=3, backoff="exponential", delay="2s")
     async def flaky(ctx: Context) -> str:
         seen.append((ctx.attempt, ctx.idempotency_key))
         if ctx.attempt < 3:
@@ -150,6 +150,15 @@ def test_retryable_failures_back_off_then_succeed_with_one_idempotency_key() -> 
     assert [a for a, _ in seen] == [1, 2, 3]
     assert len({k for _, k in seen}) == 1 and seen[0][1].startswith("r1:")
     assert d.journal[0]["attempts"] == 3
+
+
+def test_step_options_take_durations_like_every_other_wait() -> None:
+    assert step("a", lambda: 1, delay=1500, max_delay="1m", timeout=250).options == \
+        step("a", lambda: 1, delay="1.5s", max_delay="60s", timeout="250ms").options
+    with pytest.raises(ValueError, match="max_delay"):
+        step("a", lambda: 1, delay="10m")
+    with pytest.raises(ValueError, match="backoff"):
+        step("a", lambda: 1, backoff="random")
 
 
 def test_retry_after_from_the_step_wins_over_the_backoff() -> None:

@@ -96,6 +96,11 @@ class DurableRequestBody(BaseModel):
         default_factory=list,
         description="Every recorded operation: scope, pos, id, kind, name, status, value/error.",
     )
+    journal_ref: dict[str, Any] | None = Field(
+        default=None,
+        description="Instead of `journal`, where to GET it ({url}: a presigned URL), for a"
+        " journal too large to send inline.",
+    )
     target: str = Field(default="", description="The scope that may run a step body.")
     attempts: dict[str, int] = Field(
         default_factory=dict, description="Failed attempts so far of the frontier's steps, by id.",

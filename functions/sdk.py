@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import httpx
 import uvicorn
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
@@ -115,6 +116,7 @@ class FunctionApp:
         title: str = "functions",
         tolerance: float = signing.DEFAULT_TOLERANCE,
         clock: Callable[[], float] = time.time,
+        max_body: int | None = None,
     ) -> None:
         if secret is None:
             self._secrets: tuple[str, ...] | None = None
@@ -125,6 +127,8 @@ class FunctionApp:
         if tolerance <= 0:
             raise ValueError(f"tolerance must be positive, got {tolerance!r}")
         self.title = title
+        # The largest request body accepted (413 past it), as a host would limit it.
+        self._max_body = max_body
         self._tolerance = tolerance
         self._clock = clock
         self._registered: dict[str, _Registered] = {}
@@ -220,6 +224,9 @@ class FunctionApp:
 
     async def _handle_workflow(self, wf: Workflow, request: Request) -> Response:
         raw = await request.body()
+        if self._max_body is not None and len(raw) > self._max_body:
+            return _error(413, "body_too_large",
+                          f"request body of {len(raw)} bytes is over {self._max_body}", False)
         refused = self._verify(raw, request.headers)
         if refused is not None:
             return refused
@@ -232,7 +239,14 @@ class FunctionApp:
         except ValidationError as exc:
             problems = json.loads(exc.json(include_url=False, include_input=False))
             return _error(400, "invalid_request", f"invalid workflow call: {exc}", False, problems)
-        answer = await advance(wf, body.model_dump())
+        call = body.model_dump()
+        if body.journal_ref is not None:
+            try:
+                call["journal"] = await _fetch_journal(str(body.journal_ref.get("url", "")))
+            except (httpx.HTTPError, ValueError) as exc:
+                return _error(503, "journal_unavailable",
+                              f"could not fetch the journal by reference: {exc}", True)
+        answer = await advance(wf, call)
         return Response(_dumps(answer), status_code=200, media_type="application/json")
 
     async def _handle(self, entry: _Registered, request: Request) -> Response:
@@ -401,6 +415,19 @@ def serve(app: FunctionApp, host: str = "127.0.0.1", port: int = 8000) -> None:
 
 
 # -- helpers --------------------------------------------------------------------------
+
+
+async def _fetch_journal(url: str) -> list[Any]:
+    """A journal sent by reference (a presigned URL of the orchestrator's blob store)."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"journal_ref.url {url[:80]!r} is not an http(s) URL")
+    async with httpx.AsyncClient(timeout=30.0) as client:
+        resp = await client.get(url)
+        resp.raise_for_status()
+    journal = resp.json()
+    if not isinstance(journal, list):
+        raise ValueError("the journal by reference is not a list")
+    return journal
 
 
 async def _invoke(handler: Handler, req: StepRequest) -> Any:

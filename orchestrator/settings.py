@@ -201,6 +201,10 @@ class Settings:
     hook_secret: str | None = field(default=None, repr=False)
     # The API's public base URL, for the hook URLs workflows hand out (unset: a path).
     public_url: str | None = None
+    # A durable workflow's call whose body would be larger sends its journal by
+    # reference (a presigned URL of a blob) instead; so does one its host refused with
+    # a 413. Under Lambda's 6 MB request limit.
+    durable_inline_body: int = 4 * 1024 * 1024
 
     def __post_init__(self) -> None:
         unknown = set(self.service_endpoints) - set(SERVICE_ENDPOINT_VARIABLES)
@@ -260,4 +264,5 @@ class Settings:
             schedule_grace=_float(env, "SCHEDULE_GRACE", d.schedule_grace),
             hook_secret=env.get(ENV_PREFIX + "HOOK_SECRET") or None,
             public_url=(env.get(ENV_PREFIX + "PUBLIC_URL") or "").rstrip("/") or None,
+            durable_inline_body=int(_float(env, "DURABLE_INLINE_BODY", d.durable_inline_body)),
         )

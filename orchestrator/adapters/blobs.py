@@ -21,6 +21,13 @@ class Blobs:
             )
         return key
 
+    def url(self, key: str, expires: int = 900) -> str:
+        """A presigned GET URL of a blob: a function fetches it without credentials."""
+        with translate_errors(f"blob {key}: presign"):
+            out: str = self.s3.generate_presigned_url(
+                "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=expires)
+        return out
+
     def get(self, key: str) -> bytes:
         with translate_errors(f"blob {key}: read"):
             body: bytes = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()

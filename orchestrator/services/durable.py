@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -101,6 +102,7 @@ class Durable:
         attempts: dict[str, int] = {}
         # A wait just reported by a call (not one found on the row): it registers.
         fresh_wait = False
+        refs = [False]
         checked = self.clock()
         while True:
             now = self.clock()
@@ -156,7 +158,7 @@ class Durable:
             if kept is None:
                 return  # the lease is lost: its next holder carries on
             row = kept
-            answer, failure = self._call(row, ctx, target, journal, attempts)
+            answer, failure = self._call(row, ctx, target, journal, attempts, refs)
             if failure is not None:
                 self._call_failed(row, ctx, failure, tally)
                 return
@@ -208,23 +210,32 @@ class Durable:
             return
 
     def _call(self, row: StepRecord, ctx: RunContext, target: Target,
-              journal: list[dict[str, Any]], attempts: dict[str, int]
+              journal: list[dict[str, Any]], attempts: dict[str, int], refs: list[bool]
               ) -> tuple[Any, Outcome | None]:
-        body = {
+        """One call. `refs` holds one flag: set once the host refused a body with a 413,
+        so the rest of this chain sends its journal by reference at once."""
+        scope = scope_of(row.step)
+        body: dict[str, Any] = {
             "run": {"run_id": row.run_id, "workflow": ctx.served,
                     "started_at": ctx.started_at, "now": self.clock(), "attempt": row.attempt,
                     "subject": ctx.subject},
             "input": ctx.input,
             "journal": [self._shown(row.run_id, e) for e in journal
-                        if in_view(str(e.get("scope", "")), scope_of(row.step))],
-            "target": scope_of(row.step),
+                        if in_view(str(e.get("scope", "")), scope)],
+            "target": scope,
             "attempts": attempts,
         }
-        call = Call(url=target.url, secret=target.secret, run_id=row.run_id,
-                    workflow=ctx.workflow, step=DRIVER, attempt=row.attempt,
-                    timeout=row.timeout, input=None, steps=None, payload={},
-                    raw_body=dumps(body).encode())
-        result = self.invoker.invoke(call)
+        raw = dumps(body).encode()
+        by_reference = refs[0] or len(raw) > self.settings.durable_inline_body
+        if by_reference:
+            raw = self._by_reference(row, body)
+        result = self.invoker.invoke(self._request(row, ctx, target, raw))
+        error = result.outcome.error or {}
+        if not by_reference and error.get("status") == 413:
+            # The host refused a body this large: the journal goes by reference.
+            refs[0] = True
+            result = self.invoker.invoke(self._request(row, ctx, target,
+                                                       self._by_reference(row, body)))
         if result.outcome.kind is not OutcomeKind.SUCCESS:
             return None, result.outcome
         try:
@@ -232,6 +243,19 @@ class Durable:
         except ValueError:
             return None, Outcome(OutcomeKind.RETRYABLE, error=error_doc(
                 Code.BAD_ANSWER, "the workflow's answer is not JSON"))
+
+    def _request(self, row: StepRecord, ctx: RunContext, target: Target, raw: bytes) -> Call:
+        return Call(url=target.url, secret=target.secret, run_id=row.run_id,
+                    workflow=ctx.workflow, step=row.step, attempt=row.attempt,
+                    timeout=row.timeout, input=None, steps=None, payload={}, raw_body=raw)
+
+    def _by_reference(self, row: StepRecord, body: dict[str, Any]) -> bytes:
+        """The call's body with its journal in the blob store, fetched by a presigned
+        URL (good for 15 minutes)."""
+        key = f"calls/{row.run_id}/{uuid.uuid4().hex}.json"
+        self.adv.blobs.put(key, dumps(body["journal"]).encode())
+        lean = {k: v for k, v in body.items() if k != "journal"}
+        return dumps({**lean, "journal_ref": {"url": self.adv.blobs.url(key)}}).encode()
 
     def _shown(self, run_id: str, entry: dict[str, Any]) -> dict[str, Any]:
         """An entry as the workflow gets it: a hook's with its token and URL, which the

@@ -379,3 +379,26 @@ def test_custom_run_events_sit_beside_the_transitions(h: Harness) -> None:
         assert any(e["type"] == "run.success" for e in listed["events"])
         assert httpx.post(f"{server.url}/runs/nope/events",
                           json={"event_type": "x"}).status_code == 404
+
+
+def test_a_journal_too_large_for_the_host_goes_by_reference(
+        build_harness: Any, tmp_path: Any) -> None:
+    from functions.sdk import FunctionApp
+    from tests.support.durable_fns import chain
+
+    small = FunctionApp(secret="durable-secret", max_body=3000)  # a host's body limit
+    small.workflow(chain)
+    with BackgroundServer(small) as server:
+        harness = build_harness(MANIFEST.replace("${APP}", server.url), tmp_path, {})
+        harness.start_workers(1, threads=2)
+        try:
+            run_id = harness.start("chain", {"steps": 30})
+            view = harness.wait(run_id)
+            assert view["status"] == "success", view
+            assert view["output"] == {"total": sum(range(30))}
+            s3 = harness.rt.clients.s3
+            sent = s3.list_objects_v2(Bucket=harness.rt.settings.names.blob_bucket,
+                                      Prefix=f"calls/{run_id}/")
+            assert sent.get("KeyCount", 0) > 0  # the later calls went by reference
+        finally:
+            harness.close()

@@ -31,6 +31,10 @@ def translate_errors(what: str) -> Iterator[None]:
         if code == "ConditionalCheckFailedException":
             item = exc.response.get("Item")
             raise ConditionFailed(f"{what}: guard did not hold", item) from exc
+        reasons = exc.response.get("CancellationReasons") or []
+        if code == "TransactionCanceledException" and any(
+                r.get("Code") == "ConditionalCheckFailed" for r in reasons):
+            raise ConditionFailed(f"{what}: a guard of the transaction did not hold") from exc
         raise StoreError(f"{what}: {code or exc}") from exc
     except BotoCoreError as exc:
         raise StoreError(f"{what}: {exc}") from exc

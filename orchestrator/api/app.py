@@ -241,6 +241,22 @@ def create_app(rt: Runtime) -> Starlette:
         )
         return JSONResponse({"runs": [_summary(r) for r in runs], "next_cursor": _cursor(last)})
 
+    async def journal(request: Request) -> JSONResponse:
+        run_id = request.path_params["run_id"]
+
+        def read() -> dict[str, Any]:
+            run = rt.runs.get(run_id)
+            if run.definition.durable is None:
+                raise Conflict(Code.CONFLICT, f"run {run_id!r} is a DAG run: it has no journal")
+            trigger = run.trigger
+            subject = (trigger.detail.get("key") if trigger is not None
+                       and trigger.source == "event" else None)
+            return {"run_id": run_id, "workflow": run.definition.durable,
+                    "input": run.input, "started_at": run.started_at or run.created_at,
+                    "subject": subject, "journal": rt.store.read_journal(run_id)}
+
+        return JSONResponse(await run_in_threadpool(read))
+
     async def children(request: Request) -> JSONResponse:
         run_id = request.path_params["run_id"]
 
@@ -443,6 +459,7 @@ def create_app(rt: Runtime) -> Starlette:
         route("/runs/{run_id}/signals/{name}", send_signal, "POST"),
         route("/runs/{run_id}/resume", resume_run, "POST"),
         route("/runs/{run_id}/children", children, "GET"),
+        route("/runs/{run_id}/journal", journal, "GET"),
         route("/runs/{run_id}/parent", parent, "GET"),
         route("/hooks", create_hook, "POST"),
         route("/hooks/{token}", execute_hook, "POST"),

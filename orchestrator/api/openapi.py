@@ -338,6 +338,15 @@ def _paths(retention: float) -> dict[str, Schema]:
                        responses={"200": _json(_ref("RunChildren"), "The children"),
                                   **_errors("404", "503", notes={"404": "No such run"})}),
         },
+        "/runs/{run_id}/journal": {
+            "get": _op("getRunJournal", "A durable run's journal, to keep as a golden"
+                       " journal and replay against new code (check mode).", tag="runs",
+                       parameters=[run_id],
+                       responses={"200": _json(_ref("Journal"), "The journal"),
+                                  **_errors("404", "409", "503", notes={
+                                      "404": "No such run",
+                                      "409": "A DAG run (conflict): it has no journal"})}),
+        },
         "/runs/{run_id}/parent": {
             "get": _op("getRunParent", "A run's parent run, if it has one.", tag="runs",
                        parameters=[run_id],
@@ -602,6 +611,13 @@ def _response_schemas() -> dict[str, Schema]:
             "forgotten": {"type": "integer", "minimum": 0,
                           "description": "Journal entries forgotten"},
             "was_paused": {"type": "boolean"}}),
+        "Journal": _object(["run_id", "workflow", "input", "started_at", "subject",
+                            "journal"], {
+            "run_id": STRING, "workflow": STRING, "input": ANY, "started_at": TIME,
+            "subject": nullable_string,
+            "journal": {"type": "array", "items": {"type": "object"},
+                        "description": "Every recorded operation: scope, pos, id, kind,"
+                        " name, status, value or error, started, ended"}}),
         "RunChildren": _object(["run_id", "children"], {
             "run_id": STRING, "children": {"type": "array", "items": _ref("RunSummary")}}),
         "RunParent": _object(["run_id", "parent_run_id", "parent"], {

@@ -46,7 +46,7 @@ class Signals:
         sid = (hashlib.sha256(key.encode()).hexdigest()[:32] if key is not None
                else uuid.uuid4().hex)
         if run.status.terminal:
-            if key is not None and sid in self.store.signal_ids(run_id, name):
+            if key is not None and self.store.signal_sent(run_id, name, sid):
                 # A resend of a signal delivered before the run ended.
                 return {"run_id": run_id, "signal": name, "id": sid, "duplicate": True}
             raise Conflict(Code.RUN_FINISHED, f"run {run_id!r} has already finished "

@@ -207,7 +207,7 @@ def steer(live: Live, case: Any, data: st.DataObject, mode: GenerationMode) -> N
     if params is not None and "run_id" in params:
         runs = [live.running, live.killed]
         if path.startswith(("/runs/{run_id}/signals/", "/runs/{run_id}/resume",
-                            "/runs/{run_id}/reset")):
+                            "/runs/{run_id}/reset", "/runs/{run_id}/journal")):
             runs = ["seed-durable", "seed-durable", live.killed]
         params["run_id"] = data.draw(st.sampled_from(runs))
     if params is not None and "token" in params:

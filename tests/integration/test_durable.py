@@ -137,7 +137,8 @@ def test_signals_over_http(h: Harness) -> None:
         url = f"{server.url}/runs/{run_id}/signals/approve"
         first = httpx.post(url, json={"ok": 1}, headers={"Idempotency-Key": "k1"})
         again = httpx.post(url, json={"ok": 1}, headers={"Idempotency-Key": "k1"})
-        assert first.status_code == 202 and again.status_code == 200
+        assert first.status_code == 202, first.text
+        assert again.status_code == 200, again.text
         assert again.json()["duplicate"] is True
         assert h.wait(run_id)["output"] == {"decision": {"ok": 1}}
         late = httpx.post(url, json={})
@@ -402,3 +403,39 @@ def test_a_journal_too_large_for_the_host_goes_by_reference(
             assert sent.get("KeyCount", 0) > 0  # the later calls went by reference
         finally:
             harness.close()
+
+
+def test_a_golden_journal_replays_against_new_code_and_reports_a_mismatch(h: Harness) -> None:
+    import asyncio
+
+    from functions.durable.golden import check
+    from tests.support.durable_fns import versioned
+
+    api = create_api(h.rt)
+    with BackgroundServer(api) as server:
+        run_id = h.start("versioned", {})
+        waiting_for(h, run_id, "signal")
+        golden = httpx.get(f"{server.url}/runs/{run_id}/journal").json()
+        assert [e["name"] for e in golden["journal"]] == ["one", "two"]
+        dag = h.start("chain", {"steps": 1})
+        assert httpx.get(f"{server.url}/runs/nope/journal").status_code == 404
+        assert golden["workflow"] == "versioned" and dag
+    same = asyncio.run(check(versioned, golden))
+    assert same["ok"] and same["reached"] == "frontier" and same["entries"] == 2
+    LEDGER.version["golden"] = 2  # the code as it would be after a rename
+    changed = asyncio.run(check(versioned, {**golden, "run_id": "golden"}))
+    assert not changed["ok"]
+    assert changed["mismatch"]["recorded"]["name"] == "two"
+    assert changed["mismatch"]["issued"]["name"] == "two-renamed"
+    assert len(LEDGER.bodies("golden")) == 0  # check mode runs nothing
+
+
+def test_a_signal_resent_with_its_key_later_queues_nothing(h: Harness) -> None:
+    run_id = h.start("approval", {"twice": True})
+    first = h.rt.signals.send(run_id, "approve", {"n": 1}, key="k")
+    stamp = time.time()
+    until(lambda: time.time() > stamp + 0.01)  # another millisecond: another sort key
+    again = h.rt.signals.send(run_id, "approve", {"n": 1}, key="k")
+    assert first["duplicate"] is False and again["duplicate"] is True
+    h.rt.signals.send(run_id, "approve", {"n": 2}, key="k2")
+    assert h.wait(run_id)["output"] == {"first": {"n": 1}, "second": {"n": 2}}

@@ -6,6 +6,7 @@ sorted after its step rows (sort keys from `~`):
 | `$run`                              | the driver: an ordinary step row (engine/durable) |
 | `~j#<scope>#<pos:08d>`              | one journal entry, written once                   |
 | `~s#<name>#<ms>#<signal id>`        | a signal, queued until a wait consumes it         |
+| `~i#<name>#<signal id>`             | a signal id taken (a resend queues nothing)       |
 | `~p#<scope>#<pos:08d>`              | a parallel operation: its size, the branches done |
 | `~e#<ms>#<event id>`                | a custom run event (POST /runs/{id}/events)       |
 | `$run/<scope>`                      | a parallel branch's driver                        |
@@ -34,6 +35,7 @@ __all__ = ["JournalRows", "entry_key", "signal_prefix"]
 JOURNAL = "~j#"
 SIGNALS = "~s#"
 PARALLEL = "~p#"
+SIGNAL_IDS = "~i#"
 RUN_EVENTS = "~e#"
 
 
@@ -114,19 +116,33 @@ class JournalRows(Tables):
 
     def queue_signal(self, run_id: str, name: str, payload: Any, signal_id: str,
                      now: float) -> bool:
-        """Queue a signal (False: one with this id is queued already)."""
+        """Queue a signal (False: one with this id was queued already). The signal and
+        a marker of its id are written in one transaction guarded by the marker: the
+        queue is ordered by time, so the id alone cannot be the signal's key."""
+        expires = num(now + self.step_retention)
         item = {
             **step_key(run_id, f"{signal_prefix(name)}{ms_key(now)}#{signal_id}"),
             "doc": {"S": dumps({"id": signal_id, "payload": payload, "at": round(now, 3)})},
-            "expires_at": num(now + self.step_retention),
+            "expires_at": expires,
         }
+        marker = {**step_key(run_id, f"{SIGNAL_IDS}{name}#{signal_id}"), "expires_at": expires}
         try:
             with _translate(f"signal {run_id}/{name}: queue"):
-                self.ddb.put_item(TableName=self.steps, Item=item,
-                                  ConditionExpression="attribute_not_exists(step)")
+                self.ddb.transact_write_items(TransactItems=[
+                    {"Put": {"TableName": self.steps, "Item": marker,
+                             "ConditionExpression": "attribute_not_exists(step)"}},
+                    {"Put": {"TableName": self.steps, "Item": item}},
+                ])
         except ConditionFailed:
             return False
         return True
+
+    def signal_sent(self, run_id: str, name: str, signal_id: str) -> bool:
+        with _translate(f"signal {run_id}/{name}: id"):
+            item = self.ddb.get_item(
+                TableName=self.steps, Key=step_key(run_id, f"{SIGNAL_IDS}{name}#{signal_id}"),
+                ConsistentRead=True).get("Item")
+        return item is not None
 
     def signal_ids(self, run_id: str, name: str) -> set[str]:
         return {s["id"] for s in self._signals(run_id, name, unconsumed=False)}

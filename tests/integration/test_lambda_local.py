@@ -38,6 +38,7 @@ workflows:
   slow:
     steps:
       nap: { backend: fn, route: /echo, timeout: 50s }
+  greet: { backend: fn, timeout: 20s }
 webhooks:
   hook:
     workflow: chain
@@ -109,6 +110,25 @@ def test_a_retrying_step_comes_back_through_the_timer_queue(stack: LocalStack) -
     view = wait(stack, run_id)
     assert view["status"] == "success"
     assert view["steps"][0]["attempts"] == 2 and view["steps"][0]["output"] == {"attempt": 2}
+
+
+def test_a_durable_run_sleeps_waits_and_branches_through_the_handlers(stack: LocalStack
+                                                                        ) -> None:
+    with httpx.Client(base_url=stack.api_url, timeout=10) as c:
+        run_id = c.post("/runs", json={"workflow": "greet", "input": {"name": "ada"}}
+                        ).json()["run_id"]
+        deadline = time.monotonic() + 30
+        while (c.get(f"/runs/{run_id}").json().get("waiting") or {}).get("kind") != "signal":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        sent = c.post(f"/runs/{run_id}/signals/go", json={"ok": True})
+        assert sent.status_code == 202, sent.text
+    view = wait(stack, run_id)
+    assert view["status"] == "success", view
+    assert view["output"] == {"hello": "ada", "go": {"ok": True},
+                              "shouts": ["ada!0", "ada!1", "ada!2"]}
+    kinds = [s["kind"] for s in view["steps"]]
+    assert {"step", "sleep", "signal", "parallel"} <= set(kinds)
 
 
 def test_a_schedule_tick_fires_through_the_scheduled_sweeper(stack: LocalStack) -> None:

@@ -240,8 +240,22 @@ async def parent(ctx: Context, payload: dict[str, Any]) -> Any:
     return out
 
 
+@workflow("slowstep")
+async def slowstep(ctx: Context, payload: dict[str, Any]) -> Any:
+    import asyncio
+
+    async def slow() -> str:
+        LEDGER.add(ctx, "slow")
+        await asyncio.sleep(float(payload.get("seconds", 2)))
+        return "slept"
+
+    first = await step("slow", slow)
+    after = await step("after", _recorded("after", "done")(ctx))
+    return {"first": first, "after": after}
+
+
 def create_app() -> FunctionApp:
     app = FunctionApp(secret="durable-secret")
     app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain, trial, ships,
-                 docapproval, fanout, branches, parent)
+                 docapproval, fanout, branches, parent, slowstep)
     return app

@@ -1,0 +1,152 @@
+"""Durable runs under the faults DAG runs face: every message sent twice, a dispatch
+lost, a worker SIGKILLed while a step body runs. Each step's result is committed once
+and every execution of a step carries the same idempotency key."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from functions.serving import BackgroundServer
+from orchestrator.adapters.queue import Dispatch
+from tests.support.durable_fns import CONCURRENCY, LEDGER, create_app
+from tests.support.harness import Harness
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = """
+backends:
+  app: { url: "${APP}", secret: durable-secret }
+workflows:
+  chain: { backend: app }
+  sleeper: { backend: app }
+  approval: { backend: app }
+  fanout: { backend: app }
+  branches: { backend: app }
+  slowstep: { backend: app, timeout: 3s }
+"""
+
+
+@pytest.fixture(scope="module")
+def app_url() -> Iterator[str]:
+    with BackgroundServer(create_app()) as server:
+        yield server.url
+
+
+def build(build_harness: Any, app_url: str, tmp_path: Path, **settings: Any) -> Harness:
+    h: Harness = build_harness(MANIFEST, tmp_path, {"APP": app_url}, **settings)
+    return h
+
+
+def committed_once(h: Harness, run_id: str) -> Counter[tuple[str, int]]:
+    places = Counter((e.get("scope", ""), e["pos"]) for e in h.rt.store.read_journal(run_id))
+    assert all(n == 1 for n in places.values()), places
+    return places
+
+
+def test_every_message_sent_twice_runs_each_step_body_once(
+        build_harness: Any, app_url: str, tmp_path: Path) -> None:
+    h = build(build_harness, app_url, tmp_path)
+    sent: list[Dispatch] = []
+
+    def twice(msgs: list[Dispatch]) -> list[Dispatch]:
+        sent.extend(msgs)
+        return [m for m in msgs for _ in range(2)]
+
+    h.rt.queues.tamper = twice
+    h.start_workers(n=2, threads=4)
+    try:
+        runs = [h.start("chain", {"steps": 4}), h.start("sleeper", {"sleep": "1s"}),
+                h.start("fanout", {"n": 6, "max": 2}), h.start("branches", {"sleep": "1s"}),
+                h.start("approval", {})]
+        h.rt.signals.send(runs[-1], "approve", {"ok": True})
+        for run_id in runs:
+            assert h.wait(run_id)["status"] == "success", h.rt.runs.view(run_id)
+            committed_once(h, run_id)
+            bodies = Counter(LEDGER.bodies(run_id))
+            assert all(n == 1 for n in bodies.values()), (run_id, bodies)
+        assert len(sent) >= 10  # starts, timers, branches and wakes went through SQS
+        assert CONCURRENCY.peak[runs[2]] <= 2
+    finally:
+        h.close()
+
+
+def test_a_lost_dispatch_of_a_waiting_run_is_repaired_by_the_sweep(
+        build_harness: Any, app_url: str, tmp_path: Path) -> None:
+    h = build(build_harness, app_url, tmp_path, redispatch_after=1.0)
+    dropped: list[Dispatch] = []
+
+    def drop_wakes(msgs: list[Dispatch]) -> list[Dispatch]:
+        keep = []
+        for m in msgs:
+            # The dispatch a signal sends a waiting run: lost (the poke's wake stays).
+            if m.step == "$run" and m.due_at is None and m.attempt == 1 and not dropped \
+                    and h.rt.store.get_driver(m.run_id) is not None \
+                    and (h.rt.store.get_driver(m.run_id).waiting or {}).get("kind") == "signal":
+                dropped.append(m)
+                continue
+            keep.append(m)
+        return keep
+
+    h.start_workers(n=1, threads=2)
+    h.start_sweeper()
+    try:
+        run_id = h.start("approval", {})
+        deadline = time.monotonic() + 15
+        while not (h.rt.store.get_driver(run_id) or _Nothing()).waiting:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        h.rt.queues.tamper = drop_wakes
+        h.rt.signals.send(run_id, "approve", {"late": True})
+        assert h.wait(run_id)["output"] == {"decision": {"late": True}}
+        assert dropped, "the signal's dispatch was not the one dropped"
+    finally:
+        h.close()
+
+
+class _Nothing:
+    waiting = None
+
+
+def test_a_worker_sigkilled_mid_step_leaves_one_commit_and_one_key(
+        build_harness: Any, app_url: str, tmp_path: Path, emulator: Any) -> None:
+    h = build(build_harness, app_url, tmp_path, lease_margin=1.0)
+    manifest = tmp_path / "durable.yml"
+    manifest.write_text(MANIFEST)
+    env = {**os.environ, "AWS_ENDPOINT_URL": emulator.url, "ORCH_PREFIX": h.rt.settings.prefix,
+           "ORCH_LEASE_MARGIN": "1", "APP": app_url, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "worker", "--manifest", str(manifest)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        run_id = h.start("slowstep", {"seconds": 2})
+        deadline = time.monotonic() + 30
+        while "slow" not in LEDGER.bodies(run_id):
+            assert time.monotonic() < deadline, "the subprocess worker never called the step"
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)  # mid-call: the step body is sleeping
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    h.start_workers()
+    h.start_sweeper()
+    try:
+        view = h.wait(run_id, timeout=30)
+        assert view["status"] == "success", view
+        assert view["output"] == {"first": "slept", "after": "done"}
+        assert LEDGER.bodies(run_id).count("slow") == 2  # at least once: it ran again
+        assert len(LEDGER.keys(run_id, "slow")) == 1  # with the same key
+        places = committed_once(h, run_id)
+        assert len(places) == 2
+    finally:
+        h.close()

@@ -15,6 +15,12 @@ not pass/fail timing:
       p50 / p99 (ms)
   H2  sustained webhook intake: signed deliveries from 8 concurrent senders, each
       accepted (202) with its run started: deliveries/s, and AWS requests per delivery
+  D1  a durable chain of 100 no-op steps (functions/examples/noop.py's noop-chain):
+      per-step overhead (ms) and its ratio to W1 and to the floor, HTTP calls per step
+      (target: exactly one) and AWS requests per step (target: at most 1.5)
+  D2  a durable ctx.parallel of 200 no-op branches, 20 at a time: steps/s, AWS
+      requests and HTTP calls per branch
+  D3  replay inside the SDK of a 1,000- and a 10,000-operation journal (ms; linear)
   F   the floor, measured in the same run: the raw emulator calls one step needs
       (claim and record as conditional writes, a read, send, receive, delete) plus one
       HTTP POST to the no-op function, back to back. Every time is also given as a
@@ -80,7 +86,56 @@ def manifest_text(sizes: dict[str, int]) -> str:
     out += ["  w3:", "    steps:", chain(5)]
     for n in (10, sizes["r_large"]):
         out += [f"  fan{n}:", "    steps:", fan(n)]
+    out += ["  dchain: { backend: fn, workflow: noop-chain }",
+            "  dpar: { backend: fn, workflow: noop-parallel }"]
     return "\n".join(out) + "\n"
+
+
+class CallCounter:
+    """Counts the durable workflow calls an ASGI app answers."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.calls = 0
+        self.lock = threading.Lock()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and scope.get("path", "").startswith("/durable/"):
+            with self.lock:
+                self.calls += 1
+        await self.app(scope, receive, send)
+
+    def take(self) -> int:
+        with self.lock:
+            out, self.calls = self.calls, 0
+        return out
+
+
+def replay_ms(ops: int, rounds: int = 3) -> float:
+    """D3: the best of `rounds` replays of an `ops`-step noop-chain journal (no body runs)."""
+    import asyncio
+
+    from functions.durable.call import op_id
+    from functions.examples.noop import noop_chain
+
+    journal = [{"scope": "", "pos": i, "id": op_id("", f"s{i}", 0), "kind": "step",
+                "name": f"s{i}", "status": "ok", "value": {"ok": True}} for i in range(ops)]
+    body = {"run": {"run_id": "replay", "started_at": 1.0, "now": 2.0},
+            "input": {"steps": ops}, "journal": journal}
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        answer = asyncio.run(advance_call(noop_chain, body))
+        best = min(best, time.perf_counter() - t0)
+        if answer["ops"] != [{"op": "complete", "value": ops}]:
+            raise SystemExit(f"replay of {ops} operations did not complete: {answer['ops'][:2]}")
+    return best * 1000
+
+
+async def advance_call(wf: Any, body: dict[str, Any]) -> dict[str, Any]:
+    from functions.durable.workflow import advance
+
+    return await advance(wf, body)
 
 
 HOOK_SECRET = "bench-secret"
@@ -376,10 +431,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     ONE_CORE["on"] = not args.all_cores
     sizes = (
-        {"w1": 20, "w2": 50, "w3": 10, "r_large": 100, "floor": 20, "h1": 20, "h2": 40}
+        {"w1": 20, "w2": 50, "w3": 10, "r_large": 100, "floor": 20, "h1": 20, "h2": 40,
+         "d1": 20, "d2": 40, "d2_max": 5, "d3": (100, 1000)}
         if args.quick
         else {"w1": 100, "w2": 500, "w3": 50, "r_large": 1000, "floor": 50, "h1": 100,
-              "h2": 400}
+              "h2": 400, "d1": 100, "d2": 200, "d2_max": 20, "d3": (1000, 10000)}
     )
     if args.issue8:
         sizes.update(w1=50, w2=200, w3=20)
@@ -391,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
                                "threads": args.threads, "transport": args.transport,
                                "one_core": not args.all_cores}
     stamps = Stamps()
-    with Emulator() as emu, BackgroundServer(noop_app()) as fn, \
+    calls = CallCounter(noop_app())
+    with Emulator() as emu, BackgroundServer(calls) as fn, \
             BackgroundServer(stamps.app()) as stamp_fn:
         settings = Settings(endpoint_url=emu.url, prefix="bench", sweep_interval=5.0,
                             api_auth=False)
@@ -424,6 +481,30 @@ def main(argv: list[str] | None = None) -> int:
                              "per_step_ms": round(t / n3 * 1000, 2),
                              "ratio_to_floor": round(t / n3 * 1000 / fl["total"], 2),
                              "requests_per_step": per_step(counter.take(), n3)}
+            say(f"D1 durable chain of {sizes['d1']} …")
+            counter.take()
+            calls.take()
+            t0 = time.time()
+            d1_id = rt.runs.start("dchain", {"steps": sizes["d1"]})[0].run_id
+            t = wait_all(obs, [d1_id]) - t0
+            d1 = t / sizes["d1"] * 1000
+            results["d1"] = {"steps": sizes["d1"], "seconds": round(t, 2),
+                             "per_step_ms": round(d1, 2),
+                             "ratio_to_w1": round(d1 / w1, 2),
+                             "ratio_to_floor": round(d1 / fl["total"], 2),
+                             "http_calls_per_step": round(calls.take() / sizes["d1"], 3),
+                             "requests_per_step": per_step(counter.take(), sizes["d1"])}
+            say(f"D2 durable parallel of {sizes['d2']}, {sizes['d2_max']} at a time …")
+            t0 = time.time()
+            d2_id = rt.runs.start("dpar", {"branches": sizes["d2"],
+                                           "max": sizes["d2_max"]})[0].run_id
+            t = wait_all(obs, [d2_id]) - t0
+            time.sleep(0.2)
+            results["d2"] = {"branches": sizes["d2"], "max_parallel": sizes["d2_max"],
+                             "seconds": round(t, 2),
+                             "steps_per_s": round(sizes["d2"] / t, 1),
+                             "http_calls_per_branch": round(calls.take() / sizes["d2"], 3),
+                             "requests_per_branch": per_step(counter.take(), sizes["d2"])}
             for n in (10, sizes["r_large"]):
                 say(f"R fan-out of {n} …")
                 counter.take()
@@ -460,6 +541,13 @@ def main(argv: list[str] | None = None) -> int:
         rss, took = worker_rss(rss_settings, text, fn.url, "w2", args.threads)
         results["worker_peak_rss_mib"] = round(rss, 1)
         results["w2_separate_worker_steps_per_s"] = round(n2 / took, 1)
+    say("D3 replay inside the SDK …")
+    small_ops, large_ops = sizes["d3"]
+    r_small, r_large = replay_ms(small_ops), replay_ms(large_ops)
+    results["d3"] = {f"ops_{small_ops}_ms": round(r_small, 1),
+                     f"ops_{large_ops}_ms": round(r_large, 1),
+                     "ratio": round(r_large / r_small, 2),
+                     "ops_ratio": large_ops // small_ops}
     small, large = results["fan10"]["requests_per_step"]["total"], results[
         f"fan{sizes['r_large']}"]["requests_per_step"]["total"]
     results["targets"] = {
@@ -468,6 +556,10 @@ def main(argv: list[str] | None = None) -> int:
         # small one (it may cost less: a run's start and finish spread over more steps).
         "requests_per_step_flat_10pct": large <= small * 1.10,
         "requests_per_step_le_6": max(small, large) <= 6,
+        "durable_requests_per_step_le_1.5": results["d1"]["requests_per_step"]["total"] <= 1.5,
+        "durable_one_http_call_per_step": results["d1"]["http_calls_per_step"] == 1.0,
+        # Linear: ten times the operations within 1.5 times ten times the time.
+        "replay_linear": results["d3"]["ratio"] <= results["d3"]["ops_ratio"] * 1.5,
     }
     if args.json:
         print(json.dumps(results, indent=2))
@@ -503,6 +595,20 @@ def render(r: dict[str, Any]) -> str:
                  f"counting the runs' steps that ran meanwhile)")
     lines.append(f"worker peak RSS: {r['worker_peak_rss_mib']} MiB "
                  f"(separate process, W2 at {r['w2_separate_worker_steps_per_s']} steps/s)")
+    d1, d2, d3 = r["d1"], r["d2"], r["d3"]
+    lines.append(f"D1 durable chain of {d1['steps']}: {d1['per_step_ms']:.1f} ms/step "
+                 f"= {d1['ratio_to_w1']}x W1 = {d1['ratio_to_floor']}x floor; "
+                 f"{d1['http_calls_per_step']} HTTP calls and "
+                 f"{d1['requests_per_step']['total']} AWS requests per step")
+    lines.append("  " + ", ".join(f"{op} {n}" for op, n in d1["requests_per_step"].items()
+                                  if op != "total"))
+    lines.append(f"D2 durable parallel of {d2['branches']} ({d2['max_parallel']} at a time): "
+                 f"{d2['steps_per_s']} steps/s; {d2['requests_per_branch']['total']} AWS "
+                 f"requests and {d2['http_calls_per_branch']} HTTP calls per branch")
+    keys = [k for k in d3 if k.startswith("ops_") and k.endswith("_ms")]
+    lines.append("D3 replay in the SDK: " + ", ".join(
+        f"{k[4:-3]} operations {d3[k]} ms" for k in keys)
+        + f" (x{d3['ratio']} for x{d3['ops_ratio']} operations)")
     lines.append("targets: " + ", ".join(f"{k}={'yes' if v else 'NO'}"
                                          for k, v in r["targets"].items()))
     return "\n".join(lines)

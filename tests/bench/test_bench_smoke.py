@@ -28,14 +28,18 @@ def quick(script: str) -> dict[str, Any]:
 def test_quick_benchmark_prints_its_figures() -> None:
     r = quick("run.py")
     for key in ("floor_ms", "w1", "w2", "w3", "fan10", "fan100", "worker_peak_rss_mib",
-                "h1", "h2"):
+                "h1", "h2", "d1", "d2", "d3"):
         assert key in r
+    assert r["d1"]["http_calls_per_step"] > 0 and r["d1"]["requests_per_step"]["total"] > 0
+    assert r["d2"]["steps_per_s"] > 0 and r["d3"]["ratio"] > 0
     assert 0 < r["h1"]["p50_ms"] <= r["h1"]["p99_ms"] and r["h1"]["p50_ratio_to_floor"] > 0
     assert r["h2"]["per_s"] > 0 and r["h2"]["requests_per_delivery"]["total"] > 0
     assert r["w1"]["per_step_ms"] > 0 and r["w1"]["ratio_to_floor"] > 0
     assert r["fan100"]["requests_per_step"]["total"] > 0
     assert set(r["targets"]) == {
-        "w1_ratio_le_1.5", "requests_per_step_flat_10pct", "requests_per_step_le_6"}
+        "w1_ratio_le_1.5", "requests_per_step_flat_10pct", "requests_per_step_le_6",
+        "durable_requests_per_step_le_1.5", "durable_one_http_call_per_step",
+        "replay_linear"}
 
 
 @pytest.mark.slow

@@ -1,16 +1,20 @@
-"""A small HTTP client for the orchestrator's API, used by the CLI.
+"""The CLI's client of the orchestrator's API: the calls its commands make, sent through
+`orchestrator.client.Client` (users' client).
 
 Every call carries `Authorization: Bearer <key>` when a key is set, and every refusal
-becomes the error of its status: 401 `Unauthorized`, 404 `NotFound`, 409 `Conflict`,
-422 `Unprocessable`, any other 4xx `UsageError`, a 5xx or no answer `ApiUnavailable`."""
+becomes the error of its status, which the CLI turns into its exit code (common.py): 401
+`Unauthorized`, 404 `NotFound`, 409 `Conflict`, 422 `Unprocessable`, any other 4xx (410
+included: a hook used or expired) `UsageError`, a 5xx, an answer not JSON or no answer
+`ApiUnavailable`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
-import httpx
-
+from orchestrator.client import ApiError, Client
 from orchestrator.errors import (
     Code,
     Conflict,
@@ -63,30 +67,22 @@ class ApiUnavailable(OrchestratorError):
 class ApiClient:
     def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(timeout=timeout, headers=headers)
+        self.client = Client(self.url, api_key, timeout=timeout)
 
     def close(self) -> None:
-        self.http.close()
+        self.client.close()
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The answer's JSON; `kwargs`: params, json, headers, timeout."""
+        with self._translating():
+            return self.client.request(method, path, **kwargs)
+
+    @contextmanager
+    def _translating(self) -> Iterator[None]:
         try:
-            resp = self.http.request(method, self.url + path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ApiUnavailable(
-                f"cannot reach the orchestrator at {self.url}: {exc} "
-                f"(is `orchestrator dev` running? set --url or {URL_VARIABLE})"
-            ) from exc
-        try:
-            body = resp.json()
-        except ValueError:
-            body = {"error": {"code": Code.BAD_RESPONSE.value, "message": resp.text[:300]}}
-        if resp.status_code >= 400:
-            err = body.get("error", {}) if isinstance(body, dict) else {}
-            code = str(err.get("code") or f"http_{resp.status_code}")
-            message = err.get("message") or f"HTTP {resp.status_code}"
-            raise _refusal(resp.status_code, code, message, self.url)
-        return body
+            yield
+        except ApiError as exc:
+            raise _translated(exc, self.url) from exc
 
     # ---- runs --------------------------------------------------------------------------
 
@@ -142,6 +138,41 @@ class ApiClient:
             body["run_id"] = new_run_id
         return self.request("POST", f"/runs/{run_id}/rerun", json=body)
 
+    # ---- durable runs: signals, hooks, operators' hands, parents and children ------------
+
+    def signal(self, run_id: str, name: str, payload: dict[str, Any], *,
+               idempotency_key: str | None = None) -> Any:
+        with self._translating():
+            return self.client.send_signal(run_id, name, payload,
+                                           idempotency_key=idempotency_key)
+
+    def resume(self, run_id: str) -> Any:
+        with self._translating():
+            return self.client.resume_run(run_id)
+
+    def reset(self, run_id: str, to: int) -> Any:
+        with self._translating():
+            return self.client.reset_run(run_id, to)
+
+    def children(self, run_id: str) -> Any:
+        """{run_id, children: [summary]}."""
+        return self.request("GET", f"/runs/{quote(run_id, safe='')}/children")
+
+    def parent(self, run_id: str) -> Any:
+        """{run_id, parent_run_id, parent: summary | None}."""
+        return self.request("GET", f"/runs/{quote(run_id, safe='')}/parent")
+
+    def create_hook(self, run_id: str, signal: str, *, metadata: Any = None,
+                    ttl: float | None = None, token: str | None = None) -> Any:
+        with self._translating():
+            return self.client.hooks.create(run_id=run_id, signal=signal, metadata=metadata,
+                                            ttl=ttl, token=token)
+
+    def execute_hook(self, token: str, payload: dict[str, Any]) -> Any:
+        """`token`: the hook's token, its path or its URL."""
+        with self._translating():
+            return self.client.hooks.execute(token, payload)
+
     # ---- events and schedules ----------------------------------------------------------
 
     def emit(
@@ -165,6 +196,15 @@ class ApiClient:
     def schedule(self, workflow: str, action: str) -> Any:
         """`action` is pause, resume or trigger."""
         return self.request("POST", f"/schedules/{workflow}/{action}")
+
+
+def _translated(exc: ApiError, url: str) -> OrchestratorError:
+    if exc.status is None:
+        return ApiUnavailable(f"{exc.message} (is `orchestrator dev` running? set --url or "
+                              f"{URL_VARIABLE})")
+    if exc.status < 400:  # a 2xx whose body is not JSON
+        return ApiUnavailable(f"{url}: answered {exc.status} with a body that is not JSON")
+    return _refusal(exc.status, exc.code, exc.message, url)
 
 
 def _refusal(status: int, code: str, message: str, url: str) -> OrchestratorError:

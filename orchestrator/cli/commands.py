@@ -2,19 +2,21 @@
 
 Commands that talk to the HTTP API take --url ($ORCHESTRATOR_URL) and --api-key
 ($ORCHESTRATOR_API_KEY, sent as `Authorization: Bearer <key>`); every command that reads
-takes --json. The run commands live in runs.py, events, schedules and webhooks in
-triggers.py; the local and admin commands (lint, worker, sweeper, api, dev, keys) here.
+takes --json. The run commands live in runs.py, signals, hooks and durable runs' `runs`
+subcommands in durable.py, events, schedules and webhooks in triggers.py; the local and
+admin commands (lint, worker, sweeper, api, dev, keys) here.
 
 Exit codes:
   0  success
   1  the run failed, was killed or skipped (`trigger --wait`, `rerun --wait`), or lint
      found problems
   2  usage error: a bad flag or argument, invalid JSON, an invalid manifest; or the API
-     refused the request as given (400, 409, 422), e.g. cancelling a finished run or
-     rerunning one that is still running: the API's message says why
+     refused the request as given (400, 409, 410, 422), e.g. cancelling a finished run,
+     rerunning one that is still running or executing a hook already used: the API's
+     message says why
   3  the API or the AWS endpoint could not be reached or failed (5xx), or `--wait` timed
      out with the run still queued or running
-  4  no such run, workflow, schedule or webhook
+  4  no such run, workflow, schedule, webhook or hook
   5  authentication failed (401): set ORCHESTRATOR_API_KEY or --api-key"""
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 import click
 
 from orchestrator.cli import deploy as cli_deploy
+from orchestrator.cli import durable as cli_durable
 from orchestrator.cli import runs as cli_runs
 from orchestrator.cli import triggers as cli_triggers
 from orchestrator.cli.client import KEY_VARIABLE
@@ -64,8 +67,11 @@ def main(verbose: bool) -> None:
     )
 
 
-for _command in (*cli_runs.COMMANDS, *cli_triggers.COMMANDS, *cli_deploy.COMMANDS):
+for _command in (*cli_runs.COMMANDS, *cli_durable.COMMANDS, *cli_triggers.COMMANDS,
+                 *cli_deploy.COMMANDS):
     main.add_command(_command)
+for _command in cli_durable.RUNS_COMMANDS:
+    cli_runs.runs.add_command(_command)
 
 
 @main.command()

@@ -1,4 +1,5 @@
-"""The run commands: trigger (alias run), runs, show, cancel (alias kill), rerun and
+"""The run commands: trigger (alias run), runs (a group: `runs [WORKFLOW]` lists, as `runs
+list` does; durable.py adds its subcommands), show, cancel (alias kill), rerun and
 history. Each is one or two calls to the HTTP API."""
 
 from __future__ import annotations
@@ -115,15 +116,34 @@ def trigger(
     _started(api, started, wait, timeout, as_json)
 
 
-@click.command()
+class ListByDefault(click.Group):
+    """A group whose first argument, unless it names a subcommand (or asks for help),
+    goes to its `list` subcommand: `runs chain --json` is `runs list chain --json`, as it
+    was before `runs` had subcommands. (A workflow named like a subcommand: `runs list
+    NAME`.)"""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ctx.help_option_names):
+            args = ["list", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=ListByDefault)
+def runs() -> None:
+    """List runs (`runs [WORKFLOW]`, the same as `runs list`); a run's children and
+    parent; resume or reset a durable run."""
+
+
+@runs.command("list")
 @click.argument("workflow", required=False)
-@click.option("--status", type=click.Choice([s.value for s in RunStatus]),
-              help="Only runs in this status.")
+@click.option("--status", type=click.Choice([*(s.value for s in RunStatus), "paused"]),
+              help="Only runs in this status (paused: durable runs a replay mismatch "
+              "stopped, see `runs resume`).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100))
 @click.option("--cursor", help="Continue a listing (the cursor a previous page printed).")
 @json_option
 @api_options
-def runs(
+def list_runs(
     workflow: str | None,
     status: str | None,
     limit: int,

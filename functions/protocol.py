@@ -83,6 +83,9 @@ class DurableRun(BaseModel):
     attempt: int = Field(default=1, ge=1, description="Attempt of this call (it was retried).")
     subject: str | None = Field(default=None,
                                 description="The subject of the event that started the run.")
+    max_value: int | None = Field(default=None, ge=1,
+                                  description="The largest value (bytes of JSON) one"
+                                  " operation may record: past it, output_too_large.")
 
 
 class DurableRequestBody(BaseModel):

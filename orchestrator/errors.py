@@ -49,6 +49,8 @@ class Code(StrEnum):
                           "the dependencies' outputs could not be read")
     LEASE_EXPIRED = ("lease_expired", True,
                      "the worker running the attempt stopped answering")
+    JOURNAL_TOO_LARGE = ("journal_too_large", False,
+                         "a durable run recorded more operations than ORCH_DURABLE_MAX_ENTRIES")
     BAD_ANSWER = ("bad_answer", True,
                   "a durable workflow's answer does not follow the protocol: retried")
     UNKNOWN_BACKEND = "unknown_backend", False, "the step's backend is not configured"

@@ -205,6 +205,9 @@ class Settings:
     # reference (a presigned URL of a blob) instead; so does one its host refused with
     # a 413. Under Lambda's 6 MB request limit.
     durable_inline_body: int = 4 * 1024 * 1024
+    # The most operations one durable run may record (past it, the run fails with
+    # journal_too_large and advice): its journal is read and sent whole on every call.
+    durable_max_entries: int = 25_000
 
     def __post_init__(self) -> None:
         unknown = set(self.service_endpoints) - set(SERVICE_ENDPOINT_VARIABLES)
@@ -265,4 +268,5 @@ class Settings:
             hook_secret=env.get(ENV_PREFIX + "HOOK_SECRET") or None,
             public_url=(env.get(ENV_PREFIX + "PUBLIC_URL") or "").rstrip("/") or None,
             durable_inline_body=int(_float(env, "DURABLE_INLINE_BODY", d.durable_inline_body)),
+            durable_max_entries=int(_float(env, "DURABLE_MAX_ENTRIES", d.durable_max_entries)),
         )

@@ -46,12 +46,17 @@ def branch_scope(parent: str, pos: int, index: int) -> str:
     return f"{parent}/{pos}:{index}" if parent else f"{pos}:{index}"
 
 
-def roundtrip(value: Any, what: str) -> Any:
-    """`value` as JSON gives it back; WorkflowError naming `what` if it is not JSON."""
+def roundtrip(value: Any, what: str, limit: int | None = None) -> Any:
+    """`value` as JSON gives it back; WorkflowError naming `what` if it is not JSON, or
+    (code output_too_large) if it is larger than `limit` bytes."""
     try:
         text = json.dumps(to_jsonable_python(value), allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:  # pydantic raises a subclass of ValueError
         raise WorkflowError(f"{what} is not JSON: {exc}", code="invalid_value") from exc
+    if limit is not None and len(text.encode()) > limit:
+        raise WorkflowError(f"{what} is {len(text.encode())} bytes, over the {limit}-byte cap"
+                            " on one value: keep large data elsewhere and pass its key",
+                            code="output_too_large")
     return json.loads(text)
 
 
@@ -106,6 +111,8 @@ class Call:
     sizes: dict[str, int] = field(default_factory=dict)
     # Set once the call has reported a failure or a mismatch: nothing after counts.
     halted: bool = False
+    # The largest value one operation may record (the orchestrator's hard cap).
+    max_value: int | None = None
     # The orchestrator's time at the call, on this process's monotonic clock.
     _mono: float = field(default_factory=time.monotonic)
 

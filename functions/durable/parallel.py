@@ -98,7 +98,7 @@ async def _branch(call: Call, parent: Scope, scope_id: str, item: Branch) -> Non
                 value = await run_step(item)
             else:
                 value = await item()
-            value = roundtrip(value, f"the value branch {scope_id} returned")
+            value = roundtrip(value, f"the value branch {scope_id} returned", call.max_value)
             status, error = "ok", None
         except Suspend:
             return

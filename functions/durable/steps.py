@@ -175,7 +175,7 @@ async def run_step(sc: StepCall) -> Any:
     token = _STEP.set(info)
     try:
         value = await _invoke(sc)
-        value = roundtrip(value, f"the value step {sc.name!r} returned")
+        value = roundtrip(value, f"the value step {sc.name!r} returned", call.max_value)
     except Suspend:
         raise
     except Exception as exc:

@@ -81,6 +81,7 @@ async def advance(wf: Workflow, body: Mapping[str, Any]) -> dict[str, Any]:
         attempts={str(k): int(v) for k, v in (body.get("attempts") or {}).items()},
         check=body.get("mode") == "check",
         subject=None if run.get("subject") is None else str(run["subject"]),
+        max_value=None if run.get("max_value") is None else int(run["max_value"]),
         max_steps=wf.max_steps,
     )
     deadline = None if wf.execution_timeout is None else started_at + wf.execution_timeout
@@ -94,7 +95,8 @@ async def advance(wf: Workflow, body: Mapping[str, Any]) -> dict[str, Any]:
     try:
         value = await wf.fn(Context(call), body.get("input"))
         if not call.halted:
-            call.ops.append({"op": "complete", "value": roundtrip(value, "the workflow's result")})
+            call.ops.append({"op": "complete", "value": roundtrip(
+                value, "the workflow's result", call.max_value)})
     except Suspend:
         pass
     except StepFailed as exc:

@@ -154,6 +154,14 @@ class Durable:
                 if waiting.kind == "event" and self.events is not None:
                     self.events.forget(run_id, waiting)
                 waiting = None
+            if len(journal) > self.settings.durable_max_entries:
+                self.adv.fail(row, ctx, Fail(error_doc(
+                    Code.JOURNAL_TOO_LARGE,
+                    f"the run recorded {len(journal)} operations, over the cap of "
+                    f"{self.settings.durable_max_entries}: split the work into child runs "
+                    "(ctx.call), or start a fresh run with what this one has (ctx.spawn "
+                    "then return)")), tally)
+                return
             kept = self._keep_lease(row, ctx)
             if kept is None:
                 return  # the lease is lost: its next holder carries on
@@ -218,7 +226,7 @@ class Durable:
         body: dict[str, Any] = {
             "run": {"run_id": row.run_id, "workflow": ctx.served,
                     "started_at": ctx.started_at, "now": self.clock(), "attempt": row.attempt,
-                    "subject": ctx.subject},
+                    "subject": ctx.subject, "max_value": self.settings.output_hard_cap},
             "input": ctx.input,
             "journal": [self._shown(row.run_id, e) for e in journal
                         if in_view(str(e.get("scope", "")), scope)],

@@ -439,3 +439,18 @@ def test_a_signal_resent_with_its_key_later_queues_nothing(h: Harness) -> None:
     assert first["duplicate"] is False and again["duplicate"] is True
     h.rt.signals.send(run_id, "approve", {"n": 2}, key="k2")
     assert h.wait(run_id)["output"] == {"first": {"n": 1}, "second": {"n": 2}}
+
+
+def test_a_run_past_its_journal_cap_fails_with_advice(
+        build_harness: Any, app_url: str, tmp_path: Any) -> None:
+    harness = build_harness(MANIFEST, tmp_path, {"APP": app_url}, durable_max_entries=5)
+    harness.start_workers(1, threads=2)
+    try:
+        view = harness.wait(harness.start("chain", {"steps": 20}))
+        assert view["status"] == "failed"
+        assert view["error"]["code"] in ("journal_too_large", "step_failed")
+        driver = harness.rt.store.get_driver(view["run_id"])
+        assert driver is not None and driver.error["code"] == "journal_too_large"
+        assert "child runs" in driver.error["message"]
+    finally:
+        harness.close()

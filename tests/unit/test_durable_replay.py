@@ -369,3 +369,17 @@ def test_ten_thousand_operations_replay_without_running_a_body() -> None:
     answer = asyncio.run(advance(long, {"run": {"run_id": "r"}, "journal": journal}))
     assert answer["ops"] == [{"op": "complete", "value": sum(range(10_000))}]
     assert not ran
+
+
+def test_a_value_over_the_cap_fails_its_step_with_output_too_large() -> None:
+    @workflow("big")
+    async def big(ctx: Context, payload: Any) -> str:
+        try:
+            await step("big", lambda: "x" * 5000)
+        except StepFailed as exc:
+            return exc.code
+        return "kept"
+
+    answer = asyncio.run(advance(big, {"run": {"run_id": "r", "max_value": 1000}}))
+    assert answer["ops"][-1] == {"op": "complete", "value": "output_too_large"}
+    assert answer["ops"][0]["entry"]["status"] == "error"

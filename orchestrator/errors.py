@@ -70,6 +70,7 @@ class Code(StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed", False, "405: the route takes another method"
     HTTP = "http", False, "another HTTP refusal of the routing layer"
     CONFLICT = "conflict", False, "409: the request does not fit the run's state"
+    HOOK_GONE = "hook_gone", False, "410: a hook already executed (single-use) or expired"
     RUN_FINISHED = "run_finished", False, "409: the run has already finished"
     RUN_NOT_FINISHED = "run_not_finished", False, "409: rerun of a run still going"
     NOTHING_TO_RERUN = "nothing_to_rerun", False, "409: rerun of a run that succeeded"

@@ -197,7 +197,9 @@ def create_app(rt: Runtime) -> Starlette:
             deadline = rt.clock() + wait
             while True:
                 run = await run_in_threadpool(rt.runs.get, run_id)
-                if run.status.terminal or rt.clock() + FOLLOW_EVERY > deadline:
+                # A paused run waits for an operator: the follower is told at once.
+                if (run.status.terminal or run.paused is not None
+                        or rt.clock() + FOLLOW_EVERY > deadline):
                     break
                 await asyncio.sleep(FOLLOW_EVERY)
         view = await run_in_threadpool(lambda: rt.runs.view(run_id, steps=flag == "true"))

@@ -559,6 +559,8 @@ def _response_schemas() -> dict[str, Schema]:
              "error": _nullable({"type": "object"}), "created_at": TIME,
              "started_at": nullable_time, "finished_at": nullable_time,
              "kill_reason": nullable_string, "trigger": trigger, "rerun_of": nullable_string,
+             "parent_run_id": {**nullable_string, "description": "The run's parent (a"
+                               " durable run's child, or started with parent_run_id)"},
              "admission": _nullable(_ref("Admission")),
              "steps": {"type": "array", "items": _ref("StepView"),
                        "description": "In dependency order (left out with ?steps=false)"},

@@ -40,7 +40,7 @@ class Gone(OrchestratorError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
-        self.code = "hook_gone"
+        self.code = Code.HOOK_GONE
 
 
 def _sha(token: str) -> str:
@@ -122,6 +122,11 @@ class Hooks:
         if used is None:
             if now >= float(doc["expires_at"]):
                 raise Gone("this hook has expired")
+            run = self.store.get_run(str(doc["run_id"]), now)
+            if run is None or run.status.terminal:
+                # Refused before it is used up: a finished run reads no signal.
+                raise Conflict(Code.RUN_FINISHED, f"the hook's run {doc['run_id']} has already"
+                               " finished: its signal would never be read")
             marked = {**doc, "used": digest, "used_at": round(now, 3)}
             if not self.control.update_if(
                     f"hook#{sha}", "SET doc = :d", {":d": {"S": dumps(marked)},

@@ -90,6 +90,8 @@ def run_view(
         "kill_reason": run.kill_reason,
         "trigger": None if run.trigger is None else run.trigger.to_json(),
         "rerun_of": run.rerun_of,
+        "parent_run_id": (None if run.trigger is None
+                          else run.trigger.detail.get("parent_run_id")),
         "admission": None
         if run.gate is None
         else {

@@ -34,6 +34,7 @@ import click
 
 from orchestrator.cli import deploy as cli_deploy
 from orchestrator.cli import durable as cli_durable
+from orchestrator.cli import journal as cli_journal
 from orchestrator.cli import runs as cli_runs
 from orchestrator.cli import triggers as cli_triggers
 from orchestrator.cli.client import KEY_VARIABLE
@@ -68,7 +69,7 @@ def main(verbose: bool) -> None:
 
 
 for _command in (*cli_runs.COMMANDS, *cli_durable.COMMANDS, *cli_triggers.COMMANDS,
-                 *cli_deploy.COMMANDS):
+                 *cli_deploy.COMMANDS, *cli_journal.COMMANDS):
     main.add_command(_command)
 for _command in cli_durable.RUNS_COMMANDS:
     cli_runs.runs.add_command(_command)

@@ -21,6 +21,11 @@ ICONS = {
     "blocked": ("○", "-"),
     "skipped": ("⊘", "skip"),
     "killed": ("✖", "KILL"),
+    # A durable run's operations, and the run itself when paused.
+    "waiting": ("◔", "wait"),
+    "retrying": ("↻", "retr"),
+    "timed_out": ("⌛", "tout"),
+    "paused": ("⏸", "PAUS"),
 }
 
 
@@ -72,6 +77,8 @@ def render_run(view: dict[str, Any], *, ascii_only: bool | None = None) -> str:
     if view.get("rerun_of"):
         lines.append(f"rerun of {view['rerun_of']}")
     lines.append("")
+    if view.get("kind") == "durable":
+        return "\n".join(lines + _durable_lines(view, ascii_only))
     width = max((len(s["step"]) for s in view["steps"]), default=4)
     for s in view["steps"]:
         detail = ""
@@ -87,6 +94,44 @@ def render_run(view: dict[str, Any], *, ascii_only: bool | None = None) -> str:
     if view.get("error"):
         lines += ["", f"error: {_short(view['error'], 200)}"]
     return "\n".join(lines)
+
+
+def _durable_lines(view: dict[str, Any], ascii_only: bool) -> list[str]:
+    """A durable run's operations in order (a parallel branch's indented under its
+    scope), then what it waits for, its result or why it paused."""
+    ops = [s for s in view.get("steps", []) if s.get("kind") != "result"]
+    width = max((len(str(s["step"])) + 2 * str(s.get("scope", "")).count(":")
+                 for s in ops), default=4)
+    lines = []
+    for s in ops:
+        depth = str(s.get("scope", "")).count(":")
+        name = "  " * depth + str(s["step"])
+        detail = ""
+        if s["status"] == "success" and s.get("kind") == "step":
+            detail = _short(s.get("output"))
+        elif s.get("error"):
+            detail = _short(s["error"])
+        elif s.get("until"):
+            detail = f"until {_when(s['until'])}"
+        attempts = s.get("attempts") or 0
+        tries = f"{attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""
+        lines.append(f"  {_icon(s['status'], ascii_only)} {name:<{width}}  "
+                     f"{s.get('kind', '')!s:<8} {s['status']:<10} {tries:<10} "
+                     f"{detail}".rstrip())
+    waiting = view.get("waiting") or {}
+    if waiting and waiting.get("kind") not in (None, "next"):
+        until = f" until {_when(waiting['until'])}" if waiting.get("until") else ""
+        lines += ["", f"waiting for {waiting['kind']} {waiting.get('name', '')}{until}"]
+    if view.get("paused"):
+        lines += ["", f"paused: {view['paused'].get('message', '')}",
+                  "  resume after a fix: orchestrator runs resume "
+                  f"{view['run_id']}, or reset it: orchestrator runs reset {view['run_id']}"
+                  " --to N"]
+    if view.get("output") is not None:
+        lines += ["", f"output: {_short(view['output'], 200)}"]
+    if view.get("error"):
+        lines += ["", f"error: {_short(view['error'], 200)}"]
+    return lines
 
 
 def render_runs(runs: list[dict[str, Any]], *, ascii_only: bool | None = None) -> str:

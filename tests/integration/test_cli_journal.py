@@ -62,3 +62,26 @@ def test_a_golden_journal_is_exported_and_checked_against_an_endpoint(
     junk.write_text("{}")
     assert cli("journal", "check", str(junk), "--url", app_url).exit_code == 2
     assert cli("journal", "export", "nope", "--url", url).exit_code == 4
+
+
+def test_show_lists_a_durable_runs_operations_and_what_it_waits_for(
+        api: tuple[Harness, str]) -> None:
+    h, url = api
+    run_id = h.start("versioned", {})
+    until(lambda: (h.rt.store.get_driver(run_id) or _Nothing()).waiting)
+    res = cli("show", run_id, "--url", url, "--ascii")
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert any("one" in line and "step" in line and "success" in line for line in lines)
+    assert any("two" in line and "step" in line for line in lines)
+    assert any(line.startswith("waiting for signal finish") for line in lines)
+    h.rt.signals.send(run_id, "finish", {})
+    h.wait(run_id)
+    done = cli("show", run_id, "--url", url, "--ascii")
+    assert 'output: {"done":"two"}' in done.stdout
+    history = cli("history", run_id, "--url", url)
+    assert history.exit_code == 0 and "run.waiting" in history.stdout
+
+
+class _Nothing:
+    waiting = None

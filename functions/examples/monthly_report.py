@@ -13,6 +13,10 @@ local stand-in for Slack); `/archiveReport` gzips the Markdown into
 Every step may run more than once (execution is at-least-once). Files are written
 atomically with deterministic content, so a re-run rewrites the same bytes; the one
 non-repeatable effect, posting to Slack, is keyed on the idempotency key.
+
+`create_app` also serves the durable examples of `functions/examples/durable/` (at
+POST /durable/<name>, their files under ``<work_dir>/durable/``): it is the app
+`orchestrator dev` serves for the demo manifest.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from functions.examples import durable
 from functions.sdk import FunctionApp, StepRequest, TerminalError
 
 __all__ = ["DATA_DIR", "ORDERS_STEP", "REPORT_STEP", "USERS_STEP", "create_app"]
@@ -70,7 +75,7 @@ def create_app(
     secret: str | Sequence[str] | None = None,
 ) -> FunctionApp:
     """The five monthly-report routes, reading CSVs from `data_dir` (default: the bundled
-    sample data) and writing every artefact under `work_dir`."""
+    sample data) and writing every artefact under `work_dir`; and the durable examples."""
     files = _Files(data=(data_dir or DATA_DIR).resolve(), work=work_dir.resolve())
     app = FunctionApp(secret, title="monthly-report")
 
@@ -174,6 +179,7 @@ def create_app(
             "bytes": len(packed),
         }
 
+    app.workflow(*durable.workflows(durable.Services.at(work_dir / "durable")))
     return app
 
 

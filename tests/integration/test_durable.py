@@ -454,3 +454,52 @@ def test_a_run_past_its_journal_cap_fails_with_advice(
         assert "child runs" in driver.error["message"]
     finally:
         harness.close()
+
+
+def test_racing_resolutions_of_one_wait_record_one_outcome(h: Harness) -> None:
+    """A timer, an event, a signal and a duplicate wake all resolving one wait at once:
+    the conditional put keeps the first, and every loser reads that one back."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    run_id = h.start("approval", {})
+    waiting_for(h, run_id, "signal")
+    place = {"scope": "", "pos": 0, "id": "race", "kind": "signal", "name": "approve"}
+    outcomes = [{**place, "status": "timeout", "value": None},
+                *({**place, "status": "ok", "value": {"n": i}} for i in range(7))]
+    with ThreadPoolExecutor(8) as pool:
+        stored = list(pool.map(lambda e: h.rt.store.put_entry(f"{run_id}-race", e, time.time()),
+                               outcomes))
+    assert len({json.dumps(s, sort_keys=True) for s in stored}) == 1
+    assert h.rt.store.read_journal(f"{run_id}-race") == [stored[0]]
+
+
+def test_a_cancel_racing_a_signal_ends_the_run_killed_once(h: Harness) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    run_id = h.start("approval", {})
+    waiting_for(h, run_id, "signal")
+
+    def signal() -> Any:
+        try:
+            return h.rt.signals.send(run_id, "approve", {"late": True})
+        except Exception as exc:  # the run may have finished first: refused, not lost
+            return exc
+
+    def kill() -> Any:
+        try:
+            return h.rt.runs.kill(run_id, "racing")
+        except Exception as exc:  # the signal may have finished the run first
+            return exc
+
+    with ThreadPoolExecutor(2) as pool:
+        sent, killed = pool.submit(signal), pool.submit(kill)
+    view = h.wait(run_id)
+    # Either order is fine; the run ends once, as the winner says.
+    assert view["status"] in ("killed", "success"), view
+    if view["status"] == "success":
+        assert view["output"] == {"decision": {"late": True}}
+        assert isinstance(killed.result(), Exception)
+    finished = [e["type"] for e in h.rt.runs.history(run_id)
+                if e["type"] in ("run.success", "run.failed", "run.killed")]
+    assert finished == [f"run.{view['status']}"]
+    assert sent.result() is not None

@@ -35,7 +35,6 @@ from infra.direct import create_data_resources
 from infra.emulator import Emulator
 from orchestrator.adapters.aws import Clients, make_clients
 from orchestrator.adapters.messages import Dispatch
-from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.states import RunStatus
 from orchestrator.manifest.durations import parse_duration
 from orchestrator.manifest.loader import manifest_from_text
@@ -365,19 +364,23 @@ class WorkflowEnv:
                 elif run.admit_at is not None:
                     next_at = run.admit_at if next_at is None else min(next_at, run.admit_at)
                 continue
-            driver = self.rt.store.get_driver(run_id)
-            if driver is None or driver.status.terminal:
-                continue
-            if driver.claimed:
-                raise RuntimeError(f"run {run_id}: its driver is held by {driver.lease_owner}"
-                                   " though no worker is running (an earlier error?)")
-            if driver.due_at is None and driver.waiting is not None:
-                continue  # waits for a signal or an event (or an operator): the test's
-            if driver.due_at is None or driver.due_at <= now:
-                # Its wait is over (or its first message went missing): look at it now.
-                due.append(Dispatch(run_id=run_id, step=DRIVER, attempt=driver.attempt))
-            else:
-                next_at = driver.due_at if next_at is None else min(next_at, driver.due_at)
+            # The top's driver and each parallel branch's: any may wait on a timer.
+            for driver in self.rt.store.drivers(run_id):
+                if driver.status.terminal:
+                    continue
+                if driver.claimed:
+                    raise RuntimeError(f"run {run_id}: its driver {driver.step} is held by "
+                                       f"{driver.lease_owner} though no worker is running "
+                                       "(an earlier error?)")
+                if driver.due_at is None and driver.waiting is not None:
+                    continue  # waits for a signal or an event (or an operator)
+                if driver.due_at is None or driver.due_at <= now:
+                    # Its wait is over (or its first message went missing): look now.
+                    due.append(Dispatch(run_id=run_id, step=driver.step,
+                                        attempt=driver.attempt))
+                else:
+                    next_at = (driver.due_at if next_at is None
+                               else min(next_at, driver.due_at))
         if due:
             self.rt.queues.dispatch(due)
         return bool(due) or admitted, next_at

@@ -18,7 +18,7 @@
 from functions.durable.context import Context, Hook
 from functions.durable.durations import seconds
 from functions.durable.errors import ReplayMismatch, StepFailed, Suspend, WorkflowError
-from functions.durable.steps import StepCall, StepFunction, step
+from functions.durable.steps import StepCall, StepFunction, StepInfo, current_step, step
 from functions.durable.workflow import Workflow, advance, registered, workflow
 from functions.failures import RetryableError, TerminalError
 
@@ -30,11 +30,13 @@ __all__ = [
     "StepCall",
     "StepFailed",
     "StepFunction",
+    "StepInfo",
     "Suspend",
     "TerminalError",
     "Workflow",
     "WorkflowError",
     "advance",
+    "current_step",
     "registered",
     "seconds",
     "step",

@@ -102,8 +102,12 @@ class Context:
     # -- deterministic helpers -----------------------------------------------------------
 
     def now(self) -> datetime:
-        """When the previous operation ended (the run's start before any), in UTC."""
-        _, scope = current()
+        """When the previous operation ended (the run's start before any), in UTC: the
+        same on every replay. Inside a step body (which never replays) it is the time
+        now, on the orchestrator's clock (a test's fake clock included)."""
+        call, scope = current()
+        if current_step() is not None:
+            return datetime.fromtimestamp(call.clock(), UTC)
         return datetime.fromtimestamp(scope.now, UTC)
 
     def _derived(self, kind: str, name: str) -> bytes:

@@ -19,6 +19,7 @@ from functions.durable.call import Call, Scope, roundtrip
 from functions.durable.context import Context
 from functions.durable.durations import Duration, seconds
 from functions.durable.errors import StepFailed, Suspend, WorkflowError
+from functions.failures import TerminalError
 
 __all__ = ["Workflow", "advance", "registered", "workflow"]
 
@@ -103,6 +104,11 @@ async def advance(wf: Workflow, body: Mapping[str, Any]) -> dict[str, Any]:
         _fail(call, {"code": exc.code, "message": str(exc), "step": exc.step})
     except WorkflowError as exc:
         _fail(call, {"code": exc.code, "message": str(exc)})
+    except TerminalError as exc:  # raised by the workflow's own code: its code stands
+        error = {"code": exc.code, "message": exc.message}
+        if exc.details is not None:
+            error["details"] = exc.details
+        _fail(call, error)
     except Exception as exc:
         _fail(call, {"code": "workflow_failed", "message": f"{type(exc).__name__}: {exc}"})
     finally:

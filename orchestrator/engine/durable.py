@@ -79,18 +79,18 @@ def branch_index(scope: str) -> int:
     return int(scope.rsplit("/", 1)[-1].split(":", 1)[1])
 
 
-def first_branches(total: int, limit: int, done: set[int]) -> list[int]:
-    """The branches to start when a parallel operation begins: each finished branch i
-    starts branch i + limit, so at most `limit` are in flight; branches found done
-    already (their code returned at once) hand on as if they had just finished."""
-    out = []
-    for i in range(min(limit, total)):
-        j = i
-        while j < total and j in done:
-            j += limit
-        if j < total:
+def first_branches(total: int, limit: int, done: set[int]) -> tuple[list[int], int]:
+    """The branches to start when a parallel operation begins (the first `limit` not
+    done already: a branch whose code returned at once holds no slot), and the cursor:
+    the next branch to start. Each branch's end then starts the branch at the cursor,
+    so at most `limit` are in flight and a free slot never waits for a slow branch."""
+    out: list[int] = []
+    j = 0
+    while j < total and len(out) < limit:
+        if j not in done:
             out.append(j)
-    return out
+        j += 1
+    return out, j
 
 
 def in_view(scope: str, target: str) -> bool:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from orchestrator.engine.commands import Finish, HaltRun, SkipBranch, SkipStep, StopInFlight
+from orchestrator.engine.durable import is_driver
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
@@ -39,6 +40,9 @@ NOT_STARTED = (StepStatus.BLOCKED, StepStatus.READY, StepStatus.DISPATCHED)
 
 
 def halt_error(failed: StepRecord) -> dict[str, Any]:
+    if is_driver(failed.step) and failed.error:
+        # A durable run failed: its workflow's own error is the run's (no "$run" step).
+        return dict(failed.error)
     return error_doc(Code.STEP_FAILED, failed_message([failed]), step=failed.step,
                      reason=failed.error)
 

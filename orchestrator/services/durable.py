@@ -335,10 +335,11 @@ class Durable:
         total, limit = int(waiting.detail["branches"]), int(waiting.detail["max"])
         done = {i for i in range(total)
                 if (branch_scope(waiting.scope, waiting.pos, i), RESULT_POS) in places}
+        first, cursor = first_branches(total, limit, done)
         self.store.open_parallel(row.run_id, waiting.scope, waiting.pos, total, limit, done,
-                                 now)
+                                 cursor, now)
         self._start_branches(row, ctx, [branch_scope(waiting.scope, waiting.pos, i)
-                                        for i in first_branches(total, limit, done)], now)
+                                        for i in first], now)
 
     def _start_branches(self, row: StepRecord, ctx: RunContext, scopes: list[str],
                         now: float) -> None:
@@ -365,16 +366,15 @@ class Durable:
             self.queues.dispatch(sends)
 
     def _branch_done(self, row: StepRecord, ctx: RunContext, scope: str, tally: Tally) -> None:
-        """A branch's code ended: count it, start the branch after it, wake the parent
+        """A branch's code ended: count it, start the next branch waiting, wake the parent
         when it was the last; the branch's row ends last, so a worker dying on the way
         leaves it leased, and its retry does all of this again (each part idempotent)."""
         parent, _, last = scope.rpartition("/")
         pos, index = (int(x) for x in last.split(":", 1))
         agg = self.store.branch_done(row.run_id, parent, pos, index)
         now = self.clock()
-        successor = index + agg["max"]
-        if successor < agg["total"]:
-            self._start_branches(row, ctx, [branch_scope(parent, pos, successor)], now)
+        if agg["start"] is not None:
+            self._start_branches(row, ctx, [branch_scope(parent, pos, agg["start"])], now)
         if len(agg["done"]) >= agg["total"]:
             self.wake(row.run_id, row_of(parent))
         try:

@@ -127,6 +127,8 @@ def test_a_saga_compensates_and_an_uncaught_failure_fails_the_run(h: Harness) ->
     assert h.wait(ok)["output"] == {"refunded": True, "why": "bad_address"}
     failed = h.wait(bad)
     assert failed["status"] == "failed"
+    # The run's error is the workflow's own (no internal "$run" step wrapped around it).
+    assert failed["error"]["code"] == "bad_address" and failed["error"]["step"] == "ship"
     assert LEDGER.bodies(ok) == ["charge", "ship", "refund"]
 
 
@@ -503,3 +505,16 @@ def test_a_cancel_racing_a_signal_ends_the_run_killed_once(h: Harness) -> None:
                 if e["type"] in ("run.success", "run.failed", "run.killed")]
     assert finished == [f"run.{view['status']}"]
     assert sent.result() is not None
+
+
+def test_a_branch_counted_twice_starts_the_same_next_branch(h: Harness) -> None:
+    store, run_id = h.rt.store, "agg-run"
+    store.open_parallel(run_id, "", 3, total=4, limit=2, done=set(), cursor=2,
+                        now=time.time())
+    first = store.branch_done(run_id, "", 3, 1)
+    again = store.branch_done(run_id, "", 3, 1)  # a repeat after a crash
+    assert first["start"] == again["start"] == 2
+    assert store.branch_done(run_id, "", 3, 0)["start"] == 3
+    assert store.branch_done(run_id, "", 3, 2)["start"] is None
+    last = store.branch_done(run_id, "", 3, 3)
+    assert last["done"] == {0, 1, 2, 3} and last["start"] is None

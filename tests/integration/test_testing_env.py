@@ -112,7 +112,17 @@ async def expense(ctx: Context, payload: dict[str, Any]) -> Any:
     return await hook.wait(timeout="7d")
 
 
-WORKFLOWS = [trial, review, checkout, forever, ping, flaky, verify_email, expense]
+@workflow("staggered")
+async def staggered(ctx: Context, payload: dict[str, Any]) -> Any:
+    def branch(days: int) -> Any:
+        async def run() -> int:
+            await ctx.sleep(f"{days}d")
+            return int(await step("count", lambda: days))
+        return run
+    return await ctx.parallel([branch(d) for d in (3, 1, 2)], max_parallel=2)
+
+
+WORKFLOWS = [trial, review, checkout, forever, ping, flaky, verify_email, expense, staggered]
 
 
 @pytest.fixture
@@ -137,6 +147,15 @@ def test_a_14_day_trial_runs_in_one_call_and_the_clock_jumps(env: WorkflowEnv) -
                      ("step", "send-email", "ok")]
     sleep = env.journal(run_id)[1]
     assert sleep["ended"] - sleep["started"] == pytest.approx(14 * DAY, abs=1.0)
+
+
+def test_timers_inside_parallel_branches_jump_the_clock_too(env: WorkflowEnv) -> None:
+    run_id = env.start("staggered", {})
+    start = env.now
+    env.run_until_idle()
+    assert env.result(run_id) == [3, 1, 2]
+    # Two at a time: 1 d and 3 d run first, 2 d starts when 1 d ends: all over by 3 d.
+    assert 3 * DAY <= env.now - start < 3 * DAY + 60
 
 
 def test_advance_stops_short_of_a_wake_up_and_then_runs_it(env: WorkflowEnv) -> None:

@@ -315,7 +315,7 @@ class JournalRows(Tables):
             "KeyConditionExpression": "run_id = :r AND begins_with(step, :d)",
             "ExpressionAttributeValues": {":r": {"S": run_id}, ":d": {"S": DRIVER}},
             "ProjectionExpression": "run_id, step, #s, backend, route, lease_owner, waiting,"
-                                    " pokes, attempt",
+                                    " pokes, attempt, due_at, lease_until, wake_at",
             "ExpressionAttributeNames": {"#s": "status"},
             "ConsistentRead": True,
         }
@@ -331,10 +331,12 @@ class JournalRows(Tables):
     # -- parallel operations ---------------------------------------------------------------
 
     def open_parallel(self, run_id: str, scope: str, pos: int, total: int, limit: int,
-                      done: set[int], now: float) -> None:
-        """The aggregate of a parallel operation (once): its size and the branches done."""
+                      done: set[int], cursor: int, now: float) -> None:
+        """The aggregate of a parallel operation (once): its size, the branches done, and
+        `cursor`, the next branch to start (those before it started or done)."""
         item: dict[str, Any] = {**step_key(run_id, f"{PARALLEL}{scope}#{pos:08d}"),
-                                "total": num(total), "max": num(limit),
+                                "total": num(total), "max": num(limit), "cursor": num(cursor),
+                                "starts": {"M": {}},
                                 "expires_at": num(now + self.step_retention)}
         if done:
             item["done"] = {"NS": [str(i) for i in sorted(done)]}
@@ -346,16 +348,34 @@ class JournalRows(Tables):
             pass  # opened before (a call repeated)
 
     def branch_done(self, run_id: str, scope: str, pos: int, index: int) -> dict[str, Any]:
-        """Count branch `index` done (again: a no-op). Returns {total, max, done}."""
-        with _translate(f"parallel {run_id}/{scope}#{pos}: branch {index} done"):
-            resp = self.ddb.update_item(
-                TableName=self.steps, Key=step_key(run_id, f"{PARALLEL}{scope}#{pos:08d}"),
-                UpdateExpression="ADD done :i",
-                ConditionExpression="attribute_exists(step)",
-                ExpressionAttributeValues={":i": {"NS": [str(index)]}},
-                ReturnValues="ALL_NEW",
-            )
-        return _aggregate(resp["Attributes"])
+        """Count branch `index` done and take the next branch to start in the same write
+        (the cursor moves on; which one it took is kept, so a repeat of this after a
+        crash starts the same one). Returns {total, max, done, start (or None)}."""
+        key = step_key(run_id, f"{PARALLEL}{scope}#{pos:08d}")
+        try:
+            with _translate(f"parallel {run_id}/{scope}#{pos}: branch {index} done"):
+                resp = self.ddb.update_item(
+                    TableName=self.steps, Key=key,
+                    UpdateExpression="SET #c = #c + :one, starts.#i = #c ADD done :i",
+                    ConditionExpression="attribute_exists(step) AND NOT contains(done, :n)",
+                    ExpressionAttributeNames={"#i": str(index), "#c": "cursor"},
+                    ExpressionAttributeValues={":i": {"NS": [str(index)]},
+                                               ":n": {"N": str(index)}, ":one": num(1)},
+                    ReturnValues="ALL_NEW",
+                )
+            item = resp["Attributes"]
+        except ConditionFailed:
+            # Counted before (this is a repeat): what that write took stands.
+            with _translate(f"parallel {run_id}/{scope}#{pos}: read"):
+                item = self.ddb.get_item(TableName=self.steps, Key=key,
+                                         ConsistentRead=True).get("Item") or {}
+            if not item:
+                raise
+        agg = _aggregate(item)
+        taken = item.get("starts", {}).get("M", {}).get(str(index))
+        nxt = None if taken is None else int(taken["N"])
+        agg["start"] = nxt if nxt is not None and nxt < agg["total"] else None
+        return agg
 
     def get_parallel(self, run_id: str, scope: str, pos: int) -> dict[str, Any] | None:
         with _translate(f"parallel {run_id}/{scope}#{pos}: read"):

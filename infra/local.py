@@ -125,6 +125,10 @@ class LocalStack:
         if self.opts.prefix:
             settings = settings.with_(prefix=self.opts.prefix)
         settings = settings.with_(sweep_interval=self.opts.sweep_interval)
+        if settings.public_url is None and self.opts.api_port:
+            # Hook URLs the workflows hand out point at this API (ORCH_PUBLIC_URL wins).
+            host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(self.opts.host, self.opts.host)
+            settings = settings.with_(public_url=f"http://{host}:{self.opts.api_port}")
         if self.opts.embedded_emulator:
             self.emulator = Emulator(self.opts.host, self.opts.emulator_port).start()
             # It serves every service: no service's own endpoint stays in front of it.

@@ -65,7 +65,8 @@ def emit_event(
     click.echo(f"event {result['id']}  {result['name']}"
                + ("  (already received: nothing new started)" if result["duplicate"] else ""))
     if not result["runs"]:
-        click.echo("no workflow listens to it (or every `if` was false)")
+        click.echo("it started no run: no workflow listens to it (or every `if` was false);"
+                   " durable runs waiting for it were woken")
     for r in result["runs"]:
         click.echo(f"  {r['workflow']}  {r['run_id']}{'' if r['created'] else '  (existing)'}")
 

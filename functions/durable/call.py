@@ -31,6 +31,9 @@ __all__ = ["RESULT_POS", "Call", "Place", "Scope", "branch_scope", "current", "o
 # A parallel branch's result is recorded in its scope at this position (after any
 # operation the branch can have).
 RESULT_POS = 99_999_999
+# Entries a call records and then goes on past (a wait's is written by the orchestrator
+# when it ends, and the call that met the wait had stopped there).
+RECORDED_BY_CALLS = frozenset({"step", "patch", "parallel", "result"})
 
 _CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("durable_call", default=None)
 _SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durable_scope", default=None)
@@ -113,6 +116,8 @@ class Call:
     halted: bool = False
     # The largest value one operation may record (the orchestrator's hard cap).
     max_value: int | None = None
+    # Set once this call starts something new (a step body, a wait at the frontier).
+    fresh: bool = False
     # The orchestrator's time at the call, on this process's monotonic clock.
     _mono: float = field(default_factory=time.monotonic)
 
@@ -147,7 +152,16 @@ class Call:
         return round(self.now + (time.monotonic() - self._mono), 3)
 
     def replaying(self, scope: Scope) -> bool:
-        return scope.pos < self.sizes.get(scope.id, 0)
+        """Whether the code running now ran in an earlier call: before the last recorded
+        operation, or after it when a call recorded it and went on (a step's call runs
+        on to the next operation) and this call has started nothing new yet."""
+        size = self.sizes.get(scope.id, 0)
+        if scope.pos < size:
+            return True
+        if self.fresh:
+            return False
+        last = self.journal.get((scope.id, size - 1))
+        return last is not None and last.get("kind") in RECORDED_BY_CALLS
 
     # -- operations --------------------------------------------------------------------
 
@@ -216,6 +230,7 @@ class Call:
 
     def wait(self, place: Place, op: str, **fields: Any) -> Suspend:
         """Report that `place` waits (for a step to run, a timer, a signal...) and stop."""
+        self.fresh = True
         self.ops.append({"op": op, **place.doc(), **fields})
         return Suspend()
 

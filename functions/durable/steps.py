@@ -168,6 +168,7 @@ async def run_step(sc: StepCall) -> Any:
     if call.check or scope.id != call.target or call.budget <= 0 or call.halted:
         raise call.wait(place, "next")
     call.budget -= 1
+    call.fresh = True
     attempt = call.attempts.get(place.id, 0) + 1
     info = StepInfo(place, attempt, f"{call.run_id}:{place.id}")
     started = call.clock()

@@ -383,3 +383,34 @@ def test_a_value_over_the_cap_fails_its_step_with_output_too_large() -> None:
     answer = asyncio.run(advance(big, {"run": {"run_id": "r", "max_value": 1000}}))
     assert answer["ops"][-1] == {"op": "complete", "value": "output_too_large"}
     assert answer["ops"][0]["entry"]["status"] == "error"
+
+
+def test_the_logger_is_silent_while_replaying(caplog: pytest.LogCaptureFixture) -> None:
+    @workflow("chatty")
+    async def chatty(ctx: Context, payload: Any) -> None:
+        ctx.logger.info("before a")
+        await step("a", lambda: 1)
+        ctx.logger.info("after a")
+        await step("b", lambda: 2)
+
+    with caplog.at_level("INFO", logger="functions.durable.workflow"):
+        d = Driver(chatty)
+        d.run()
+    said = [r.getMessage() for r in caplog.records]
+    # Three calls: "before a" logged once (the first call), "after a" once (the second):
+    # a replayed line is not logged again.
+    assert sum("before a" in m for m in said) == 1
+    assert sum("after a" in m for m in said) == 1
+
+
+def test_the_logger_speaks_after_a_wait_the_first_time_only(
+        caplog: pytest.LogCaptureFixture) -> None:
+    @workflow("patient")
+    async def patient(ctx: Context, payload: Any) -> None:
+        await ctx.sleep("1s")
+        ctx.logger.info("woke up")
+        await step("a", lambda: 1)
+
+    with caplog.at_level("INFO", logger="functions.durable.workflow"):
+        Driver(patient).run()
+    assert sum("woke up" in r.getMessage() for r in caplog.records) == 1

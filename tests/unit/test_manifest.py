@@ -1021,3 +1021,57 @@ def test_zero_duration_when_allowed_and_formatting() -> None:
     for seconds, text in cases.items():
         assert format_duration(seconds) == text
         assert parse_duration(text, "x", allow_zero=True) == seconds
+
+
+# --- durable workflows ------------------------------------------------------------------
+
+
+def durable_spec(folder: Path) -> Path:
+    from functions.examples.noop import create_app
+
+    spec = folder / "served.json"
+    spec.write_text(json.dumps(create_app().openapi()))  # what the SDK publishes
+    return spec
+
+
+def test_a_durable_workflow_its_backend_serves_loads(tmp_path: Path) -> None:
+    spec = durable_spec(tmp_path)
+    path = write(tmp_path, f"""\
+backends:
+  app: {{ url: "http://127.0.0.1:8001", openapi: {spec} }}
+workflows:
+  noop-chain: {{ backend: app }}
+  renamed: {{ backend: app, workflow: noop-parallel, timeout: 30s }}
+""")
+    wfs = load_manifest(path, {}).workflows
+    assert wfs["noop-chain"].durable and wfs["renamed"].timeout == 30.0
+
+
+def test_a_durable_workflow_the_backend_does_not_serve_is_named(tmp_path: Path) -> None:
+    spec = durable_spec(tmp_path)
+    problem = one_problem(tmp_path, f"""\
+backends:
+  app: {{ url: "http://127.0.0.1:8001", openapi: {spec} }}
+workflows:
+  welcome: {{ backend: app, workflow: send-welcome }}
+""")
+    assert_problem(problem, 4, "workflows.welcome.workflow",
+                   "durable workflow 'send-welcome' is not served by backend 'app'",
+                   "noop-chain, noop-parallel")
+
+
+@pytest.mark.parametrize(("body", "fragment"), [
+    ("{ backend: app, steps: { a: { backend: app, route: /a } } }", "exclude each other"),
+    ("{ description: nothing }", "needs steps (a DAG) or backend"),
+    ("{ steps: { a: { backend: app, route: /a } }, timeout: 5s }", "belong to a durable"),
+    ("{ backend: nope }", "unknown backend 'nope'"),
+])
+def test_a_durable_workflow_declared_wrongly_is_refused(tmp_path: Path, body: str,
+                                                        fragment: str) -> None:
+    found = problems(tmp_path, f"""\
+backends:
+  app: {{ url: "http://127.0.0.1:8001" }}
+workflows:
+  w: {body}
+""")
+    assert any(fragment in p and "orchestrator.yml:4" in p for p in found), found

@@ -24,7 +24,11 @@ the API, the ledger), and the figures of a seed. Each violation names its check:
 - `item-size`: no item over 400 KB;
 - `error-format`, `view`: every error is a JSON object with a stable `code`
   (orchestrator.errors.Code) and a text `message`, never a printout (issue 8, section
-  5); the API's view matches the rows."""
+  5); the API's view matches the rows.
+
+A durable run gets the run-level checks above (one run per key, progress, its row's
+transitions and history, errors, the API's history) and, for its driver rows, journal,
+signals, step bodies and waits, durable_checks.py's."""
 
 from __future__ import annotations
 
@@ -41,7 +45,8 @@ from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RUN_TRANSITIONS, STEP_TRANSITIONS, RunStatus, StepStatus
 from orchestrator.errors import Code
 from orchestrator.manifest.workflows import retry_delay
-from tests.chaos.figures import figures
+from tests.chaos.durable_checks import DurableChecks
+from tests.chaos.figures import durable_figures, figures
 from tests.chaos.jsonl import digest
 from tests.chaos.snapshot import Call, Snapshot
 
@@ -134,6 +139,7 @@ class _Check:
             self.calls[(str(c.recv.get("run")), str(c.recv.get("step")))].append(c)
         self.findings: Counter[str] = Counter()
         self.start_before_due: list[float] = []
+        self.durable = DurableChecks(snap, self.bad, self.findings, TOL, self.error_doc)
 
     def bad(self, check: str, message: str, run: str | None = None, step: str | None = None,
             at: float | None = None) -> None:
@@ -196,14 +202,16 @@ class _Check:
     def run(self, run: RunRecord) -> None:
         rid = run.run_id
         rows = self.snap.steps.get(rid, {})
-        if not run.status.terminal:
-            self.bad("progress", f"still {run.status.value} {self.bound:g}s after the faults "
-                     "stopped", rid, at=self.snap.calm_at + self.bound)
-        elif (run.finished_at or 0) > self.snap.calm_at + self.bound:
-            self.bad("progress", f"finished {run.finished_at - self.snap.calm_at:.1f}s after "  # type: ignore[operator]
-                     f"the faults stopped (bound {self.bound:g}s)", rid, at=run.finished_at)
+        self.finished_in_bound(run)
         self.run_history(run)
         self.error_doc(run.error, "run.error", rid, None)
+        if run.definition.durable is not None:
+            self.durable.run(run, rows)
+            self.durable.view(run)
+            self.error_doc((self.snap.views.get(rid) or {}).get("error"), "view error", rid,
+                           None)
+            self.history_api(run, rows)
+            return
         names = [s.name for s in run.definition.steps]
         if set(rows) != set(names):
             self.bad("history-incomplete", f"rows {sorted(set(rows) ^ set(names))} differ "
@@ -212,6 +220,15 @@ class _Check:
             self.step(run, row)
         self.policy(run, rows)
         self.view(run, rows)
+
+    def finished_in_bound(self, run: RunRecord) -> None:
+        rid = run.run_id
+        if not run.status.terminal:
+            self.bad("progress", f"still {run.status.value} {self.bound:g}s after the faults "
+                     "stopped", rid, at=self.snap.calm_at + self.bound)
+        elif (run.finished_at or 0) > self.snap.calm_at + self.bound:
+            self.bad("progress", f"finished {run.finished_at - self.snap.calm_at:.1f}s after "  # type: ignore[operator]
+                     f"the faults stopped (bound {self.bound:g}s)", rid, at=run.finished_at)
 
     def run_history(self, run: RunRecord) -> None:
         status: RunStatus | None = None
@@ -482,6 +499,12 @@ class _Check:
             elif row.status is S.SUCCESS and digest(s.get("output")) != digest(
                     self.snap.outputs.get((rid, name))):
                 self.bad("view", "view's output is not the committed one", rid, name)
+        self.history_api(run, rows)
+
+    def history_api(self, run: RunRecord, rows: dict[str, StepRecord]) -> None:
+        """The API's history is the rows': every entry, oldest first, each row's in the
+        order it was written."""
+        rid = run.run_id
         want = Counter(_entry_key(e, None) for e in run.history)
         for name, row in rows.items():
             want.update(_entry_key(e, name) for e in row.history)
@@ -497,13 +520,14 @@ class _Check:
                     "step"):
                 self.bad("history-api", "GET /runs/{id}/events is not oldest first", rid)
                 break
-        for name, row in [(None, None), *rows.items()]:
-            mine = [_entry_key(e, name) for e in events if e.get("step") == name]
-            written = [_entry_key(e, name) for e in (run.history if row is None
-                                                     else row.history)]
+        each: list[tuple[str | None, StepRecord | None]] = [(None, None), *rows.items()]
+        for who, held in each:
+            mine = [_entry_key(e, who) for e in events if e.get("step") == who]
+            written = [_entry_key(e, who) for e in (run.history if held is None
+                                                    else held.history)]
             if mine != written:
                 self.bad("history-api", "the API's history does not keep the row's order",
-                         rid, name)
+                         rid, who)
 
     def items(self) -> None:
         for key, size in self.snap.item_sizes.items():
@@ -580,5 +604,7 @@ def check(snap: Snapshot, *, bound: float) -> Report:
     for v in c.out:
         v.rows = _rows(snap, v)
         v.faults = _near(snap, v, v.rows)
-    return Report(c.out, figures(snap, c.calls, c.findings, c.start_before_due,
-                                 Counter(v.check for v in c.out)))
+    figs = figures(snap, c.calls, c.findings, c.start_before_due,
+                   Counter(v.check for v in c.out))
+    figs["durable"] = durable_figures(snap, c.durable)
+    return Report(c.out, figs)

@@ -22,7 +22,9 @@ And aimed crashes: when the harness writes a point name into this process's arm 
 the process SIGKILLs itself at the next such point: `after-claim` (the claim write
 returned), `before-commit` (the success write is about to be sent), `after-commit` (it
 returned, the dependants are not promoted yet), `mid-fanout` (the 3rd promotion in a
-row of one thread); or SIGSTOPs itself right after a claim (`stop-after-claim`: a
+row of one thread), `mid-call` (MID_CALL_AFTER seconds after it sent a call to a durable
+workflow: the call's step body is running; the one hook not at the botocore level, on
+httpx's transport); or SIGSTOPs itself right after a claim (`stop-after-claim`: a
 zombie holding a lease, resumed by the harness). Every fault is written to the
 process's fault log (JSON lines) before it is played. None is played once the calm file
 exists.
@@ -47,7 +49,10 @@ from typing import Any
 
 __all__ = ["AIM_POINTS", "DEFAULT_RATES", "STOP_POINT", "ProcessFaults", "main"]
 
-AIM_POINTS = ("after-claim", "before-commit", "after-commit", "mid-fanout")
+AIM_POINTS = ("after-claim", "before-commit", "after-commit", "mid-fanout", "mid-call")
+# A `mid-call` crash comes this long after the request left (a durable step body takes
+# durable_app.BODY_HOLD): the function runs on, its answer goes nowhere.
+MID_CALL_AFTER = 0.05
 # Not a crash: the process SIGSTOPs itself right after a claim (a zombie holding a
 # lease); the harness SIGCONTs it once the lease has expired.
 STOP_POINT = "stop-after-claim"
@@ -175,6 +180,18 @@ class ProcessFaults:
         self.arm.clear()
         os.kill(os.getpid(), signal.SIGKILL)
 
+    def on_http(self, request: Any) -> None:
+        """A call going out (httpx): armed at `mid-call`, a durable workflow's call is
+        the last thing this process does."""
+        if not (request.url.path.startswith("/durable/") and self.armed("mid-call")):
+            return
+        call = CallInfo("http", "POST", "call", request.headers.get("x-orchestrator-run-id"),
+                        request.headers.get("x-orchestrator-step"))
+        self.arm.clear()
+        timer = threading.Timer(MID_CALL_AFTER, self.crash, ("mid-call", call))
+        timer.daemon = True
+        timer.start()
+
     def armed(self, point: str) -> bool:
         return self.calm.get() is None and self.arm.get() == point
 
@@ -272,6 +289,17 @@ class ProcessFaults:
             ("before-send.dynamodb", self.before_send),
             ("before-send.sqs", self.before_send),
         ])
+        import httpx
+
+        send = httpx.HTTPTransport.handle_request
+        faults = self
+
+        def handle_request(transport: httpx.HTTPTransport, request: httpx.Request
+                           ) -> httpx.Response:
+            faults.on_http(request)
+            return send(transport, request)
+
+        httpx.HTTPTransport.handle_request = handle_request  # type: ignore[method-assign,assignment]
 
 
 def _message(body: Any) -> dict[str, Any]:

@@ -1,16 +1,19 @@
 """The figures of one seed: counts of runs, steps, calls, answers and faults, duplicate
 calls and re-executions, and the latencies from a step's readiness or a retry's due time
 to its start (history) and to its call (ledger), and from a run's last step landing to the
-run's finish, as n, p50, p99 and max."""
+run's finish, as n, p50, p99 and max; and those of the durable runs (`durable_figures`)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.chaos.snapshot import Call, Snapshot
 
-__all__ = ["figures", "landing", "landings", "percentiles", "slowest"]
+if TYPE_CHECKING:
+    from tests.chaos.durable_checks import DurableChecks
+
+__all__ = ["durable_figures", "figures", "landing", "landings", "percentiles", "slowest"]
 
 SLOWEST = 5
 
@@ -160,4 +163,53 @@ def figures(snap: Snapshot, calls: dict[tuple[str, str], list[Call]],
         "dlq_messages": snap.dlq,
         "findings": dict(findings),
         "violations": dict(violations),
+    }
+
+
+def durable_figures(snap: Snapshot, checks: DurableChecks) -> dict[str, Any]:
+    """The durable runs' figures: runs by workflow and status, journal entries by kind
+    and outcome, step bodies executed (again: at least once), the durable calls and the
+    answers given, what the harness sent, the peak of parallel branches in flight, how
+    late sleeps ended and how long a signal took from its send to its wait's end."""
+    runs = {rid: r for rid, r in snap.runs.items() if r.definition.durable is not None}
+    by_wf: dict[str, Counter[str]] = {}
+    for r in runs.values():
+        by_wf.setdefault(r.workflow, Counter())[r.status.value] += 1
+    entries: Counter[str] = Counter()
+    committed: set[tuple[str, str]] = set()
+    for rid in runs:
+        for e in snap.journals.get(rid, []):
+            entries[f"{e.get('kind')}:{e.get('status')}"] += 1
+            if e.get("kind") == "step":
+                committed.add((rid, str(e.get("id"))))
+    bodies = [b for b in snap.bodies if b.run in runs]
+    per_op = Counter((b.run, b.op) for b in bodies)
+    answers: Counter[str] = Counter()
+    for c in snap.dcalls:
+        d = c.done
+        answers["unanswered" if d is None else str(d.get("fault") or d.get("status"))] += 1
+    sends = [d for d in snap.drive if d.get("ev") == "signal"]
+    events = [d for d in snap.drive if d.get("ev") == "event"]
+    return {
+        "runs": {wf: dict(c) for wf, c in sorted(by_wf.items())},
+        "entries": dict(sorted(entries.items())),
+        "bodies": {"executed": len(bodies), "steps_committed": len(committed),
+                   "executed_more_than_once": sum(1 for n in per_op.values() if n > 1),
+                   "reexecutions": sum(n - 1 for n in per_op.values() if n > 1),
+                   "failed": sum(1 for b in bodies if b.end is not None and b.end.get("error")),
+                   "cut_off": sum(1 for b in bodies if b.end is None),
+                   "after_commit": checks.stale},
+        "calls": len(snap.dcalls), "answers": dict(answers),
+        "signals": {"keys": len({d.get("key") for d in sends}), "sends": len(sends),
+                    "late": len({d.get("key") for d in sends if d.get("late")}),
+                    "sent_while_waiting": len({d.get("key") for d in sends
+                                               if d.get("registered")}),
+                    "answered_duplicate": sum(1 for d in sends if d.get("duplicate")),
+                    "tries_over_one": sum(int(d.get("tries") or 1) - 1 for d in sends)},
+        "events": {"emitted": len(events),
+                   "answered_duplicate": sum(1 for d in events if d.get("duplicate"))},
+        "parallel_peak": {what: max((p.get(what, 0) for p in checks.peaks.values()),
+                                    default=None) for what in ("bodies", "rows and results")},
+        "sleep_overshoot": percentiles(checks.sleep_over),
+        "signal_sent_to_taken": percentiles(checks.signal_to_taken),
     }

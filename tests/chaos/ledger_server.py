@@ -20,13 +20,20 @@ Routes (the step's `payload` tunes them):
 - `/fail`: 422 with an SDK-style terminal error body: never retried;
 - `/big`: `bytes` of JSON (over the inline limit: the output goes to the blob bucket);
 - `/huge`: `bytes` of JSON over the output hard cap: the step fails `output_too_large`;
-- `/nonjson`: 200 with a text body: the step fails `invalid_output`.
+- `/nonjson`: 200 with a text body: the step fails `invalid_output`;
+- `/durable/<name>`: the durable workflows of durable_app (a FunctionApp behind this
+  server), whose step bodies write `bstart` / `bend` lines. Each call is a `dcall` line
+  (run, target scope, journal length, the call's attempt) and a `ddone` line (status,
+  fault, the operations answered), `ddone` written before the answer leaves.
 
 Faults of `/work` (decided from a hash of the seed, the run's name, the step and the
 attempt, so a seed replays the same faults whatever the order of arrival; none once the
 `--calm` file exists): `5xx` (JSON error body), `5xx-text` (a text body), `429` with
 `Retry-After: 1`, `hang` (answers after the step's timeout), `drop` (does the work, sends
-half a response, closes the connection)."""
+half a response, closes the connection). A durable call meets the same faults, decided
+from the seed, the run's name, the target scope, the journal's length and the call's
+attempt: the 5xx and 429 answer without running the workflow; `hang` and `drop` run it
+(a step body included) and then lose or delay the answer."""
 
 from __future__ import annotations
 
@@ -47,6 +54,9 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from functions import signing
+from functions.protocol import DURABLE_PREFIX
+from functions.sdk import FunctionApp
+from tests.chaos.durable_app import durable_workflows
 from tests.chaos.jsonl import JsonlWriter, digest
 
 __all__ = ["FN_FAULTS", "create_app", "fn_fault", "main"]
@@ -90,6 +100,18 @@ class StepHandler:
             await send({"type": "http.response.body", "body": b'{"nonce": "', "more_body": True})
             return  # uvicorn closes a connection whose response was not completed
         await answer(scope, receive, send)
+
+
+class DurableHandler:
+    """POST /durable/<name>: the FunctionApp serving the workflows, behind the faults."""
+
+    def __init__(self, server: FunctionServer, app: FunctionApp) -> None:
+        self.server = server
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = await Request(scope, receive).body()
+        await self.server.durable(self.app, scope, raw, send)
 
 
 class FunctionServer:
@@ -190,6 +212,73 @@ class FunctionServer:
         return JSONResponse(output, status_code=status, headers=headers)
 
 
+    async def durable(self, app: FunctionApp, scope: Scope, raw: bytes, send: Send) -> None:
+        call = uuid.uuid4().hex[:12]
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = {}
+        run = body.get("run") or {}
+        inp = body.get("input") if isinstance(body.get("input"), dict) else {}
+        target = str(body.get("target") or "")
+        journal = body.get("journal")
+        size = len(journal) if isinstance(journal, list) and "journal_ref" not in body else None
+        attempt = int(run.get("attempt") or 0)
+        headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+        self.ledger.write({
+            "ev": "dcall", "id": call, "t": time.time(), "route": scope.get("path"),
+            "run": run.get("run_id"), "name": inp.get("name"), "target": target,
+            "journal": size, "attempt": attempt,
+            "key": headers.get(signing.IDEMPOTENCY_HEADER.lower()),
+        })
+        fault = None if self.calm_now() else fn_fault(
+            self.seed, str(inp.get("name")), f"durable:{target}:{size}", attempt, self.fault_rate)
+        answer: Response | None = None
+        if fault == "5xx":
+            answer = JSONResponse({"error": {"code": "retryable", "message": "injected 503",
+                                             "retryable": True}}, status_code=503)
+        elif fault == "5xx-text":
+            answer = PlainTextResponse("Bad Gateway (injected, not JSON)", status_code=502)
+        elif fault == "429":
+            answer = JSONResponse({"error": {"code": "rate_limited", "message": "injected 429",
+                                             "retryable": True}}, status_code=429,
+                                  headers={"Retry-After": "1"})
+        sent: list[dict[str, Any]] = []
+        if answer is None:
+            async def receive() -> dict[str, Any]:
+                return {"type": "http.request", "body": raw, "more_body": False}
+
+            async def keep(message: Any) -> None:
+                sent.append(dict(message))
+
+            await app(scope, receive, keep)  # type: ignore[arg-type]
+        if fault == "hang":
+            await asyncio.sleep(self.step_timeout + 1.0)
+        status = answer.status_code if answer is not None else int(sent[0].get("status", 500))
+        out = b"".join(m.get("body", b"") for m in sent[1:])
+        try:
+            ops = [op.get("op") for op in json.loads(out).get("ops", [])] if out else None
+        except (ValueError, AttributeError):
+            ops = None
+        self.ledger.write({"ev": "ddone", "id": call, "t": time.time(), "status": status,
+                           "fault": fault, "ops": ops})
+        if answer is not None:
+            await answer(scope, _nothing, send)
+        elif fault == "drop":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", b"4096")]})
+            await send({"type": "http.response.body", "body": out[: len(out) // 2],
+                        "more_body": True})
+        else:
+            for message in sent:
+                await send(message)
+
+
+async def _nothing() -> dict[str, Any]:
+    return {"type": "http.disconnect"}
+
+
 def create_app(server: FunctionServer) -> Starlette:
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True})
@@ -197,6 +286,11 @@ def create_app(server: FunctionServer) -> Starlette:
     routes = [Route("/healthz", healthz, methods=["GET"])]
     for path in ("/work", "/flaky", "/fail", "/big", "/huge", "/nonjson"):
         routes.append(Route(path, StepHandler(server, path), methods=["POST"]))
+    durable = FunctionApp(secret=server.secret)
+    durable.workflow(*durable_workflows(server.ledger))
+    for name in durable.workflows:
+        routes.append(Route(DURABLE_PREFIX + name, DurableHandler(server, durable),
+                            methods=["POST"]))
     return Starlette(routes=routes)
 
 

@@ -28,8 +28,10 @@ from typing import Any
 
 from tests.chaos.checker import Report, check
 from tests.chaos.cluster import FN_SECRET, Cluster, ClusterOptions, wait_until
+from tests.chaos.durable_drive import start_driving
+from tests.chaos.jsonl import JsonlWriter, read_jsonl
 from tests.chaos.schedule import Event, make_schedule, play
-from tests.chaos.snapshot import collect, dump, read_ledger
+from tests.chaos.snapshot import collect, dump, read_durable, read_ledger
 from tests.chaos.workloads import CI_SIZE, SOAK_SIZE, Submission, manifest, plan, submit
 
 __all__ = ["SeedResult", "main", "run_seed"]
@@ -69,6 +71,7 @@ def run_seed(seed: int, *, soak: bool = False, bound: float = 120.0,
                              lease=lease)
     phases: dict[str, float] = {}
     ok = False
+    halt = threading.Event()  # the durable runs' senders stop, whatever happens
     try:
         with Cluster(folder, seed, opts) as cluster:
             cluster.start(lambda fn: manifest(fn, FN_SECRET, opts.step_timeout))
@@ -78,8 +81,11 @@ def run_seed(seed: int, *, soak: bool = False, bound: float = 120.0,
             specs = plan(seed, sizes, spread=duration * 0.5)
             subs = [Submission(s, key=f"{cluster.prefix}-{s.name}") for s in specs]
             stop = threading.Event()
+            drive = _Drive(cluster.api_url, seed, JsonlWriter(folder / "drive.jsonl"),
+                           time.time() + duration + bound + 30.0, log, halt=halt)
             submitter = threading.Thread(
-                target=_submit_all, args=(cluster.api_url, subs, seed, stop, log), daemon=True)
+                target=_submit_all, args=(cluster.api_url, subs, seed, stop, log, drive),
+                daemon=True)
             t0 = time.monotonic()
             submitter.start()
             play(cluster, schedule, stop)
@@ -91,20 +97,23 @@ def run_seed(seed: int, *, soak: bool = False, bound: float = 120.0,
             ids = [s.run_id for s in subs if s.run_id]
             _settle(cluster, ids, calm_at + bound)
             phases["settle"] = round(time.time() - calm_at, 1)
+            drive.join(within=15.0)
             t1 = time.monotonic()
-            _quiesce(cluster.ledger, opts.step_timeout + 5.0)
+            _quiesce(cluster.ledger, folder / "faults" / "harness.jsonl",
+                     opts.step_timeout + 5.0)
             cluster.stop_roles("worker", "sweeper")
             snap = collect(endpoint=cluster.emulator_url, prefix=cluster.prefix,
                            api_url=cluster.api_url, ledger=cluster.ledger,
                            faults=folder / "faults",
                            submitted={s.spec.name: (s.key, s.run_id) for s in subs},
-                           calm_at=calm_at)
+                           calm_at=calm_at, drive=folder / "drive.jsonl")
         report = check(snap, bound=bound)
         phases["check"] = round(time.monotonic() - t1, 1)
         ok = not report.violations
         if not ok or keep or workdir is not None:
             dump(snap, folder / "snapshot.json")
     finally:
+        halt.set()
         if ok and not keep and workdir is None:
             shutil.rmtree(folder, ignore_errors=True)
     return SeedResult(seed, report, schedule, time.monotonic() - began, folder, phases)
@@ -116,12 +125,45 @@ def _orch_env() -> dict[str, str]:
     return dict(ORCH_DEFAULTS)
 
 
+@dataclass
+class _Drive:
+    """The threads sending signals and events to durable runs (durable_drive)."""
+
+    api: str
+    seed: int
+    out: JsonlWriter
+    deadline: float
+    log: Callable[[str], None]
+    threads: list[threading.Thread] = field(default_factory=list)
+    halt: threading.Event = field(default_factory=threading.Event)
+
+    def start(self, sub: Submission) -> None:
+        if sub.run_id is None:
+            return
+        t = start_driving(self.api, sub.spec.workflow, sub.run_id, sub.spec.name, self.seed,
+                          self.out, self.deadline, self.log, self.halt)
+        if t is not None:
+            self.threads.append(t)
+
+    def join(self, within: float) -> None:
+        """Wait for the sends to end (their runs ended), then stop what is left."""
+        end = time.monotonic() + within
+        for t in self.threads:
+            t.join(timeout=max(0.0, end - time.monotonic()))
+        self.halt.set()
+        for t in self.threads:
+            t.join(timeout=5.0)
+        if not any(t.is_alive() for t in self.threads):
+            self.out.close()
+
+
 def _submit_all(api: str, subs: list[Submission], seed: int, stop: threading.Event,
-                log: Callable[[str], None]) -> None:
+                log: Callable[[str], None], drive: _Drive) -> None:
     start = time.monotonic()
     for sub in subs:
         time.sleep(max(0.0, start + sub.spec.at - time.monotonic()))
         submit(api, sub, seed, time.time() + 90.0, log)
+        drive.start(sub)
 
 
 def _settle(cluster: Cluster, ids: list[str], until: float) -> None:
@@ -142,11 +184,16 @@ def _settle(cluster: Cluster, ids: list[str], until: float) -> None:
             time.sleep(0.5)
 
 
-def _quiesce(ledger: Path, within: float) -> None:
-    """Wait (bounded) until every call the function server received has been answered:
-    a hanging call answers after the step's timeout."""
+def _quiesce(ledger: Path, harness_log: Path, within: float) -> None:
+    """Wait (bounded) until every call the function server received has been answered
+    (a hanging call answers after the step's timeout), but for those its restarts cut
+    off: they never will."""
     def answered() -> bool:
-        return all(c.done is not None for c in read_ledger(ledger))
+        restarts = [float(f["t"]) for f in read_jsonl(harness_log)
+                    if f.get("kind") == "restart" and str(f.get("proc")).startswith("fn#")]
+        cut = max(restarts, default=0.0)
+        calls = [*read_ledger(ledger), *read_durable(ledger)[1]]
+        return all(c.done is not None or c.t < cut for c in calls)
 
     try:
         wait_until("calls in flight", answered, within, every=0.25)
@@ -167,7 +214,7 @@ def render(res: SeedResult, *, verbose: bool = False) -> str:
                 "reexecutions_after_delivered_2xx", "ready_to_start", "ready_to_call",
                 "due_to_start", "due_to_call", "history_start_before_due",
                 "last_step_to_run_finished", "settle_after_calm", "largest_item",
-                "dlq_messages", "findings", "violations"):
+                "dlq_messages", "durable", "findings", "violations"):
         lines.append(f"  {key}: {json.dumps(f.get(key))}")
     for v in res.report.violations:
         lines.append(f"  VIOLATION {v.check}: run {v.run} step {v.step}: {v.message}")

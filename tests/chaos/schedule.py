@@ -10,7 +10,10 @@ the same seed replays it); `play()` carries it out against a Cluster in real tim
   `hold` s later (past its lease); a plain SIGSTOP if no claim comes within `AIM_WAIT`;
 - `kill-sweeper`, `zombie-sweeper`: a sweeper SIGKILLed, or SIGSTOPped for `hold` s;
 - `kill-api`: SIGKILL the API, restarted after `restart` s (starts are retried);
-- `restart-all`: once per schedule, SIGKILL every process but the emulator, restart all."""
+- `restart-all`: once per schedule, SIGKILL every process but the emulator, restart all.
+
+Besides the random `aim`s, every schedule aims one worker at `mid-call` (killed while
+a durable step body runs) early on, while the durable runs go."""
 
 from __future__ import annotations
 
@@ -78,6 +81,16 @@ def make_schedule(seed: int, duration: float, *, workers: int, sweepers: int, le
             events.append(Event(at, kind, "api", restart=restart))
         t += rng.uniform(*gap)
     events.append(Event(round(duration * rng.uniform(0.4, 0.7), 2), "restart-all"))
+    at = duration * rng.uniform(0.1, 0.35)
+
+    def clear(worker: str) -> bool:  # no other arm of this worker overlaps this one
+        return all(e.target != worker or abs(e.at - at) > AIM_WAIT + (e.hold or 0.0)
+                   for e in events if e.kind in ("aim", "zombie"))
+
+    free = [w for w in (f"worker-{i}" for i in range(1, workers + 1)) if clear(w)]
+    if free:
+        events.append(Event(round(at, 2), "aim", rng.choice(free), point="mid-call",
+                            restart=round(rng.uniform(0.2, 2.0), 2)))
     return sorted(events, key=lambda e: e.at)
 
 

@@ -1,7 +1,9 @@
 """Everything the checker reads, gathered once the cluster is quiet: the tables (scans
 with consistent reads, decoded by the store's own codec), the committed outputs (blobs
 included), the API's view and history of every run, the function server's ledger and
-every fault log.
+every fault log; for durable runs, their journals, signals and parallel aggregates (the
+items after a run's step rows, sort keys from `~`), the step bodies' executions and
+the durable calls (ledger) and what the harness sent them (`drive.jsonl`).
 
 A `Snapshot` is plain data, so the checker's tests build small ones by hand."""
 
@@ -19,7 +21,8 @@ from orchestrator.adapters.store.codec import run_from_item, step_from_item
 from orchestrator.engine.records import RunRecord, StepRecord
 from tests.chaos.jsonl import read_jsonl
 
-__all__ = ["Call", "Snapshot", "collect", "dump", "item_size", "read_faults", "read_ledger"]
+__all__ = ["Body", "Call", "Signal", "Snapshot", "collect", "dump", "item_size", "read_durable",
+           "read_faults", "read_ledger"]
 
 
 @dataclass
@@ -49,6 +52,51 @@ class Call:
 
 
 @dataclass
+class Body:
+    """One execution of a durable step body (`bstart`), and its end (`bend`, None if the
+    server died before it ended)."""
+
+    start: dict[str, Any]
+    end: dict[str, Any] | None = None
+
+    @property
+    def run(self) -> str:
+        return str(self.start.get("run"))
+
+    @property
+    def op(self) -> str:
+        return str(self.start.get("op"))
+
+    @property
+    def scope(self) -> str:
+        return str(self.start.get("scope") or "")
+
+    @property
+    def t(self) -> float:
+        return float(self.start["t"])
+
+    @property
+    def ended(self) -> float | None:
+        return None if self.end is None else float(self.end["t"])
+
+    @property
+    def attempt(self) -> int:
+        return int(self.start.get("attempt") or 0)
+
+
+@dataclass
+class Signal:
+    """A signal queued for a durable run (an `~s#` item)."""
+
+    name: str
+    id: str
+    payload: Any
+    at: float
+    taken_by: str | None
+    sk: str = ""  # its sort key: the queue's order (by the millisecond, then the id)
+
+
+@dataclass
 class Snapshot:
     runs: dict[str, RunRecord] = field(default_factory=dict)
     steps: dict[str, dict[str, StepRecord]] = field(default_factory=dict)
@@ -64,6 +112,17 @@ class Snapshot:
     submitted: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     calm_at: float = 0.0
     dlq: int = 0
+    # Durable runs: journal entries (scope, position order), signals queued (oldest
+    # first), the signal ids taken (`~i#` markers: (name, id)), parallel aggregates by
+    # (scope, position).
+    journals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    signals: dict[str, list[Signal]] = field(default_factory=dict)
+    signal_ids: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    parallels: dict[str, dict[tuple[str, int], dict[str, Any]]] = field(default_factory=dict)
+    bodies: list[Body] = field(default_factory=list)
+    dcalls: list[Call] = field(default_factory=list)
+    # What the harness sent durable runs (durable_drive): signals and events.
+    drive: list[dict[str, Any]] = field(default_factory=list)
 
 
 def dump(snap: Snapshot, path: Path) -> None:
@@ -81,6 +140,10 @@ def dump(snap: Snapshot, path: Path) -> None:
                  for rid, r in snap.runs.items()},
         "submitted": snap.submitted,
     }
+    doc["journals"] = snap.journals
+    doc["signals"] = {rid: [vars(s) for s in sigs] for rid, sigs in snap.signals.items()}
+    doc["parallels"] = {rid: {f"{k[0]}#{k[1]}": v for k, v in aggs.items()}
+                        for rid, aggs in snap.parallels.items()}
     path.write_text(json.dumps(doc, indent=1, default=str))
 
 
@@ -147,6 +210,50 @@ def read_ledger(path: Path) -> list[Call]:
     return sorted(calls.values(), key=lambda c: c.t)
 
 
+def read_durable(path: Path) -> tuple[list[Body], list[Call]]:
+    """The step bodies' executions and the durable calls of a ledger."""
+    bodies: dict[str, Body] = {}
+    calls: dict[str, Call] = {}
+    for rec in read_jsonl(path):
+        ev = rec.get("ev")
+        if ev == "bstart":
+            bodies[rec["id"]] = Body(rec)
+        elif ev == "bend" and rec.get("id") in bodies:
+            bodies[rec["id"]].end = rec
+        elif ev == "dcall":
+            calls[rec["id"]] = Call(rec)
+        elif ev == "ddone" and rec.get("id") in calls:
+            calls[rec["id"]].done = rec
+    return (sorted(bodies.values(), key=lambda b: b.t),
+            sorted(calls.values(), key=lambda c: c.t))
+
+
+def _durable_item(snap: Snapshot, item: dict[str, Any], blobs: Any) -> None:
+    """One item after a run's step rows: a journal entry, a signal, a signal id taken
+    or a parallel aggregate (custom run events are left out)."""
+    rid, key = item["run_id"]["S"], item["step"]["S"]
+    if key.startswith("~j#"):
+        if "ref" in item:
+            raw = blobs(item["ref"]["S"])
+        else:
+            raw = item["doc"]["S"]
+        snap.journals.setdefault(rid, []).append(json.loads(raw))
+    elif key.startswith("~s#"):
+        name = key[3:].rsplit("#", 2)[0]
+        doc = json.loads(item["doc"]["S"])
+        snap.signals.setdefault(rid, []).append(Signal(
+            name, str(doc.get("id")), doc.get("payload"), float(doc.get("at") or 0.0),
+            item.get("taken_by", {}).get("S"), key))
+    elif key.startswith("~i#"):
+        name, _, sid = key[3:].rpartition("#")
+        snap.signal_ids.setdefault(rid, set()).add((name, sid))
+    elif key.startswith("~p#"):
+        scope, _, pos = key[3:].rpartition("#")
+        snap.parallels.setdefault(rid, {})[(scope, int(pos))] = {
+            "total": int(item["total"]["N"]), "max": int(item["max"]["N"]),
+            "done": sorted(int(x) for x in item.get("done", {}).get("NS", []))}
+
+
 def read_faults(folder: Path) -> list[dict[str, Any]]:
     faults: list[dict[str, Any]] = []
     for path in sorted(folder.glob("*.jsonl")):
@@ -155,7 +262,8 @@ def read_faults(folder: Path) -> list[dict[str, Any]]:
 
 
 def collect(*, endpoint: str, prefix: str, api_url: str, ledger: Path, faults: Path,
-            submitted: dict[str, tuple[str, str | None]], calm_at: float) -> Snapshot:
+            submitted: dict[str, tuple[str, str | None]], calm_at: float,
+            drive: Path | None = None) -> Snapshot:
     from orchestrator.adapters.aws import make_clients
     from orchestrator.settings import Settings
 
@@ -167,7 +275,16 @@ def collect(*, endpoint: str, prefix: str, api_url: str, ledger: Path, faults: P
         run = run_from_item(item)
         snap.runs[run.run_id] = run
         snap.item_sizes[f"runs/{run.run_id}"] = _item_total(item)
+    def blob(key: str) -> str:
+        return str(clients.s3.get_object(Bucket=names.blob_bucket, Key=key)["Body"].read()
+                   .decode())
+
     for item in _scan(clients.dynamodb, names.steps_table):
+        if item["step"]["S"].startswith("~"):
+            _durable_item(snap, item, blob)
+            snap.item_sizes[f"steps/{item['run_id']['S']}/{item['step']['S']}"] = _item_total(
+                item)
+            continue
         row = step_from_item(item)
         snap.steps.setdefault(row.run_id, {})[row.step] = row
         snap.item_sizes[f"steps/{row.run_id}/{row.step}"] = _item_total(item)
@@ -187,6 +304,12 @@ def collect(*, endpoint: str, prefix: str, api_url: str, ledger: Path, faults: P
         for run_id in snap.runs:
             snap.views[run_id] = _get(api, f"/runs/{run_id}")
             snap.events[run_id] = _get(api, f"/runs/{run_id}/events").get("events", [])
+    for entries in snap.journals.values():
+        entries.sort(key=lambda e: (str(e.get("scope", "")), int(e.get("pos", 0))))
+    for sigs in snap.signals.values():
+        sigs.sort(key=lambda s: s.sk)
     snap.calls = read_ledger(ledger)
+    snap.bodies, snap.dcalls = read_durable(ledger)
     snap.faults = read_faults(faults)
+    snap.drive = list(read_jsonl(drive)) if drive is not None else []
     return snap

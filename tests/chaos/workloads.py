@@ -11,9 +11,13 @@ them through the API (retried across API restarts, one run per Idempotency-Key).
   chain (the stop pass: no step starts after `run.halted`);
 - `independent` (`continue-independent`): a failing step, non-JSON and oversize
   answers, a 100 kB output (passed on intact through the blob bucket), independent
-  branches (only the failed branches are skipped).
+  branches (only the failed branches are skipped);
+- the durable workflows of durable_app (`dchain`, `dsignals`, `dparallel`, `devent`,
+  `dtimeout`), served at /durable/<name>; what the harness sends them (signals, events)
+  is durable_drive's.
 
-Every `/work` step may also meet the function server's random faults (ledger_server)."""
+Every `/work` step and every durable call may also meet the function server's random
+faults (ledger_server)."""
 
 from __future__ import annotations
 
@@ -25,13 +29,17 @@ from typing import Any
 
 import httpx
 
+from tests.chaos.durable_app import WORKFLOWS as DURABLE_WORKFLOWS
+
 __all__ = ["CI_SIZE", "SOAK_SIZE", "RunSpec", "Submission", "manifest", "plan", "submit"]
 
 WORK_RETRY = "{ max: 6, strategy: linear, delay: 200ms, maxDelay: 2s }"
 # Runs per workflow.
-CI_SIZE = {"chain": 1, "fanout": 1, "diamond": 3, "flaky": 2, "halting": 2, "independent": 2}
+CI_SIZE = {"chain": 1, "fanout": 1, "diamond": 3, "flaky": 2, "halting": 2, "independent": 2,
+           "dchain": 1, "dsignals": 1, "dparallel": 1, "devent": 1, "dtimeout": 1}
 SOAK_SIZE = {"chain": 3, "fanout": 4, "diamond": 20, "flaky": 8, "halting": 6,
-             "independent": 6}
+             "independent": 6, "dchain": 3, "dsignals": 4, "dparallel": 3, "devent": 3,
+             "dtimeout": 2}
 
 
 def _step(name: str, route: str = "/work", deps: list[str] | None = None,
@@ -92,6 +100,7 @@ def manifest(fn_url: str, secret: str, timeout: float) -> str:
     ]
     for name, (on_failure, steps) in wf.items():
         lines += [f"  {name}:", f"    onFailure: {on_failure}", "    steps:", *steps]
+    lines += [f"  {name}: {{ backend: fn }}" for name in DURABLE_WORKFLOWS]
     return "\n".join(lines) + "\n"
 
 

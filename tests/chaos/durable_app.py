@@ -1,0 +1,142 @@
+"""The durable workflows the function server serves (POST /durable/<name>), beside its
+step routes. Every step body records each execution in the effect ledger, so the
+checker can tell which execution's value a run committed:
+
+- `bstart` when a body begins: run, the run's logical name, the workflow, the step's
+  scope, position and op id, its name, `ctx.attempt` and `ctx.idempotency_key`;
+- `bend` when it ends: the value it returned (a fresh nonce each time: two executions
+  never return the same value) or the error it raised.
+
+The workflows (their shapes are constants here, which the checker reads):
+
+- `dchain`: CHAIN_STEPS steps with a CHAIN_SLEEP sleep between two, then a step that
+  fails its first attempt (a retry inside a run);
+- `dsignals`: a step, then waits for the signals SIGNAL_WAITS names, in that order
+  (no timeout: the harness sends exactly one signal per wait), then a step;
+- `dparallel`: PARALLEL_BRANCHES branches, at most MAX_PARALLEL at once, each a step, a
+  BRANCH_SLEEP sleep and a step; then a step;
+- `devent`: a step, then a wait for EVENT about the run's name (EVENT_TIMEOUT), cut
+  short by the event the harness emits; then a step;
+- `dtimeout`: the same with EVENT_SHORT_TIMEOUT and no event: it times out (the harness
+  emits one once it has, which must change nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from functions.durable import Context, RetryableError, Workflow, step, workflow
+from functions.durable.steps import current_step
+from tests.chaos.jsonl import JsonlWriter, digest
+
+__all__ = [
+    "BODY_HOLD",
+    "BRANCH_SLEEP",
+    "CHAIN_SLEEP",
+    "CHAIN_STEPS",
+    "EVENT",
+    "EVENT_SHORT_TIMEOUT",
+    "EVENT_TIMEOUT",
+    "MAX_PARALLEL",
+    "PARALLEL_BRANCHES",
+    "SIGNAL_WAITS",
+    "WORKFLOWS",
+    "durable_workflows",
+]
+
+CHAIN_STEPS = 4
+CHAIN_SLEEP = 0.4  # seconds
+SIGNAL_WAITS = ("approve", "approve", "note", "approve")
+PARALLEL_BRANCHES = 5
+MAX_PARALLEL = 2
+BRANCH_SLEEP = 0.3
+EVENT = "chaos.ping"
+EVENT_TIMEOUT = 30.0
+EVENT_SHORT_TIMEOUT = 2.0
+# How long a body works: long enough for bodies of two branches to overlap.
+BODY_HOLD = 0.15
+WORKFLOWS = ("dchain", "dsignals", "dparallel", "devent", "dtimeout")
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)  # the SDK's numbers are milliseconds
+
+
+def durable_workflows(ledger: JsonlWriter) -> list[Workflow]:
+    """The workflows above, their bodies writing to `ledger`."""
+
+    def body(ctx: Context, payload: Any, name: str, *, fail_first: bool = False
+             ) -> Callable[[], Awaitable[Any]]:
+        async def run() -> Any:
+            info = current_step()
+            assert info is not None
+            bid = uuid.uuid4().hex[:12]
+            ledger.write({
+                "ev": "bstart", "id": bid, "t": time.time(), "run": ctx.run_id,
+                "name": (payload or {}).get("name"), "wf": ctx.workflow,
+                "scope": info.place.scope, "pos": info.place.pos, "op": info.place.id,
+                "step": name, "attempt": ctx.attempt, "key": ctx.idempotency_key,
+            })
+            await asyncio.sleep(BODY_HOLD)
+            if fail_first and ctx.attempt == 1:
+                ledger.write({"ev": "bend", "id": bid, "t": time.time(), "value": None,
+                              "out": None, "error": "retryable"})
+                raise RetryableError(f"{name}: attempt 1 fails on purpose")
+            value = {"nonce": uuid.uuid4().hex, "step": name, "attempt": ctx.attempt}
+            # Written before the value leaves: the ledger may know a value no call
+            # delivered, never the reverse.
+            ledger.write({"ev": "bend", "id": bid, "t": time.time(), "value": value,
+                          "out": digest(value), "error": None})
+            return value
+
+        return run
+
+    async def dchain(ctx: Context, payload: Any) -> Any:
+        values = []
+        for i in range(CHAIN_STEPS):
+            if i:
+                await ctx.sleep(_ms(CHAIN_SLEEP))
+            values.append(await step(f"s{i}", body(ctx, payload, f"s{i}")))
+        values.append(await step("flaky", body(ctx, payload, "flaky", fail_first=True),
+                                 retries=3, delay="200ms"))
+        return {"steps": values}
+
+    async def dsignals(ctx: Context, payload: Any) -> Any:
+        first = await step("prepare", body(ctx, payload, "prepare"))
+        got = [await ctx.wait_for_signal(name) for name in SIGNAL_WAITS]
+        last = await step("finish", body(ctx, payload, "finish"))
+        return {"got": got, "steps": [first, last]}
+
+    async def dparallel(ctx: Context, payload: Any) -> Any:
+        def branch(i: int) -> Callable[[], Awaitable[Any]]:
+            async def run() -> Any:
+                a = await step("a", body(ctx, payload, f"a{i}"))
+                await ctx.sleep(_ms(BRANCH_SLEEP))
+                b = await step("b", body(ctx, payload, f"b{i}"))
+                return {"a": a, "b": b}
+            return run
+
+        results = await ctx.parallel([branch(i) for i in range(PARALLEL_BRANCHES)],
+                                     max_parallel=MAX_PARALLEL)
+        total = await step("total", body(ctx, payload, "total"))
+        return {"branches": results, "total": total}
+
+    def event_wait(timeout: float) -> Callable[[Context, Any], Awaitable[Any]]:
+        async def run(ctx: Context, payload: Any) -> Any:
+            opened = await step("open", body(ctx, payload, "open"))
+            event = await ctx.wait_for_event(EVENT, subject=str((payload or {}).get("name")),
+                                             timeout=_ms(timeout))
+            closed = await step("close", body(ctx, payload, "close"))
+            return {"event": event, "steps": [opened, closed]}
+        return run
+
+    return [
+        workflow("dchain")(dchain),
+        workflow("dsignals")(dsignals),
+        workflow("dparallel")(dparallel),
+        workflow("devent")(event_wait(EVENT_TIMEOUT)),
+        workflow("dtimeout")(event_wait(EVENT_SHORT_TIMEOUT)),
+    ]

@@ -583,6 +583,10 @@ def _rows(snap: Snapshot, v: Violation) -> dict[str, Any]:
             n: [r.status.value, r.attempt,
                 [[e.get("type"), e.get("at"), e.get("attempt")] for e in r.history]]
             for n, r in snap.steps.get(run.run_id, {}).items()}
+    if run is not None and run.definition.durable is not None:
+        out["journal"] = [[e.get("scope"), e.get("pos"), e.get("kind"), e.get("name"),
+                           e.get("status"), e.get("started"), e.get("ended")]
+                          for e in snap.journals.get(run.run_id, [])]
     row = snap.steps.get(v.run or "", {}).get(v.step or "")
     if row is not None:
         out["step"] = {"status": row.status.value, "attempt": row.attempt,

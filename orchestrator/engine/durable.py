@@ -297,7 +297,6 @@ def read_answer(answer: Any, now: float, target: str = ""
                      and int(e.get("pos", -1)) == RESULT_POS), None)
         if done is not None:
             return entries, BranchDone(done)
-        return entries, Continue()  # the branch's result is recorded already: look again
     raise BadAnswer("the answer ends without saying what comes next")
 
 

@@ -63,6 +63,9 @@ TIMER_REACH = 900.0
 HANDOFF_BEFORE = 600.0
 # How often a chain of calls reads its driver row for a cancel.
 STOP_CHECK_EVERY = 1.0
+# Calls in a row that record nothing yet ask to go on: a protocol fault, not progress.
+IDLE_CALLS = 3
+
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ class Durable:
         # A wait just reported by a call (not one found on the row): it registers.
         fresh_wait = False
         refs = [False]
+        idle = 0
         checked = self.clock()
         while True:
             now = self.clock()
@@ -140,6 +144,8 @@ class Durable:
                     found = self.store.get_parallel(run_id, waiting.scope, waiting.pos)
                 fresh_wait = False
                 done = resolve(waiting, now, found)
+                if done is not None and waiting.kind == "parallel":
+                    self._settle_branches(run_id, waiting, now)
                 if done is None:
                     left = self._suspend(row, pokes, waiting, now, tally)
                     if left != "poked":
@@ -162,6 +168,11 @@ class Durable:
                     "(ctx.call), or start a fresh run with what this one has (ctx.spawn "
                     "then return)")), tally)
                 return
+            if scope and (scope, RESULT_POS) in places:
+                # The branch's result was committed by a holder that died before counting
+                # it: count it now (calling again would report nothing new).
+                self._branch_done(row, ctx, scope, tally)
+                return
             kept = self._keep_lease(row, ctx)
             if kept is None:
                 return  # the lease is lost: its next holder carries on
@@ -177,6 +188,13 @@ class Durable:
                     Code.BAD_ANSWER, f"workflow {ctx.served}: {exc}")), tally)
                 return
             attempts = {}
+            idle = idle + 1 if not entries and isinstance(after, Continue) else 0
+            if idle >= IDLE_CALLS:
+                # Calls that commit nothing and ask to go on would loop: a protocol fault.
+                self._call_failed(row, ctx, Outcome(OutcomeKind.RETRYABLE, error=error_doc(
+                    Code.BAD_ANSWER, f"workflow {ctx.served}: {idle} calls in a row "
+                    "recorded nothing and reported no wait")), tally)
+                return
             for entry in entries:
                 stored = self.store.put_entry(run_id, entry, self.clock())
                 if stored.get("id") != entry.get("id"):
@@ -367,8 +385,9 @@ class Durable:
 
     def _branch_done(self, row: StepRecord, ctx: RunContext, scope: str, tally: Tally) -> None:
         """A branch's code ended: count it, start the next branch waiting, wake the parent
-        when it was the last; the branch's row ends last, so a worker dying on the way
-        leaves it leased, and its retry does all of this again (each part idempotent)."""
+        if it was the last, end its row. A worker dying before the row's end leaves it
+        leased, and its retry does all of this again (each part idempotent); if the
+        parent goes on first, it ends the row itself (`_settle_branches`)."""
         parent, _, last = scope.rpartition("/")
         pos, index = (int(x) for x in last.split(":", 1))
         agg = self.store.branch_done(row.run_id, parent, pos, index)
@@ -408,6 +427,16 @@ class Durable:
         else:
             out["output"] = {"run_id": child_id, "status": child.status.value}
         return out
+
+    def _settle_branches(self, run_id: str, waiting: Waiting, now: float) -> None:
+        """Every branch of a parallel operation is done: end the rows of any whose
+        holder died between counting it and ending it (one query), so no row of the run
+        stays in flight once the parent goes on."""
+        prefix = row_of(branch_scope(waiting.scope, waiting.pos, 0))[:-1]
+        for branch in self.store.drivers(run_id):
+            if branch.step.startswith(prefix) and "/" not in branch.step[len(prefix):] \
+                    and not branch.status.terminal:
+                self.store.settle_branch(run_id, branch.step, now)
 
     def wake(self, run_id: str, step: str) -> None:
         """Poke a driver row; dispatch it if nobody holds it."""

@@ -29,7 +29,7 @@ workflows:
   chain: { backend: app }
   sleeper: { backend: app }
   approval: { backend: app }
-  fanout: { backend: app }
+  fanout: { backend: app, timeout: 2s }
   branches: { backend: app }
   slowstep: { backend: app, timeout: 3s }
 """
@@ -148,5 +148,62 @@ def test_a_worker_sigkilled_mid_step_leaves_one_commit_and_one_key(
         assert len(LEDGER.keys(run_id, "slow")) == 1  # with the same key
         places = committed_once(h, run_id)
         assert len(places) == 2
+    finally:
+        h.close()
+
+
+class FailOnce:
+    """A fault at the AWS boundary (botocore's own event hook, as the chaos harness
+    injects them): the first DynamoDB request `matches` picks fails, as a worker dying
+    right there would leave things."""
+
+    def __init__(self, h: Harness, matches: Any) -> None:
+        self.matches = matches
+        self.fired = 0
+        h.rt.clients.dynamodb.meta.events.register("before-parameter-build.dynamodb", self)
+
+    def __call__(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        if not self.fired and self.matches(model.name, params):
+            self.fired += 1
+            raise RuntimeError("injected: the worker died here")
+
+
+def test_a_branch_whose_result_was_never_counted_is_counted_by_its_next_holder(
+        build_harness: Any, app_url: str, tmp_path: Path) -> None:
+    h = build(build_harness, app_url, tmp_path, lease_margin=1.0, redispatch_after=1.0)
+    fault = FailOnce(h, lambda op, p: op == "UpdateItem"
+                     and p.get("Key", {}).get("step", {}).get("S", "").startswith("~p#"))
+    h.start_workers(1, threads=4)
+    h.start_sweeper()
+    try:
+        run_id = h.start("fanout", {"n": 3, "max": 2, "hold": 0.01})
+        view = h.wait(run_id, timeout=40)
+        assert view["status"] == "success", view
+        assert fault.fired == 1
+        assert view["output"] == {"results": [0, 1, 4]}
+        calls = Counter(LEDGER.bodies(run_id))
+        assert all(n == 1 for n in calls.values()), calls  # no branch ran its step again
+    finally:
+        h.close()
+
+
+def test_a_branch_row_its_holder_left_in_flight_is_ended_before_the_run(
+        build_harness: Any, app_url: str, tmp_path: Path) -> None:
+    h = build(build_harness, app_url, tmp_path, lease_margin=30.0)
+
+    def branch_success(op: str, p: dict[str, Any]) -> bool:
+        step = p.get("Key", {}).get("step", {}).get("S", "")
+        return (op == "UpdateItem" and step.startswith("$run/")
+                and ":out" in p.get("ExpressionAttributeValues", {}))
+
+    fault = FailOnce(h, branch_success)
+    h.start_workers(1, threads=4)
+    try:
+        run_id = h.start("fanout", {"n": 2, "max": 2, "hold": 0.01})
+        view = h.wait(run_id, timeout=30)
+        assert view["status"] == "success", view
+        assert fault.fired == 1
+        rows = h.rt.store.drivers(run_id)
+        assert rows and all(r.status.terminal for r in rows), [(r.step, r.status) for r in rows]
     finally:
         h.close()

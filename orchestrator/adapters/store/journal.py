@@ -377,6 +377,27 @@ class JournalRows(Tables):
         agg["start"] = nxt if nxt is not None and nxt < agg["total"] else None
         return agg
 
+    def settle_branch(self, run_id: str, step: str, now: float) -> None:
+        """End a parallel branch's row whose result is counted (its holder died before
+        ending it): success, whoever holds its lease (a holder still alive finds its own
+        write refused and stops)."""
+        values: dict[str, Any] = {":ok": {"S": "success"}, ":now": num(now),
+                                  ":exp": num(now + self.step_retention),
+                                  ":r": {"S": "ready"}, ":d": {"S": "dispatched"}}
+        hist = history_clause(values, now, "step.succeeded", settled=True)
+        try:
+            with _translate(f"branch {run_id}/{step}: settle"):
+                self.ddb.update_item(
+                    TableName=self.steps, Key=step_key(run_id, step),
+                    UpdateExpression=(f"SET #s = :ok, finished_at = :now, expires_at = :exp,"
+                                      f" wake_at = :now, {hist} REMOVE lease_owner, lease_until"),
+                    ConditionExpression="#s IN (:r, :d)",
+                    ExpressionAttributeNames={"#s": "status", "#h": "history"},
+                    ExpressionAttributeValues=values,
+                )
+        except ConditionFailed:
+            pass  # ended meanwhile
+
     def get_parallel(self, run_id: str, scope: str, pos: int) -> dict[str, Any] | None:
         with _translate(f"parallel {run_id}/{scope}#{pos}: read"):
             item = self.ddb.get_item(

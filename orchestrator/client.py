@@ -374,10 +374,12 @@ class Client(_Methods[Any]):
     header; an API with ORCH_API_AUTH=off takes that). Close it, or use it in `with`."""
 
     def __init__(self, url: str, api_key: str | None = None, *, timeout: float = 30.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None,
+                 sleep: Callable[[float], object] = time.sleep) -> None:
         self.url = url.rstrip("/")
         self.http = httpx.Client(timeout=timeout, headers=_headers(api_key),
                                  transport=transport)
+        self.sleep = sleep
         self.hooks = _Hooks(self._send, self.url)
 
     @classmethod
@@ -406,7 +408,7 @@ class Client(_Methods[Any]):
             if view["status"] not in UNFINISHED or time.monotonic() >= deadline:
                 return self.get_run(run_id)
             if time.monotonic() - asked < 0.05:  # answered at once: do not spin
-                time.sleep(0.05)
+                self.sleep(0.05)
 
     def close(self) -> None:
         self.http.close()

@@ -37,7 +37,15 @@ from orchestrator.api.models import (
     StartRun,
 )
 from orchestrator.api.openapi import openapi_document
-from orchestrator.api.requests import MAX_BODY, TooLarge, error, read_body, read_json, validated
+from orchestrator.api.requests import (
+    MAX_BODY,
+    TooLarge,
+    error,
+    read_body,
+    read_json,
+    read_object,
+    validated,
+)
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import (
     Code,
@@ -289,14 +297,7 @@ def create_app(rt: Runtime) -> Starlette:
         return JSONResponse(view)
 
     async def send_signal(request: Request) -> JSONResponse:
-        raw = await read_body(request)
-        try:
-            payload = json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            raise UsageError(f"body: not JSON ({exc})") from None
-        if not isinstance(payload, dict):
-            raise Unprocessable(Code.INVALID_BODY, "body: a signal's payload is a JSON"
-                                f" object, not {type(payload).__name__}")
+        payload = await read_object(request, "a signal's payload")
         key = request.headers.get("idempotency-key")
         result = await run_in_threadpool(
             rt.signals.send, request.path_params["run_id"], request.path_params["name"],
@@ -321,14 +322,7 @@ def create_app(rt: Runtime) -> Starlette:
         return JSONResponse({**made, "run_id": body.run_id}, status_code=201)
 
     async def execute_hook(request: Request) -> JSONResponse:
-        raw = await read_body(request)
-        try:
-            payload = json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            raise UsageError(f"body: not JSON ({exc})") from None
-        if not isinstance(payload, dict):
-            raise Unprocessable(Code.INVALID_BODY, "body: a hook's payload is a JSON object,"
-                                f" not {type(payload).__name__}")
+        payload = await read_object(request, "a hook's payload")
         result = await run_in_threadpool(rt.hooks.execute, request.path_params["token"],
                                          payload)
         return JSONResponse(result, status_code=200 if result["duplicate"] else 202)

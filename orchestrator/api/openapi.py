@@ -25,7 +25,16 @@ from orchestrator.api.models import (
     StartRun,
 )
 from orchestrator.api.requests import MAX_BODY
-from orchestrator.engine.states import RunStatus, StepStatus
+from orchestrator.api.schemas import (
+    ANY,
+    JSON,
+    RUN_STATUS,
+    STRING,
+    Schema,
+    ref,
+    response_schemas,
+)
+from orchestrator.api.schemas import json_body as _json
 from orchestrator.services.events import ID_RE, MAX_EVENT_BYTES, NAME_RE
 from orchestrator.services.idempotency import KEY_RE
 from orchestrator.services.runs import MAX_INPUT_BYTES, RUN_ID_RE
@@ -35,44 +44,6 @@ __all__ = ["BODY_MODELS", "openapi_document"]
 
 BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitEvent,
                                             ResumeRun, ResetRun, CreateHook, RunEvent)
-JSON = "application/json"
-Schema = dict[str, Any]
-
-# ---- small builders --------------------------------------------------------------------
-
-
-def _ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _nullable(schema: Schema) -> Schema:
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
-def _object(required: Iterable[str], properties: dict[str, Schema], *, open_: bool = False,
-            description: str | None = None) -> Schema:
-    """An object schema; `open_` allows properties beyond those listed."""
-    out: Schema = {"type": "object", "required": list(required), "properties": properties}
-    if not open_:
-        out["additionalProperties"] = False
-    if description:
-        out["description"] = description
-    return out
-
-
-def _json(schema: Schema, description: str) -> Schema:
-    return {"description": description, "content": {JSON: {"schema": schema}}}
-
-
-STRING: Schema = {"type": "string"}
-TIME: Schema = {"type": "number", "description": "Unix time in seconds"}
-ANY: Schema = {}
-# `paused`: a durable run stopped by a replay mismatch (running underneath).
-RUN_STATUS: Schema = {"type": "string", "enum": [*(s.value for s in RunStatus), "paused"]}
-# A durable run's operations add: timed_out (a wait that ended by its timeout), waiting
-# (a sleep or signal), retrying (a step between attempts), paused (a mismatch there).
-STEP_STATUS: Schema = {"type": "string", "enum": [
-    *(s.value for s in StepStatus), "timed_out", "waiting", "retrying", "paused"]}
 
 # ---- request bodies --------------------------------------------------------------------
 
@@ -146,7 +117,7 @@ def _errors(*codes: str, notes: dict[str, str] | None = None) -> dict[str, Schem
     out: dict[str, Schema] = {}
     for code in codes:
         out[code] = {"description": (notes or {}).get(code, _ERROR_TEXT[code]),
-                     "content": {JSON: {"schema": _ref("Error")}}}
+                     "content": {JSON: {"schema": ref("Error")}}}
     if "401" in out:
         out["401"]["headers"] = {"WWW-Authenticate": {
             "description": "`Bearer`", "schema": {"type": "string"}}}
@@ -176,7 +147,7 @@ def _op(operation_id: str, summary: str, responses: dict[str, Schema], *, tag: s
 
 
 def _body(name: str, *, required: bool) -> Schema:
-    return {"required": required, "content": {JSON: {"schema": _ref(name)}}}
+    return {"required": required, "content": {JSON: {"schema": ref(name)}}}
 
 
 def _path(name: str, description: str, schema: Schema | None = None) -> Schema:
@@ -198,8 +169,8 @@ def _paths(retention: float) -> dict[str, Schema]:
     run_id = _path("run_id", "A run id (unknown, expired or malformed: 404).",
                    {"type": "string", "pattern": RUN_ID_RE.pattern})
     schedule = _path("name", "A scheduled workflow.")
-    started = _ref("Started")
-    view = _ref("RunView")
+    started = ref("Started")
+    view = ref("RunView")
     hours = retention / 3600
     idempotency = {
         "name": "Idempotency-Key", "in": "header", "required": False,
@@ -245,7 +216,7 @@ def _paths(retention: float) -> dict[str, Schema]:
                      "description": "The `next_cursor` of the previous page (opaque; anything"
                      " else: 400).", "schema": STRING},
                 ],
-                responses={"200": _json(_ref("RunList"), "A page of runs"),
+                responses={"200": _json(ref("RunList"), "A page of runs"),
                            **_errors("400", "503")},
             ),
         },
@@ -268,12 +239,12 @@ def _paths(retention: float) -> dict[str, Schema]:
         "/runs/{run_id}/events": {
             "get": _op("getRunEvents", "Every transition of a run and its steps, oldest"
                        " first, and its custom events.", tag="runs", parameters=[run_id],
-                       responses={"200": _json(_ref("RunEvents"), "The run's history"),
+                       responses={"200": _json(ref("RunEvents"), "The run's history"),
                                   **_errors("404", "503", notes={"404": "No such run"})}),
             "post": _op("addRunEvent", "Add a custom event to a run (kept beside its"
                         " transitions, for as long as the run).", tag="runs",
                         parameters=[run_id], body=_body("RunEvent", required=True),
-                        responses={"201": _json(_ref("CustomEvent"), "Added"),
+                        responses={"201": _json(ref("CustomEvent"), "Added"),
                                    **_errors(*BODY_ERRORS, "404", "503",
                                              notes={"404": "No such run"})}),
         },
@@ -322,8 +293,8 @@ def _paths(retention: float) -> dict[str, Schema]:
                      "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
                 body=_body("SignalPayload", required=False),
                 responses={
-                    "202": _json(_ref("SignalResult"), "Queued; the run is woken"),
-                    "200": _json(_ref("SignalResult"), "Sent before with this key"),
+                    "202": _json(ref("SignalResult"), "Queued; the run is woken"),
+                    "200": _json(ref("SignalResult"), "Sent before with this key"),
                     **_errors(*BODY_ERRORS, "404", "409", "503", notes={
                         "404": "No such run",
                         "409": "The run finished (run_finished) or is not durable (conflict)",
@@ -335,14 +306,14 @@ def _paths(retention: float) -> dict[str, Schema]:
         "/runs/{run_id}/children": {
             "get": _op("getRunChildren", "A run's child runs (ctx.call, ctx.spawn, or started"
                        " with parent_run_id), oldest first.", tag="runs", parameters=[run_id],
-                       responses={"200": _json(_ref("RunChildren"), "The children"),
+                       responses={"200": _json(ref("RunChildren"), "The children"),
                                   **_errors("404", "503", notes={"404": "No such run"})}),
         },
         "/runs/{run_id}/journal": {
             "get": _op("getRunJournal", "A durable run's journal, to keep as a golden"
                        " journal and replay against new code (check mode).", tag="runs",
                        parameters=[run_id],
-                       responses={"200": _json(_ref("Journal"), "The journal"),
+                       responses={"200": _json(ref("Journal"), "The journal"),
                                   **_errors("404", "409", "503", notes={
                                       "404": "No such run",
                                       "409": "A DAG run (conflict): it has no journal"})}),
@@ -350,7 +321,7 @@ def _paths(retention: float) -> dict[str, Schema]:
         "/runs/{run_id}/parent": {
             "get": _op("getRunParent", "A run's parent run, if it has one.", tag="runs",
                        parameters=[run_id],
-                       responses={"200": _json(_ref("RunParent"), "The parent (null: none)"),
+                       responses={"200": _json(ref("RunParent"), "The parent (null: none)"),
                                   **_errors("404", "503", notes={"404": "No such run"})}),
         },
         "/hooks": {
@@ -361,7 +332,7 @@ def _paths(retention: float) -> dict[str, Schema]:
                 " (POST /hooks/{token}) sends `signal` to the run with `metadata` merged over"
                 " the payload.",
                 body=_body("CreateHook", required=True),
-                responses={"201": _json(_ref("HookCreated"), "Created"),
+                responses={"201": _json(ref("HookCreated"), "Created"),
                            **_errors(*BODY_ERRORS, "404", "409", "503", notes={
                                "404": "No such run",
                                "409": "The run finished (run_finished) or is not durable",
@@ -380,8 +351,8 @@ def _paths(retention: float) -> dict[str, Schema]:
                 parameters=[_path("token", "The hook's secret token.")],
                 body=_body("SignalPayload", required=False),
                 responses={
-                    "202": _json(_ref("HookResult"), "Delivered"),
-                    "200": _json(_ref("HookResult"), "This very request, delivered before"),
+                    "202": _json(ref("HookResult"), "Delivered"),
+                    "200": _json(ref("HookResult"), "This very request, delivered before"),
                     **_errors(*BODY_ERRORS, "404", "409", "410", "503", notes={
                         "404": "No such hook",
                         "409": "The hook's run has finished (run_finished)",
@@ -396,7 +367,7 @@ def _paths(retention: float) -> dict[str, Schema]:
                 description="A paused run (a replay mismatch) resumes from its journal; any"
                 " other waiting durable run is only woken. An empty body is `{}`.",
                 parameters=[run_id], body=_body("ResumeRun", required=False),
-                responses={"200": _json(_ref("ResumeResult"), "Resumed"),
+                responses={"200": _json(ref("ResumeResult"), "Resumed"),
                            **_errors(*BODY_ERRORS, "404", "409", "503", notes={
                                "404": "No such run",
                                "409": "The run finished (run_finished), is not durable, or is"
@@ -410,7 +381,7 @@ def _paths(retention: float) -> dict[str, Schema]:
                 description="Operations at `to` and after (in the workflow's top scope) run"
                 " again; the run's status is kept (a paused run resumes).",
                 parameters=[run_id], body=_body("ResetRun", required=True),
-                responses={"200": _json(_ref("ResetResult"), "Reset"),
+                responses={"200": _json(ref("ResetResult"), "Reset"),
                            **_errors(*BODY_ERRORS, "404", "409", "503", notes={
                                "404": "No such run",
                                "409": "The run finished (run_finished), is not durable, or is"
@@ -420,7 +391,7 @@ def _paths(retention: float) -> dict[str, Schema]:
         },
         "/workflows": {
             "get": _op("listWorkflows", "The manifest's workflows.", tag="workflows",
-                       responses={"200": _json(_ref("Workflows"), "The workflows")}),
+                       responses={"200": _json(ref("Workflows"), "The workflows")}),
         },
         "/events": {
             "post": _op(
@@ -430,8 +401,8 @@ def _paths(retention: float) -> dict[str, Schema]:
                 " with a run id derived from the event, so a redelivery starts nothing new.",
                 body=_body("EmitEvent", required=True),
                 responses={
-                    "201": _json(_ref("EmitResult"), "Stored"),
-                    "200": _json(_ref("EmitResult"), "A duplicate of a stored event"),
+                    "201": _json(ref("EmitResult"), "Stored"),
+                    "200": _json(ref("EmitResult"), "A duplicate of a stored event"),
                     **_errors(*BODY_ERRORS, "409", "503",
                               notes={"409": "A concurrency or throttle write lost a race"}),
                 },
@@ -441,7 +412,7 @@ def _paths(retention: float) -> dict[str, Schema]:
                 parameters=[{"name": "name", "in": "query", "required": True,
                              "description": "The event name (missing: 400).",
                              "schema": {"type": "string", "minLength": 1}}, _limit()],
-                responses={"200": _json(_ref("Events"), "Events, newest first"),
+                responses={"200": _json(ref("Events"), "Events, newest first"),
                            **_errors("400", "503")},
             ),
         },
@@ -466,8 +437,8 @@ def _paths(retention: float) -> dict[str, Schema]:
                 body={"required": False, "content": {JSON: {"schema": ANY},
                                                      "text/plain": {"schema": STRING}}},
                 responses={
-                    "202": _json(_ref("WebhookResult"), "Accepted: the run started"),
-                    "200": _json(_ref("WebhookResult"), "A redelivery: the first run"),
+                    "202": _json(ref("WebhookResult"), "Accepted: the run started"),
+                    "200": _json(ref("WebhookResult"), "A redelivery: the first run"),
                     **_errors("400", "401", "404", "409", "413", "503", notes={
                         "401": "The signature is missing, malformed, wrong or stale",
                         "404": "No such webhook",
@@ -478,25 +449,25 @@ def _paths(retention: float) -> dict[str, Schema]:
         },
         "/schedules": {
             "get": _op("listSchedules", "Every schedule and its state.", tag="schedules",
-                       responses={"200": _json(_ref("Schedules"), "The schedules"),
+                       responses={"200": _json(ref("Schedules"), "The schedules"),
                                   **_errors("503")}),
         },
         "/schedules/{name}/pause": {
             "post": _op("pauseSchedule", "Stop firing until resumed.", tag="schedules",
                         parameters=[schedule],
-                        responses={"200": _json(_ref("Schedule"), "The schedule"),
+                        responses={"200": _json(ref("Schedule"), "The schedule"),
                                    **schedule_action}),
         },
         "/schedules/{name}/resume": {
             "post": _op("resumeSchedule", "Fire again, from the next tick after now.",
                         tag="schedules", parameters=[schedule],
-                        responses={"200": _json(_ref("Schedule"), "The schedule"),
+                        responses={"200": _json(ref("Schedule"), "The schedule"),
                                    **schedule_action}),
         },
         "/schedules/{name}/trigger": {
             "post": _op("triggerSchedule", "Fire now, out of schedule (the next tick stays).",
                         tag="schedules", parameters=[schedule],
-                        responses={"200": _json(_ref("Fired"), "The runs started"),
+                        responses={"200": _json(ref("Fired"), "The runs started"),
                                    **schedule_action,
                                    **_errors("400", "409", notes={
                                        "400": "The fire failed (e.g. its forEach rows"
@@ -506,7 +477,7 @@ def _paths(retention: float) -> dict[str, Schema]:
         },
         "/healthz": {
             "get": _op("health", "Liveness.", tag="meta", open_=True,
-                       responses={"200": _json(_ref("Health"), "Alive")}),
+                       responses={"200": _json(ref("Health"), "Alive")}),
         },
         "/openapi.json": {
             "get": _op("openapi", "This document.", tag="meta", open_=True,
@@ -515,174 +486,11 @@ def _paths(retention: float) -> dict[str, Schema]:
     }
 
 
-def _response_schemas() -> dict[str, Schema]:
-    nullable_time = _nullable(TIME)
-    nullable_string = _nullable(STRING)
-    trigger = _nullable({"type": "object", "description": "Where the run came from:"
-                         " {source: api | webhook | event | schedule | manual | rerun, ...ids}"})
-    return {
-        "Error": _object(["error"], {"error": _object(["code", "message"], {
-            "code": {"type": "string", "description": "Stable, machine-readable"},
-            "message": {"type": "string", "description": "Names the field, run or step"},
-        })}),
-        "Started": _object(["run_id", "workflow", "status", "created"], {
-            "run_id": STRING, "workflow": STRING, "status": RUN_STATUS,
-            "created": {"type": "boolean", "description": "false: the run existed already"},
-            "error": {"type": "object", "description": "Why the run ended, if it has"},
-            "rerun_of": nullable_string,
-        }),
-        "StepView": _object(["step", "status", "attempts", "output", "error"], {
-            "step": STRING, "status": STEP_STATUS,
-            "attempts": {"type": "integer", "minimum": 0},
-            "output": ANY, "error": ANY,
-            "depends_on": {"type": "array", "items": STRING},
-            "started_at": nullable_time, "finished_at": nullable_time,
-            "output_bytes": _nullable({"type": "integer", "minimum": 0}),
-            "kind": {"type": "string", "description": "A durable run's operation: step, sleep,"
-                     " signal, patch"},
-            "scope": {"type": "string", "description": "Its scope ('' for the top)"},
-            "position": _nullable({"type": "integer", "minimum": 0}),
-            "id": nullable_string,
-            "until": nullable_time,
-        }, description="A step without a row yet shows only step, status (blocked),"
-                       " attempts, output and error. A durable run's steps are its"
-                       " operations, in order (kind, scope, position, id; until: when a"
-                       " wait's timer ends)."),
-        "Admission": _object(["group", "key", "policy", "throttle_key", "admit_at"], {
-            "group": nullable_string, "key": nullable_string, "policy": nullable_string,
-            "throttle_key": nullable_string, "admit_at": nullable_time,
-        }),
-        "RunView": _object(
-            ["run_id", "workflow", "status", "input", "error", "created_at", "started_at",
-             "finished_at", "kill_reason", "trigger", "rerun_of", "admission"],
-            {"run_id": STRING, "workflow": STRING, "status": RUN_STATUS, "input": ANY,
-             "error": _nullable({"type": "object"}), "created_at": TIME,
-             "started_at": nullable_time, "finished_at": nullable_time,
-             "kill_reason": nullable_string, "trigger": trigger, "rerun_of": nullable_string,
-             "parent_run_id": {**nullable_string, "description": "The run's parent (a"
-                               " durable run's child, or started with parent_run_id)"},
-             "admission": _nullable(_ref("Admission")),
-             "steps": {"type": "array", "items": _ref("StepView"),
-                       "description": "In dependency order (left out with ?steps=false)"},
-             "kind": {"type": "string", "enum": ["durable"],
-                      "description": "Set on a durable workflow's run"},
-             "output": {**ANY, "description": "A durable run's result, once it succeeded"},
-             "paused": _nullable({"type": "object", "description": "A paused durable run:"
-                                  " the replay mismatch, both operations shown"}),
-             "waiting": _nullable({"type": "object", "description": "What a durable run"
-                                   " waits for (kind, name, until)"})},
-        ),
-        "RunSummary": _object(
-            ["run_id", "workflow", "status", "created_at", "started_at", "finished_at",
-             "trigger", "rerun_of"],
-            {"run_id": STRING, "workflow": STRING, "status": RUN_STATUS, "created_at": TIME,
-             "started_at": nullable_time, "finished_at": nullable_time, "trigger": trigger,
-             "rerun_of": nullable_string},
-        ),
-        "RunList": _object(["runs", "next_cursor"], {
-            "runs": {"type": "array", "items": _ref("RunSummary")},
-            "next_cursor": _nullable({"type": "string", "description": "Pass as `cursor`"
-                                      " for the next page; null on the last one"}),
-        }),
-        "HistoryEntry": _object(["at", "type"], {
-            "at": TIME, "type": {"type": "string", "description": "e.g. run.running,"
-                                 " step.started, step.success"},
-            "step": {"type": "string", "description": "Set on a step's entries"},
-        }, open_=True),
-        "RunEvents": _object(["run_id", "events"], {
-            "run_id": STRING, "events": {"type": "array", "items": _ref("HistoryEntry")},
-            "custom": {"type": "array", "items": _ref("CustomEvent"),
-                       "description": "Custom events (POST /runs/{id}/events), oldest first"}}),
-        "CustomEvent": _object(["id", "event_type", "payload", "at"], {
-            "id": STRING, "event_type": STRING, "payload": ANY, "at": TIME}),
-        "Workflow": _object(["name", "description", "steps", "on_failure", "schedule",
-                             "events"], {
-            "name": STRING, "description": nullable_string,
-            "steps": {"type": "array", "items": STRING},
-            "on_failure": {"type": "string", "enum": ["halt", "continue-independent"]},
-            "schedule": _nullable({"type": "object"}),
-            "events": {"type": "array", "items": STRING,
-                       "description": "Event names that start it"},
-            "kind": {"type": "string", "enum": ["dag", "durable"]},
-        }),
-        "ResumeResult": _object(["run_id", "resumed", "was_paused"], {
-            "run_id": STRING, "resumed": {"type": "boolean"},
-            "was_paused": {"type": "boolean"}}),
-        "ResetResult": _object(["run_id", "reset_to", "forgotten", "was_paused"], {
-            "run_id": STRING, "reset_to": {"type": "integer", "minimum": 0},
-            "forgotten": {"type": "integer", "minimum": 0,
-                          "description": "Journal entries forgotten"},
-            "was_paused": {"type": "boolean"}}),
-        "Journal": _object(["run_id", "workflow", "input", "started_at", "subject",
-                            "journal"], {
-            "run_id": STRING, "workflow": STRING, "input": ANY, "started_at": TIME,
-            "subject": nullable_string,
-            "journal": {"type": "array", "items": {"type": "object"},
-                        "description": "Every recorded operation: scope, pos, id, kind,"
-                        " name, status, value or error, started, ended"}}),
-        "RunChildren": _object(["run_id", "children"], {
-            "run_id": STRING, "children": {"type": "array", "items": _ref("RunSummary")}}),
-        "RunParent": _object(["run_id", "parent_run_id", "parent"], {
-            "run_id": STRING, "parent_run_id": nullable_string,
-            "parent": _nullable(_ref("RunSummary"))}),
-        "HookCreated": _object(["run_id", "signal", "expires_at", "metadata", "hook", "token",
-                                "url"], {
-            "run_id": STRING, "signal": STRING, "expires_at": TIME, "metadata": ANY,
-            "hook": {"type": "string", "description": "A short id (a prefix of its hash)"},
-            "token": {"type": "string", "description": "The secret: shown this once"},
-            "url": {"type": "string", "description": "Where to POST it (ORCH_PUBLIC_URL +"
-                    " /hooks/{token}, or the path alone)"}}),
-        "HookResult": _object(["run_id", "signal", "duplicate", "signal_id"], {
-            "run_id": STRING, "signal": STRING, "duplicate": {"type": "boolean"},
-            "signal_id": STRING}),
-        "SignalPayload": {"type": "object", "description": "Any JSON object: what the"
-                          " run's wait_for_signal returns"},
-        "SignalResult": _object(["run_id", "signal", "id", "duplicate"], {
-            "run_id": STRING, "signal": STRING, "id": STRING,
-            "duplicate": {"type": "boolean", "description": "true: sent before (same key)"},
-        }),
-        "Workflows": _object(["workflows"], {
-            "workflows": {"type": "array", "items": _ref("Workflow")}}),
-        "EmitResult": _object(["id", "name", "duplicate", "runs"], {
-            "id": STRING, "name": STRING, "duplicate": {"type": "boolean"},
-            "runs": {"type": "array", "items": _object(["workflow", "run_id", "created"], {
-                "workflow": STRING, "run_id": STRING, "created": {"type": "boolean"}})},
-        }),
-        "Event": _object(["name", "key", "id", "data", "received_at"], {
-            "name": STRING, "key": nullable_string, "id": STRING, "data": ANY,
-            "received_at": TIME,
-        }),
-        "Events": _object(["events"], {"events": {"type": "array", "items": _ref("Event")}}),
-        "WebhookResult": _object(["run_id", "workflow", "delivery_id", "duplicate"], {
-            "run_id": STRING, "workflow": STRING, "delivery_id": nullable_string,
-            "status": RUN_STATUS, "duplicate": {"type": "boolean"},
-        }),
-        "Schedule": _object(
-            ["workflow", "schedule", "paused", "next_fire", "last_fire", "last_runs",
-             "missed", "last_error", "concurrency", "for_each"],
-            {"workflow": STRING,
-             "schedule": {"type": "string", "description": "e.g. `every 1h`"},
-             "paused": {"type": "boolean"},
-             "next_fire": _nullable({**TIME, "description": "null while paused"}),
-             "last_fire": nullable_time,
-             "last_runs": {"type": "array", "items": STRING},
-             "missed": {"type": "integer", "minimum": 0},
-             "last_error": {"anyOf": [{"type": "object"}, STRING, {"type": "null"}]},
-             "concurrency": STRING, "for_each": {"type": "boolean"}},
-        ),
-        "Schedules": _object(["schedules"], {
-            "schedules": {"type": "array", "items": _ref("Schedule")}}),
-        "Fired": _object(["workflow", "runs"], {
-            "workflow": STRING, "runs": {"type": "array", "items": STRING}}),
-        "Health": _object(["ok"], {"ok": {"const": True}}),
-    }
-
-
 def openapi_document(version: str, *, idempotency_retention: float = 24 * 3600.0
                      ) -> dict[str, Any]:
     """The document; `idempotency_retention` (seconds) is quoted for Idempotency-Key."""
     schemas = _model_schemas(BODY_MODELS)
-    for name, schema in _response_schemas().items():
+    for name, schema in response_schemas().items():
         if name in schemas:
             raise ValueError(f"response schema {name!r} clashes with a request model")
         schemas[name] = schema

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from orchestrator.errors import Unprocessable
+from orchestrator.errors import Code, Unprocessable
 from orchestrator.strict_json import parse_json
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "error",
     "read_body",
     "read_json",
+    "read_object",
     "validated",
 ]
 
@@ -48,6 +49,15 @@ async def read_body(request: Request) -> bytes:
 async def read_json(request: Request) -> Any:
     body = await read_body(request)
     return {} if not body else parse_json(body)
+
+
+async def read_object(request: Request, what: str) -> dict[str, Any]:
+    """A body that must be a JSON object (empty: `{}`): 422 naming `what` otherwise."""
+    doc = await read_json(request)
+    if not isinstance(doc, dict):
+        raise Unprocessable(Code.INVALID_BODY, f"body: {what} is a JSON object, not "
+                            f"{type(doc).__name__}")
+    return doc
 
 
 def _validation_message(exc: ValidationError) -> str:

@@ -103,7 +103,7 @@ def reconcile(
                 if now - last >= policy.settle:
                     cmds.append(Promote(s.step, len(s.deps)))
         elif s.waiting is not None and not s.claimed and s.wake_at is None:
-            continue  # a durable run waiting for a signal or an event: its poke wakes it
+            continue  # a durable run paused, or waiting for a poke (its wake repairs one)
         elif s.status is StepStatus.READY or (s.status is StepStatus.DISPATCHED and not s.claimed):
             # Its wake says when its message counts as lost (doubling with each resend).
             since = max(s.due_at or 0.0, s.ready_at or 0.0)

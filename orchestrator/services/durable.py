@@ -65,6 +65,9 @@ HANDOFF_BEFORE = 600.0
 STOP_CHECK_EVERY = 1.0
 # Calls in a row that record nothing yet ask to go on: a protocol fault, not progress.
 IDLE_CALLS = 3
+# A run waiting only for a poke (a signal, an event, a hook, its branches, a child) is
+# looked at after this long anyway: a poke lost with its process costs one look.
+LOST_POKE_CHECK = 3600.0
 
 
 
@@ -98,7 +101,7 @@ class Durable:
         waits or ends (or `room()` says this worker's time is up)."""
         run_id = row.run_id
         scope = scope_of(row.step)
-        journal = self.store.read_journal(run_id)
+        journal = self.store.read_journal(run_id, self.clock())
         places = {(e.get("scope", ""), int(e["pos"])) for e in journal}
         waiting = Waiting.from_json(row.waiting) if row.waiting else None
         pokes = row.pokes
@@ -117,7 +120,8 @@ class Durable:
                 if fresh is None or fresh.lease_owner != row.lease_owner or fresh.stopping:
                     self._give_up(row, tally, now)
                     return
-            if waiting is not None and (waiting.scope, waiting.pos) in places:
+            if waiting is not None and waiting.kind != "mismatch" \
+                    and (waiting.scope, waiting.pos) in places:
                 waiting = None  # resolved already (a stale record of a past wait)
             if waiting is not None:
                 if waiting.kind == "retry":
@@ -138,10 +142,13 @@ class Durable:
                                               d.get("metadata"), d.get("ttl"))
                 elif waiting.kind in ("call", "spawn") and self.children is not None:
                     found = self._child(row, waiting, fresh_wait)
+                    # Started: the row keeps no copy of the child's input.
+                    waiting = replace(waiting, detail={k: v for k, v in waiting.detail.items()
+                                                       if k != "input"})
                 elif waiting.kind == "parallel":
                     if fresh_wait:
                         self._open_parallel(row, ctx, waiting, places, now)
-                    found = self.store.get_parallel(run_id, waiting.scope, waiting.pos)
+                    found = self.store.get_parallel(run_id, waiting.scope, waiting.pos, now)
                 fresh_wait = False
                 done = resolve(waiting, now, found)
                 if done is not None and waiting.kind == "parallel":
@@ -155,6 +162,12 @@ class Durable:
                     continue
                 if done.entry is not None:
                     stored = self.store.put_entry(run_id, done.entry, now)
+                    if waiting.kind == "signal" and found is not None \
+                            and stored.get("signal") != found.get("id"):
+                        # Another outcome won (a timeout written by a stalled holder):
+                        # the signal goes back to the queue for the next wait.
+                        self.store.untake_signal(run_id, str(found["key"]),
+                                                 f"{waiting.scope}#{waiting.pos}")
                     journal.append(stored)
                     places.add((stored.get("scope", ""), int(stored["pos"])))
                 if waiting.kind == "event" and self.events is not None:
@@ -216,7 +229,7 @@ class Durable:
                     continue
                 # This worker's time is up: the next call goes to the queue.
                 waiting = Waiting("next", since=self.clock())
-                self._suspend(row, pokes, waiting, self.clock(), tally, send=True)
+                self._suspend(row, pokes, waiting, self.clock(), tally, send=True, settle=True)
                 return
             if isinstance(after, Suspend):
                 waiting = after.waiting
@@ -316,13 +329,26 @@ class Durable:
         return replace(row, lease_until=until)
 
     def _suspend(self, row: StepRecord, pokes: int, waiting: Waiting, now: float,
+                 tally: Tally, *, send: bool = False, settle: bool = False) -> str:
+        """Release the run to wait; a timer message if its wait ends within reach.
+        `settle`: a poke that landed meanwhile does not keep the lease (the caller has
+        nothing to look at again: the run goes to the queue or is paused)."""
+        for _ in range(8 if settle else 1):
+            left = self._release(row, pokes, waiting, now, tally, send=send)
+            if left != "poked" or not settle:
+                return left
+            fresh = self.store.get_driver(row.run_id, row.step)
+            pokes = fresh.pokes if fresh is not None else pokes + 1
+        return left
+
+    def _release(self, row: StepRecord, pokes: int, waiting: Waiting, now: float,
                  tally: Tally, *, send: bool = False) -> str:
-        """Release the run to wait; a timer message if its wait ends within reach."""
         until = waiting.until
         if send:
             due, wake = now, now + self.adv.store.wake.redispatch_after
         elif until is None:
-            due, wake = None, None  # a poke (or a timer) brings it back
+            # A poke brings it back; the wake only repairs a poke lost with its process.
+            due, wake = None, now + LOST_POKE_CHECK
         elif until - now <= TIMER_REACH:
             due, wake = until, until + self.adv.store.wake.redispatch_after
         else:
@@ -354,8 +380,10 @@ class Durable:
         done = {i for i in range(total)
                 if (branch_scope(waiting.scope, waiting.pos, i), RESULT_POS) in places}
         first, cursor = first_branches(total, limit, done)
-        self.store.open_parallel(row.run_id, waiting.scope, waiting.pos, total, limit, done,
-                                 cursor, now)
+        # Only those before the cursor count as done now: one past it is counted when the
+        # cursor reaches it and its row finds its result, passing its slot on.
+        self.store.open_parallel(row.run_id, waiting.scope, waiting.pos, total, limit,
+                                 {i for i in done if i < cursor}, cursor, now)
         self._start_branches(row, ctx, [branch_scope(waiting.scope, waiting.pos, i)
                                         for i in first], now)
 
@@ -464,7 +492,7 @@ class Durable:
     def _pause(self, row: StepRecord, pokes: int, pause: Pause, tally: Tally) -> None:
         now = self.clock()
         self.store.pause_run(row.run_id, pause.error, now)
-        self._suspend(row, pokes, pause.waiting, now, tally)
+        self._suspend(row, pokes, pause.waiting, now, tally, settle=True)
 
 
 def _place(entry: dict[str, Any]) -> dict[str, Any]:

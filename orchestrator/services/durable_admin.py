@@ -44,20 +44,26 @@ class DurableAdmin:
         """Call a paused run's workflow again (the code was fixed). A run that is not
         paused is only woken: harmless."""
         run = self._durable_run(run_id)
-        self._restart(run_id, "resume", lambda: None)
-        self.store.unpause_run(run_id, self.clock(), how="resume")
+        self._restart(run_id, "resume", lambda: self.store.unpause_run(
+            run_id, self.clock(), how="resume"))
         return {"run_id": run_id, "resumed": True, "was_paused": run.paused is not None}
 
     def reset(self, run_id: str, to: int) -> dict[str, Any]:
         """Forget the journal from position `to` of the workflow's top on, and call the
-        workflow again: what follows runs again."""
+        workflow again: what follows runs again. Only the top's entries are forgotten: a
+        parallel operation or a child run after `to` keeps its branches' results and its
+        children (their ids derive from the operation), so reset before them only if
+        they should not run again."""
         if isinstance(to, bool) or not isinstance(to, int) or to < 0:
             raise UsageError(f"to: {to!r} is not a position (an integer >= 0)")
         run = self._durable_run(run_id)
         deleted: list[int] = []
-        self._restart(run_id, "reset", lambda: deleted.append(
-            self.store.delete_entries(run_id, "", to)))
-        self.store.unpause_run(run_id, self.clock(), how="reset", to=to)
+
+        def forget() -> None:
+            deleted.append(self.store.delete_entries(run_id, "", to))
+            self.store.unpause_run(run_id, self.clock(), how="reset", to=to)
+
+        self._restart(run_id, "reset", forget)
         return {"run_id": run_id, "reset_to": to, "forgotten": deleted[0] if deleted else 0,
                 "was_paused": run.paused is not None}
 

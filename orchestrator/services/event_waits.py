@@ -60,17 +60,25 @@ class EventWaits:
         runs: set[tuple[str, str]] = set()
         now = self.clock()
         for pk in parts:
-            for item in self.control.query(pk, now=now, after="w#", limit=1000):
-                doc = doc_of(item) or {}
-                if doc.get("run_id"):
-                    runs.add((str(doc["run_id"]), str(doc.get("row") or DRIVER)))
+            after = "w#"
+            while True:  # every waiting run, a page at a time
+                items = self.control.query(pk, now=now, after=after, limit=1000)
+                for item in items:
+                    doc = doc_of(item) or {}
+                    if doc.get("run_id"):
+                        runs.add((str(doc["run_id"]), str(doc.get("row") or DRIVER)))
+                if len(items) < 1000:
+                    break
+                after = items[-1]["sk"]["S"]
         return runs
 
     # ---- the waiting side --------------------------------------------------------------
 
     def register(self, run_id: str, waiting: Waiting) -> None:
         detail = waiting.detail
-        end = waiting.until or (self.clock() + self.retention)
+        # Kept until the wait's own end; one without a timeout may last as long as the
+        # run (a year here: a run that outlives it is woken by its hourly look).
+        end = waiting.until or (self.clock() + 365 * 24 * 3600.0)
         for pk in _partitions_of_wait(str(detail["event"]), detail.get("subject")):
             self.control.put_new(pk, self._wait_key(run_id, waiting), now=self.clock(),
                                  doc={"run_id": run_id, "row": row_of(waiting.scope)},

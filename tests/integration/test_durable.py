@@ -214,8 +214,10 @@ def test_the_sweeper_leaves_a_run_waiting_for_a_signal_alone(h: Harness) -> None
     run_id = h.start("approval", {})
     waiting_for(h, run_id, "signal")
     row = h.rt.store.get_driver(run_id)
-    assert row is not None and row.wake_at is None
-    later = time.time() + 3600
+    # Its poke wakes it; its wake, an hour out, only repairs a poke lost with its process.
+    assert row is not None and row.wake_at is not None
+    assert 3500 < row.wake_at - time.time() <= 3600
+    later = time.time() + 1800
     for _ in range(3):
         h.rt.sweeper(clock=lambda: later).sweep_runs([run_id], set(), later, SweepReport())
     after = h.rt.store.get_driver(run_id)
@@ -518,3 +520,15 @@ def test_a_branch_counted_twice_starts_the_same_next_branch(h: Harness) -> None:
     assert store.branch_done(run_id, "", 3, 2)["start"] is None
     last = store.branch_done(run_id, "", 3, 3)
     assert last["done"] == {0, 1, 2, 3} and last["start"] is None
+
+
+def test_a_driver_keeps_only_its_last_wait_in_its_history(h: Harness) -> None:
+    run_id = h.start("approval", {"twice": True})
+    for n in range(2):
+        waiting_for(h, run_id, "signal")
+        h.rt.signals.send(run_id, "approve", {"n": n})
+    h.wait(run_id)
+    driver = h.rt.store.get_driver(run_id)
+    assert driver is not None
+    waits = [e for e in driver.history if e["type"] == "run.waiting"]
+    assert len(waits) <= 1 and len(driver.history) <= 4, driver.history

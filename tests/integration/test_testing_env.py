@@ -301,3 +301,19 @@ def test_a_signed_app_is_called_with_real_timestamps_after_a_jump() -> None:
 def test_options_must_name_served_workflows() -> None:
     with pytest.raises(ValueError, match=r"options for \['nope'\]"):
         WorkflowEnv(workflows=[ping], options={"nope": {}})
+
+
+@workflow("mixed-branches")
+async def mixed_branches(ctx: Context, payload: Any) -> Any:
+    async def at_once() -> int:
+        return 7
+
+    return await ctx.parallel([step("a", lambda: 1), at_once, step("c", lambda: 3),
+                               at_once, step("e", lambda: 5)], max_parallel=1)
+
+
+def test_branches_that_return_at_once_pass_their_slot_on(emulator: Emulator) -> None:
+    with WorkflowEnv(workflows=[mixed_branches], emulator=emulator) as env:
+        run_id = env.start("mixed-branches", {})
+        env.run_until_idle()
+        assert env.result(run_id) == [1, 7, 3, 7, 5]

@@ -22,7 +22,7 @@ import json
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
-from orchestrator.adapters.store.codec import num, step_from_item
+from orchestrator.adapters.store.codec import history_entry, num, step_from_item
 from orchestrator.adapters.store.control import ms_key
 from orchestrator.adapters.store.tables import Tables, history_clause, step_key
 from orchestrator.engine.durable import DRIVER
@@ -55,8 +55,10 @@ def signal_prefix(name: str) -> str:
 class JournalRows(Tables):
     # -- the journal ---------------------------------------------------------------------
 
-    def read_journal(self, run_id: str) -> list[dict[str, Any]]:
-        """Every entry of a run's journal, in (scope, position) order."""
+    def read_journal(self, run_id: str, now: float | None = None) -> list[dict[str, Any]]:
+        """Every entry of a run's journal, in (scope, position) order. With `now` (a
+        run still going), entries within half the retention of their expiry are
+        stamped again: a run lives as long as it needs, its journal with it."""
         entries: list[dict[str, Any]] = []
         kwargs: dict[str, Any] = {
             "TableName": self.steps,
@@ -67,10 +69,21 @@ class JournalRows(Tables):
         while True:
             with _translate(f"journal of {run_id}"):
                 resp = self.ddb.query(**kwargs)
-            entries.extend(self._entry(i) for i in resp.get("Items", []))
+            for item in resp.get("Items", []):
+                entries.append(self._entry(item))
+                if now is not None and float(item.get("expires_at", {}).get("N", "inf")) \
+                        < now + self.step_retention / 2:
+                    self._restamp(run_id, item["step"]["S"], now)
             if "LastEvaluatedKey" not in resp:
                 return entries
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    def _restamp(self, run_id: str, key: str, now: float) -> None:
+        with _translate(f"journal {run_id}/{key}: keep"):
+            self.ddb.update_item(TableName=self.steps, Key=step_key(run_id, key),
+                                 UpdateExpression="SET expires_at = :e",
+                                 ExpressionAttributeValues={
+                                     ":e": num(now + self.step_retention)})
 
     def _entry(self, item: dict[str, Any]) -> dict[str, Any]:
         ref = item.get("ref", {}).get("S")
@@ -218,6 +231,19 @@ class JournalRows(Tables):
                 return out
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
+    def untake_signal(self, run_id: str, key: str, wait_id: str) -> None:
+        """Give back a signal a wait took whose outcome turned out to be another."""
+        try:
+            with _translate(f"signal {run_id}: give back"):
+                self.ddb.update_item(
+                    TableName=self.steps, Key=step_key(run_id, key),
+                    UpdateExpression="REMOVE taken_by",
+                    ConditionExpression="taken_by = :w",
+                    ExpressionAttributeValues={":w": {"S": wait_id}},
+                )
+        except ConditionFailed:
+            pass
+
     # -- the driver ----------------------------------------------------------------------
 
     def suspend_driver(self, run_id: str, owner: str, attempt: int, pokes: int,
@@ -229,8 +255,11 @@ class JournalRows(Tables):
         cancelled: the lease is still yours, end the driver) or "lost"."""
         values: dict[str, Any] = {":o": {"S": owner}, ":n": num(attempt), ":p": num(pokes),
                                   ":w": {"S": dumps(waiting)}}
-        sets = ["waiting = :w", history_clause(values, now, "run.waiting", waits=waiting["kind"],
-                                               name=waiting.get("name"))]
+        # The driver's history keeps only its last wait (the journal holds the run's
+        # story): appended on every wait, a long-lived run's row would pass 400 KB.
+        values[":h"] = {"L": [history_entry(now, "run.waiting", waits=waiting["kind"],
+                                            name=waiting.get("name"))]}
+        sets = ["waiting = :w", "#h = :h"]
         removes = ["lease_owner", "lease_until"]
         for attr, value in (("due_at", due_at), ("wake_at", wake_at)):
             if value is None:
@@ -398,12 +427,18 @@ class JournalRows(Tables):
         except ConditionFailed:
             pass  # ended meanwhile
 
-    def get_parallel(self, run_id: str, scope: str, pos: int) -> dict[str, Any] | None:
+    def get_parallel(self, run_id: str, scope: str, pos: int,
+                     now: float | None = None) -> dict[str, Any] | None:
+        key = f"{PARALLEL}{scope}#{pos:08d}"
         with _translate(f"parallel {run_id}/{scope}#{pos}: read"):
-            item = self.ddb.get_item(
-                TableName=self.steps, Key=step_key(run_id, f"{PARALLEL}{scope}#{pos:08d}"),
-                ConsistentRead=True).get("Item")
-        return None if item is None else _aggregate(item)
+            item = self.ddb.get_item(TableName=self.steps, Key=step_key(run_id, key),
+                                     ConsistentRead=True).get("Item")
+        if item is None:
+            return None
+        if now is not None and float(item.get("expires_at", {}).get("N", "inf")) \
+                < now + self.step_retention / 2:
+            self._restamp(run_id, key, now)  # a parallel as long-lived as its run
+        return _aggregate(item)
 
     def hold_driver(self, run_id: str, owner: str, until: float) -> StepRecord | None:
         """Take the lease of a driver nobody holds (an operator's reset); None if it is

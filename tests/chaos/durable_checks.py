@@ -4,9 +4,10 @@ drivers), the journal, the signals and parallel aggregates, the step bodies' exe
 
 - `driver-transition`, `left-terminal`, `history-incomplete`, `attempt-reused`,
   `retry-budget`, `driver-status`: every driver row (`$run`, `$run/<scope>`) moves along
-  engine.states' table (`run.waiting` only while dispatched), its attempts count up
-  between two waits and stay within the budget, and a successful run's drivers all
-  succeeded;
+  engine.states' table (`run.waiting` only while dispatched; a driver's history starts
+  at its last wait, which the engine's suspend writes in place of the history), its
+  attempts count up between two waits and stay within the budget, and a successful run's
+  drivers all succeeded;
 - `journal-place`: each scope's places are 0, 1, 2... with no gap, and the op id at
   each is the one the SDK gives the operation there (one entry per place is the store's
   write-once put: what is checked is that it holds the right operation);
@@ -140,7 +141,11 @@ class DurableChecks:
 
     def driver(self, run: RunRecord, row: StepRecord) -> None:
         rid, name = run.run_id, row.step
-        status = S.BLOCKED
+        # A driver keeps its history from its last wait on (the engine replaces it at
+        # each wait: the journal holds the run's story); a wait is only ever written
+        # while dispatched.
+        first = row.history[0].get("type") if row.history else None
+        status = S.DISPATCHED if first == "run.waiting" else S.BLOCKED
         segment: list[int] = []
         self.error_doc(row.error, "driver error", rid, name)
         for e in row.history:

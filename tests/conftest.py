@@ -29,6 +29,15 @@ def testfns(recorder: Recorder) -> Iterator[str]:
         yield server.url
 
 
+@pytest.fixture(scope="session")
+def app_url() -> Iterator[str]:
+    """tests/support/durable_fns.py's durable workflows, served by a real FunctionApp."""
+    from tests.support.durable_fns import create_app as durable_app
+
+    with BackgroundServer(durable_app()) as server:
+        yield server.url
+
+
 @pytest.fixture
 def build_harness(emulator: Emulator) -> BuildHarness:
     """`build(manifest_text, tmp, env, **settings)`: a Harness on fresh resources. Here every

@@ -10,15 +10,11 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from functions.serving import BackgroundServer
 from orchestrator.adapters.queue import Dispatch
-from tests.support.durable_fns import CONCURRENCY, LEDGER, create_app
+from tests.support.durable_fns import CONCURRENCY, LEDGER
 from tests.support.harness import Harness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,12 +29,6 @@ workflows:
   branches: { backend: app }
   slowstep: { backend: app, timeout: 3s }
 """
-
-
-@pytest.fixture(scope="module")
-def app_url() -> Iterator[str]:
-    with BackgroundServer(create_app()) as server:
-        yield server.url
 
 
 def build(build_harness: Any, app_url: str, tmp_path: Path, **settings: Any) -> Harness:

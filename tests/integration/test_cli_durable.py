@@ -16,7 +16,7 @@ from orchestrator.api.app import create_app as create_api
 from orchestrator.runtime import Runtime
 from orchestrator.services.apikeys import ApiKeys
 from tests.support.cli import cli, out_json
-from tests.support.durable_fns import HOOK_URLS, LEDGER, create_app
+from tests.support.durable_fns import HOOK_URLS, LEDGER
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -33,12 +33,6 @@ workflows:
     steps:
       one: { backend: fn, route: /echo }
 """
-
-
-@pytest.fixture(scope="module")
-def app_url() -> Iterator[str]:
-    with BackgroundServer(create_app()) as server:
-        yield server.url
 
 
 @pytest.fixture

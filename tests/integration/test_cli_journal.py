@@ -15,14 +15,8 @@ from functions.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from tests.integration.test_cli_durable import MANIFEST, until
 from tests.support.cli import cli, out_json
-from tests.support.durable_fns import LEDGER, create_app
+from tests.support.durable_fns import LEDGER
 from tests.support.harness import Harness
-
-
-@pytest.fixture(scope="module")
-def app_url() -> Iterator[str]:
-    with BackgroundServer(create_app()) as server:
-        yield server.url
 
 
 @pytest.fixture

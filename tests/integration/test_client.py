@@ -30,7 +30,7 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.runtime import Runtime
 from orchestrator.services.apikeys import ApiKeys
 from tests.support.cli import cli
-from tests.support.durable_fns import HOOK_URLS, LEDGER, create_app
+from tests.support.durable_fns import HOOK_URLS, LEDGER
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -47,12 +47,6 @@ workflows:
     steps:
       one: { backend: fn, route: /echo }
 """
-
-
-@pytest.fixture(scope="module")
-def app_url() -> Iterator[str]:
-    with BackgroundServer(create_app()) as server:
-        yield server.url
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from functions.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from orchestrator.sweeper import SweepReport
-from tests.support.durable_fns import CONCURRENCY, EFFECTS, HOOK_URLS, LEDGER, create_app
+from tests.support.durable_fns import CONCURRENCY, EFFECTS, HOOK_URLS, LEDGER
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -35,12 +35,6 @@ workflows:
   branches: { backend: app }
   parent: { backend: app }
 """
-
-
-@pytest.fixture(scope="module")
-def app_url() -> Iterator[str]:
-    with BackgroundServer(create_app()) as server:
-        yield server.url
 
 
 @pytest.fixture

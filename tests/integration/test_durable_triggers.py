@@ -13,7 +13,6 @@ import pytest
 from functions.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from orchestrator.webhook_signing import sign
-from tests.support.durable_fns import create_app
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -39,12 +38,6 @@ webhooks:
     verify: { scheme: github, secrets: ["hook-secret"] }
     input: { steps: body.steps }
 """
-
-
-@pytest.fixture(scope="module")
-def app_url() -> Iterator[str]:
-    with BackgroundServer(create_app()) as server:
-        yield server.url
 
 
 @pytest.fixture

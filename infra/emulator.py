@@ -20,7 +20,15 @@ In-process: the clients of this same process need not go through a socket at all
 `emulator.attach(clients)` hands each request of those clients straight to the same WSGI
 app (the same DynamoDB lock, moto's same parsing and serialization), so the `dev`
 process's workers and API skip the HTTP round trip, while other processes (`orchestrator
-worker`, the CLI) still reach the emulator over HTTP at `.url`."""
+worker`, the CLI) still reach the emulator over HTTP at `.url`.
+
+What that reaches inside moto and botocore is checked when it is first used
+(infra/capabilities.py): `in-process` (moto's handler for a service, called as moto's own
+botocore stub calls it: with botocore's request up to moto 5.2.3, with moto's normalized
+Request from 5.2.4; a probe request proves it), `in-process:wsgi` (other services through
+the server's app), and `unsigned` (botocore's signer and User-Agent handlers, unhooked). A
+check that fails leaves that piece out, with one log line: the clients then call the same
+emulator over HTTP, or sign their requests as usual."""
 
 from __future__ import annotations
 
@@ -36,7 +44,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from botocore import UNSIGNED
-from botocore.awsrequest import AWSResponse
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
+from botocore.compat import HTTPHeaders
 from botocore.exceptions import ClientError
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.exceptions import HTTPException
@@ -44,8 +53,10 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.test import EnvironBuilder
 
 from infra import moto_speedups
+from infra.capabilities import Capability, Reach, Verdict, check, record, report, resolve
 
-__all__ = ["Emulator", "InProcess", "SerializeDynamoDB", "calm_collector", "keep_to_one_core"]
+__all__ = ["CAPABILITIES", "Emulator", "InProcess", "SerializeDynamoDB", "calm_collector",
+           "keep_to_one_core", "self_check"]
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -119,15 +130,58 @@ class _Body(io.BytesIO):
             chunk = self.read()
 
 
+IN_PROCESS = Capability(
+    "in-process", "this process's DynamoDB and SQS calls skip the socket",
+    (Reach("moto.dynamodb.responses:DynamoHandler.dispatch"),
+     Reach("moto.sqs.responses:SQSResponse.dispatch")))
+IN_PROCESS_WSGI = Capability(
+    "in-process:wsgi", "this process's S3 and CloudFormation calls skip the socket",
+    (Reach("moto.moto_server.werkzeug_app:DomainDispatcherApplication.get_application"),))
+# Checked on each client: what it unhooks are attributes of a botocore client object.
+UNSIGNED_CALLS = Capability(
+    "unsigned", "in-process requests are neither signed nor given a User-Agent", ())
+CAPABILITIES = (IN_PROCESS, IN_PROCESS_WSGI, UNSIGNED_CALLS)
+
+# A read-only request per service whose answer proves the direct path (target, body).
+_PROBES = {
+    "dynamodb": ("DynamoDB_20120810.ListTables", b'{"Limit": 1}'),
+    "sqs": ("AmazonSQS.ListQueues", b'{"MaxResults": 1}'),
+}
+_checked: dict[str, str | None] = {}  # capability or service -> None (usable) or why not
+_checked_lock = threading.Lock()
+
+
+def recheck() -> None:
+    """Forget what was checked of the in-process path (the next attach checks again)."""
+    with _checked_lock:
+        _checked.clear()
+
+
+def _normalizer() -> Any:
+    """How moto's handlers take a request. From moto 5.2.4 they take moto's own Request
+    (moto.core.request.normalize_request makes one of botocore's, and its
+    `from_wsgi_server` says which): that module, whose normalize_request is looked up at
+    each call (a speed-up may replace it); up to 5.2.3, botocore's request as it is (None)."""
+    try:
+        request_class = resolve("moto.core.request:Request")
+        resolve("moto.core.request:normalize_request")
+    except LookupError:
+        return None
+    if not hasattr(request_class, "from_wsgi_server"):
+        return None
+    return resolve("moto.core.request")
+
+
 class InProcess:
     """A botocore `before-send` handler that answers a request from moto in this process
     instead of sending it.
 
     DynamoDB and SQS requests go to moto's own handler for the service, as moto's in-process
-    mode (`mock_aws`) calls it: botocore's prepared request, no WSGI environ, no Flask app
-    around it. DynamoDB's still run one at a time under the same lock as the HTTP path's.
-    Any other service (S3, CloudFormation, ...) becomes a WSGI environ, exactly as werkzeug's
-    server would build it, and goes through the same app as an HTTP request."""
+    mode (`mock_aws`) calls it: botocore's prepared request (moto's normalized Request from
+    5.2.4), no WSGI environ, no Flask app around it. DynamoDB's still run one at a time
+    under the same lock as the HTTP path's. Any other service (S3, CloudFormation, ...)
+    becomes a WSGI environ, exactly as werkzeug's server would build it, and goes through
+    the same app as an HTTP request."""
 
     def __init__(self, dispatcher: DomainDispatcherApplication, url: str, service: str,
                  region: str = "us-east-1") -> None:
@@ -140,6 +194,7 @@ class InProcess:
         self.app: WSGIApp | None = None
         direct = _DIRECT.get(service)
         self.handler = None if direct is None else direct()
+        self.requests = _normalizer()
         # moto checks no signature: it reads the account and the region from the
         # Authorization header's credential scope. Requests handed over directly are not
         # signed (a SigV4 signature is a good part of botocore's time per request), and
@@ -188,35 +243,94 @@ class InProcess:
         request.body = _body_of(request)
         if "Authorization" not in request.headers:
             request.headers["Authorization"] = self.scope
+        url, headers = request.url, request.headers
+        if self.requests is not None:
+            request = self.requests.normalize_request(request)
+            url, headers = request.raw_url, request.headers
         try:
             if self.service == "dynamodb":
                 with _DYNAMODB_LOCK:
-                    status, headers, body = handler(request, request.url, request.headers)
+                    status, headers, body = handler(request, url, headers)
             else:
-                status, headers, body = handler(request, request.url, request.headers)
+                status, headers, body = handler(request, url, headers)
         except HTTPException as exc:
             status, headers, body = exc.code, exc.get_headers(), exc.get_body()
         except ClientError as exc:  # what moto's Flask wrapper answers for one
             status, headers, body = 400, {}, exc.response["Error"]["Message"]
         if isinstance(body, str):
             body = body.encode("utf-8")
-        return AWSResponse(request.url, int(status), _text_headers(headers), _Body(body))
+        return AWSResponse(str(url), int(status), _text_headers(headers), _Body(body))
+
+    def probe(self) -> str | None:
+        """Send one read-only request the direct way: None if moto answered it as it
+        should, else why not (this moto takes its requests in another shape)."""
+        if self.handler is None or self.service not in _PROBES:
+            return None
+        target, body = _PROBES[self.service]
+        request = AWSPreparedRequest(
+            "POST", f"{self.url}/",
+            HTTPHeaders.from_dict({"X-Amz-Target": target,
+                                   "Content-Type": "application/x-amz-json-1.0"}),
+            body, stream_output=False)
+        try:
+            answer = self(request)
+        except Exception as exc:  # any failure: this path is not for this moto
+            return f"a {self.service} request failed in moto ({type(exc).__name__}: {exc})"
+        if answer is None or answer.status_code != 200:
+            status = None if answer is None else answer.status_code
+            return f"a {self.service} request was answered {status}, not 200"
+        return None
 
 
 def _unsigned(**_: Any) -> Any:
     return UNSIGNED
 
 
-def _dynamodb_handler() -> Callable[..., Any]:
-    from moto.dynamodb.responses import DynamoHandler
+def _check_once(capability: Capability, key: str, probe: Callable[[], str | None]) -> str | None:
+    """The capability's check, then `probe`, once per process for each key; its verdict
+    (off if any key's check failed) is recorded for infra.capabilities.report()."""
+    with _checked_lock:
+        if key not in _checked:
+            _checked[key] = check(capability) or probe()
+            reasons = [r for k in _checked_keys(capability) if (r := _checked.get(k))]
+            record(capability, (reasons[0] + " (calls go over HTTP)") if reasons else None)
+        return _checked[key]
 
-    return DynamoHandler.dispatch  # type: ignore[no-any-return]
+
+def _checked_keys(capability: Capability) -> list[str]:
+    return list(_PROBES) if capability is IN_PROCESS else ["wsgi"]
+
+
+def _unhook(client: Any, created: str) -> None:
+    """Nor is anything done to a request that only its trip over the wire needs: its
+    signature (moto reads the credential scope InProcess adds; `choose-signer` already
+    makes it UNSIGNED, this saves the signer's own work) and its User-Agent, rebuilt by
+    botocore for every request. Both handlers are private attributes of the client."""
+    signer = getattr(getattr(client, "_request_signer", None), "handler", None)
+    agent = getattr(getattr(client, "_user_agent_creator", None),
+                    "rebuild_and_replace_user_agent_handler", None)
+    missing = [name for name, h in (("_request_signer.handler", signer),
+                                    ("_user_agent_creator.rebuild_and_replace_user_agent_"
+                                     "handler", agent)) if h is None]
+    with _checked_lock:
+        if missing:
+            reason = (f"botocore's client has no {', '.join(missing)} "
+                      "(requests are still unsigned, through choose-signer)")
+            _checked["unsigned"] = reason
+        else:
+            _checked.setdefault("unsigned", None)
+        record(UNSIGNED_CALLS, _checked["unsigned"])
+    for handler in (signer, agent):
+        if handler is not None:
+            client.meta.events.unregister(created, handler)
+
+
+def _dynamodb_handler() -> Callable[..., Any]:
+    return resolve("moto.dynamodb.responses:DynamoHandler").dispatch  # type: ignore[no-any-return]
 
 
 def _sqs_handler() -> Callable[..., Any]:
-    from moto.sqs.responses import SQSResponse
-
-    return SQSResponse.dispatch  # type: ignore[no-any-return]
+    return resolve("moto.sqs.responses:SQSResponse").dispatch  # type: ignore[no-any-return]
 
 
 # The services whose every request moto answers with one handler, whatever the path.
@@ -288,23 +402,24 @@ class Emulator:
 
     def attach(self, clients: Any) -> Any:
         """Make these boto3 clients (a `Clients`, or any with `.meta.events`) call this
-        emulator in-process. Returns `clients`."""
+        emulator in-process, where this moto allows it (each piece checked once per
+        process: see the module's docstring); a client it does not stays on HTTP.
+        Returns `clients`."""
         if self._dispatcher is None:
             raise RuntimeError("the emulator is not running: call start() first")
         for client in _clients_of(clients):
             service = client.meta.service_model.service_name
             handler = InProcess(self._dispatcher, self.url, service, client.meta.region_name)
+            if handler.handler is not None:
+                if _check_once(IN_PROCESS, service, handler.probe) is not None:
+                    continue  # this client calls the emulator over HTTP
+            elif _check_once(IN_PROCESS_WSGI, "wsgi", lambda: None) is not None:
+                continue
             client.meta.events.register_first("before-send", handler)
             if handler.handler is not None:
                 hyphenized = client.meta.service_model.service_id.hyphenize()
                 client.meta.events.register(f"choose-signer.{hyphenized}", _unsigned)
-                # Nor is anything done to a request that only its trip over the wire
-                # needs: its signature (moto reads the credential scope InProcess adds)
-                # and its User-Agent, rebuilt by botocore for every request.
-                created = f"request-created.{hyphenized}"
-                client.meta.events.unregister(created, client._request_signer.handler)
-                client.meta.events.unregister(
-                    created, client._user_agent_creator.rebuild_and_replace_user_agent_handler)
+                _unhook(client, f"request-created.{hyphenized}")
         return clients
 
     def stop(self) -> None:
@@ -374,6 +489,25 @@ def _clients_of(clients: Any) -> list[Any]:
     if hasattr(clients, "meta"):
         return [clients]
     return [getattr(clients, f.name) for f in fields(clients)]
+
+
+def self_check() -> list[Verdict]:
+    """Start a throwaway emulator, install the speed-ups, attach a DynamoDB and an SQS
+    client and make one read-only call with each: every capability's verdict on this
+    install (infra.capabilities.report()), as `orchestrator doctor` prints them."""
+    import boto3
+
+    with Emulator() as emulator:
+        session = boto3.session.Session(aws_access_key_id="local", aws_secret_access_key="local",
+                                        region_name="us-east-1")
+        calls: tuple[tuple[str, str, dict[str, Any]], ...] = (
+            ("dynamodb", "list_tables", {"Limit": 1}),
+            ("sqs", "list_queues", {"MaxResults": 1}), ("s3", "list_buckets", {}))
+        for service, operation, kwargs in calls:
+            client = emulator.attach(
+                session.client(service, endpoint_url=emulator.url))  # type: ignore[call-overload]
+            getattr(client, operation)(**kwargs)
+    return report()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,12 +12,6 @@ once per walk instead of at every node. Everything that depends on the values or
 (value resolution, functions, type checks, the write itself) still runs on every request,
 so every answer and every error stays moto's own.
 
-Answers: moto's response serializer works out, for every member of every attribute value
-of every item, which spellings to look the member up under. For plain dicts (what
-DynamoDB answers are made of) those spellings are a pure function of the member's name and
-its shape in the service's model, which moto keeps for the life of the process: they are
-memoized, and a member is then looked up in the dict directly.
-
 Index queries: moto's Query on an index sorts every item of the table, then sizes and
 sorts every item under the partition key before it applies the sort-key condition, so a
 query of a narrow range costs as much as reading the whole partition (the orchestrator's
@@ -34,96 +28,71 @@ step states names 25): the item is converted once per projection, and each attri
 looked up in that one conversion (the conversion is pure, and the lookups only copy out
 of it).
 
-Parameters: before a handler runs, moto turns botocore's request into a werkzeug Request
-(a WSGI environ, headers, a form parser) only to hand its body to the JSON parser, which
-reads nothing else: a request of the JSON protocols (DynamoDB, SQS) is handed over as
-what that parser reads.
-
 Conditions: before it applies a write, moto's response handler parses the
 ConditionExpression once only to list the names and values it uses (to refuse unused
 ones), then the backend parses it again to evaluate it. That first parse is memoized by
 (text, names, and the placeholders and types of the values): what it lists, and whether it
 succeeds, depend on nothing else. A parse that fails is never memoized.
 
-Parsing: moto hands a DynamoDB request's body to botocore's parser, which walks the
-operation's shapes to copy it out member by member; what it changes is only binary
-values (decoded from base64) and timestamps. A request of an item operation (none has a
-timestamp member) with no binary value is read as the JSON it is.
+The request path (answers' spellings, request parsing, method lists) is in
+speedups_wire.py, SQS in speedups_sqs.py.
 
-Every request: moto lists the methods of its response class (`inspect.getmembers`) to
-find the action's; a class's methods do not change while it serves, so the list is
-memoized per class.
-
-Queues: before handing out each message, moto's ReceiveMessage asks for the queue's
-retention period through GetQueueAttributes' code, which builds every attribute of the
-queue, twice, counting the queue's messages three times each time: a receive of ten
-messages from a queue with N waiting walked them sixty times. The retention period is read
-from the queue itself, where those attributes take it from. SendMessage builds them all
-too (once or twice per message) to read one of them, ContentBasedDeduplication: within a
-send, the queue's attributes are that one (as moto spells it, present only on a FIFO
-queue), so a batch of ten sent to a queue of N no longer walks the N thirty times.
-
-`install()` applies this only to the moto version it was checked against (see
-CHECKED_MOTO); on any other, or with ORCH_MOTO_STOCK=1 in the environment (to compare, or
-to rule the memo out), it does nothing and moto runs unmodified, only slower."""
+Every speed-up is a capability (infra/capabilities.py): the moto functions it replaces or
+reads, each with the fingerprints of its code in the moto releases it was checked against
+(5.2.1 to 5.2.5). `install()` applies each speed-up whose check passes and switches off,
+with one log line, each whose check fails: a moto release that moves or changes what a
+speed-up reproduces costs that speed-up, never the emulator. ORCH_MOTO_STOCK=1 in the
+environment switches them all off (to compare, or to rule them out); ORCH_MOTO_SPEEDUPS_OFF
+names some to switch off (comma-separated, as `speedup:NAME` or `NAME`)."""
 
 from __future__ import annotations
 
 import copy
-import json
 import os
 import pickle
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
-import moto
-import moto.core.responses as moto_responses
-import moto.core.utils as moto_utils
-import moto.dynamodb.responses as ddb_responses
-from botocore.awsrequest import AWSPreparedRequest
-from moto.core.serialize import AttributePicker, ResponseSerializer, XFormedAttributePicker
-from moto.dynamodb.comparisons import ConditionExpressionParser
-from moto.dynamodb.models import dynamo_type
-from moto.dynamodb.models.table import Table
-from moto.dynamodb.parsing import validators
-from moto.dynamodb.parsing.ast_nodes import (  # type: ignore[attr-defined]
-    DepthFirstTraverser,
-    Node,
-)
-from moto.dynamodb.parsing.expressions import (  # type: ignore[attr-defined]
-    UpdateExpressionParser,
-)
-from moto.sqs.models import Queue, SQSBackend
+from infra import speedups_sqs, speedups_wire
+from infra.capabilities import Capability, Reach, check, forget, record, resolve
 
-__all__ = ["CHECKED_MOTO", "install", "installed", "uninstall"]
+__all__ = ["CAPABILITIES", "CHECKED_MOTO", "SPEEDUPS", "Patch", "Speedup", "active",
+           "install", "installed", "uninstall"]
 
-CHECKED_MOTO = ("5.2.",)
-# Validators that read nothing but the tree, the attribute names and the table's keys.
-PURE = (
-    validators.ActionCountValidator,
-    validators.OverlappingPathsValidator,
-    validators.UpdateHashRangeKeyValidator,
-)
+# The moto releases whose code every fingerprint below was read from and tested on.
+CHECKED_MOTO = ("5.2.1", "5.2.2", "5.2.3", "5.2.4", "5.2.5")
 CACHE_SIZE = 512
+STOCK_VARIABLE = "ORCH_MOTO_STOCK"
+OFF_VARIABLE = "ORCH_MOTO_SPEEDUPS_OFF"
 
 _lock = threading.Lock()
 _trees: OrderedDict[str, tuple[Any, bytes]] = OrderedDict()  # expression -> (tree, pickled)
 _pickled: dict[int, bytes] = {}  # id(tree) -> its pickle, for trees held in _trees
 _tokens: OrderedDict[str, tuple[Any, ...]] = OrderedDict()  # condition -> its tokens
-_models: dict[str, Any] = {}  # service name -> moto's one ServiceModel of it
-_spellings: dict[tuple[Any, ...], tuple[str, ...]] = {}
 _passed: set[tuple[int, tuple[tuple[str, str], ...], tuple[str, ...]]] = set()
-_state = {"installed": False}
+_state: dict[str, Any] = {"installed": False, "active": ()}
 _stock: dict[str, Any] = {}
+# moto's objects the replacements use, looked up when they are installed.
+_refs: dict[str, Any] = {}
+# Validators that read nothing but the tree, the attribute names and the table's keys.
+_PURE: list[type] = []
 # The index query running on this thread: (table, sort-key attribute, a test for the
 # values before its range).
 _range = threading.local()
 
 
+
 def installed() -> bool:
-    return _state["installed"]
+    """Whether install() ran and left moto patched (some speed-ups may be off)."""
+    return bool(_state["installed"])
+
+
+def active() -> tuple[str, ...]:
+    """The names of the speed-ups applied now."""
+    return tuple(_state["active"])
 
 
 def _make(cls: type, expression_str: str) -> Any:
@@ -163,7 +132,7 @@ def _validator_init(self: Any, expression: Any, expression_attribute_names: Any,
         known = self._memo_key in _passed
     processors = self.get_ast_processors()
     if known:
-        processors = [p for p in processors if not isinstance(p, PURE)]
+        processors = [p for p in processors if not isinstance(p, tuple(_PURE))]
     self.processors = processors
     self.node_to_validate = (
         pickle.loads(data) if data is not None else copy.deepcopy(expression)
@@ -196,7 +165,7 @@ def _lex(self: Any) -> Any:
 def _walk(self: Any, node: Any, child_id: int = -1) -> Any:
     # moto's DepthFirstTraverser.traverse_node_recursively, with the processed node
     # types computed once per traverser (moto rebuilds them at every node).
-    if isinstance(node, Node):
+    if isinstance(node, _refs["Node"]):
         types = self.__dict__.get("_memo_types")
         if types is None:
             types = self._memo_types = self.nodes_to_be_processed()
@@ -211,33 +180,6 @@ def _walk(self: Any, node: Any, child_id: int = -1) -> Any:
             if parent_node:
                 parent_node.children[child_id] = node
     return node
-
-
-def _kept(service_model: Any) -> bool:
-    """Is this the model moto keeps for its service (so its shapes live on)?"""
-    name = service_model.service_name
-    kept = _models.get(name)
-    if kept is None:
-        kept = _models.setdefault(name, moto_utils.get_service_model(name))
-    return kept is service_model
-
-
-def _spelled(cls: type) -> Any:
-    stock = cls.__dict__["get_possible_keys"]
-
-    def get_possible_keys(self: Any, context: Any) -> Any:
-        # Only for dicts (no Meta aliases, one class name) and shapes of a kept model
-        # (shape objects live as long as it does, so their identity is a stable key).
-        if type(context.obj) is not dict or context.service_model is None or \
-                not _kept(context.service_model):
-            return stock(self, context)
-        key = (cls, id(self.alias_providers), context.key, id(context.shape))
-        hit = _spellings.get(key)
-        if hit is None:
-            hit = _spellings.setdefault(key, tuple(stock(self, context)))
-        return hit
-
-    return get_possible_keys
 
 
 def _before(comparison: str, bounds: list[Any], forward: bool) -> Any:
@@ -321,30 +263,13 @@ def _query(self: Any, hash_key: Any, range_comparison: Any, range_objs: Any, *ar
         _range.query = None
 
 
-def _get_value(self: Any, value: Any, key: str, shape: Any) -> Any:
-    # ResponseSerializer.get_value for a dict whose member spellings are memoized: the
-    # first spelling present, as the picker would find it (moto's get_value of a dict is
-    # a key lookup, for names without a dot), without building a picking context.
-    picker = self._value_picker
-    if type(value) is dict and type(picker) is XFormedAttributePicker \
-            and not picker.response_transformers:
-        hit = _spellings.get((XFormedAttributePicker, id(picker.alias_providers), key,
-                              id(shape)))
-        if hit is not None and _kept(self.operation_model.service_model) \
-                and not any("." in spelling for spelling in hit):
-            for spelling in hit:
-                if spelling in value:
-                    return value[spelling]
-            return None
-    return _stock["get_value"](self, value, key, shape)
-
-
 def _project(self: Any, projection_expressions: list[list[str]]) -> Any:
     # moto's Item.project, with self.to_regular_json() computed once, not per expression.
     result: dict[str, Any] = {}
+    dynamo_type = _refs["dynamo_type"]
     plain = self.to_regular_json()
     for expr in projection_expressions:
-        dynamo_type.merge_dicts(result, dynamo_type.find_nested_key(expr, plain))  # type: ignore[attr-defined]
+        dynamo_type.merge_dicts(result, dynamo_type.find_nested_key(expr, plain))
     return dynamo_type.Item(
         hash_key=self.hash_key,
         range_key=self.range_key,
@@ -352,28 +277,6 @@ def _project(self: Any, projection_expressions: list[list[str]]) -> Any:
     )
 
 
-class _JSONRequest:
-    """What moto's parameter parsing reads of a request (its JSON parser: the body)."""
-
-    def __init__(self, request: Any, content_type: str) -> None:
-        body = request.body or b""
-        self.data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
-        self.method = request.method
-        self.headers = request.headers
-        self.content_type = content_type
-        self.path = urlparse(request.url).path
-        self.values: dict[str, Any] = {}
-
-
-def _normalize_request(request: Any) -> Any:
-    # moto.core.request.normalize_request, for moto.core.responses.parse_parameters.
-    if isinstance(request, AWSPreparedRequest) and "Content-Encoding" not in request.headers:
-        content_type = request.headers.get("Content-Type", "")
-        if isinstance(content_type, bytes):
-            content_type = content_type.decode()
-        if content_type in ("application/x-amz-json-1.0", "application/x-amz-json-1.1"):
-            return _JSONRequest(request, content_type)
-    return _stock["normalize"](request)
 
 
 _found: OrderedDict[tuple[Any, ...], tuple[list[str], list[str]]] = OrderedDict()
@@ -398,7 +301,7 @@ class _UsedNames:
         with _lock:
             hit = _found.get(key) if key is not None else None
         if hit is None:
-            parser = ConditionExpressionParser(expr, names, values)
+            parser = _refs["parser"](expr, names, values)
             parser.parse()  # raises for a bad expression: never memoized
             hit = (list(parser.expr_attr_names_found), list(parser.expr_attr_values_found))
             if key is not None:
@@ -413,110 +316,202 @@ class _UsedNames:
 _methods: dict[type, list[str]] = {}
 
 
-def _method_names(clazz: Any) -> list[str]:
-    # moto.core.utils.method_names_from_class, once per class (callers only test `in`).
-    names = _methods.get(clazz)
-    if names is None:
-        names = _methods.setdefault(clazz, _stock["methods"](clazz))
-    return names
+
+@dataclass(frozen=True)
+class Patch:
+    """One attribute `install` replaces: `owner` (`module` or `module:Class`), `attr`, and
+    `build(stock) -> replacement`, given what moto had there."""
+
+    owner: str
+    attr: str
+    build: Callable[[Any], Any]
+
+    @property
+    def path(self) -> str:
+        sep = "." if ":" in self.owner else ":"
+        return f"{self.owner}{sep}{self.attr}"
 
 
-def _retained(self: Any, queue_name: str, message: Any) -> bool:
-    # SQSBackend.is_message_valid_based_on_retention_period, with the period read where
-    # Queue.attributes reads it (getattr of its snake_case name), not by building them all.
-    period = self.get_queue(queue_name).message_retention_period
-    return bool(period + message.sent_timestamp / 1000 > moto_utils.unix_time())
+@dataclass(frozen=True)
+class Speedup:
+    capability: Capability
+    patches: tuple[Patch, ...]
 
 
-# Threads inside SQSBackend.send_message (a depth: a send may nest another).
-_sending = threading.local()
+def _stocked(key: str, wrap: Callable[[Any], Any] = lambda f: f) -> Callable[[Any], Any]:
+    """A build that keeps moto's own under `key` for a replacement that reads it there."""
+    def build(stock: Any) -> Any:
+        _stock[key] = stock
+        return wrap(_REPLACEMENTS[key])
+    return build
 
 
-def _send_message(self: Any, *args: Any, **kwargs: Any) -> Any:
-    _sending.depth = getattr(_sending, "depth", 0) + 1
-    try:
-        return _stock["send"](self, *args, **kwargs)
-    finally:
-        _sending.depth -= 1
+_REPLACEMENTS: dict[str, Any] = {
+    "make": _make, "init": _validator_init, "validate": _validate, "lex": _lex,
+    "walk": _walk, "all_items": _all_items, "query": _query, "project": _project,
+}
+_DDB = "moto.dynamodb"
+_VALIDATORS = f"{_DDB}.parsing.validators"
+_PARSER = f"{_DDB}.comparisons:ConditionExpressionParser"
+_TABLE = f"{_DDB}.models.table:Table"
+_RESPONSES = "moto.core.responses"
+_SQS = "moto.sqs.models"
 
 
-def _attributes(self: Any) -> dict[str, Any]:
-    # Queue.attributes. Within a send moto reads only ContentBasedDeduplication; it is
-    # among the attributes of a FIFO queue only, a bool given as "true" / "false".
-    if not getattr(_sending, "depth", 0):
-        return _stock["attributes"].fget(self)  # type: ignore[no-any-return]
-    if not self.fifo_queue:
-        return {}
-    value = getattr(self, moto_utils.camelcase_to_underscores("ContentBasedDeduplication"))
-    return {"ContentBasedDeduplication": str(value).lower() if isinstance(value, bool)
-            else value}
+def _speedup(name: str, what: str, patches: list[Patch], reads: tuple[str, ...] = ()) -> Speedup:
+    """A speed-up whose every patched attribute, and every moto attribute it `reads`, is
+    checked against the fingerprints of the releases read (moto_fingerprints.py)."""
+    from infra.moto_fingerprints import KNOWN
+
+    paths = [p.path for p in patches] + list(reads)
+    reaches = tuple(Reach(path, KNOWN.get(path, frozenset())) for path in paths)
+    return Speedup(Capability(f"speedup:{name}", what, reaches), tuple(patches))
 
 
-# DynamoDB operations whose requests hold no timestamp member: without a binary value
-# either, botocore's parser gives back the JSON body as it is.
-_PLAIN_OPS = frozenset({
-    "GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "BatchGetItem",
-    "BatchWriteItem", "TransactGetItems", "TransactWriteItems",
-})
-
-
-def _parse_parameters(self: Any, request: Any) -> None:
-    # BaseResponse.parse_parameters, for DynamoHandler: the JSON body itself where the
-    # parser would only copy it out member by member.
-    if isinstance(request, AWSPreparedRequest) and self._get_action() in _PLAIN_OPS:
-        body = request.body or b""
-        raw = body.encode("utf-8") if isinstance(body, str) else bytes(body)
-        if b'"B":' not in raw and b'"BS":' not in raw:
-            self.params = json.loads(raw)
-            return
-    _stock["parse"](self, request)
-
-
-def _patches() -> list[tuple[str, Any, str, Any]]:
-    """(stock key, owner, attribute, replacement): every change `install` makes."""
-    return [
-        ("make", UpdateExpressionParser, "make", classmethod(_make)),
-        ("init", validators.Validator, "__init__", _validator_init),
-        ("validate", validators.Validator, "validate", _validate),
-        ("lex", ConditionExpressionParser, "_lex_condition_expression", _lex),
-        ("walk", DepthFirstTraverser, "traverse_node_recursively", _walk),
-        *((f"keys:{cls.__name__}", cls, "get_possible_keys", _spelled(cls))
-          for cls in (AttributePicker, XFormedAttributePicker)),
-        ("get_value", ResponseSerializer, "get_value", _get_value),
-        ("all_items", Table, "all_items", _all_items),
-        ("query", Table, "query", _query),
-        ("project", dynamo_type.Item, "project", _project),
-        ("used_names", ddb_responses, "create_condition_expression_parser", _UsedNames),
-        ("normalize", moto_responses, "normalize_request", _normalize_request),
-        ("methods", moto_responses, "method_names_from_class", _method_names),
-        ("parse", ddb_responses.DynamoHandler, "parse_parameters", _parse_parameters),
-        ("send", SQSBackend, "send_message", _send_message),
-        ("attributes", Queue, "attributes", property(_attributes)),
-        ("retained", SQSBackend, "is_message_valid_based_on_retention_period", _retained),
-    ]
-
+SPEEDUPS: tuple[Speedup, ...] = (
+    _speedup("update-parse", "an UpdateExpression parsed once per text", [
+        Patch(f"{_DDB}.parsing.expressions:UpdateExpressionParser", "make",
+              _stocked("make", classmethod))]),
+    _speedup("update-validate", "the pure validators run once per expression, names, keys", [
+        Patch(f"{_VALIDATORS}:Validator", "__init__", _stocked("init")),
+        Patch(f"{_VALIDATORS}:Validator", "validate", _stocked("validate"))],
+        reads=(f"{_VALIDATORS}:UpdateExpressionValidator.get_ast_processors",
+               f"{_VALIDATORS}:ActionCountValidator",
+               f"{_VALIDATORS}:OverlappingPathsValidator",
+               f"{_VALIDATORS}:UpdateHashRangeKeyValidator")),
+    _speedup("condition-lex", "a ConditionExpression tokenized once per text", [
+        Patch(_PARSER, "_lex_condition_expression", _stocked("lex"))],
+        reads=(f"{_PARSER}._lex_one_node",)),
+    _speedup("tree-walk", "the node types a validator handles looked up once per walk", [
+        Patch(f"{_DDB}.parsing.ast_nodes:DepthFirstTraverser", "traverse_node_recursively",
+              _stocked("walk"))],
+        reads=(f"{_DDB}.parsing.ast_nodes:Node",)),
+    _speedup("condition-names", "the names a condition uses listed once per text", [
+        Patch(f"{_DDB}.responses", "create_condition_expression_parser",
+              lambda stock: _UsedNames)],
+        reads=(f"{_PARSER}.parse",)),
+    _speedup("index-range", "a query reads its key range, not the whole table", [
+        Patch(_TABLE, "all_items", _stocked("all_items")),
+        Patch(_TABLE, "query", _stocked("query"))]),
+    _speedup("projection", "an item converted once per projection", [
+        Patch(f"{_DDB}.models.dynamo_type:Item", "project", _stocked("project"))],
+        reads=(f"{_DDB}.models.dynamo_type:find_nested_key",
+               f"{_DDB}.models.dynamo_type:merge_dicts")),
+    _speedup("answer-spellings", "the serializer's member spellings memoized", [
+        Patch("moto.core.serialize:AttributePicker", "get_possible_keys",
+              speedups_wire.get_possible_keys("moto.core.serialize:AttributePicker")),
+        Patch("moto.core.serialize:XFormedAttributePicker", "get_possible_keys",
+              speedups_wire.get_possible_keys("moto.core.serialize:XFormedAttributePicker")),
+        Patch("moto.core.serialize:ResponseSerializer", "get_value", speedups_wire.get_value)],
+        reads=("moto.core.utils:get_service_model",)),
+    _speedup("json-request", "a JSON request handed to the parser as its body", [
+        Patch(_RESPONSES, "normalize_request", speedups_wire.normalize_request)]),
+    # The same request, on a moto that makes its Request once, before the handler (5.2.4).
+    _speedup("json-request", "a JSON request's environ written out, not built", [
+        Patch("moto.core.request", "normalize_request", speedups_wire.build_request)],
+        reads=("moto.core.request:Request.from_primitives", "moto.core.request:Request")),
+    _speedup("json-params", "an item operation's body read as the JSON it is", [
+        Patch(f"{_DDB}.responses:DynamoHandler", "parse_parameters",
+              speedups_wire.parse_parameters)]),
+    _speedup("method-names", "a response class's methods listed once", [
+        Patch(_RESPONSES, "method_names_from_class", speedups_wire.method_names)]),
+    _speedup("sqs-send", "a send reads one attribute of its queue, not all", [
+        Patch(f"{_SQS}:SQSBackend", "send_message", speedups_sqs.send_message),
+        Patch(f"{_SQS}:Queue", "attributes", speedups_sqs.attributes)]),
+    _speedup("sqs-retention", "a receive reads the retention period, not every attribute", [
+        Patch(f"{_SQS}:SQSBackend", "is_message_valid_based_on_retention_period",
+              speedups_sqs.retained)]),
+)
+CAPABILITIES: tuple[Capability, ...] = tuple(s.capability for s in SPEEDUPS)
 
 # What install() replaced: (owner, attribute, whether the owner had it itself, what it was).
 _applied: list[tuple[Any, str, bool, Any]] = []
 
 
+def _switched_off(environ: dict[str, str] | os._Environ[str]) -> set[str]:
+    names = {n.strip() for n in environ.get(OFF_VARIABLE, "").split(",") if n.strip()}
+    return {n if n.startswith("speedup:") else f"speedup:{n}" for n in names}
+
+
+def _lookups() -> None:
+    """The moto objects the replacements use (each is among their speed-ups' reads)."""
+    for key, path in (("Node", f"{_DDB}.parsing.ast_nodes:Node"),
+                      ("dynamo_type", f"{_DDB}.models.dynamo_type"),
+                      ("parser", _PARSER)):
+        try:
+            _refs[key] = resolve(path)
+        except LookupError:
+            pass  # its speed-up's check fails on the same path, and it is not applied
+    _PURE[:] = []
+    for name in ("ActionCountValidator", "OverlappingPathsValidator",
+                 "UpdateHashRangeKeyValidator"):
+        try:
+            _PURE.append(resolve(f"{_VALIDATORS}:{name}"))
+        except LookupError:
+            pass
+
+
+def _apply(speedup: Speedup) -> None:
+    """Replace every attribute of one speed-up (all resolved before any is replaced)."""
+    targets = []
+    for patch in speedup.patches:
+        owner = resolve(patch.owner)
+        own = patch.attr in vars(owner)
+        # The owner's own entry (a classmethod or a property as such), else inherited.
+        stock = vars(owner)[patch.attr] if own else getattr(owner, patch.attr)
+        targets.append((owner, patch.attr, own, stock, patch.build(stock)))
+    for owner, attr, own, stock, replacement in targets:
+        _applied.append((owner, attr, own, stock))
+        setattr(owner, attr, replacement)
+
+
+def _variants() -> dict[str, list[Speedup]]:
+    """The speed-ups by name: a name may have one variant per shape of moto's code."""
+    out: dict[str, list[Speedup]] = {}
+    for speedup in SPEEDUPS:
+        out.setdefault(speedup.capability.name, []).append(speedup)
+    return out
+
+
+def _try(variants: list[Speedup]) -> str | None:
+    """Apply the first variant whose check passes; None, or why none could be."""
+    reasons = []
+    for speedup in variants:
+        reason = check(speedup.capability)
+        if reason is None:
+            try:
+                _apply(speedup)
+                return None
+            except (LookupError, AttributeError, TypeError) as exc:
+                reason = f"could not be applied: {exc}"
+        reasons.append(reason)
+    return "; nor: ".join(reasons)
+
+
 def install() -> bool:
-    """Apply the memo to moto (idempotent). False if moto's version is not the one
-    checked: moto then runs as shipped."""
+    """Apply every speed-up whose capability check passes (idempotent); record a verdict
+    for each (infra.capabilities.report()). False if none applies (ORCH_MOTO_STOCK=1, or
+    none of moto's code is as checked): moto then runs as shipped, only slower."""
     with _lock:
         if _state["installed"]:
-            return True
-        if os.environ.get("ORCH_MOTO_STOCK") or not moto.__version__.startswith(CHECKED_MOTO):
-            return False
-        for key, owner, attr, replacement in _patches():
-            own = attr in vars(owner)
-            # The owner's own entry (a classmethod or a property as such), else inherited.
-            stock = vars(owner)[attr] if own else getattr(owner, attr)
-            _stock[key] = stock
-            _applied.append((owner, attr, own, stock))
-            setattr(owner, attr, replacement)
+            return bool(_state["active"])
+        stock_all = bool(os.environ.get(STOCK_VARIABLE))
+        off = _switched_off(os.environ)
+        _lookups()
+        applied = []
+        for name, variants in _variants().items():
+            if stock_all:
+                reason: str | None = f"{STOCK_VARIABLE}=1"
+            elif name in off:
+                reason = f"{OFF_VARIABLE} names it"
+            else:
+                reason = _try(variants)
+            record(variants[0].capability, reason)
+            if reason is None:
+                applied.append(name.removeprefix("speedup:"))
         _state["installed"] = True
-        return True
+        _state["active"] = tuple(applied)
+        return bool(applied)
 
 
 def uninstall() -> None:
@@ -530,7 +525,9 @@ def uninstall() -> None:
                 setattr(owner, attr, stock)
             else:
                 delattr(owner, attr)
-        for memo in (_found, _methods, _models, _spellings, _trees, _pickled, _tokens,
-                     _passed):
+        for memo in (_found, _trees, _pickled, _tokens, _passed, _stock):
             memo.clear()
+        speedups_wire.clear()
+        forget("speedup:")
         _state["installed"] = False
+        _state["active"] = ()

@@ -395,3 +395,62 @@ def test_requests_read_as_json_answer_exactly_as_stock_moto(ddb: Any) -> None:
     assert play_plain_and_binary(ddb) == stock
     assert stock[1][0] == "ConditionalCheckFailedException" and stock[1][1]["n"] == {"N": "1.50"}
     assert stock[2]["blob"] == {"B": b"new"}
+
+
+def _prepared(url: str, target: str, body: Any, **headers: Any) -> Any:
+    from botocore.awsrequest import AWSPreparedRequest
+    from botocore.compat import HTTPHeaders
+
+    return AWSPreparedRequest("POST", url, HTTPHeaders.from_dict(
+        {"X-Amz-Target": target, "Content-Type": "application/x-amz-json-1.0", **headers}),
+        body, stream_output=False)
+
+
+def _seen(request: Any) -> dict[str, Any]:
+    """Everything of moto's Request its handlers read, and its environ."""
+    environ = {k: v for k, v in request.environ.items()
+               if k not in ("wsgi.input", "wsgi.errors", "werkzeug.request")}
+    return {"environ": environ, "headers": sorted(request.headers.items()),
+            "data": request.get_data(), "form": dict(request.form),
+            "values": dict(request.values), "args": dict(request.args),
+            **{attr: getattr(request, attr) for attr in (
+                "method", "url", "raw_url", "path", "raw_path", "content_type", "host",
+                "content_length", "from_wsgi_server", "mimetype")}}
+
+
+@stock_moto
+def test_requests_built_from_their_environ_are_the_requests_moto_builds(ddb: Any) -> None:
+    from infra.capabilities import resolve
+
+    if "json-request" not in moto_speedups.active():
+        pytest.skip("json-request is off on this moto")
+    try:
+        resolve("moto.core.request:Request.from_primitives")
+    except LookupError:
+        pytest.skip("moto up to 5.2.3 builds no Request of botocore's: the first variant's")
+    import moto.core.request as moto_request
+
+    def requests() -> list[Any]:
+        return [
+            _prepared("http://127.0.0.1:5000/", "DynamoDB_20120810.GetItem",
+                      b'{"TableName": "t", "Key": {"pk": {"S": "\\u00e9"}}}',
+                      Authorization="AWS4-HMAC-SHA256 Credential=local/20000101/us-east-1/"
+                      "dynamodb/aws4_request, SignedHeaders=host, Signature=unsigned"),
+            _prepared("http://localhost:4566", "AmazonSQS.SendMessage",
+                      '{"QueueUrl": "q", "MessageBody": "caf\u00e9"}',
+                      **{"User-Agent": b"Boto3/1.0", "Content-Length": "99"}),
+            _prepared("https://dynamodb.us-east-1.amazonaws.com/", "DynamoDB_20120810.Query",
+                      b"{}", **{"X-Amz-Date": "20260101T000000Z"}),
+            # Not for the speed-up: a query string, a compressed body (moto's own build).
+            _prepared("http://127.0.0.1:5000/?a=1", "DynamoDB_20120810.GetItem", b"{}"),
+            _prepared("http://127.0.0.1:5000/", "DynamoDB_20120810.GetItem", b"{}",
+                      **{"Content-Encoding": "gzip"}),
+        ]
+
+    built = [_seen(moto_request.normalize_request(r)) for r in requests()]
+    moto_speedups.uninstall()
+    try:
+        stock = [_seen(moto_request.normalize_request(r)) for r in requests()]
+    finally:
+        assert moto_speedups.install()
+    assert built == stock

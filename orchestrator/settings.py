@@ -24,6 +24,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from orchestrator.errors import UsageError
+
 __all__ = [
     "DEFAULT_API_URL",
     "DEFAULT_MANIFEST",
@@ -35,8 +37,14 @@ __all__ = [
     "ClientDefaults",
     "ResourceNames",
     "Settings",
+    "SettingsError",
     "environment",
 ]
+
+
+class SettingsError(UsageError, ValueError):
+    """An environment variable (or a setting) the orchestrator cannot use: the message
+    names it. A UsageError, so every command reports it in one line and exits non-zero."""
 
 ENV_PREFIX = "ORCH_"
 ENDPOINT_VARIABLE = "AWS_ENDPOINT_URL"
@@ -123,7 +131,7 @@ def _endpoint(env: Mapping[str, str], variable: str) -> str | None:
         return None
     # boto3 would refuse it only when the first client is made, naming no variable.
     if not raw.startswith(("http://", "https://")):
-        raise ValueError(f"{variable}={raw!r}: an endpoint is a URL (http://host:port)")
+        raise SettingsError(f"{variable}={raw!r}: an endpoint is a URL (http://host:port)")
     return raw
 
 
@@ -134,7 +142,7 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         return float(raw)
     except ValueError as exc:
-        raise ValueError(f"{ENV_PREFIX}{name}={raw!r} is not a number") from exc
+        raise SettingsError(f"{ENV_PREFIX}{name}={raw!r} is not a number") from exc
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -145,7 +153,7 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
         return True
     if raw in ("0", "off", "false", "no"):
         return False
-    raise ValueError(f"{ENV_PREFIX}{name}={raw!r}: use on or off")
+    raise SettingsError(f"{ENV_PREFIX}{name}={raw!r}: use on or off")
 
 
 @dataclass(frozen=True)
@@ -208,12 +216,18 @@ class Settings:
     # The most operations one durable run may record (past it, the run fails with
     # journal_too_large and advice): its journal is read and sent whole on every call.
     durable_max_entries: int = 25_000
+    # The newest durable protocol version the worker asks functions for
+    # (functions/protocol.py): 2 streams checkpoints; 1 is one step body per call.
+    durable_protocol: int = 2
 
     def __post_init__(self) -> None:
         unknown = set(self.service_endpoints) - set(SERVICE_ENDPOINT_VARIABLES)
         if unknown:
-            raise ValueError(f"service_endpoints: no client for {sorted(unknown)}; the"
+            raise SettingsError(f"service_endpoints: no client for {sorted(unknown)}; the"
                              f" services are {sorted(SERVICE_ENDPOINT_VARIABLES)}")
+        if self.durable_protocol not in (1, 2):
+            raise SettingsError(f"ORCH_DURABLE_PROTOCOL: {self.durable_protocol} is no durable"
+                             " protocol version (1 or 2)")
         # A copy: the settings stay what they were built with.
         object.__setattr__(self, "service_endpoints", dict(self.service_endpoints))
 
@@ -269,4 +283,5 @@ class Settings:
             public_url=(env.get(ENV_PREFIX + "PUBLIC_URL") or "").rstrip("/") or None,
             durable_inline_body=int(_float(env, "DURABLE_INLINE_BODY", d.durable_inline_body)),
             durable_max_entries=int(_float(env, "DURABLE_MAX_ENTRIES", d.durable_max_entries)),
+            durable_protocol=int(_float(env, "DURABLE_PROTOCOL", d.durable_protocol)),
         )

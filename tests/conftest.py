@@ -38,6 +38,16 @@ def app_url() -> Iterator[str]:
         yield server.url
 
 
+@pytest.fixture(scope="session")
+def app_url_v1() -> Iterator[str]:
+    """The same workflows served in version 1 of the durable protocol only (an SDK that
+    predates checkpoint streams)."""
+    from tests.support.durable_fns import create_app as durable_app
+
+    with BackgroundServer(durable_app((1,))) as server:
+        yield server.url
+
+
 @pytest.fixture
 def build_harness(emulator: Emulator) -> BuildHarness:
     """`build(manifest_text, tmp, env, **settings)`: a Harness on fresh resources. Here every

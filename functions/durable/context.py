@@ -25,6 +25,7 @@ from functions.durable.durations import Duration, seconds
 from functions.durable.errors import WorkflowError
 from functions.durable.parallel import run_parallel
 from functions.durable.steps import current_step
+from functions.protocol import DurableCode
 
 __all__ = ["Context", "Hook"]
 
@@ -131,12 +132,12 @@ class Context:
         point on code that has it; False for runs that passed it on older code."""
         call, scope = current()
         rec = call.journal.get((scope.id, scope.pos))
-        if rec is not None and not (rec.get("kind") == "patch" and rec.get("name") == patch_id):
+        if rec is not None and not (rec.kind == "patch" and rec.name == patch_id):
             return False  # this run got past here on code without the patch
         place = call.place(scope, "patch", patch_id)
         if call.recorded(place) is None and not call.check:
-            call.record(scope, {**place.doc(), "status": "ok", "value": True,
-                                "started": scope.now, "ended": scope.now})
+            call.record(scope, place.entry(status="ok", value=True, started=scope.now,
+                                           ended=scope.now))
         return True
 
     # -- waiting -------------------------------------------------------------------------
@@ -212,7 +213,7 @@ class Context:
     async def _wait(self, kind: str, name: str, **fields: Any) -> Any:
         call, scope = current()
         if current_step() is not None:
-            raise call.halt("nested_operation",
+            raise call.halt(DurableCode.NESTED_OPERATION,
                             f"{kind} {name!r} was started inside a step body")
         place = call.place(scope, kind, name)
         rec = call.recorded(place)

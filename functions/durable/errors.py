@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from functions.protocol import DurableCode
+
 __all__ = ["ReplayMismatch", "StepFailed", "Suspend", "WorkflowError"]
 
 
@@ -43,7 +45,7 @@ class ReplayMismatch(WorkflowError):
             f"replay mismatch at {issued.get('scope') or 'the top'} position {issued['pos']}: "
             f"the journal has {recorded['kind']} {recorded['name']!r}, the code now issues "
             f"{issued['kind']} {issued['name']!r}",
-            code="replay_mismatch",
+            code=DurableCode.REPLAY_MISMATCH,
         )
         self.recorded = recorded
         self.issued = issued

@@ -24,6 +24,7 @@ from functions.durable.call import Place, current, roundtrip
 from functions.durable.durations import Duration, seconds
 from functions.durable.errors import StepFailed, Suspend, WorkflowError
 from functions.failures import RetryableError, TerminalError
+from functions.protocol import DurableCode
 
 __all__ = ["StepCall", "StepFunction", "StepInfo", "StepOptions", "current_step", "step"]
 
@@ -154,23 +155,25 @@ def step(
     return decorate
 
 
-async def run_step(sc: StepCall) -> Any:
-    """Run `sc` as the next operation of the current scope."""
+async def run_step(sc: StepCall, *, ends_branch: bool = False) -> Any:
+    """Run `sc` as the next operation of the current scope. `ends_branch`: it is a
+    parallel branch's only operation, whose outcome is the branch's result (version 2
+    records no result entry besides it)."""
     call, scope = current()
     if _STEP.get() is not None:
-        raise call.halt("nested_operation",
+        raise call.halt(DurableCode.NESTED_OPERATION,
                         f"step {sc.name!r} was started inside the body of step "
                         f"{_STEP.get().place.name!r}: durable operations belong to the workflow")  # type: ignore[union-attr]
     place = call.place(scope, "step", sc.name)
     rec = call.recorded(place)
     if rec is not None:
         return call.outcome(scope, rec)
-    if call.check or scope.id != call.target or call.budget <= 0 or call.halted:
+    if not call.may_run(scope):
         raise call.wait(place, "next")
-    call.budget -= 1
-    call.fresh = True
+    call.spend()
     attempt = call.attempts.get(place.id, 0) + 1
     info = StepInfo(place, attempt, f"{call.run_id}:{place.id}")
+    ends = {"ends": True} if ends_branch and call.protocol >= 2 else {}
     started = call.clock()
     scope.busy = place
     token = _STEP.set(info)
@@ -186,14 +189,14 @@ async def run_step(sc: StepCall) -> Any:
             after = hint if hint is not None else sc.options.after(attempt)
             raise call.wait(place, "retry", attempt=attempt, error=error, after=after,
                             started=started, ended=ended) from None
-        call.record(scope, {**place.doc(), "status": "error", "error": error,
-                            "attempts": attempt, "started": started, "ended": ended})
+        call.record(scope, place.entry(status="error", error=error, attempts=attempt,
+                                       started=started, ended=ended, **ends))
         raise StepFailed(sc.name, error) from exc
     finally:
         _STEP.reset(token)
         scope.busy = None
-    call.record(scope, {**place.doc(), "status": "ok", "value": value, "attempts": attempt,
-                        "started": started, "ended": call.clock()})
+    call.record(scope, place.entry(status="ok", value=value, attempts=attempt,
+                                   started=started, ended=call.clock(), **ends))
     return value
 
 
@@ -238,8 +241,9 @@ def _classify(exc: Exception, options: StepOptions
     if isinstance(exc, StepFailed | WorkflowError):
         return _doc(exc.code, str(exc)), False, None
     if isinstance(exc, TimeoutError):
-        return _doc("step_timeout", f"the attempt took longer than {options.timeout} s"), True, None
-    doc = _doc("step_error", f"{type(exc).__name__}: {exc}")
+        took = f"the attempt took longer than {options.timeout} s"
+        return _doc(DurableCode.STEP_TIMEOUT, took), True, None
+    doc = _doc(DurableCode.STEP_ERROR, f"{type(exc).__name__}: {exc}")
     return doc, options.retry_on is None or isinstance(exc, options.retry_on), None
 
 

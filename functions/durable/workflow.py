@@ -3,8 +3,9 @@
     @workflow("send-welcome-email", max_steps=100, execution_timeout="1h")
     async def send_welcome_email(ctx: Context, payload: dict) -> dict: ...
 
-A call replays the journal it is given and stops at the frontier; what it reports is a
-list of operations for the orchestrator to commit in order (see `call.py`). A failure
+A call replays the journal it is given and runs on from the frontier as its protocol
+version allows (see `call.py`); what it reports is a sequence of operations for the
+orchestrator to commit in order: one answer (version 1), or a stream (version 2). A failure
 of the workflow (an exception that escapes it, a circuit breaker) is an operation too:
 the HTTP answer is 200 whenever the call itself worked."""
 
@@ -20,8 +21,16 @@ from functions.durable.context import Context
 from functions.durable.durations import Duration, seconds
 from functions.durable.errors import StepFailed, Suspend, WorkflowError
 from functions.failures import TerminalError
+from functions.protocol import (
+    PROTOCOLS,
+    CompleteOp,
+    DurableCode,
+    DurableOp,
+    DurableRequestBody,
+)
 
-__all__ = ["Workflow", "advance", "registered", "workflow"]
+__all__ = ["Workflow", "advance", "op_doc", "play", "registered", "request_of", "start",
+           "workflow"]
 
 WorkflowFn = Callable[[Context, Any], Awaitable[Any]]
 
@@ -37,7 +46,7 @@ class Workflow:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "maxSteps": self.max_steps,
-                "executionTimeout": self.execution_timeout}
+                "executionTimeout": self.execution_timeout, "protocols": list(PROTOCOLS)}
 
 
 def workflow(name: str, *, max_steps: int | None = None,
@@ -66,57 +75,83 @@ def registered() -> dict[str, Workflow]:
     return dict(_REGISTRY)
 
 
-async def advance(wf: Workflow, body: Mapping[str, Any]) -> dict[str, Any]:
-    """One call of `wf`: `body` is the request (run, input, journal, target, attempts,
-    mode); the answer is `{"ops": [...], "deadline": ...}`."""
-    run = body.get("run") or {}
-    started_at = float(run.get("started_at") or time.time())
-    now = float(run.get("now") or time.time())
+def op_doc(op: DurableOp) -> dict[str, Any]:
+    """An operation as JSON: what was given, with its `op` first."""
+    return {"op": op.op.value, **op.model_dump(mode="json", exclude_unset=True)}
+
+
+def request_of(body: Mapping[str, Any] | DurableRequestBody) -> DurableRequestBody:
+    """The request as its model; a mapping built in process (a test, a golden check) may
+    leave out the run's times, which are then now."""
+    if isinstance(body, DurableRequestBody):
+        return body
+    run = dict(body.get("run") or {})
+    now = time.time()
+    run.setdefault("started_at", run.get("now") or now)
+    run.setdefault("now", now)
+    return DurableRequestBody.model_validate({**body, "run": run})
+
+
+def start(wf: Workflow, req: DurableRequestBody, protocol: int,
+          sink: Callable[[DurableOp], None] | None = None) -> tuple[Call, float | None]:
+    """The call `req` asks for, answered in `protocol`, and the run's deadline."""
+    run = req.run
     call = Call.of(
-        list(body.get("journal") or ()),
-        run_id=str(run.get("run_id", "")),
+        list(req.journal),
+        run_id=run.run_id,
         workflow=wf.name,
-        started_at=started_at,
-        now=now,
-        target=str(body.get("target") or ""),
-        attempts={str(k): int(v) for k, v in (body.get("attempts") or {}).items()},
-        check=body.get("mode") == "check",
-        subject=None if run.get("subject") is None else str(run["subject"]),
-        max_value=None if run.get("max_value") is None else int(run["max_value"]),
+        started_at=run.started_at,
+        now=run.now,
+        target=req.target,
+        attempts=dict(req.attempts),
+        check=req.mode == "check",
+        subject=run.subject,
+        max_value=run.max_value,
         max_steps=wf.max_steps,
+        protocol=protocol,
+        until=None if req.budget is None else time.monotonic() + req.budget,
+        sink=sink,
     )
-    deadline = None if wf.execution_timeout is None else started_at + wf.execution_timeout
-    answer: dict[str, Any] = {"ops": call.ops, "deadline": deadline}
-    if deadline is not None and now >= deadline and not call.check:
-        call.halt("execution_timeout",
+    deadline = None if wf.execution_timeout is None else run.started_at + wf.execution_timeout
+    return call, deadline
+
+
+async def play(wf: Workflow, call: Call, payload: Any, deadline: float | None) -> None:
+    """Run the workflow from the top in `call`; what it reports goes to the call's sink."""
+    if deadline is not None and call.now >= deadline and not call.check:
+        call.halt(DurableCode.EXECUTION_TIMEOUT,
                   f"the run is older than its execution_timeout of {wf.execution_timeout} s")
-        return answer
-    scope = Scope("", now=started_at, last_started=started_at)
+        return
+    scope = Scope("", now=call.started_at, last_started=call.started_at)
     tokens = call.enter(scope)
     try:
-        value = await wf.fn(Context(call), body.get("input"))
+        value = await wf.fn(Context(call), payload)
         if not call.halted:
-            call.ops.append({"op": "complete", "value": roundtrip(
-                value, "the workflow's result", call.max_value)})
+            call.emit(CompleteOp(value=roundtrip(value, "the workflow's result", call.max_value)))
     except Suspend:
         pass
     except StepFailed as exc:
-        _fail(call, {"code": exc.code, "message": str(exc), "step": exc.step})
+        call.fail({"code": exc.code, "message": str(exc), "step": exc.step})
     except WorkflowError as exc:
-        _fail(call, {"code": exc.code, "message": str(exc)})
+        call.fail({"code": exc.code, "message": str(exc)})
     except TerminalError as exc:  # raised by the workflow's own code: its code stands
         error = {"code": exc.code, "message": exc.message}
         if exc.details is not None:
             error["details"] = exc.details
-        _fail(call, error)
+        call.fail(error)
     except Exception as exc:
-        _fail(call, {"code": "workflow_failed", "message": f"{type(exc).__name__}: {exc}"})
+        call.fail({"code": DurableCode.WORKFLOW_FAILED, "message": f"{type(exc).__name__}: {exc}"})
     finally:
         call.leave(tokens)
-    return answer
 
 
-def _fail(call: Call, error: dict[str, Any]) -> None:
-    if not call.halted:
-        call.ops.append({"op": "fail", "error": error})
-        call.halted = True
+async def advance(wf: Workflow, body: Mapping[str, Any] | DurableRequestBody,
+                  protocol: int | None = None) -> dict[str, Any]:
+    """One call of `wf`, every operation in one answer `{"ops": [...], "deadline": ...}`.
+    `body` is the request (run, input, journal, target, attempts, mode); `protocol` the
+    version whose rules the call follows (default: the one the body asks for)."""
+    req = request_of(body)
+    version = min(req.protocol if protocol is None else protocol, max(PROTOCOLS))
+    call, deadline = start(wf, req, version)
+    await play(wf, call, req.input, deadline)
+    return {"ops": [op_doc(op) for op in call.ops], "deadline": deadline}

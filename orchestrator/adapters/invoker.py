@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +26,7 @@ from orchestrator.engine.attempts import Outcome, OutcomeKind, classify_response
 from orchestrator.errors import Code, error_doc
 from orchestrator.strict_json import dumps
 
-__all__ = ["Call", "Invoker", "idempotency_key"]
+__all__ = ["Call", "Invoker", "Reply", "Result", "StreamCut", "idempotency_key"]
 
 
 def idempotency_key(run_id: str, step: str) -> str:
@@ -77,8 +79,7 @@ class Invoker:
             request_body(input=call.input, steps=call.steps, run=run, payload=call.payload)
         ).encode()
 
-    def invoke(self, call: Call) -> Result:
-        body = call.raw_body if call.raw_body is not None else self.body(call)
+    def _headers(self, call: Call, body: bytes, accept: str | None) -> dict[str, str]:
         headers = {
             "Content-Type": "application/json",
             IDEMPOTENCY_HEADER: idempotency_key(call.run_id, call.step),
@@ -86,59 +87,124 @@ class Invoker:
             STEP_HEADER: call.step,
             ATTEMPT_HEADER: str(call.attempt),
         }
+        if accept:
+            headers["Accept"] = accept
         if call.secret:
             headers.update(signed_headers(call.secret, body, self.clock()))
+        return headers
+
+    def invoke(self, call: Call) -> Result:
+        with self.open(call) as reply:
+            return reply.result()
+
+    @contextmanager
+    def open(self, call: Call, accept: str | None = None) -> Iterator[Reply]:
+        """POST `call` and hold its answer open: read it whole (`Reply.result`, what
+        `invoke` gives), or as it arrives (`Reply.chunks`, a streamed answer). A failure
+        to connect or to get the answer's head is a Reply whose result says so."""
+        body = call.raw_body if call.raw_body is not None else self.body(call)
         # httpx's timeout bounds each read; the deadline bounds the whole call, so a
         # function that trickles its answer cannot outlive the step's timeout (and lease).
         deadline = time.monotonic() + call.timeout
+        reply: Reply | None = None
+        failure: Outcome
         try:
             with self.client.stream(
-                "POST", call.url, content=body, headers=headers, timeout=call.timeout
+                "POST", call.url, content=body, headers=self._headers(call, body, accept),
+                timeout=call.timeout,
             ) as resp:
-                chunks: list[bytes] = []
-                size = 0
-                for chunk in resp.iter_bytes():
-                    if time.monotonic() > deadline:
-                        raise httpx.ReadTimeout("the answer took longer than the timeout")
-                    size += len(chunk)
-                    if size > self.max_body:
-                        return Result(
-                            Outcome(
-                                OutcomeKind.PERMANENT,
-                                error=error_doc(
-                                    Code.OUTPUT_TOO_LARGE,
-                                    f"response body exceeds the hard cap of {self.max_body}"
-                                    " bytes",
-                                ),
-                            ),
-                            b"",
-                        )
-                    chunks.append(chunk)
-                raw = b"".join(chunks)
-                status = resp.status_code
-                retry_after = resp.headers.get("retry-after")
+                reply = Reply(self, call, deadline, resp)
+                yield reply
+            return
         except httpx.TimeoutException:
-            return Result(
-                Outcome(
-                    OutcomeKind.RETRYABLE,
-                    error=error_doc(Code.TIMEOUT, f"no answer within {call.timeout:g}s"),
-                ),
-                b"",
-            )
+            failure = _failed(call, timeout=True)
         except httpx.HTTPError as exc:
-            return Result(
-                Outcome(
-                    OutcomeKind.RETRYABLE,
-                    error=error_doc(Code.CONNECTION_ERROR, f"{type(exc).__name__}: {exc}"),
-                ),
-                b"",
-            )
+            failure = _failed(call, exc=exc)
+        if reply is None:  # (an error closing an answer already read is no news)
+            yield Reply(self, call, deadline, None, failure)
+
+
+def _failed(call: Call, *, timeout: bool = False, exc: Exception | None = None) -> Outcome:
+    if timeout:
+        return Outcome(OutcomeKind.RETRYABLE,
+                       error=error_doc(Code.TIMEOUT, f"no answer within {call.timeout:g}s"))
+    return Outcome(OutcomeKind.RETRYABLE,
+                   error=error_doc(Code.CONNECTION_ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+class StreamCut(Exception):
+    """A streamed answer ended before its end (a timeout, the connection lost)."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(str((outcome.error or {}).get("message", "the stream was cut")))
+        self.outcome = outcome
+
+
+class Reply:
+    """An answer being received."""
+
+    def __init__(self, invoker: Invoker, call: Call, deadline: float,
+                 resp: httpx.Response | None, failure: Outcome | None = None) -> None:
+        self.invoker = invoker
+        self.call = call
+        self.deadline = deadline
+        self.resp = resp
+        self.failure = failure
+
+    @property
+    def status(self) -> int:
+        return 0 if self.resp is None else self.resp.status_code
+
+    def header(self, name: str) -> str | None:
+        return None if self.resp is None else self.resp.headers.get(name)
+
+    def chunks(self) -> Iterator[bytes]:
+        """The body as it arrives; StreamCut if the deadline passes or the connection
+        drops first."""
+        if self.resp is None:
+            raise StreamCut(self.failure or _failed(self.call, timeout=True))
+        try:
+            for chunk in self.resp.iter_raw():
+                if time.monotonic() > self.deadline:
+                    raise StreamCut(_failed(self.call, timeout=True))
+                yield chunk
+        except httpx.TimeoutException:
+            raise StreamCut(_failed(self.call, timeout=True)) from None
+        except httpx.HTTPError as exc:
+            raise StreamCut(_failed(self.call, exc=exc)) from exc
+
+    def result(self) -> Result:
+        """The whole answer, classified (success, retryable, permanent)."""
+        if self.resp is None:
+            return Result(self.failure or _failed(self.call, timeout=True), b"")
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            for chunk in self.chunks():
+                size += len(chunk)
+                if size > self.invoker.max_body:
+                    return Result(
+                        Outcome(
+                            OutcomeKind.PERMANENT,
+                            error=error_doc(
+                                Code.OUTPUT_TOO_LARGE,
+                                f"response body exceeds the hard cap of {self.invoker.max_body}"
+                                " bytes",
+                            ),
+                        ),
+                        b"",
+                    )
+                chunks.append(chunk)
+        except StreamCut as cut:
+            return Result(cut.outcome, b"")
+        raw = b"".join(chunks)
         try:
             parsed = json.loads(raw) if raw else None
             is_json = bool(raw)
         except ValueError:
             parsed, is_json = raw[:500].decode("utf-8", "replace"), False
         outcome = classify_response(
-            status, parsed, retry_after=retry_after, now=self.clock(), body_is_json=is_json
+            self.status, parsed, retry_after=self.header("retry-after"),
+            now=self.invoker.clock(), body_is_json=is_json,
         )
         return Result(outcome, raw)

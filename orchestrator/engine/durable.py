@@ -17,6 +17,31 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
+from functions.protocol import (
+    CallOp,
+    CompleteOp,
+    DurableAnswer,
+    DurableOp,
+    EndOp,
+    EventOp,
+    FailOp,
+    HookOp,
+    MismatchOp,
+    NextOp,
+    ParallelOp,
+    RecordOp,
+    RetryOp,
+    SignalOp,
+    SleepOp,
+    SpawnOp,
+    WaitKind,
+    WaitOp,
+    parse_op,
+)
+from orchestrator.errors import Code
+
 __all__ = [
     "DRIVER",
     "RESULT_POS",
@@ -24,30 +49,32 @@ __all__ = [
     "Complete",
     "Continue",
     "Fail",
+    "JournalView",
     "Next",
     "Pause",
     "Suspend",
     "Waiting",
     "branch_index",
     "branch_scope",
+    "decides",
     "first_branches",
     "in_view",
     "is_driver",
+    "next_move",
     "parent_of",
     "read_answer",
+    "read_op",
     "resolve",
     "row_of",
     "scope_of",
     "wait_entry",
+    "wait_of",
 ]
 
 DRIVER = "$run"
 # A parallel branch's result sits in its scope at this position (functions/durable).
 RESULT_POS = 99_999_999
-WAIT_KINDS = ("sleep", "signal", "event", "hook", "parallel", "call", "spawn", "retry", "next",
-              "mismatch")
-# A call that asks for more than this many entries at once is refused as malformed.
-MAX_OPS_PER_CALL = 1000
+WAIT_KINDS = tuple(k.value for k in WaitKind)
 
 
 def is_driver(step: str) -> bool:
@@ -100,6 +127,33 @@ def in_view(scope: str, target: str) -> bool:
             or scope.startswith(target + "/") or not target)
 
 
+class JournalView:
+    """A run's journal as a worker holds it while it advances the run: the entries in
+    the order they were committed, their places, and the parallel branches whose result
+    is recorded (a result entry, or a one-step branch's step marked `ends`)."""
+
+    def __init__(self, entries: Sequence[Mapping[str, Any]] = ()) -> None:
+        self.entries: list[dict[str, Any]] = []
+        self.places: set[tuple[str, int]] = set()
+        self.ended: set[str] = set()
+        for entry in entries:
+            self.add(entry)
+
+    def add(self, entry: Mapping[str, Any]) -> None:
+        doc = dict(entry)
+        scope, pos = str(doc.get("scope", "")), int(doc["pos"])
+        self.entries.append(doc)
+        self.places.add((scope, pos))
+        if pos == RESULT_POS or doc.get("ends"):
+            self.ended.add(scope)
+
+    def has(self, scope: str, pos: int) -> bool:
+        return (scope, pos) in self.places
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
 @dataclass(frozen=True)
 class Waiting:
     """What the driver waits for: `kind` is sleep, signal, retry (a step's next
@@ -107,7 +161,7 @@ class Waiting:
     (paused). `until` is when a timer ends the wait (a sleep's end, a signal's
     timeout, a retry's backoff)."""
 
-    kind: str
+    kind: WaitKind
     scope: str = ""
     pos: int = 0
     id: str = ""
@@ -118,7 +172,7 @@ class Waiting:
     detail: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"kind": self.kind, "scope": self.scope, "pos": self.pos,
+        doc: dict[str, Any] = {"kind": self.kind.value, "scope": self.scope, "pos": self.pos,
                                "id": self.id, "name": self.name, "since": self.since}
         if self.until is not None:
             doc["until"] = self.until
@@ -132,7 +186,8 @@ class Waiting:
     def from_json(cls, doc: Mapping[str, Any]) -> Waiting:
         until = doc.get("until")
         return cls(
-            kind=str(doc["kind"]), scope=str(doc.get("scope", "")), pos=int(doc.get("pos", 0)),
+            kind=WaitKind(str(doc["kind"])), scope=str(doc.get("scope", "")),
+            pos=int(doc.get("pos", 0)),
             id=str(doc.get("id", "")), name=str(doc.get("name", "")),
             until=None if until is None else float(until), since=float(doc.get("since", 0.0)),
             attempt=int(doc.get("attempt", 0)), detail=dict(doc.get("detail") or {}),
@@ -140,7 +195,7 @@ class Waiting:
 
     def place(self) -> dict[str, Any]:
         return {"scope": self.scope, "pos": self.pos, "id": self.id,
-                "kind": self.kind, "name": self.name}
+                "kind": self.kind.value, "name": self.name}
 
 
 @dataclass(frozen=True)
@@ -185,126 +240,123 @@ class BadAnswer(ValueError):
     """The workflow's answer does not follow the protocol."""
 
 
-def _place(op: Mapping[str, Any]) -> tuple[str, int, str, str]:
-    try:
-        return str(op.get("scope", "")), int(op["pos"]), str(op["id"]), str(op["name"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BadAnswer(f"operation {op!r} lacks its place (pos, id, name)") from exc
-
-
 def read_answer(answer: Any, now: float, target: str = ""
                 ) -> tuple[list[dict[str, Any]], Next]:
-    """The entries to commit, in order, and what follows them for the scope the call
-    advanced (`target`): the frontiers other scopes report are only information. A
-    parallel branch whose code returned is `BranchDone`. BadAnswer if the answer does
-    not follow the protocol (the call then counts as failed)."""
-    if not isinstance(answer, Mapping) or not isinstance(answer.get("ops"), list):
-        raise BadAnswer("the answer is not an object with an 'ops' list")
-    ops: Sequence[Any] = answer["ops"]
-    if len(ops) > MAX_OPS_PER_CALL:
-        raise BadAnswer(f"the answer has {len(ops)} operations (at most {MAX_OPS_PER_CALL})")
-    deadline = answer.get("deadline")
+    """A version 1 answer (one JSON object): the entries to commit, in order, and what
+    follows them for the scope the call advanced (`target`). BadAnswer if the answer
+    does not follow the protocol (the call then counts as failed)."""
+    try:
+        parsed = DurableAnswer.model_validate(answer)
+    except ValidationError as exc:
+        raise BadAnswer(_problem(exc)) from None
     entries: list[dict[str, Any]] = []
-    for op in ops:
-        if not isinstance(op, Mapping):
-            raise BadAnswer(f"operation {op!r} is not an object")
-        kind = op.get("op")
-        if kind == "record":
-            entry = op.get("entry")
-            if not isinstance(entry, Mapping):
-                raise BadAnswer("a record operation has no entry")
-            _place(entry)
-            entries.append(dict(entry))
+    rest: list[DurableOp] = []
+    for op in parsed.ops:
+        if isinstance(op, RecordOp):
+            entries.append(op.entry.doc())
             continue
-        if kind == "complete":
-            return entries, Complete(op.get("value"))
-        if kind == "fail":
-            error = op.get("error")
-            return entries, Fail(dict(error) if isinstance(error, Mapping)
-                                 else {"code": "workflow_failed", "message": str(error)})
-        if kind == "mismatch":
-            recorded, issued = op.get("recorded") or {}, op.get("issued") or {}
-            scope, pos, oid, name = _place(issued)
-            message = str(op.get("message") or "replay mismatch")
-            waiting = Waiting("mismatch", scope, pos, oid, name, since=now,
-                              detail={"recorded": dict(recorded), "issued": dict(issued)})
-            return entries, Pause(waiting, {"code": "replay_mismatch", "message": message,
-                                            "details": waiting.detail})
-        scope, pos, oid, name = _place(op)
-        if scope != target:
+        rest.append(op)
+        if decides(op, target):
+            break  # what a call reports past its end does not count
+    return entries, next_move(rest, now, target, parsed.deadline, entries)
+
+
+def decides(op: DurableOp, target: str) -> bool:
+    """Whether `op` says what comes next for the scope a call advanced (`target`)."""
+    if isinstance(op, CompleteOp | FailOp | MismatchOp):
+        return True
+    return not isinstance(op, EndOp | RecordOp) and op.scope == target
+
+
+def read_op(line: bytes) -> DurableOp:
+    """One line of a version 2 answer; BadAnswer if it is not an operation."""
+    try:
+        return parse_op(line)
+    except ValidationError as exc:
+        raise BadAnswer(_problem(exc)) from None
+
+
+def _problem(exc: ValidationError) -> str:
+    first = exc.errors(include_url=False)[:3]
+    where = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'answer'}: {e['msg']}"
+                      for e in first)
+    return f"the answer does not follow the protocol ({where})"
+
+
+def next_move(ops: Sequence[DurableOp], now: float, target: str, deadline: float | None,
+              committed: Sequence[Mapping[str, Any]] = ()) -> Next:
+    """What follows a call's records for the scope it advanced (`target`), from the
+    operations that are not records, in order: the first that ends the workflow, or
+    that is the target's frontier. The frontiers other scopes report are information
+    only. A parallel branch whose code ended (its result among `committed`) is
+    `BranchDone`."""
+    for op in ops:
+        if isinstance(op, CompleteOp):
+            return Complete(op.value)
+        if isinstance(op, FailOp):
+            return Fail(dict(op.error))
+        if isinstance(op, MismatchOp):
+            issued = op.issued
+            waiting = Waiting(WaitKind.MISMATCH, issued.scope, issued.pos, issued.id,
+                              issued.name, since=now,
+                              detail={"recorded": dict(op.recorded),
+                                      "issued": issued.model_dump()})
+            return Pause(waiting, {"code": Code.REPLAY_MISMATCH, "message": op.message,
+                                   "details": waiting.detail})
+        if isinstance(op, EndOp | RecordOp) or op.scope != target:
             continue  # another scope's frontier, met on the way
-        if kind == "next":
-            return entries, Continue()
-        if kind == "parallel":
-            branches, limit = int(_num(op, "branches")), int(_num(op, "max_parallel"))
-            if branches < 1 or limit < 1:
-                raise BadAnswer("a parallel operation needs branches and max_parallel >= 1")
-            return entries, Suspend(Waiting("parallel", scope, pos, oid, name, since=now,
-                                            detail={"branches": branches, "max": limit}))
-        cap: float | None = float(deadline) if isinstance(deadline, int | float) else None
-        if kind == "sleep":
-            until = op.get("until")
-            wake = float(until) if until is not None else now + _num(op, "seconds")
-            return entries, Suspend(Waiting("sleep", scope, pos, oid, name,
-                                            until=_capped(wake, cap), since=now,
-                                            detail={"deadline": cap} if cap else {}))
-        if kind == "signal":
-            timeout = op.get("timeout")
-            end: float | None = None if timeout is None else now + _num(op, "timeout")
-            detail: dict[str, Any] = {"timeout": end} if end is not None else {}
-            if cap is not None:
-                detail["deadline"] = cap
-            return entries, Suspend(Waiting("signal", scope, pos, oid, name,
-                                            until=_capped(end, cap), since=now, detail=detail))
-        if kind == "event":
-            timeout = op.get("timeout")
-            end = None if timeout is None else now + _num(op, "timeout")
-            subject = op.get("subject")
-            event = op.get("event")
-            if not isinstance(event, str) or not event:
-                raise BadAnswer("an event wait names no event")
-            detail = {"event": event, "subject": None if subject is None else str(subject),
-                      "after": _num(op, "after") if op.get("after") is not None else now}
-            if end is not None:
-                detail["timeout"] = end
-            if cap is not None:
-                detail["deadline"] = cap
-            return entries, Suspend(Waiting("event", scope, pos, oid, name,
-                                            until=_capped(end, cap), since=now, detail=detail))
-        if kind == "hook":
-            signal = op.get("signal")
-            if not isinstance(signal, str) or not signal:
-                raise BadAnswer("a hook names no signal")
-            ttl = op.get("ttl")
-            return entries, Suspend(Waiting("hook", scope, pos, oid, name, since=now, detail={
-                "signal": signal, "metadata": op.get("metadata"),
-                "ttl": None if ttl is None else _num(op, "ttl")}))
-        if kind in ("call", "spawn"):
-            workflow = op.get("workflow")
-            if not isinstance(workflow, str) or not workflow:
-                raise BadAnswer(f"a {kind} names no workflow")
-            return entries, Suspend(Waiting(kind, scope, pos, oid, name, since=now, detail={
-                "workflow": workflow, "input": op.get("input")}))
-        if kind == "retry":
-            attempt = int(_num(op, "attempt"))
-            detail = {"error": op.get("error")}
-            return entries, Suspend(Waiting("retry", scope, pos, oid, name,
-                                            until=now + _num(op, "after"), since=now,
-                                            attempt=attempt, detail=detail))
-        raise BadAnswer(f"unknown operation {kind!r}")
+        frontier = wait_of(op, now, deadline)
+        return Continue() if frontier is None else Suspend(frontier)
     if target:
-        done = next((e for e in entries if e.get("scope") == target
-                     and int(e.get("pos", -1)) == RESULT_POS), None)
+        done = next((e for e in committed if e.get("scope") == target
+                     and (int(e.get("pos", -1)) == RESULT_POS or e.get("ends"))), None)
         if done is not None:
-            return entries, BranchDone(done)
+            return BranchDone(dict(done))
     raise BadAnswer("the answer ends without saying what comes next")
 
 
-def _num(op: Mapping[str, Any], key: str) -> float:
-    value = op.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise BadAnswer(f"operation {op.get('op')!r}: {key} must be a number >= 0, got {value!r}")
-    return float(value)
+def wait_of(op: WaitOp, now: float, deadline: float | None) -> Waiting | None:
+    """What a frontier reported at `now` waits for (None: a step to run, call again)."""
+    scope, pos, oid, name = op.scope, op.pos, op.id, op.name
+    cap = deadline
+    if isinstance(op, NextOp):
+        return None
+    if isinstance(op, ParallelOp):
+        return Waiting(WaitKind.PARALLEL, scope, pos, oid, name, since=now,
+                       detail={"branches": op.branches, "max": op.max_parallel})
+    if isinstance(op, SleepOp):
+        if op.until is None and op.seconds is None:
+            raise BadAnswer("a sleep gives neither seconds nor until")
+        wake = float(op.until) if op.until is not None else now + float(op.seconds or 0.0)
+        return Waiting(WaitKind.SLEEP, scope, pos, oid, name, until=_capped(wake, cap),
+                       since=now, detail={"deadline": cap} if cap else {})
+    if isinstance(op, SignalOp):
+        end = None if op.timeout is None else now + op.timeout
+        detail: dict[str, Any] = {"timeout": end} if end is not None else {}
+        if cap is not None:
+            detail["deadline"] = cap
+        return Waiting(WaitKind.SIGNAL, scope, pos, oid, name, until=_capped(end, cap),
+                       since=now, detail=detail)
+    if isinstance(op, EventOp):
+        end = None if op.timeout is None else now + op.timeout
+        detail = {"event": op.event, "subject": op.subject,
+                  "after": op.after if op.after is not None else now}
+        if end is not None:
+            detail["timeout"] = end
+        if cap is not None:
+            detail["deadline"] = cap
+        return Waiting(WaitKind.EVENT, scope, pos, oid, name, until=_capped(end, cap),
+                       since=now, detail=detail)
+    if isinstance(op, HookOp):
+        return Waiting(WaitKind.HOOK, scope, pos, oid, name, since=now, detail={
+            "signal": op.signal, "metadata": op.metadata, "ttl": op.ttl})
+    if isinstance(op, CallOp | SpawnOp):
+        kind = WaitKind.CALL if isinstance(op, CallOp) else WaitKind.SPAWN
+        return Waiting(kind, scope, pos, oid, name, since=now, detail={
+            "workflow": op.workflow, "input": op.input})
+    assert isinstance(op, RetryOp)
+    return Waiting(WaitKind.RETRY, scope, pos, oid, name, until=now + op.after, since=now,
+                   attempt=op.attempt, detail={"error": op.error})
 
 
 def _capped(until: float | None, deadline: float | None) -> float | None:
@@ -350,7 +402,7 @@ def resolve(waiting: Waiting, now: float, found: Mapping[str, Any] | None = None
         if found.get("status") == "success":
             return Resolved(wait_entry(waiting, now, value=found.get("output"),
                                        child=found.get("run_id")))
-        error = {"code": "child_failed", "message": f"child run {found.get('run_id')} ended "
+        error = {"code": Code.CHILD_FAILED, "message": f"child run {found.get('run_id')} ended "
                  f"{found.get('status')}", "details": {"run_id": found.get("run_id"),
                                                         "status": found.get("status"),
                                                         "error": found.get("error")}}

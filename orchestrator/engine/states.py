@@ -52,7 +52,9 @@ S = StepStatus
 STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
     # blocked -> dispatched is a promotion that the promoting worker claims at once.
     S.BLOCKED: frozenset({S.READY, S.DISPATCHED, S.SKIPPED}),
-    S.READY: frozenset({S.DISPATCHED, S.SKIPPED}),
+    # ready -> success: a durable parallel branch's row, ended once its result is counted
+    # (another call ran the branch to its end before this row's dispatch was taken).
+    S.READY: frozenset({S.DISPATCHED, S.SKIPPED, S.SUCCESS}),
     # dispatched -> dispatched is a retry (attempt + 1) or a lease taken over.
     S.DISPATCHED: frozenset({S.DISPATCHED, S.SUCCESS, S.FAILED, S.SKIPPED}),
     S.SUCCESS: frozenset(),
@@ -106,7 +108,8 @@ def _run(name: str, sources: set[RunStatus], target: RunStatus | None = None) ->
 
 
 B, RD, D = S.BLOCKED, S.READY, S.DISPATCHED
-# Every guarded write of a step row (adapters/store/step_writes.py names its move).
+# Every guarded write of a step row (adapters/store/step_writes.py and journal.py name
+# their move).
 STEP_MOVES = {
     m.name: m
     for m in (
@@ -122,6 +125,14 @@ STEP_MOVES = {
         _step("redispatch", {RD, D}),
         _step("stop-in-flight", {D}),
         _step("abandon", {D}, S.SKIPPED),
+        # A durable run's drivers (adapters/store/journal.py): a leased one released to
+        # wait or its lease renewed, a free one poked (look again) or held by an
+        # operator, a parallel branch's row ended once its result is counted.
+        _step("suspend", {D}),
+        _step("renew", {D}),
+        _step("poke", {D}),
+        _step("hold", {RD, D}, D),
+        _step("settle-branch", {RD, D}, S.SUCCESS),
     )
 }
 # Every guarded write of a run row (adapters/store/run_rows.py names its move).

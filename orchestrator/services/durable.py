@@ -18,34 +18,48 @@ import json
 import logging
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator.adapters.invoker import Call, Invoker
+from functions.protocol import DurableOp, EndOp, RecordOp, RetryOp, WaitKind
+from orchestrator.adapters.invoker import Call, Invoker, Result, StreamCut
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, after_attempt
 from orchestrator.engine.durable import (
     DRIVER,
-    RESULT_POS,
     BadAnswer,
     BranchDone,
     Complete,
     Continue,
+    JournalView,
+    Next,
     Pause,
     Suspend,
     Waiting,
     branch_scope,
     first_branches,
     in_view,
+    next_move,
     read_answer,
+    read_op,
     resolve,
     row_of,
     scope_of,
+    wait_of,
 )
 from orchestrator.engine.durable import Fail as WorkflowFail
+from orchestrator.engine.durable_moves import (
+    Look,
+    idle_calls,
+    look_for,
+    over_cap,
+    release_of,
+    stands,
+)
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
 from orchestrator.errors import Code, ConditionFailed, error_doc
+from orchestrator.services.checkpoints import END, IDLE, Exchange, Item, Lines
 from orchestrator.services.children import Children, child_run_id
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import Executor, RunContext, Tally
@@ -56,18 +70,11 @@ __all__ = ["Durable", "Target"]
 
 log = logging.getLogger("orchestrator.durable")
 
-# Waits ending within this many seconds get a timer message now; later ones are the
-# sweeper's to hand to the queue when they come within reach (SQS delays <= 15 min).
-TIMER_REACH = 900.0
-# The sweeper hands a far wait to the queue this long before it ends.
-HANDOFF_BEFORE = 600.0
 # How often a chain of calls reads its driver row for a cancel.
 STOP_CHECK_EVERY = 1.0
-# Calls in a row that record nothing yet ask to go on: a protocol fault, not progress.
-IDLE_CALLS = 3
-# A run waiting only for a poke (a signal, an event, a hook, its branches, a child) is
-# looked at after this long anyway: a poke lost with its process costs one look.
-LOST_POKE_CHECK = 3600.0
+# The share of a call's timeout during which a version 2 call may start step bodies: the
+# rest is for the last one to end before the timeout (and the lease) does.
+CALL_BUDGET = 0.5
 
 
 
@@ -101,8 +108,7 @@ class Durable:
         waits or ends (or `room()` says this worker's time is up)."""
         run_id = row.run_id
         scope = scope_of(row.step)
-        journal = self.store.read_journal(run_id, self.clock())
-        places = {(e.get("scope", ""), int(e["pos"])) for e in journal}
+        view = JournalView(self.store.read_journal(run_id, self.clock()))
         waiting = Waiting.from_json(row.waiting) if row.waiting else None
         pokes = row.pokes
         attempts: dict[str, int] = {}
@@ -111,44 +117,29 @@ class Durable:
         refs = [False]
         idle = 0
         checked = self.clock()
+        # Waits the branches of a parallel reported in the last call (version 2 runs
+        # them in the call): a retry's backoff carries over to the branch's own driver.
+        carried: dict[str, Waiting] = {}
         while True:
             now = self.clock()
             if now - checked >= STOP_CHECK_EVERY:
                 # A long chain looks for a cancel now and then (one read), not every step.
                 checked = now
-                fresh = self.store.get_driver(run_id, row.step)
-                if fresh is None or fresh.lease_owner != row.lease_owner or fresh.stopping:
+                if self._stopped(row):
                     self._give_up(row, tally, now)
                     return
-            if waiting is not None and waiting.kind != "mismatch" \
-                    and (waiting.scope, waiting.pos) in places:
+            if waiting is not None and not stands(waiting, view):
                 waiting = None  # resolved already (a stale record of a past wait)
             if waiting is not None:
-                if waiting.kind == "retry":
+                if waiting.kind is WaitKind.RETRY:
                     attempts = {waiting.id: waiting.attempt}
                 found = None
-                if waiting.kind == "signal":
-                    found = self.store.take_signal(run_id, waiting.name,
-                                                   f"{waiting.scope}#{waiting.pos}")
-                elif waiting.kind == "event" and self.events is not None:
-                    if fresh_wait:
-                        # Register first, then look: an event landing in between
-                        # finds the registration and pokes this run.
-                        self.events.register(run_id, waiting)
-                    found = self.events.find(waiting)
-                elif waiting.kind == "hook" and self.hooks is not None:
-                    d = waiting.detail
-                    found = self.hooks.create(run_id, waiting.id, str(d["signal"]),
-                                              d.get("metadata"), d.get("ttl"))
-                elif waiting.kind in ("call", "spawn") and self.children is not None:
-                    found = self._child(row, waiting, fresh_wait)
+                for look in look_for(waiting, fresh_wait):
+                    found = self._look(look, row, ctx, waiting, view, now, carried)
+                if waiting.kind in (WaitKind.CALL, WaitKind.SPAWN):
                     # Started: the row keeps no copy of the child's input.
                     waiting = replace(waiting, detail={k: v for k, v in waiting.detail.items()
                                                        if k != "input"})
-                elif waiting.kind == "parallel":
-                    if fresh_wait:
-                        self._open_parallel(row, ctx, waiting, places, now)
-                    found = self.store.get_parallel(run_id, waiting.scope, waiting.pos, now)
                 fresh_wait = False
                 done = resolve(waiting, now, found)
                 if done is not None and waiting.kind == "parallel":
@@ -168,20 +159,15 @@ class Durable:
                         # the signal goes back to the queue for the next wait.
                         self.store.untake_signal(run_id, str(found["key"]),
                                                  f"{waiting.scope}#{waiting.pos}")
-                    journal.append(stored)
-                    places.add((stored.get("scope", ""), int(stored["pos"])))
+                    view.add(stored)
                 if waiting.kind == "event" and self.events is not None:
                     self.events.forget(run_id, waiting)
                 waiting = None
-            if len(journal) > self.settings.durable_max_entries:
-                self.adv.fail(row, ctx, Fail(error_doc(
-                    Code.JOURNAL_TOO_LARGE,
-                    f"the run recorded {len(journal)} operations, over the cap of "
-                    f"{self.settings.durable_max_entries}: split the work into child runs "
-                    "(ctx.call), or start a fresh run with what this one has (ctx.spawn "
-                    "then return)")), tally)
+            error = over_cap(len(view), self.settings.durable_max_entries)
+            if error is not None:
+                self.adv.fail(row, ctx, Fail(error), tally)
                 return
-            if scope and (scope, RESULT_POS) in places:
+            if scope and scope in view.ended:
                 # The branch's result was committed by a holder that died before counting
                 # it: count it now (calling again would report nothing new).
                 self._branch_done(row, ctx, scope, tally)
@@ -190,45 +176,26 @@ class Durable:
             if kept is None:
                 return  # the lease is lost: its next holder carries on
             row = kept
-            answer, failure = self._call(row, ctx, target, journal, attempts, refs)
-            if failure is not None:
-                self._call_failed(row, ctx, failure, tally)
+            turn = self._call(row, ctx, target, view, attempts, refs, tally)
+            checked = max(checked, turn.checked)
+            if turn.gone:
                 return
-            try:
-                entries, after = read_answer(answer, self.clock(), scope)
-            except BadAnswer as exc:
-                self._call_failed(row, ctx, Outcome(OutcomeKind.RETRYABLE, error=error_doc(
-                    Code.BAD_ANSWER, f"workflow {ctx.served}: {exc}")), tally)
+            if turn.failure is not None:
+                self._call_failed(row, ctx, turn.failure, tally)
                 return
+            after = turn.after
+            assert after is not None
+            carried = turn.carried
             attempts = {}
-            idle = idle + 1 if not entries and isinstance(after, Continue) else 0
-            if idle >= IDLE_CALLS:
-                # Calls that commit nothing and ask to go on would loop: a protocol fault.
-                self._call_failed(row, ctx, Outcome(OutcomeKind.RETRYABLE, error=error_doc(
-                    Code.BAD_ANSWER, f"workflow {ctx.served}: {idle} calls in a row "
-                    "recorded nothing and reported no wait")), tally)
+            idle, error = idle_calls(idle, turn.committed, after, ctx.served)
+            if error is not None:
+                self._call_failed(row, ctx, Outcome(OutcomeKind.RETRYABLE, error=error), tally)
                 return
-            for entry in entries:
-                stored = self.store.put_entry(run_id, entry, self.clock())
-                if stored.get("id") != entry.get("id"):
-                    # Another call committed a different operation here: the code differs
-                    # between the two (a deploy mid-run). Pause, as for a mismatch.
-                    after = Pause(
-                        Waiting("mismatch", str(entry.get("scope", "")), int(entry["pos"]),
-                                str(entry.get("id")), str(entry.get("name")), since=now,
-                                detail={"recorded": _place(stored), "issued": _place(entry)}),
-                        {"code": "replay_mismatch",
-                         "message": f"two calls recorded different operations at position "
-                                    f"{entry['pos']}: {stored.get('name')!r} and "
-                                    f"{entry.get('name')!r}"})
-                    break
-                journal.append(stored)
-                places.add((stored.get("scope", ""), int(stored["pos"])))
             if isinstance(after, Continue):
                 if room():
                     continue
                 # This worker's time is up: the next call goes to the queue.
-                waiting = Waiting("next", since=self.clock())
+                waiting = Waiting(WaitKind.NEXT, since=self.clock())
                 self._suspend(row, pokes, waiting, self.clock(), tally, send=True, settle=True)
                 return
             if isinstance(after, Suspend):
@@ -248,40 +215,165 @@ class Durable:
             self._pause(row, pokes, after, tally)
             return
 
-    def _call(self, row: StepRecord, ctx: RunContext, target: Target,
-              journal: list[dict[str, Any]], attempts: dict[str, int], refs: list[bool]
-              ) -> tuple[Any, Outcome | None]:
-        """One call. `refs` holds one flag: set once the host refused a body with a 413,
-        so the rest of this chain sends its journal by reference at once."""
+    def _stopped(self, row: StepRecord) -> bool:
+        """Whether the run is being cancelled, or the lease was lost (one read)."""
+        fresh = self.store.get_driver(row.run_id, row.step)
+        return fresh is None or fresh.lease_owner != row.lease_owner or bool(fresh.stopping)
+
+    def _look(self, look: Look, row: StepRecord, ctx: RunContext, waiting: Waiting,
+              view: JournalView, now: float, carried: dict[str, Waiting]) -> Any:
+        """Carry out one lookup `look_for` asked for; what it found (None: nothing)."""
+        run_id = row.run_id
+        if look is Look.TAKE_SIGNAL:
+            return self.store.take_signal(run_id, waiting.name, f"{waiting.scope}#{waiting.pos}")
+        if look is Look.REGISTER_EVENT and self.events is not None:
+            # Register first, then look: an event landing in between finds the
+            # registration and pokes this run.
+            self.events.register(run_id, waiting)
+        elif look is Look.FIND_EVENT and self.events is not None:
+            return self.events.find(waiting)
+        elif look is Look.CREATE_HOOK and self.hooks is not None:
+            d = waiting.detail
+            return self.hooks.create(run_id, waiting.id, str(d["signal"]), d.get("metadata"),
+                                     d.get("ttl"))
+        elif look in (Look.START_CHILD, Look.CHILD) and self.children is not None:
+            return self._child(row, waiting, start=look is Look.START_CHILD)
+        elif look is Look.OPEN_PARALLEL:
+            self._open_parallel(row, ctx, waiting, view, now, carried)
+        elif look is Look.PARALLEL:
+            return self.store.get_parallel(run_id, waiting.scope, waiting.pos, now)
+        return None
+
+    def _body(self, row: StepRecord, ctx: RunContext, view: JournalView,
+              attempts: dict[str, int]) -> dict[str, Any]:
         scope = scope_of(row.step)
         body: dict[str, Any] = {
             "run": {"run_id": row.run_id, "workflow": ctx.served,
                     "started_at": ctx.started_at, "now": self.clock(), "attempt": row.attempt,
                     "subject": ctx.subject, "max_value": self.settings.output_hard_cap},
             "input": ctx.input,
-            "journal": [self._shown(row.run_id, e) for e in journal
+            "journal": [self._shown(row.run_id, e) for e in view.entries
                         if in_view(str(e.get("scope", "")), scope)],
             "target": scope,
             "attempts": attempts,
         }
+        if self.settings.durable_protocol >= 2:
+            body["protocol"] = self.settings.durable_protocol
+            # The call starts no step body past this (an HTTP timeout ends it later).
+            body["budget"] = max(0.5, row.timeout * CALL_BUDGET)
+        return body
+
+    def _call(self, row: StepRecord, ctx: RunContext, target: Target, view: JournalView,
+              attempts: dict[str, int], refs: list[bool], tally: Tally) -> Turn:
+        """One call, its checkpoints committed. `refs` holds one flag: set once the host
+        refused a body with a 413, so the rest of this chain sends its journal by
+        reference at once."""
+        body = self._body(row, ctx, view, attempts)
         raw = dumps(body).encode()
         by_reference = refs[0] or len(raw) > self.settings.durable_inline_body
         if by_reference:
             raw = self._by_reference(row, body)
-        result = self.invoker.invoke(self._request(row, ctx, target, raw))
-        error = result.outcome.error or {}
-        if not by_reference and error.get("status") == 413:
+        exchange = self._open(row, ctx, target, raw)
+        first = exchange.take(row.timeout + self.settings.lease_margin)
+        if isinstance(first, Result) and not by_reference \
+                and (first.outcome.error or {}).get("status") == 413:
             # The host refused a body this large: the journal goes by reference.
             refs[0] = True
-            result = self.invoker.invoke(self._request(row, ctx, target,
-                                                       self._by_reference(row, body)))
+            exchange = self._open(row, ctx, target, self._by_reference(row, body))
+            first = exchange.take(row.timeout + self.settings.lease_margin)
+        if isinstance(first, Result):
+            return self._answered(row, view, first)
+        return self._streamed(row, ctx, view, exchange, first, tally)
+
+    def _open(self, row: StepRecord, ctx: RunContext, target: Target, raw: bytes
+              ) -> Exchange:
+        return Exchange(self.invoker, self._request(row, ctx, target, raw),
+                        max_line=self.invoker.max_body)
+
+    def _answered(self, row: StepRecord, view: JournalView, result: Result) -> Turn:
+        """A version 1 answer (or a call that failed): commit its entries in order."""
         if result.outcome.kind is not OutcomeKind.SUCCESS:
-            return None, result.outcome
+            return Turn(failure=result.outcome)
         try:
-            return json.loads(result.raw), None
+            answer = json.loads(result.raw)
         except ValueError:
-            return None, Outcome(OutcomeKind.RETRYABLE, error=error_doc(
-                Code.BAD_ANSWER, "the workflow's answer is not JSON"))
+            return Turn(failure=_bad("the workflow's answer is not JSON"))
+        now = self.clock()
+        try:
+            entries, after = read_answer(answer, now, scope_of(row.step))
+        except BadAnswer as exc:
+            return Turn(failure=_bad(f"workflow {row.run_id}: {exc}"))
+        committed = 0
+        for entry in entries:
+            stored = self.store.put_entry(row.run_id, entry, self.clock())
+            if stored.get("id") != entry.get("id"):
+                after = _conflict(entry, stored, now)
+                break
+            view.add(stored)
+            committed += 1
+        return Turn(after=after, committed=committed)
+
+    def _streamed(self, row: StepRecord, ctx: RunContext, view: JournalView,
+                  exchange: Exchange, item: Item, tally: Tally) -> Turn:
+        """A version 2 answer: commit its checkpoints as they arrive (several that came
+        together in one request), in order; the first that finds another outcome at its
+        place ends the exchange, and the next call replays what is committed."""
+        target = scope_of(row.step)
+        ops: list[DurableOp] = []  # what is not a checkpoint, in order
+        committed = 0
+        checked = self.clock()
+        end: EndOp | None = None
+        try:
+            while True:
+                if item is IDLE or self.clock() - checked >= STOP_CHECK_EVERY:
+                    checked = self.clock()
+                    if self._stopped(row):
+                        self._give_up(row, tally, checked)
+                        return Turn(gone=True, checked=checked)
+                if isinstance(item, StreamCut):
+                    return Turn(failure=item.outcome, committed=committed, checked=checked)
+                if isinstance(item, Result) or item is END:
+                    return Turn(failure=_bad(f"workflow {ctx.served}: the answer ended before"
+                                             " its end line"), committed=committed,
+                                checked=checked)
+                if isinstance(item, Lines):
+                    entries: list[dict[str, Any]] = []
+                    for line in item.lines:
+                        try:
+                            op = read_op(line)
+                        except BadAnswer as exc:
+                            return Turn(failure=_bad(f"workflow {ctx.served}: {exc}"),
+                                        committed=committed, checked=checked)
+                        if isinstance(op, RecordOp):
+                            entries.append(op.entry.doc())
+                        elif isinstance(op, EndOp):
+                            end = op
+                        else:
+                            ops.append(op)
+                    stored = self.store.commit_entries(row.run_id, entries, self.clock())
+                    for ours, got in zip(entries, stored, strict=False):
+                        view.add(got)
+                        if got != ours:
+                            # Another execution committed this place first: nothing this
+                            # call computed after it counts.
+                            conflict = (_conflict(ours, got, self.clock())
+                                        if got.get("id") != ours.get("id") else Continue())
+                            return Turn(after=conflict, committed=committed + 1,
+                                        checked=checked)
+                        committed += 1
+                    if len(view) > self.settings.durable_max_entries:
+                        return Turn(after=Continue(), committed=committed, checked=checked)
+                    if end is not None:
+                        return Turn(after=next_move(ops, self.clock(), target, end.deadline,
+                                                    view.entries[len(view) - committed:]),
+                                    committed=committed, checked=checked,
+                                    carried=_branch_retries(ops, self.clock(), target))
+                item = exchange.take(STOP_CHECK_EVERY)
+        except BadAnswer as exc:
+            return Turn(failure=_bad(f"workflow {ctx.served}: {exc}"), committed=committed,
+                        checked=checked)
+        finally:
+            exchange.stop()
 
     def _request(self, row: StepRecord, ctx: RunContext, target: Target, raw: bytes) -> Call:
         return Call(url=target.url, secret=target.secret, run_id=row.run_id,
@@ -343,29 +435,20 @@ class Durable:
 
     def _release(self, row: StepRecord, pokes: int, waiting: Waiting, now: float,
                  tally: Tally, *, send: bool = False) -> str:
-        until = waiting.until
-        if send:
-            due, wake = now, now + self.adv.store.wake.redispatch_after
-        elif until is None:
-            # A poke brings it back; the wake only repairs a poke lost with its process.
-            due, wake = None, now + LOST_POKE_CHECK
-        elif until - now <= TIMER_REACH:
-            due, wake = until, until + self.adv.store.wake.redispatch_after
-        else:
-            due, wake = until, until - HANDOFF_BEFORE
+        out = release_of(waiting, now, redispatch_after=self.adv.store.wake.redispatch_after,
+                         send=send)
         left = self.store.suspend_driver(row.run_id, row.lease_owner or "", row.attempt, pokes,
-                                         waiting.to_json(), due, wake, now,
+                                         waiting.to_json(), out.due, out.wake, now,
                                          reset_attempt=row.attempt > 1, step=row.step)
         if left == "stopping":
             # The run is being cancelled and the lease is still ours: end the driver.
             self._give_up(row, tally, now)
             return left
-        if left == "ok" and due is not None and (send or (until is not None
-                                                         and until - now <= TIMER_REACH)):
+        if left == "ok" and out.due is not None and (out.dispatch or out.timer):
             attempt = 1 if row.attempt > 1 else row.attempt
             msg = Dispatch(run_id=row.run_id, step=row.step, attempt=attempt,
-                           due_at=None if send else due)
-            if send:
+                           due_at=None if out.dispatch else out.due)
+            if out.dispatch:
                 self.queues.dispatch([msg])
             else:
                 self.queues.timer(msg, now)
@@ -374,24 +457,26 @@ class Durable:
     # ---- parallel branches ---------------------------------------------------------------
 
     def _open_parallel(self, row: StepRecord, ctx: RunContext, waiting: Waiting,
-                       places: set[tuple[str, int]], now: float) -> None:
+                       view: JournalView, now: float, carried: dict[str, Waiting]) -> None:
         """A parallel operation begins: its aggregate, then its first branches."""
         total, limit = int(waiting.detail["branches"]), int(waiting.detail["max"])
         done = {i for i in range(total)
-                if (branch_scope(waiting.scope, waiting.pos, i), RESULT_POS) in places}
+                if branch_scope(waiting.scope, waiting.pos, i) in view.ended}
         first, cursor = first_branches(total, limit, done)
         # Only those before the cursor count as done now: one past it is counted when the
         # cursor reaches it and its row finds its result, passing its slot on.
         self.store.open_parallel(row.run_id, waiting.scope, waiting.pos, total, limit,
                                  {i for i in done if i < cursor}, cursor, now)
         self._start_branches(row, ctx, [branch_scope(waiting.scope, waiting.pos, i)
-                                        for i in first], now)
+                                        for i in first], now, carried)
 
     def _start_branches(self, row: StepRecord, ctx: RunContext, scopes: list[str],
-                        now: float) -> None:
+                        now: float, carried: dict[str, Waiting] | None = None) -> None:
         spec = ctx.definition.specs[DRIVER] if ctx.definition is not None else None
         sends = []
         for scope in scopes:
+            # A branch that failed an attempt in its parent's call waits out its backoff.
+            wait = (carried or {}).get(scope)
             branch = StepRecord(
                 run_id=row.run_id, step=row_of(scope), status=StepStatus.READY,
                 backend=spec.backend if spec else row.backend,
@@ -402,6 +487,7 @@ class Durable:
                 retry_delay=row.retry_delay, retry_max_delay=row.retry_max_delay,
                 ready_at=now, wake_at=now + self.store.wake.redispatch_after,
                 history=({"at": round(now, 3), "type": "step.ready"},),
+                waiting=None if wait is None else wait.to_json(),
             )
             try:
                 self.store.create_step_if_absent(branch)
@@ -430,20 +516,22 @@ class Durable:
         except ConditionFailed:
             pass  # the lease was lost: its next holder finds the branch done and ends it
 
-    def _child(self, row: StepRecord, waiting: Waiting, fresh: bool) -> dict[str, Any] | None:
-        """Start the child of a call or spawn (once); for a call, the child once ended."""
+    def _child(self, row: StepRecord, waiting: Waiting, start: bool) -> dict[str, Any] | None:
+        """Start the child of a call or spawn (`start`: once, idempotent); a spawn's child
+        once started, a call's once ended."""
         assert self.children is not None
         d = waiting.detail
         child_id = child_run_id(row.run_id, waiting.id)
-        if fresh or waiting.kind == "spawn":
+        if start:
             self.children.start(row.run_id, row.step, waiting.place(), str(d["workflow"]),
-                                d.get("input"), waits=waiting.kind == "call")
-        if waiting.kind == "spawn":
-            return {"run_id": child_id}
+                                d.get("input"), waits=waiting.kind is WaitKind.CALL)
+            if waiting.kind is WaitKind.SPAWN:
+                return {"run_id": child_id}
+            return None
         child = self.store.get_run(child_id, self.clock())
         if child is None:
             return {"run_id": child_id, "status": "failed",
-                    "error": {"code": "run_missing", "message": "the child run is gone"}}
+                    "error": {"code": Code.RUN_MISSING, "message": "the child run is gone"}}
         if not child.status.terminal:
             return None
         out: dict[str, Any] = {"run_id": child_id, "status": child.status.value,
@@ -497,3 +585,45 @@ class Durable:
 
 def _place(entry: dict[str, Any]) -> dict[str, Any]:
     return {k: entry.get(k) for k in ("scope", "pos", "id", "kind", "name")}
+
+
+@dataclass(frozen=True)
+class Turn:
+    """How one call went: what follows it, or why it failed as a whole; how many
+    entries it committed; whether the run left this worker meanwhile (`gone`); when the
+    run was last looked at for a cancel; the waits its parallel branches reported."""
+
+    after: Next | None = None
+    failure: Outcome | None = None
+    committed: int = 0
+    gone: bool = False
+    checked: float = 0.0
+    carried: dict[str, Waiting] = field(default_factory=dict)
+
+
+def _bad(message: str) -> Outcome:
+    return Outcome(OutcomeKind.RETRYABLE, error=error_doc(Code.BAD_ANSWER, message))
+
+
+def _conflict(entry: dict[str, Any], stored: dict[str, Any], now: float) -> Pause:
+    """Another call committed a different operation at `entry`'s place: the code differs
+    between the two (a deploy mid-run). Pause, as for a mismatch."""
+    return Pause(
+        Waiting(WaitKind.MISMATCH, str(entry.get("scope", "")), int(entry["pos"]),
+                str(entry.get("id")), str(entry.get("name")), since=now,
+                detail={"recorded": _place(stored), "issued": _place(entry)}),
+        {"code": Code.REPLAY_MISMATCH,
+         "message": f"two calls recorded different operations at position "
+                    f"{entry['pos']}: {stored.get('name')!r} and {entry.get('name')!r}"})
+
+
+def _branch_retries(ops: list[DurableOp], now: float, target: str) -> dict[str, Waiting]:
+    """The retries parallel branches inside `target` reported (their backoff carries
+    over to the branch's own driver)."""
+    out: dict[str, Waiting] = {}
+    for op in ops:
+        if isinstance(op, RetryOp) and op.scope != target:
+            waiting = wait_of(op, now, None)
+            if waiting is not None:
+                out[op.scope] = waiting
+    return out

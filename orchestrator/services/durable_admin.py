@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from functions.protocol import WaitKind
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
@@ -75,7 +76,7 @@ class DurableAdmin:
             raise Conflict(Code.CONFLICT, f"run {run_id!r} is being advanced right now (or "
                            "has not started): try again once it waits")
         meanwhile()
-        nxt = Waiting("next", since=now).to_json()
+        nxt = Waiting(WaitKind.NEXT, since=now).to_json()
         left = self.store.suspend_driver(run_id, owner, held.attempt, held.pokes, nxt,
                                          now, now + self.store.wake.redispatch_after, now)
         if left != "ok":  # a poke landed: the holder is still us; release plainly

@@ -13,6 +13,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from orchestrator.adapters.queue import Dispatch
 from tests.support.durable_fns import CONCURRENCY, LEDGER
 from tests.support.harness import Harness
@@ -26,7 +28,7 @@ workflows:
   sleeper: { backend: app }
   approval: { backend: app }
   fanout: { backend: app, timeout: 2s }
-  branches: { backend: app }
+  branches: { backend: app, timeout: 2s }
   slowstep: { backend: app, timeout: 3s }
 """
 
@@ -158,19 +160,35 @@ class FailOnce:
             raise RuntimeError("injected: the worker died here")
 
 
+# Branches advanced by drivers of their own: in version 1 every branch; in version 2
+# (which runs branches inside the parent's call) those that wait.
+BRANCHED = {
+    "v1": ("fanout", {"n": 3, "max": 2, "hold": 0.01}, {"results": [0, 1, 4]}),
+    "v2": ("branches", {"sleep": "10ms"}, {"results": [0, 11, 22], "total": 33}),
+}
+
+
+@pytest.fixture(params=sorted(BRANCHED))
+def branched(request: Any, app_url: str, app_url_v1: str
+             ) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    workflow, payload, output = BRANCHED[request.param]
+    return (app_url_v1 if request.param == "v1" else app_url), workflow, payload, output
+
+
 def test_a_branch_whose_result_was_never_counted_is_counted_by_its_next_holder(
-        build_harness: Any, app_url: str, tmp_path: Path) -> None:
-    h = build(build_harness, app_url, tmp_path, lease_margin=1.0, redispatch_after=1.0)
+        build_harness: Any, branched: Any, tmp_path: Path) -> None:
+    url, workflow, payload, output = branched
+    h = build(build_harness, url, tmp_path, lease_margin=1.0, redispatch_after=1.0)
     fault = FailOnce(h, lambda op, p: op == "UpdateItem"
                      and p.get("Key", {}).get("step", {}).get("S", "").startswith("~p#"))
     h.start_workers(1, threads=4)
     h.start_sweeper()
     try:
-        run_id = h.start("fanout", {"n": 3, "max": 2, "hold": 0.01})
+        run_id = h.start(workflow, payload)
         view = h.wait(run_id, timeout=40)
         assert view["status"] == "success", view
         assert fault.fired == 1
-        assert view["output"] == {"results": [0, 1, 4]}
+        assert view["output"] == output
         calls = Counter(LEDGER.bodies(run_id))
         assert all(n == 1 for n in calls.values()), calls  # no branch ran its step again
     finally:
@@ -178,8 +196,9 @@ def test_a_branch_whose_result_was_never_counted_is_counted_by_its_next_holder(
 
 
 def test_a_branch_row_its_holder_left_in_flight_is_ended_before_the_run(
-        build_harness: Any, app_url: str, tmp_path: Path) -> None:
-    h = build(build_harness, app_url, tmp_path, lease_margin=30.0)
+        build_harness: Any, branched: Any, tmp_path: Path) -> None:
+    url, workflow, payload, output = branched
+    h = build(build_harness, url, tmp_path, lease_margin=30.0)
 
     def branch_success(op: str, p: dict[str, Any]) -> bool:
         step = p.get("Key", {}).get("step", {}).get("S", "")
@@ -189,10 +208,11 @@ def test_a_branch_row_its_holder_left_in_flight_is_ended_before_the_run(
     fault = FailOnce(h, branch_success)
     h.start_workers(1, threads=4)
     try:
-        run_id = h.start("fanout", {"n": 2, "max": 2, "hold": 0.01})
+        run_id = h.start(workflow, payload)
         view = h.wait(run_id, timeout=30)
         assert view["status"] == "success", view
         assert fault.fired == 1
+        assert view["output"] == output
         rows = h.rt.store.drivers(run_id)
         assert rows and all(r.status.terminal for r in rows), [(r.step, r.status) for r in rows]
     finally:

@@ -37,9 +37,13 @@ workflows:
 """
 
 
-@pytest.fixture
-def h(build_harness: Any, app_url: str, tmp_path: Any) -> Iterator[Harness]:
-    harness = build_harness(MANIFEST, tmp_path, {"APP": app_url})
+@pytest.fixture(params=[2, pytest.param(1, marks=pytest.mark.slow)],
+                ids=["protocol2", "protocol1"])
+def h(request: pytest.FixtureRequest, build_harness: Any, tmp_path: Any) -> Iterator[Harness]:
+    """Every test runs against the SDK answering in version 2 (checkpoint streams), and
+    in the slow suite again against one that speaks only version 1."""
+    url = request.getfixturevalue("app_url" if request.param == 2 else "app_url_v1")
+    harness = build_harness(MANIFEST, tmp_path, {"APP": url})
     harness.start_workers(1, threads=4)
     harness.start_sweeper()
     yield harness
@@ -380,21 +384,24 @@ def test_custom_run_events_sit_beside_the_transitions(h: Harness) -> None:
                           json={"event_type": "x"}).status_code == 404
 
 
+@pytest.mark.parametrize("protocols", [(1,), (1, 2)], ids=["v1", "v2"])
 def test_a_journal_too_large_for_the_host_goes_by_reference(
-        build_harness: Any, tmp_path: Any) -> None:
+        build_harness: Any, tmp_path: Any, protocols: tuple[int, ...]) -> None:
     from functions.sdk import FunctionApp
     from tests.support.durable_fns import chain
 
-    small = FunctionApp(secret="durable-secret", max_body=3000)  # a host's body limit
+    # A host's body limit. Version 1 sends the journal with every step; version 2 only
+    # after a suspension (here a sleep halfway).
+    small = FunctionApp(secret="durable-secret", max_body=3000, durable_protocols=protocols)
     small.workflow(chain)
     with BackgroundServer(small) as server:
         harness = build_harness(MANIFEST.replace("${APP}", server.url), tmp_path, {})
         harness.start_workers(1, threads=2)
         try:
-            run_id = harness.start("chain", {"steps": 30})
+            run_id = harness.start("chain", {"steps": 60, "nap": "10ms"})
             view = harness.wait(run_id)
             assert view["status"] == "success", view
-            assert view["output"] == {"total": sum(range(30))}
+            assert view["output"] == {"total": sum(range(60))}
             s3 = harness.rt.clients.s3
             sent = s3.list_objects_v2(Bucket=harness.rt.settings.names.blob_bucket,
                                       Prefix=f"calls/{run_id}/")

@@ -26,6 +26,7 @@ from orchestrator.engine.states import (
 )
 from orchestrator.errors import Code
 from orchestrator.services.executor import Tally
+from tests.support.durable_fns import LEDGER
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -98,17 +99,7 @@ def matches(move: Move, sources: frozenset[str], target: str | None) -> bool:
 def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: Any) -> None:
     h: Harness = harness_factory(MANIFEST)
     seen: list[tuple[str, frozenset[str], str | None]] = []
-    steps, runs = h.rt.settings.names.steps_table, h.rt.settings.names.runs_table
-
-    def capture(params: dict[str, Any], **_: Any) -> None:
-        if params["TableName"] in (steps, runs) and "#s" in params.get(
-            "ExpressionAttributeNames", {}
-        ):
-            sources, target = walk(params)
-            seen.append((params["TableName"], sources, target))
-
-    events = h.rt.clients.dynamodb.meta.events
-    events.register("before-parameter-build.dynamodb.UpdateItem", capture)
+    steps = capture_into(h, seen)
     h.start_workers(threads=8)
     # Lost messages of left: first the one that was to promote and claim it (the sweeper
     # promotes it), then the sweeper's own dispatch (the sweeper sends it again).
@@ -164,6 +155,14 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
             if err is not None:
                 assert err["code"] in codes and isinstance(err["message"], str), err
 
+    covered = check(seen, steps)
+    assert {f"True:{n}" for n in STEP_MOVES if n not in DRIVER_MOVES} <= covered, sorted(covered)
+    assert {f"False:{n}" for n in RUN_MOVES if n not in DURABLE_RUN_MOVES} <= covered, \
+        sorted(covered)
+
+
+def check(seen: list[tuple[str, frozenset[str], str | None]], steps: str) -> set[str]:
+    """Each captured write is a named move the table allows; the names of those seen."""
     assert seen
     covered: set[str] = set()
     for table, sources, target in seen:
@@ -179,8 +178,96 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
                 assert kind(target) in table_of[kind(src)], (src, target)  # type: ignore[index]
             else:
                 assert not kind(src).terminal, f"a terminal {src} row written"
-    assert {f"True:{n}" for n in STEP_MOVES} <= covered, sorted(covered)
-    assert {f"False:{n}" for n in RUN_MOVES} <= covered, sorted(covered)
+    return covered
+
+
+def capture_into(h: Harness, seen: list[tuple[str, frozenset[str], str | None]]) -> str:
+    """Capture every status-guarded UpdateItem on the runs and steps tables into `seen`
+    (a botocore event: the real request); the steps table's name."""
+    steps, runs = h.rt.settings.names.steps_table, h.rt.settings.names.runs_table
+
+    def capture(params: dict[str, Any], **_: Any) -> None:
+        if params["TableName"] in (steps, runs) and "#s" in params.get(
+            "ExpressionAttributeNames", {}
+        ):
+            sources, target = walk(params)
+            seen.append((params["TableName"], sources, target))
+
+    h.rt.clients.dynamodb.meta.events.register(
+        "before-parameter-build.dynamodb.UpdateItem", capture)
+    return steps
+
+
+# The moves only a durable run's drivers make, and the run moves only durable runs make.
+DRIVER_MOVES = {"suspend", "renew", "poke", "hold", "settle-branch"}
+DURABLE_RUN_MOVES = {"pause"}
+
+DURABLE = """
+backends:
+  app: { url: "${APP}", secret: durable-secret }
+workflows:
+  chain: { backend: app }
+  sleeper: { backend: app }
+  approval: { backend: app }
+  versioned: { backend: app, workflow: versioned, timeout: 30s }
+  branches: { backend: app }
+  slowchain: { backend: app, timeout: 1s }
+"""
+
+
+def test_every_write_of_a_durable_run_is_a_move_of_the_transition_table(
+        build_harness: Any, app_url: str, tmp_path: Any) -> None:
+    h: Harness = build_harness(DURABLE, tmp_path, {"APP": app_url})
+    seen: list[tuple[str, frozenset[str], str | None]] = []
+    steps = capture_into(h, seen)
+    h.start_workers(1, threads=4)
+    h.start_sweeper()
+    try:
+        chain = h.start("chain", {"steps": 5})
+        sleeper = h.start("sleeper", {"sleep": "200ms"})
+        branches = h.start("branches", {"sleep": "100ms"})
+        # A chain longer than its call's timeout renews its lease as it goes.
+        slow = h.start("slowchain", {"steps": 40})
+        # A signal wait poked; a replay mismatch paused, then resumed (an operator's hold).
+        approval = h.start("approval", {})
+        versioned = h.start("versioned", {})
+        for run_id in (approval, versioned):
+            wait_for_signal(h, run_id)
+        h.rt.signals.send(approval, "approve", {"ok": True})
+        LEDGER.version[versioned] = 2
+        h.rt.signals.send(versioned, "finish", {})
+        deadline = time.monotonic() + 20
+        while h.rt.runs.view(versioned, steps=False)["status"] != "paused":
+            assert time.monotonic() < deadline, "the mismatch did not pause the run"
+            time.sleep(0.05)
+        LEDGER.version[versioned] = 1
+        h.rt.durable.resume(versioned)
+        # A cancel of a waiting run.
+        killed = h.start("approval", {})
+        wait_for_signal(h, killed)
+        h.rt.runs.kill(killed, "not needed")
+        ends = {r: h.wait(r, timeout=30)["status"]
+                for r in (chain, sleeper, branches, slow, approval, versioned, killed)}
+    finally:
+        h.close()
+    assert ends == {chain: "success", sleeper: "success", branches: "success",
+                    slow: "success", approval: "success", versioned: "success",
+                    killed: "killed"}
+    covered = check(seen, steps)
+    made = {n.split(":", 1)[1] for n in covered if n.startswith("True:")}
+    assert {"claim", "succeed", "suspend", "renew", "poke", "hold"} <= made, sorted(made)
+    assert "False:pause" in covered, sorted(covered)
+
+
+def wait_for_signal(h: Harness, run_id: str) -> None:
+    deadline = time.monotonic() + 15
+    while True:
+        row = h.rt.store.get_driver(run_id)
+        if row is not None and row.waiting and row.waiting.get("kind") == "signal" \
+                and row.lease_owner is None:
+            return
+        assert time.monotonic() < deadline, f"{run_id} never waited for a signal"
+        time.sleep(0.02)
 
 
 def test_an_illegal_move_cannot_be_defined() -> None:

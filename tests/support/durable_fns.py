@@ -50,7 +50,10 @@ def _recorded(name: str, value: Any = None) -> Any:
 @workflow("chain")
 async def chain(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
     total = 0
-    for i in range(int(payload.get("steps", 3))):
+    steps = int(payload.get("steps", 3))
+    for i in range(steps):
+        if payload.get("nap") and i == steps // 2:
+            await ctx.sleep(payload["nap"])  # a suspension: the call after it replays
         total += await step(f"add-{i}", _recorded(f"add-{i}", i)(ctx))
     return {"total": total}
 
@@ -254,8 +257,11 @@ async def slowstep(ctx: Context, payload: dict[str, Any]) -> Any:
     return {"first": first, "after": after}
 
 
-def create_app() -> FunctionApp:
-    app = FunctionApp(secret="durable-secret")
+def create_app(protocols: tuple[int, ...] | None = None) -> FunctionApp:
+    """The test workflows; `protocols=(1,)` serves them as an SDK that predates version 2
+    of the durable protocol would."""
+    app = FunctionApp(secret="durable-secret",
+                      **({"durable_protocols": protocols} if protocols else {}))
     app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain, trial, ships,
                  docapproval, fanout, branches, parent, slowstep)
     return app

@@ -34,3 +34,10 @@ def test_history_keeps_errors_as_json_text_never_a_printout() -> None:
         "code": "http_error", "message": '{"why":"db"}',
     }
     assert short_error({"code": "timeout", "message": "x" * 400})["message"] == "x" * 300
+
+
+def test_every_durable_code_the_sdk_reports_is_in_the_registry() -> None:
+    from functions.protocol import DurableCode
+
+    for code in DurableCode:
+        assert Code(code.value).meaning, code

@@ -92,3 +92,15 @@ def test_dev_refuses_cloudformation_that_would_make_the_tables_on_another_dynamo
     assert "emulator   " not in res.output
     assert f"dynamodb is at {DYNALITE} but CloudFormation at {MOTO}" in res.output
     assert "--provision direct" in res.output
+
+
+@pytest.mark.parametrize(("variable", "value", "said"), [
+    ("ORCH_DURABLE_PROTOCOL", "3", "ORCH_DURABLE_PROTOCOL: 3 is no durable protocol version"),
+    ("ORCH_DURABLE_MAX_ENTRIES", "lots", "ORCH_DURABLE_MAX_ENTRIES='lots' is not a number"),
+])
+def test_a_setting_it_cannot_use_stops_dev_in_one_line_naming_it(
+        variable: str, value: str, said: str) -> None:
+    res = CliRunner().invoke(main, ["dev", "--manifest", str(ROOT / "orchestrator.yml")],
+                             env={variable: value})
+    assert res.exit_code == 2, res.output
+    assert said in res.output and "Traceback" not in res.output

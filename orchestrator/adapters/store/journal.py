@@ -19,6 +19,7 @@ the entry holds their key. Reading a journal is one strongly consistent query.""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
@@ -27,6 +28,7 @@ from orchestrator.adapters.store.control import ms_key
 from orchestrator.adapters.store.tables import Tables, history_clause, step_key
 from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.records import StepRecord
+from orchestrator.engine.states import STEP_MOVES, StepStatus, status_guard, status_set
 from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 
@@ -37,6 +39,8 @@ SIGNALS = "~s#"
 PARALLEL = "~p#"
 SIGNAL_IDS = "~i#"
 RUN_EVENTS = "~e#"
+# Entries written in one transaction at most (DynamoDB's limit).
+TRANSACT_MAX = 100
 
 
 def _aggregate(item: dict[str, Any]) -> dict[str, Any]:
@@ -96,9 +100,8 @@ class JournalRows(Tables):
         entry: dict[str, Any] = json.loads(raw)
         return entry
 
-    def put_entry(self, run_id: str, entry: dict[str, Any], now: float) -> dict[str, Any]:
-        """Create the entry at its place; the entry that is there if another write was
-        first (compare its id with yours)."""
+    def _entry_item(self, run_id: str, entry: dict[str, Any], now: float
+                    ) -> dict[str, Any]:
         key = entry_key(str(entry.get("scope", "")), int(entry["pos"]))
         raw = dumps(entry)
         item: dict[str, Any] = {
@@ -109,9 +112,19 @@ class JournalRows(Tables):
         if len(raw) > self.inline_limit:
             if self.blobs is None:
                 raise RuntimeError("journal entry too large for an item, and no blob store")
-            item["ref"] = {"S": self.blobs.put(f"journal/{run_id}/{key[3:]}.json", raw.encode())}
+            # A key of its own per writer: a writer that loses the entry's put must not
+            # overwrite the winner's value.
+            blob = f"journal/{run_id}/{key[3:]}-{uuid.uuid4().hex[:16]}.json"
+            item["ref"] = {"S": self.blobs.put(blob, raw.encode())}
         else:
             item["doc"] = {"S": raw}
+        return item
+
+    def put_entry(self, run_id: str, entry: dict[str, Any], now: float) -> dict[str, Any]:
+        """Create the entry at its place; the entry that is there if another write was
+        first (compare its id with yours)."""
+        item = self._entry_item(run_id, entry, now)
+        key = item["step"]["S"]
         try:
             with _translate(f"journal {run_id}/{key}: write"):
                 self.ddb.put_item(TableName=self.steps, Item=item,
@@ -124,6 +137,41 @@ class JournalRows(Tables):
                 raise
             return self._entry(found)
         return entry
+
+    def commit_entries(self, run_id: str, entries: list[dict[str, Any]], now: float
+                       ) -> list[dict[str, Any]]:
+        """Create entries in order, each write-once as `put_entry`; what is stored at
+        each place, up to and including the first place where another write was first
+        with something else (nothing after it is written). Several entries go in one
+        transaction of up to TRANSACT_MAX (one request; the first conflict cancels it,
+        and its entries are then written one by one)."""
+        out: list[dict[str, Any]] = []
+        i = 0
+        while i < len(entries):
+            batch = entries[i:i + TRANSACT_MAX]
+            i += len(batch)
+            if len(batch) == 1:
+                got = self.put_entry(run_id, batch[0], now)
+                out.append(got)
+                if got != batch[0]:
+                    return out
+                continue
+            items = [self._entry_item(run_id, e, now) for e in batch]
+            try:
+                with _translate(f"journal {run_id}: write {len(batch)} entries"):
+                    self.ddb.transact_write_items(TransactItems=[
+                        {"Put": {"TableName": self.steps, "Item": item,
+                                 "ConditionExpression": "attribute_not_exists(step)"}}
+                        for item in items])
+            except ConditionFailed:
+                for e in batch:
+                    got = self.put_entry(run_id, e, now)
+                    out.append(got)
+                    if got != e:
+                        return out
+                continue
+            out.extend(batch)
+        return out
 
     # -- signals -------------------------------------------------------------------------
 
@@ -270,16 +318,18 @@ class JournalRows(Tables):
         if reset_attempt:
             values[":one"] = num(1)
             sets.append("attempt = :one")
+        guard = status_guard(STEP_MOVES["suspend"], values)
         try:
             with _translate(f"driver {run_id}/{step}: suspend"):
                 self.ddb.update_item(
                     TableName=self.steps, Key=step_key(run_id, step),
                     UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
                     ConditionExpression=(
-                        "lease_owner = :o AND attempt = :n AND attribute_not_exists(stopping)"
+                        f"{guard} AND lease_owner = :o AND attempt = :n"
+                        " AND attribute_not_exists(stopping)"
                         + (" AND (attribute_not_exists(pokes) OR pokes = :p)" if not pokes
                            else " AND pokes = :p")),
-                    ExpressionAttributeNames={"#h": "history"},
+                    ExpressionAttributeNames={"#h": "history", "#s": "status"},
                     ExpressionAttributeValues=values,
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
@@ -288,7 +338,8 @@ class JournalRows(Tables):
                                                  Key=step_key(run_id, step),
                                                  ConsistentRead=True).get("Item") or {}
             mine = (item.get("lease_owner", {}).get("S") == owner
-                    and int(item.get("attempt", {}).get("N", "0")) == attempt)
+                    and int(item.get("attempt", {}).get("N", "0")) == attempt
+                    and item.get("status", {}).get("S") == StepStatus.DISPATCHED)
             if not mine:
                 return "lost"
             return "stopping" if "stopping" in item else "poked"
@@ -299,18 +350,18 @@ class JournalRows(Tables):
         nobody holds it (send it a dispatch; its wake covers a lost one), None if it is
         held (its holder sees the poke when it releases) or gone."""
         key = step_key(run_id, step)
-        wake = num(now + self.wake.redispatch_after)
+        values: dict[str, Any] = {":one": num(1), ":wk": num(now + self.wake.redispatch_after)}
+        poke = status_guard(STEP_MOVES["poke"], values)
         for _ in range(8):
             try:
                 with _translate(f"driver {run_id}: poke"):
                     resp = self.ddb.update_item(
                         TableName=self.steps, Key=key,
                         UpdateExpression="ADD pokes :one SET wake_at = :wk",
-                        ConditionExpression=("attribute_exists(step) AND #s = :d"
+                        ConditionExpression=(f"attribute_exists(step) AND {poke}"
                                              " AND attribute_not_exists(lease_owner)"),
                         ExpressionAttributeNames={"#s": "status"},
-                        ExpressionAttributeValues={":one": num(1), ":wk": wake,
-                                                   ":d": {"S": "dispatched"}},
+                        ExpressionAttributeValues=values,
                         ReturnValues="ALL_NEW",
                     )
                 return step_from_item(resp["Attributes"])
@@ -321,8 +372,10 @@ class JournalRows(Tables):
                     self.ddb.update_item(
                         TableName=self.steps, Key=key,
                         UpdateExpression="ADD pokes :one",
-                        ConditionExpression="attribute_exists(lease_owner)",
-                        ExpressionAttributeValues={":one": num(1)},
+                        ConditionExpression=f"{poke} AND attribute_exists(lease_owner)",
+                        ExpressionAttributeNames={"#s": "status"},
+                        ExpressionAttributeValues={k: v for k, v in values.items()
+                                                   if k != ":wk"},
                     )
                 return None
             except ConditionFailed:
@@ -410,17 +463,17 @@ class JournalRows(Tables):
         """End a parallel branch's row whose result is counted (its holder died before
         ending it): success, whoever holds its lease (a holder still alive finds its own
         write refused and stops)."""
-        values: dict[str, Any] = {":ok": {"S": "success"}, ":now": num(now),
-                                  ":exp": num(now + self.step_retention),
-                                  ":r": {"S": "ready"}, ":d": {"S": "dispatched"}}
+        move = STEP_MOVES["settle-branch"]
+        values: dict[str, Any] = {":now": num(now), ":exp": num(now + self.step_retention)}
+        guard, to = status_guard(move, values), status_set(move, values)
         hist = history_clause(values, now, "step.succeeded", settled=True)
         try:
             with _translate(f"branch {run_id}/{step}: settle"):
                 self.ddb.update_item(
                     TableName=self.steps, Key=step_key(run_id, step),
-                    UpdateExpression=(f"SET #s = :ok, finished_at = :now, expires_at = :exp,"
+                    UpdateExpression=(f"SET {to}, finished_at = :now, expires_at = :exp,"
                                       f" wake_at = :now, {hist} REMOVE lease_owner, lease_until"),
-                    ConditionExpression="#s IN (:r, :d)",
+                    ConditionExpression=guard,
                     ExpressionAttributeNames={"#s": "status", "#h": "history"},
                     ExpressionAttributeValues=values,
                 )
@@ -443,17 +496,17 @@ class JournalRows(Tables):
     def hold_driver(self, run_id: str, owner: str, until: float) -> StepRecord | None:
         """Take the lease of a driver nobody holds (an operator's reset); None if it is
         held, ended or missing. A driver not started yet (ready) is taken as well."""
+        move = STEP_MOVES["hold"]
+        values: dict[str, Any] = {":o": {"S": owner}, ":u": num(until)}
+        guard, to = status_guard(move, values), status_set(move, values)
         try:
             with _translate(f"driver {run_id}: hold"):
                 resp = self.ddb.update_item(
                     TableName=self.steps, Key=step_key(run_id, DRIVER),
-                    UpdateExpression=("SET lease_owner = :o, lease_until = :u, wake_at = :u,"
-                                      " #s = :d"),
-                    ConditionExpression="#s IN (:d, :r) AND attribute_not_exists(lease_owner)",
+                    UpdateExpression=f"SET lease_owner = :o, lease_until = :u, wake_at = :u, {to}",
+                    ConditionExpression=f"{guard} AND attribute_not_exists(lease_owner)",
                     ExpressionAttributeNames={"#s": "status"},
-                    ExpressionAttributeValues={":o": {"S": owner}, ":u": num(until),
-                                               ":d": {"S": "dispatched"},
-                                               ":r": {"S": "ready"}},
+                    ExpressionAttributeValues=values,
                     ReturnValues="ALL_NEW",
                 )
         except ConditionFailed:
@@ -486,14 +539,16 @@ class JournalRows(Tables):
     def renew_driver(self, run_id: str, owner: str, attempt: int, until: float,
                      step: str = DRIVER) -> bool:
         """Extend the driver's lease (an eager chain of calls); False if it is lost."""
+        values: dict[str, Any] = {":u": num(until), ":o": {"S": owner}, ":n": num(attempt)}
+        guard = status_guard(STEP_MOVES["renew"], values)
         try:
             with _translate(f"driver {run_id}/{step}: renew"):
                 self.ddb.update_item(
                     TableName=self.steps, Key=step_key(run_id, step),
                     UpdateExpression="SET lease_until = :u, wake_at = :u",
-                    ConditionExpression="lease_owner = :o AND attempt = :n",
-                    ExpressionAttributeValues={":u": num(until), ":o": {"S": owner},
-                                               ":n": num(attempt)},
+                    ConditionExpression=f"{guard} AND lease_owner = :o AND attempt = :n",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues=values,
                 )
         except ConditionFailed:
             return False

@@ -1,0 +1,123 @@
+"""Version 2 of the durable protocol over real HTTP: the SDK streams each checkpoint as
+its step ends, answers in the newest version both sides speak, and stops running the
+workflow once the orchestrator hangs up."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from functions.durable import Context, step, workflow
+from functions.protocol import NDJSON, PROTOCOL_HEADER
+from functions.sdk import FunctionApp
+from functions.serving import BackgroundServer
+
+GATE = threading.Event()
+RAN: list[str] = []
+
+
+@workflow("gated")
+async def gated(ctx: Context, payload: Any) -> str:
+    import asyncio
+
+    await step("one", lambda: RAN.append("one"))
+
+    async def two() -> None:
+        # Runs only once the test has read step one's checkpoint: had the answer been
+        # sent whole at the end, this would never happen.
+        try:
+            while not GATE.is_set():
+                await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            RAN.append("two cancelled")
+            raise
+        RAN.append("two")
+
+    await step("two", two)
+    await step("three", lambda: RAN.append("three"))
+    return "done"
+
+
+def body(protocol: int | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"run": {"run_id": "r1", "workflow": "gated", "started_at": 1.0,
+                                   "now": 2.0}, "input": None}
+    if protocol is not None:
+        doc["protocol"] = protocol
+    return doc
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[str, str]]:
+    new, old = FunctionApp(None), FunctionApp(None, durable_protocols=(1,))
+    new.workflow(gated)
+    old.workflow(gated)
+    GATE.clear()
+    RAN.clear()
+    with BackgroundServer(new) as a, BackgroundServer(old) as b:
+        yield a.url, b.url
+
+
+def until(check: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (got := check()):
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+    return got
+
+
+def test_checkpoints_arrive_while_the_call_goes_on_and_the_stream_ends_with_its_end(
+        served: tuple[str, str]) -> None:
+    new, _ = served
+    lines: list[dict[str, Any]] = []
+    with httpx.stream("POST", f"{new}/durable/gated", json=body(2), timeout=10,
+                      headers={"Accept": NDJSON}) as resp:
+        assert resp.headers["content-type"].startswith(NDJSON)
+        assert resp.headers[PROTOCOL_HEADER] == "2"
+        for line in resp.iter_lines():
+            lines.append(json.loads(line))
+            if lines[-1].get("entry", {}).get("name") == "one":
+                GATE.set()  # step two may run now: its checkpoint is still to come
+    assert [op["op"] for op in lines] == ["record", "record", "record", "complete", "end"]
+    assert RAN == ["one", "two", "three"]
+
+
+def test_the_answer_is_in_the_newest_version_both_sides_speak(
+        served: tuple[str, str]) -> None:
+    new, old = served
+    GATE.set()
+    for url, asked, got in ((new, None, "1"), (new, 1, "1"), (old, 2, "1")):
+        resp = httpx.post(f"{url}/durable/gated", json=body(asked), timeout=10)
+        assert resp.headers[PROTOCOL_HEADER] == got
+        assert resp.headers["content-type"].startswith("application/json")
+        ops = resp.json()["ops"]
+        assert [op["op"] for op in ops] == ["record", "next"]  # one step body per call
+    spec = httpx.get(f"{new}/openapi.json").json()
+    assert spec["paths"]["/durable/gated"]["post"]["x-durable-workflow"]["protocols"] == [1, 2]
+    spec = httpx.get(f"{old}/openapi.json").json()
+    assert spec["paths"]["/durable/gated"]["post"]["x-durable-workflow"]["protocols"] == [1]
+
+
+def test_a_call_the_orchestrator_hangs_up_on_stops_at_once(served: tuple[str, str]) -> None:
+    new, _ = served
+    with httpx.stream("POST", f"{new}/durable/gated", json=body(2), timeout=10) as resp:
+        for line in resp.iter_lines():
+            assert json.loads(line)["entry"]["name"] == "one"
+            break  # hang up after the first checkpoint, while step two runs
+    until(lambda: "two cancelled" in RAN)  # the running step is cancelled
+    GATE.set()
+    # Nothing after it starts: watch for the time two more steps would take.
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        assert RAN == ["one", "two cancelled"]
+        time.sleep(0.02)
+
+
+def test_an_sdk_refuses_to_serve_a_protocol_it_does_not_know() -> None:
+    with pytest.raises(ValueError, match="durable_protocols"):
+        FunctionApp(None, durable_protocols=(3,))

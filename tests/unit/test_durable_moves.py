@@ -1,0 +1,89 @@
+"""The driver's moves between calls (engine/durable_moves.py): pure, no moto."""
+
+from __future__ import annotations
+
+from functions.protocol import WaitKind
+from orchestrator.engine.durable import Complete, Continue, JournalView, Suspend, Waiting
+from orchestrator.engine.durable_moves import (
+    HANDOFF_BEFORE,
+    IDLE_CALLS,
+    LOST_POKE_CHECK,
+    TIMER_REACH,
+    Look,
+    Release,
+    idle_calls,
+    look_for,
+    over_cap,
+    release_of,
+    stands,
+)
+
+NOW = 1_000.0
+
+
+def _entry(scope: str, pos: int) -> dict[str, object]:
+    return {"scope": scope, "pos": pos, "id": f"i{pos}", "kind": "step", "name": f"s{pos}",
+            "status": "ok", "value": None}
+
+
+def test_a_wait_whose_place_is_in_the_journal_no_longer_stands() -> None:
+    view = JournalView([_entry("", 0), _entry("", 1)])
+    assert not stands(Waiting(WaitKind.SLEEP, "", 1), view)
+    assert stands(Waiting(WaitKind.SLEEP, "", 2), view)
+    assert stands(Waiting(WaitKind.SIGNAL, "b/1:0", 1), view)  # another scope
+    # A mismatch stands until an operator resumes or resets the run.
+    assert stands(Waiting(WaitKind.MISMATCH, "", 1), view)
+
+
+def test_each_wait_looks_up_what_it_waits_for_and_a_fresh_one_registers_first() -> None:
+    def looks(kind: WaitKind, fresh: bool) -> tuple[Look, ...]:
+        return look_for(Waiting(kind), fresh)
+
+    assert looks(WaitKind.SIGNAL, True) == looks(WaitKind.SIGNAL, False) == (Look.TAKE_SIGNAL,)
+    assert looks(WaitKind.EVENT, True) == (Look.REGISTER_EVENT, Look.FIND_EVENT)
+    assert looks(WaitKind.EVENT, False) == (Look.FIND_EVENT,)
+    assert looks(WaitKind.HOOK, False) == (Look.CREATE_HOOK,)
+    assert looks(WaitKind.CALL, True) == (Look.START_CHILD, Look.CHILD)
+    assert looks(WaitKind.CALL, False) == (Look.CHILD,)
+    # A spawn's child is started on every look (idempotent): that is its outcome.
+    assert looks(WaitKind.SPAWN, False) == (Look.START_CHILD,)
+    assert looks(WaitKind.PARALLEL, True) == (Look.OPEN_PARALLEL, Look.PARALLEL)
+    assert looks(WaitKind.PARALLEL, False) == (Look.PARALLEL,)
+    for kind in (WaitKind.SLEEP, WaitKind.RETRY, WaitKind.NEXT, WaitKind.MISMATCH):
+        assert looks(kind, True) == (Look.NOTHING,), kind
+
+
+def test_the_journal_cap_fails_the_run_past_it_with_advice() -> None:
+    assert over_cap(25_000, 25_000) is None
+    error = over_cap(25_001, 25_000)
+    assert error is not None and error["code"] == "journal_too_large"
+    assert "25001" in error["message"] and "ctx.call" in error["message"]
+
+
+def test_calls_that_record_nothing_and_ask_to_go_on_become_a_retried_fault() -> None:
+    idle = 0
+    for n in range(1, IDLE_CALLS):
+        idle, error = idle_calls(idle, 0, Continue(), "wf")
+        assert (idle, error) == (n, None)
+    idle, error = idle_calls(idle, 0, Continue(), "wf")
+    assert error is not None and error["code"] == "bad_answer" and "wf" in error["message"]
+    # Progress, a wait or an end resets the count.
+    assert idle_calls(2, 1, Continue(), "wf") == (0, None)
+    assert idle_calls(2, 0, Suspend(Waiting(WaitKind.SLEEP)), "wf") == (0, None)
+    assert idle_calls(2, 0, Complete(1), "wf") == (0, None)
+
+
+def test_a_released_run_comes_back_by_timer_by_the_sweeper_or_by_a_poke() -> None:
+    near = Waiting(WaitKind.SLEEP, until=NOW + 60)
+    assert release_of(near, NOW, redispatch_after=30) == Release(NOW + 60, NOW + 90, timer=True)
+    edge = Waiting(WaitKind.SLEEP, until=NOW + TIMER_REACH)
+    assert release_of(edge, NOW, redispatch_after=30).timer
+    far = Waiting(WaitKind.SLEEP, until=NOW + 86_400)
+    assert release_of(far, NOW, redispatch_after=30) == Release(
+        NOW + 86_400, NOW + 86_400 - HANDOFF_BEFORE)
+    poke = Waiting(WaitKind.SIGNAL)
+    assert release_of(poke, NOW, redispatch_after=30) == Release(None, NOW + LOST_POKE_CHECK)
+    # A worker out of time sends the next call to the queue at once.
+    nxt = Waiting(WaitKind.NEXT, since=NOW)
+    assert release_of(nxt, NOW, redispatch_after=30, send=True) == Release(
+        NOW, NOW + 30, dispatch=True)

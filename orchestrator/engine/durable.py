@@ -134,21 +134,28 @@ class JournalView:
 
     def __init__(self, entries: Sequence[Mapping[str, Any]] = ()) -> None:
         self.entries: list[dict[str, Any]] = []
-        self.places: set[tuple[str, int]] = set()
+        self.places: dict[tuple[str, int], dict[str, Any]] = {}
         self.ended: set[str] = set()
         for entry in entries:
             self.add(entry)
 
     def add(self, entry: Mapping[str, Any]) -> None:
+        """Add a committed entry (one at a place already held is the same: ignored)."""
         doc = dict(entry)
-        scope, pos = str(doc.get("scope", "")), int(doc["pos"])
+        place = (str(doc.get("scope", "")), int(doc["pos"]))
+        if place in self.places:
+            return
         self.entries.append(doc)
-        self.places.add((scope, pos))
-        if pos == RESULT_POS or doc.get("ends"):
-            self.ended.add(scope)
+        self.places[place] = doc
+        if place[1] == RESULT_POS or doc.get("ends"):
+            self.ended.add(place[0])
 
     def has(self, scope: str, pos: int) -> bool:
         return (scope, pos) in self.places
+
+    def at(self, scope: str, pos: int) -> dict[str, Any] | None:
+        """The entry committed at a place, if any."""
+        return self.places.get((scope, pos))
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -26,6 +26,7 @@ __all__ = [
     "Release",
     "idle_calls",
     "look_for",
+    "new_entries",
     "over_cap",
     "release_of",
     "stands",
@@ -131,3 +132,22 @@ def release_of(waiting: Waiting, now: float, *, redispatch_after: float,
         return Release(until, until + redispatch_after, timer=True)
     # Far off: the sweeper hands it to the queue when it comes within reach.
     return Release(until, until - HANDOFF_BEFORE)
+
+
+def new_entries(view: JournalView, entries: list[dict[str, Any]]
+                ) -> tuple[list[dict[str, Any]], tuple[dict[str, Any], dict[str, Any]] | None]:
+    """The checkpoints of a batch still to commit, in order. A line sent again (the
+    same entry at a place the view or the batch holds already) is dropped. A different
+    entry at a held place ends the batch there: `(it, the one held)`, which the caller
+    treats as a conflict (the call replays what is committed)."""
+    out: list[dict[str, Any]] = []
+    seen: dict[tuple[str, int], dict[str, Any]] = {}
+    for entry in entries:
+        place = (str(entry.get("scope", "")), int(entry["pos"]))
+        held = view.at(*place) or seen.get(place)
+        if held is None:
+            seen[place] = entry
+            out.append(entry)
+        elif held != entry:
+            return out, (entry, held)
+    return out, None

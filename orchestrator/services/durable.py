@@ -52,6 +52,7 @@ from orchestrator.engine.durable_moves import (
     Look,
     idle_calls,
     look_for,
+    new_entries,
     over_cap,
     release_of,
     stands,
@@ -350,7 +351,13 @@ class Durable:
                             end = op
                         else:
                             ops.append(op)
+                    entries, clash = new_entries(view, entries)
                     stored = self.store.commit_entries(row.run_id, entries, self.clock())
+                    if clash is not None and len(stored) == len(entries) \
+                            and stored == entries:
+                        # The call sent another entry for a place it sent before: the
+                        # next call replays what is committed.
+                        entries, stored = [*entries, clash[0]], [*stored, clash[1]]
                     for ours, got in zip(entries, stored, strict=False):
                         view.add(got)
                         if got != ours:

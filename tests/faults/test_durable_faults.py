@@ -1,6 +1,8 @@
 """Durable runs under the faults DAG runs face: every message sent twice, a dispatch
-lost, a worker SIGKILLed while a step body runs. Each step's result is committed once
-and every execution of a step carries the same idempotency key."""
+lost, a worker SIGKILLed while a step body runs; and those of version 2's checkpoint
+streams: a stream cut after k checkpoints, every checkpoint sent twice, a worker
+SIGKILLed mid-stream. Each step's result is committed once, a committed step never runs
+again, and every execution of a step carries the same idempotency key."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ from typing import Any
 
 import pytest
 
+from functions.serving import BackgroundServer
 from orchestrator.adapters.queue import Dispatch
 from tests.support.durable_fns import CONCURRENCY, LEDGER
 from tests.support.harness import Harness
+from tests.support.proxy import CheckpointProxy
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = """
@@ -30,6 +34,7 @@ workflows:
   fanout: { backend: app, timeout: 2s }
   branches: { backend: app, timeout: 2s }
   slowstep: { backend: app, timeout: 3s }
+  slowchain: { backend: app, timeout: 3s }
 """
 
 
@@ -217,3 +222,93 @@ def test_a_branch_row_its_holder_left_in_flight_is_ended_before_the_run(
         assert rows and all(r.status.terminal for r in rows), [(r.step, r.status) for r in rows]
     finally:
         h.close()
+
+
+def one_key_each(run_id: str) -> Counter[str]:
+    bodies = Counter(LEDGER.bodies(run_id))
+    for name in bodies:
+        assert len(LEDGER.keys(run_id, name)) == 1, (name, LEDGER.keys(run_id, name))
+    return bodies
+
+
+def test_a_stream_cut_after_k_checkpoints_goes_on_from_them(
+        build_harness: Any, app_url: str, tmp_path: Path) -> None:
+    proxy = CheckpointProxy(app_url, cut_after=3)
+    with BackgroundServer(proxy.app()) as server:
+        h = build(build_harness, server.url, tmp_path)
+        h.start_workers(1, threads=4)
+        try:
+            run_id = h.start("chain", {"steps": 8})
+            view = h.wait(run_id, timeout=30)
+        finally:
+            h.close()
+    assert view["status"] == "success" and view["output"] == {"total": 28}, view
+    assert proxy.cut_at == [3]
+    # The three checkpoints that went through were committed as they came, before the
+    # cut: the next call replayed them and never ran their bodies again.
+    places = committed_once(h, run_id)
+    assert len(places) == 8
+    bodies = one_key_each(run_id)
+    assert [bodies[f"add-{i}"] for i in range(3)] == [1, 1, 1], bodies
+    assert all(bodies[f"add-{i}"] in (1, 2) for i in range(3, 8)), bodies
+    history = h.rt.runs.history(run_id)
+    assert any(e.get("error", {}).get("code") == "connection_error" for e in history), history
+
+
+def test_every_checkpoint_sent_twice_is_committed_once(
+        build_harness: Any, app_url: str, tmp_path: Path) -> None:
+    proxy = CheckpointProxy(app_url, twice=True)
+    with BackgroundServer(proxy.app()) as server:
+        h = build(build_harness, server.url, tmp_path)
+        h.start_workers(1, threads=4)
+        try:
+            runs = {h.start("chain", {"steps": 6}): {"total": 15},
+                    h.start("branches", {"sleep": "10ms"}): {"results": [0, 11, 22],
+                                                            "total": 33}}
+            views = {r: h.wait(r, timeout=30) for r in runs}
+        finally:
+            h.close()
+    assert proxy.passed  # the lines went through the proxy, twice each
+    for run_id, output in runs.items():
+        assert views[run_id]["status"] == "success", views[run_id]
+        assert views[run_id]["output"] == output
+        committed_once(h, run_id)
+        bodies = one_key_each(run_id)
+        assert all(n == 1 for n in bodies.values()), bodies
+
+
+def test_a_worker_sigkilled_mid_stream_leaves_a_prefix_the_run_goes_on_from(
+        build_harness: Any, app_url: str, tmp_path: Path, emulator: Any) -> None:
+    h = build(build_harness, app_url, tmp_path, lease_margin=1.0)
+    manifest = tmp_path / "durable.yml"
+    manifest.write_text(MANIFEST)
+    env = {**os.environ, "AWS_ENDPOINT_URL": emulator.url, "ORCH_PREFIX": h.rt.settings.prefix,
+           "ORCH_LEASE_MARGIN": "1", "APP": app_url, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "worker", "--manifest", str(manifest)],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        run_id = h.start("slowchain", {"steps": 60})
+        deadline = time.monotonic() + 30
+        while len(h.rt.store.read_journal(run_id)) < 10:
+            assert time.monotonic() < deadline, "the subprocess worker committed nothing"
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)  # mid-stream: a step body runs, lines in flight
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    at_kill = len(h.rt.store.read_journal(run_id))
+    h.start_workers()
+    h.start_sweeper()
+    try:
+        view = h.wait(run_id, timeout=60)
+    finally:
+        h.close()
+    assert view["status"] == "success" and view["output"] == {"done": True}, view
+    assert len(committed_once(h, run_id)) == 60
+    bodies = one_key_each(run_id)
+    # What was committed before the kill never ran again; the rest ran at least once.
+    assert [bodies[f"slow-{i}"] for i in range(at_kill)] == [1] * at_kill, bodies
+    assert all(bodies[f"slow-{i}"] >= 1 for i in range(60)), bodies

@@ -13,6 +13,7 @@ from orchestrator.engine.durable_moves import (
     Release,
     idle_calls,
     look_for,
+    new_entries,
     over_cap,
     release_of,
     stands,
@@ -87,3 +88,16 @@ def test_a_released_run_comes_back_by_timer_by_the_sweeper_or_by_a_poke() -> Non
     nxt = Waiting(WaitKind.NEXT, since=NOW)
     assert release_of(nxt, NOW, redispatch_after=30, send=True) == Release(
         NOW, NOW + 30, dispatch=True)
+
+
+def test_a_checkpoint_sent_twice_is_committed_once_and_a_different_one_is_a_clash() -> None:
+    view = JournalView([_entry("", 0)])
+    one, two = _entry("", 1), _entry("", 2)
+    assert new_entries(view, [_entry("", 0), one, one, two]) == ([one, two], None)
+    other = {**_entry("", 1), "name": "renamed"}
+    assert new_entries(view, [one, two, other]) == ([one, two], (other, one))
+    held = {**_entry("", 0), "value": 5}
+    assert new_entries(view, [held, one]) == ([], (held, _entry("", 0)))
+    # The view keeps one entry per place.
+    view.add(_entry("", 0))
+    assert len(view) == 1 and view.at("", 0) == _entry("", 0)

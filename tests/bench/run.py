@@ -17,7 +17,8 @@ not pass/fail timing:
       accepted (202) with its run started: deliveries/s, and AWS requests per delivery
   D1  a durable chain of 100 no-op steps (functions/examples/noop.py's noop-chain):
       per-step overhead (ms) and its ratio to W1 and to the floor, HTTP calls per step
-      (target: exactly one) and AWS requests per step (target: at most 1.5)
+      (at most one: protocol 2 streams many steps per call) and AWS requests per step
+      (target: at most 1.2)
   D2  a durable ctx.parallel of 200 no-op branches, 20 at a time: steps/s, AWS
       requests and HTTP calls per branch
   D3  replay inside the SDK of a 1,000- and a 10,000-operation journal (ms; linear)
@@ -569,8 +570,9 @@ def main(argv: list[str] | None = None) -> int:
         # small one (it may cost less: a run's start and finish spread over more steps).
         "requests_per_step_flat_10pct": large <= small * 1.10,
         "requests_per_step_le_6": max(small, large) <= 6,
-        "durable_requests_per_step_le_1.5": results["d1"]["requests_per_step"]["total"] <= 1.5,
-        "durable_one_http_call_per_step": results["d1"]["http_calls_per_step"] == 1.0,
+        "durable_requests_per_step_le_1.2": results["d1"]["requests_per_step"]["total"] <= 1.2,
+        # Protocol 2: one call runs the chain until its budget is spent (1 is version 1's).
+        "durable_at_most_one_http_call_per_step": results["d1"]["http_calls_per_step"] <= 1.0,
         # Linear: ten times the operations within 1.5 times ten times the time.
         "replay_linear": results["d3"]["ratio"] <= results["d3"]["ops_ratio"] * 1.5,
     }

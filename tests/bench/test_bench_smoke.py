@@ -38,7 +38,7 @@ def test_quick_benchmark_prints_its_figures() -> None:
     assert r["fan100"]["requests_per_step"]["total"] > 0
     assert set(r["targets"]) == {
         "w1_ratio_le_1.5", "requests_per_step_flat_10pct", "requests_per_step_le_6",
-        "durable_requests_per_step_le_1.5", "durable_one_http_call_per_step",
+        "durable_requests_per_step_le_1.2", "durable_at_most_one_http_call_per_step",
         "replay_linear"}
 
 

@@ -73,6 +73,8 @@ KNOWN: dict[str, frozenset[str]] = {
     # 5.2.1 to 5.2.5
     "moto.core.responses:method_names_from_class": frozenset({'9dbac89d082b'}),
     # 5.2.1 to 5.2.5
+    "moto.dynamodb.models:DynamoDBBackend.transact_write_items": frozenset({'81db2cb7d94e'}),
+    # 5.2.1 to 5.2.5
     "moto.sqs.models:SQSBackend.send_message": frozenset({'bf161af09a9e'}),
     # 5.2.1 to 5.2.5
     "moto.sqs.models:Queue.attributes": frozenset({'40cb990b1216'}),

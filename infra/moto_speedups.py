@@ -34,6 +34,9 @@ ones), then the backend parses it again to evaluate it. That first parse is memo
 (text, names, and the placeholders and types of the values): what it lists, and whether it
 succeeds, depend on nothing else. A parse that fails is never memoized.
 
+Transactions: moto backs up every table a TransactWriteItems names as a deep copy of the
+whole table; speedups_transact.py keeps only the items the transaction touches.
+
 The request path (answers' spellings, request parsing, method lists) is in
 speedups_wire.py, SQS in speedups_sqs.py.
 
@@ -56,7 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from infra import speedups_sqs, speedups_wire
+from infra import speedups_sqs, speedups_transact, speedups_wire
 from infra.capabilities import Capability, Reach, check, forget, record, resolve
 
 __all__ = ["CAPABILITIES", "CHECKED_MOTO", "SPEEDUPS", "Patch", "Speedup", "active",
@@ -415,6 +418,10 @@ SPEEDUPS: tuple[Speedup, ...] = (
               speedups_wire.parse_parameters)]),
     _speedup("method-names", "a response class's methods listed once", [
         Patch(_RESPONSES, "method_names_from_class", speedups_wire.method_names)]),
+    _speedup("transact-undo", "a transaction keeps the items it touches, not whole tables", [
+        Patch(f"{_DDB}.models:DynamoDBBackend", "transact_write_items",
+              speedups_transact.transact_write_items)],
+        reads=speedups_transact.READS),
     _speedup("sqs-send", "a send reads one attribute of its queue, not all", [
         Patch(f"{_SQS}:SQSBackend", "send_message", speedups_sqs.send_message),
         Patch(f"{_SQS}:Queue", "attributes", speedups_sqs.attributes)]),
@@ -442,6 +449,10 @@ def _lookups() -> None:
             _refs[key] = resolve(path)
         except LookupError:
             pass  # its speed-up's check fails on the same path, and it is not applied
+    try:
+        speedups_transact.bind()
+    except LookupError:
+        pass  # its speed-up's check fails on the same path, and it is not applied
     _PURE[:] = []
     for name in ("ActionCountValidator", "OverlappingPathsValidator",
                  "UpdateHashRangeKeyValidator"):

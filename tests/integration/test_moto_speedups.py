@@ -454,3 +454,74 @@ def test_requests_built_from_their_environ_are_the_requests_moto_builds(ddb: Any
     finally:
         assert moto_speedups.install()
     assert built == stock
+
+
+def _key(step: str, run: str = "r") -> dict[str, Any]:
+    return {"run_id": {"S": run}, "step": {"S": step}}
+
+
+def _put(table: str, step: str, guarded: bool = True, **attrs: Any) -> dict[str, Any]:
+    put: dict[str, Any] = {"TableName": table, "Item": {**_key(step), **attrs}}
+    if guarded:
+        put["ConditionExpression"] = "attribute_not_exists(step)"
+    return {"Put": put}
+
+
+def play_transactions(ddb: Any) -> list[Any]:
+    """Transactions that land, and transactions cancelled part-way (a condition, an
+    error, two operations on one item, too many), each followed by the table's state."""
+    table = new_table(ddb)
+    for step in "abc":
+        ddb.put_item(TableName=table, Item={**_key(step), "n": {"N": "1"}, "s": {"S": "x"}})
+    update = {"TableName": table, "Key": _key("a"), "UpdateExpression": "ADD n :one",
+              "ExpressionAttributeValues": {":one": {"N": "1"}}}
+    scripts: list[list[dict[str, Any]]] = [
+        [_put(table, f"j{i}", v={"S": str(i)}) for i in range(5)],
+        # The third is already there: the first two are put back.
+        [_put(table, "k0"), _put(table, "k1"), _put(table, "j2"), _put(table, "k3")],
+        [_put(table, "k0"), {"Put": {**_put(table, "j1")["Put"],
+                                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}],
+        # An update, a delete and a condition check that land together.
+        [{"Update": update}, {"Delete": {"TableName": table, "Key": _key("b")}},
+         {"ConditionCheck": {"TableName": table, "Key": _key("c"),
+                             "ConditionExpression": "n = :one",
+                             "ExpressionAttributeValues": {":one": {"N": "1"}}}}],
+        # The same, cancelled by the check: the update and the delete are put back.
+        [{"Update": update}, {"Delete": {"TableName": table, "Key": _key("c")}},
+         {"ConditionCheck": {"TableName": table, "Key": _key("a"),
+                             "ConditionExpression": "n = :one",
+                             "ExpressionAttributeValues": {":one": {"N": "1"}}}}],
+        # An update that fails on the item (ADD to a string): cancelled, put back.
+        [_put(table, "k5"), {"Update": {"TableName": table, "Key": _key("c"),
+                                        "UpdateExpression": "ADD s :one",
+                                        "ExpressionAttributeValues": {":one": {"N": "1"}}}}],
+        # Two operations on one item: refused, the first put back.
+        [_put(table, "k6"), _put(table, "k7"), _put(table, "k6", guarded=False)],
+        # An unguarded overwrite, then a table that does not exist.
+        [_put(table, "a", guarded=False, n={"N": "9"}), _put("nope", "x")],
+        [_put(table, f"m{i}") for i in range(101)],
+        [_put(table, f"p{i}", guarded=False) for i in range(100)],
+    ]
+    out: list[Any] = []
+    for items in scripts:
+        try:
+            resp = ddb.transact_write_items(TransactItems=items)
+            resp.pop("ResponseMetadata", None)
+            out.append(("ok", resp))
+        except ClientError as exc:
+            err = exc.response
+            out.append(("error", err["Error"].get("Code"), err["Error"].get("Message"),
+                        err.get("CancellationReasons")))
+        scan = ddb.scan(TableName=table, ConsistentRead=True)["Items"]
+        out.append(sorted(scan, key=lambda i: i["step"]["S"]))
+    return out
+
+
+@stock_moto
+def test_transactions_answer_and_roll_back_exactly_as_stock_moto(ddb: Any) -> None:
+    stock = on_stock_moto(play_transactions, ddb)
+    assert play_transactions(ddb) == stock
+    answers = stock[0::2]
+    assert [a[0] for a in answers].count("ok") == 3, answers
+    assert [a[0] for a in answers].count("error") == 7, answers
+    assert "transact-undo" in moto_speedups.active()

@@ -59,14 +59,15 @@ def transact_write_items(stock: Any) -> Any:
 
     def transact(self: Any, transact_items: list[dict[str, Any]]) -> None:
         if _streamed(self, transact_items):
-            return stock(self, transact_items)
+            stock(self, transact_items)
+            return None
         r = _ref
         if len(transact_items) > 100:
             raise r["TooManyTransactionsException"]()
         undo: dict[tuple[str, Any, Any], tuple[Any, Any]] = {}
 
         def roll_back() -> None:
-            for (table_name, hash_key, range_key), (table, old) in reversed(undo.items()):
+            for (_, hash_key, range_key), (table, old) in reversed(undo.items()):
                 _put_back(table, hash_key, range_key, old)
 
         targets: set[tuple[str, str]] = set()

@@ -146,6 +146,7 @@ RUN_MOVES = {
         _run("count", {R.RUNNING}),
         _run("halt", {R.RUNNING}),
         _run("pause", {R.RUNNING}),
+        _run("note", {R.RUNNING}),
         _run("request-kill", {R.RUNNING}),
         _run("succeed", {R.RUNNING}, R.SUCCESS),
         _run("fail", {R.RUNNING}, R.FAILED),

@@ -62,7 +62,10 @@ class DurableAdmin:
 
         def forget() -> None:
             deleted.append(self.store.delete_entries(run_id, "", to))
-            self.store.unpause_run(run_id, self.clock(), how="reset", to=to)
+            if not self.store.unpause_run(run_id, self.clock(), how="reset", to=to):
+                # Not paused: the reset is in the run's history all the same (followers
+                # drop the journal they kept on seeing it).
+                self.store.note_run(run_id, self.clock(), "run.reset", to=to)
 
         self._restart(run_id, "reset", forget)
         return {"run_id": run_id, "reset_to": to, "forgotten": deleted[0] if deleted else 0,

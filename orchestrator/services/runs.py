@@ -22,6 +22,7 @@ from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.engine.transitions import killed_error
 from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
 from orchestrator.services.executor import Executor, RunContext
+from orchestrator.services.journal_follow import JournalFollower
 from orchestrator.services.views import run_view
 from orchestrator.strict_json import dumps
 
@@ -52,6 +53,8 @@ class RunService:
         # `arrive` and `release` are admission's: a gated run waits for its group and
         # throttle; a cancelled queued run gives its place up.
         self.adv = executor
+        # Durable runs' journals as followers read them: what changed since the last look.
+        self.follow = JournalFollower(executor.store.read_entries)
         self.store = executor.store
         self.manifest = manifest
         self.default_timeout = default_timeout
@@ -195,7 +198,7 @@ class RunService:
         """The run with its steps, or (steps=False) the run alone: one read of its row."""
         run = self.get(run_id)
         rows = RunContext.of(run).rows(self.store.query_steps(run_id)) if steps else None
-        journal = (self.store.read_journal(run_id)
+        journal = (self.follow.read(run_id, (len(run.history), run.history[-1:]))
                    if steps and run.definition.durable is not None else None)
         return run_view(run, rows, self.adv.load_output, journal)
 

@@ -200,7 +200,7 @@ def capture_into(h: Harness, seen: list[tuple[str, frozenset[str], str | None]])
 
 # The moves only a durable run's drivers make, and the run moves only durable runs make.
 DRIVER_MOVES = {"suspend", "renew", "poke", "hold", "settle-branch"}
-DURABLE_RUN_MOVES = {"pause"}
+DURABLE_RUN_MOVES = {"pause", "note"}
 
 DURABLE = """
 backends:
@@ -242,21 +242,27 @@ def test_every_write_of_a_durable_run_is_a_move_of_the_transition_table(
             time.sleep(0.05)
         LEDGER.version[versioned] = 1
         h.rt.durable.resume(versioned)
+        # A reset of a run waiting for a signal (not paused): noted in its history.
+        reset = h.start("approval", {})
+        wait_for_signal(h, reset)
+        h.rt.durable.reset(reset, 0)
+        wait_for_signal(h, reset)
+        h.rt.signals.send(reset, "approve", {"ok": True})
         # A cancel of a waiting run.
         killed = h.start("approval", {})
         wait_for_signal(h, killed)
         h.rt.runs.kill(killed, "not needed")
         ends = {r: h.wait(r, timeout=30)["status"]
-                for r in (chain, sleeper, branches, slow, approval, versioned, killed)}
+                for r in (chain, sleeper, branches, slow, approval, versioned, reset, killed)}
     finally:
         h.close()
     assert ends == {chain: "success", sleeper: "success", branches: "success",
                     slow: "success", approval: "success", versioned: "success",
-                    killed: "killed"}
+                    reset: "success", killed: "killed"}
     covered = check(seen, steps)
     made = {n.split(":", 1)[1] for n in covered if n.startswith("True:")}
     assert {"claim", "succeed", "suspend", "renew", "poke", "hold"} <= made, sorted(made)
-    assert "False:pause" in covered, sorted(covered)
+    assert {"False:pause", "False:note"} <= covered, sorted(covered)
 
 
 def wait_for_signal(h: Harness, run_id: str) -> None:

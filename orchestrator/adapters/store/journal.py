@@ -32,7 +32,7 @@ from orchestrator.engine.states import STEP_MOVES, StepStatus, status_guard, sta
 from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 
-__all__ = ["JournalRows", "entry_key", "signal_prefix"]
+__all__ = ["JOURNAL", "JournalRows", "entry_key", "signal_prefix"]
 
 JOURNAL = "~j#"
 SIGNALS = "~s#"
@@ -80,6 +80,32 @@ class JournalRows(Tables):
                     self._restamp(run_id, item["step"]["S"], now)
             if "LastEvaluatedKey" not in resp:
                 return entries
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+
+    def read_entries(self, run_id: str, *, after: str | None = None,
+                     prefix: str | None = None) -> list[dict[str, Any]]:
+        """Part of a run's journal, each entry with its sort key (`_key`): the top
+        scope's entries whose key sorts after `after` (its last one seen), or every entry
+        under `prefix` (a scope's own key prefix, e.g. one parallel's branches). One
+        strongly consistent query: a follower reads what changed, not the whole journal."""
+        values: dict[str, Any] = {":r": {"S": run_id}}
+        if prefix is not None:
+            cond = "run_id = :r AND begins_with(step, :p)"
+            values[":p"] = {"S": prefix}
+        else:
+            cond = "run_id = :r AND step BETWEEN :a AND :b"
+            values[":a"] = {"S": after + "!" if after else entry_key("", 0)}
+            values[":b"] = {"S": f"{JOURNAL}#~"}
+        kwargs: dict[str, Any] = {"TableName": self.steps, "KeyConditionExpression": cond,
+                                  "ExpressionAttributeValues": values, "ConsistentRead": True}
+        out: list[dict[str, Any]] = []
+        while True:
+            with _translate(f"journal of {run_id}: changes"):
+                resp = self.ddb.query(**kwargs)
+            out.extend({**self._entry(item), "_key": item["step"]["S"]}
+                       for item in resp.get("Items", []))
+            if "LastEvaluatedKey" not in resp:
+                return out
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
 
     def _restamp(self, run_id: str, key: str, now: float) -> None:

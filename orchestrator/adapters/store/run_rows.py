@@ -139,6 +139,18 @@ class RunRows(Tables):
             return False
         return True
 
+    def note_run(self, run_id: str, now: float, event: str, **detail: Any) -> bool:
+        """Add an event to a running run's history (an operator's reset of a run that
+        was not paused). False if the run is not running."""
+        values = {":now": num(now)}
+        hist = history_clause(values, now, event, **detail)
+        try:
+            self._update_running(run_id, RUN_MOVES["note"], f"SET updated_at = :now, {hist}",
+                                 values, names={"#h": "history"})
+        except ConditionFailed:
+            return False
+        return True
+
     def request_kill(self, run_id: str, reason: str, now: float) -> RunRecord:
         values = {":t": {"BOOL": True}, ":r": {"S": reason}, ":now": num(now),
                   ":wk": num(now + self.wake.settle)}

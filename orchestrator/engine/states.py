@@ -52,9 +52,7 @@ S = StepStatus
 STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
     # blocked -> dispatched is a promotion that the promoting worker claims at once.
     S.BLOCKED: frozenset({S.READY, S.DISPATCHED, S.SKIPPED}),
-    # ready -> success: a durable parallel branch's row, ended once its result is counted
-    # (another call ran the branch to its end before this row's dispatch was taken).
-    S.READY: frozenset({S.DISPATCHED, S.SKIPPED, S.SUCCESS}),
+    S.READY: frozenset({S.DISPATCHED, S.SKIPPED}),
     # dispatched -> dispatched is a retry (attempt + 1) or a lease taken over.
     S.DISPATCHED: frozenset({S.DISPATCHED, S.SUCCESS, S.FAILED, S.SKIPPED}),
     S.SUCCESS: frozenset(),
@@ -127,12 +125,14 @@ STEP_MOVES = {
         _step("abandon", {D}, S.SKIPPED),
         # A durable run's drivers (adapters/store/journal.py): a leased one released to
         # wait or its lease renewed, a free one poked (look again) or held by an
-        # operator, a parallel branch's row ended once its result is counted.
+        # operator, a parallel branch's row ended once its result is counted (taken
+        # first if its dispatch was not: another call ran the branch to its end).
         _step("suspend", {D}),
         _step("renew", {D}),
         _step("poke", {D}),
         _step("hold", {RD, D}, D),
-        _step("settle-branch", {RD, D}, S.SUCCESS),
+        _step("take-branch", {RD}, D),
+        _step("settle-branch", {D}, S.SUCCESS),
     )
 }
 # Every guarded write of a run row (adapters/store/run_rows.py names its move).

@@ -6,6 +6,7 @@ again, and every execution of a step carries the same idempotency key."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -113,16 +114,23 @@ class _Nothing:
     waiting = None
 
 
-def test_a_worker_sigkilled_mid_step_leaves_one_commit_and_one_key(
-        build_harness: Any, app_url: str, tmp_path: Path, emulator: Any) -> None:
-    h = build(build_harness, app_url, tmp_path, lease_margin=1.0)
+def worker_process(h: Harness, app_url: str, tmp_path: Path, emulator: Any
+                   ) -> subprocess.Popen[bytes]:
+    """`orchestrator worker` in a process of its own on the harness's tables (a lease
+    margin of 1 s), to be SIGKILLed."""
     manifest = tmp_path / "durable.yml"
     manifest.write_text(MANIFEST)
     env = {**os.environ, "AWS_ENDPOINT_URL": emulator.url, "ORCH_PREFIX": h.rt.settings.prefix,
            "ORCH_LEASE_MARGIN": "1", "APP": app_url, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "orchestrator", "worker", "--manifest", str(manifest)],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def test_a_worker_sigkilled_mid_step_leaves_one_commit_and_one_key(
+        build_harness: Any, app_url: str, tmp_path: Path, emulator: Any) -> None:
+    h = build(build_harness, app_url, tmp_path, lease_margin=1.0)
+    proc = worker_process(h, app_url, tmp_path, emulator)
     try:
         run_id = h.start("slowstep", {"seconds": 2})
         deadline = time.monotonic() + 30
@@ -280,13 +288,7 @@ def test_every_checkpoint_sent_twice_is_committed_once(
 def test_a_worker_sigkilled_mid_stream_leaves_a_prefix_the_run_goes_on_from(
         build_harness: Any, app_url: str, tmp_path: Path, emulator: Any) -> None:
     h = build(build_harness, app_url, tmp_path, lease_margin=1.0)
-    manifest = tmp_path / "durable.yml"
-    manifest.write_text(MANIFEST)
-    env = {**os.environ, "AWS_ENDPOINT_URL": emulator.url, "ORCH_PREFIX": h.rt.settings.prefix,
-           "ORCH_LEASE_MARGIN": "1", "APP": app_url, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", "worker", "--manifest", str(manifest)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = worker_process(h, app_url, tmp_path, emulator)
     try:
         run_id = h.start("slowchain", {"steps": 60})
         deadline = time.monotonic() + 30
@@ -312,3 +314,34 @@ def test_a_worker_sigkilled_mid_stream_leaves_a_prefix_the_run_goes_on_from(
     # What was committed before the kill never ran again; the rest ran at least once.
     assert [bodies[f"slow-{i}"] for i in range(at_kill)] == [1] * at_kill, bodies
     assert all(bodies[f"slow-{i}"] >= 1 for i in range(60)), bodies
+
+
+def test_a_branch_row_never_taken_is_settled_through_dispatched(
+        build_harness: Any, app_url: str, tmp_path: Path) -> None:
+    # Another call ran the branch to its end before anyone took the row's dispatch: the
+    # parent settles it, by moves the transition table allows (ready, dispatched, success).
+    from orchestrator.engine.records import StepRecord
+    from orchestrator.engine.states import STEP_TRANSITIONS, StepStatus
+
+    h = build(build_harness, app_url, tmp_path)
+    try:
+        run_id = h.start("branches", {"sleep": "10ms"})
+        now = time.time()
+        row = StepRecord(run_id=run_id, step="$run/9:0", status=StepStatus.READY,
+                         backend="app", route="/", dependants=("$run",), attempt=1,
+                         max_attempts=3, timeout=2.0, ready_at=now, wake_at=now + 60,
+                         history=({"at": round(now, 3), "type": "step.ready"},))
+        h.rt.store.create_step_if_absent(row)
+        h.rt.store.settle_branch(run_id, "$run/9:0", time.time())
+        settled = h.rt.store.get_driver(run_id, "$run/9:0")
+        assert settled is not None and settled.status is StepStatus.SUCCESS
+        kinds = [e["type"] for e in settled.history]
+        assert kinds == ["step.ready", "step.started", "step.succeeded"], kinds
+        statuses = [StepStatus.READY, StepStatus.DISPATCHED, StepStatus.SUCCESS]
+        assert all(b in STEP_TRANSITIONS[a] for a, b in itertools.pairwise(statuses))
+        # Settling again changes nothing.
+        h.rt.store.settle_branch(run_id, "$run/9:0", time.time())
+        again = h.rt.store.get_driver(run_id, "$run/9:0")
+        assert again is not None and len(again.history) == 3
+    finally:
+        h.close()

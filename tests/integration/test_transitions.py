@@ -199,7 +199,7 @@ def capture_into(h: Harness, seen: list[tuple[str, frozenset[str], str | None]])
 
 
 # The moves only a durable run's drivers make, and the run moves only durable runs make.
-DRIVER_MOVES = {"suspend", "renew", "poke", "hold", "settle-branch"}
+DRIVER_MOVES = {"suspend", "renew", "poke", "hold", "take-branch", "settle-branch"}
 DURABLE_RUN_MOVES = {"pause", "note"}
 
 DURABLE = """

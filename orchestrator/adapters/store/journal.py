@@ -488,23 +488,41 @@ class JournalRows(Tables):
     def settle_branch(self, run_id: str, step: str, now: float) -> None:
         """End a parallel branch's row whose result is counted (its holder died before
         ending it): success, whoever holds its lease (a holder still alive finds its own
-        write refused and stops)."""
-        move = STEP_MOVES["settle-branch"]
-        values: dict[str, Any] = {":now": num(now), ":exp": num(now + self.step_retention)}
-        guard, to = status_guard(move, values), status_set(move, values)
-        hist = history_clause(values, now, "step.succeeded", settled=True)
-        try:
-            with _translate(f"branch {run_id}/{step}: settle"):
-                self.ddb.update_item(
-                    TableName=self.steps, Key=step_key(run_id, step),
-                    UpdateExpression=(f"SET {to}, finished_at = :now, expires_at = :exp,"
-                                      f" wake_at = :now, {hist} REMOVE lease_owner, lease_until"),
-                    ConditionExpression=guard,
-                    ExpressionAttributeNames={"#s": "status", "#h": "history"},
-                    ExpressionAttributeValues=values,
-                )
-        except ConditionFailed:
-            pass  # ended meanwhile
+        write refused and stops). A row whose dispatch nobody took yet (another call ran
+        the branch to its end) is taken first: ready, dispatched, then success."""
+        for _ in range(2):
+            move = STEP_MOVES["settle-branch"]
+            values: dict[str, Any] = {":now": num(now), ":exp": num(now + self.step_retention)}
+            guard, to = status_guard(move, values), status_set(move, values)
+            hist = history_clause(values, now, "step.succeeded", settled=True)
+            try:
+                with _translate(f"branch {run_id}/{step}: settle"):
+                    self.ddb.update_item(
+                        TableName=self.steps, Key=step_key(run_id, step),
+                        UpdateExpression=(f"SET {to}, finished_at = :now, expires_at = :exp,"
+                                          f" wake_at = :now, {hist}"
+                                          " REMOVE lease_owner, lease_until"),
+                        ConditionExpression=guard,
+                        ExpressionAttributeNames={"#s": "status", "#h": "history"},
+                        ExpressionAttributeValues=values,
+                    )
+                return
+            except ConditionFailed:
+                pass
+            take = STEP_MOVES["take-branch"]
+            values = {}
+            guard, to = status_guard(take, values), status_set(take, values)
+            hist = history_clause(values, now, "step.started", attempt=1, settled=True)
+            try:
+                with _translate(f"branch {run_id}/{step}: take to settle"):
+                    self.ddb.update_item(
+                        TableName=self.steps, Key=step_key(run_id, step),
+                        UpdateExpression=f"SET {to}, {hist}", ConditionExpression=guard,
+                        ExpressionAttributeNames={"#s": "status", "#h": "history"},
+                        ExpressionAttributeValues=values,
+                    )
+            except ConditionFailed:
+                return  # ended meanwhile (or never made)
 
     def get_parallel(self, run_id: str, scope: str, pos: int,
                      now: float | None = None) -> dict[str, Any] | None:

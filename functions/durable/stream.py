@@ -53,11 +53,15 @@ class OpStream:
 
         async def watch() -> None:
             # The request's body is read: what the server says next is that the client
-            # went away (a server that only says so at the end says nothing early).
+            # went away (a server that only says so at the end says nothing early). One
+            # that hands over the request again (a wrapper replaying the body) will not
+            # say it either: nothing to watch, and no loop that never waits.
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
                     task.cancel()
+                    return
+                if message["type"] != "http.request" or not message.get("more_body"):
                     return
 
         watcher = asyncio.create_task(watch())

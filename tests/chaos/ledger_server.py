@@ -256,10 +256,7 @@ class FunctionServer:
             await asyncio.sleep(self.step_timeout + 1.0)
         status = answer.status_code if answer is not None else int(sent[0].get("status", 500))
         out = b"".join(m.get("body", b"") for m in sent[1:])
-        try:
-            ops = [op.get("op") for op in json.loads(out).get("ops", [])] if out else None
-        except (ValueError, AttributeError):
-            ops = None
+        ops = _ops(out)
         self.ledger.write({"ev": "ddone", "id": call, "t": time.time(), "status": status,
                            "fault": fault, "ops": ops})
         if answer is not None:
@@ -314,3 +311,17 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _ops(out: bytes) -> list[Any] | None:
+    """The operations a durable answer gave: version 1's JSON, or version 2's lines."""
+    if not out:
+        return None
+    try:
+        return [op.get("op") for op in json.loads(out).get("ops", [])]
+    except (ValueError, AttributeError):
+        pass
+    try:
+        return [json.loads(line).get("op") for line in out.splitlines() if line.strip()]
+    except (ValueError, AttributeError):
+        return None

@@ -121,3 +121,37 @@ def test_a_call_the_orchestrator_hangs_up_on_stops_at_once(served: tuple[str, st
 def test_an_sdk_refuses_to_serve_a_protocol_it_does_not_know() -> None:
     with pytest.raises(ValueError, match="durable_protocols"):
         FunctionApp(None, durable_protocols=(3,))
+
+
+def test_a_host_that_hands_the_request_over_again_still_gets_its_answer() -> None:
+    # A wrapper in front of the app that replays the body on every receive (as the chaos
+    # harness's function server does) never says the client left: the stream must not
+    # spin on it (the event loop would stop), and the answer comes whole.
+    import asyncio
+
+    app = FunctionApp(None)
+    app.workflow(gated)
+    GATE.set()
+    RAN.clear()
+    raw = json.dumps(body(2)).encode()
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/durable/gated", "raw_path":
+             b"/durable/gated", "query_string": b"", "root_path": "", "scheme": "http",
+             "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1), "http_version": "1.1",
+             "headers": [(b"content-type", b"application/json"), (b"accept", NDJSON.encode())]}
+
+    async def call() -> None:
+        await asyncio.wait_for(app(scope, receive, send), timeout=10)
+
+    asyncio.run(call())
+    out = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    ops = [json.loads(line)["op"] for line in out.splitlines()]
+    assert ops == ["record", "record", "record", "complete", "end"]
+    assert RAN == ["one", "two", "three"]

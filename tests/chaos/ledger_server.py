@@ -309,10 +309,6 @@ def main(argv: list[str] | None = None) -> None:
                 access_log=False, lifespan="off")
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _ops(out: bytes) -> list[Any] | None:
     """The operations a durable answer gave: version 1's JSON, or version 2's lines."""
     if not out:
@@ -325,3 +321,8 @@ def _ops(out: bytes) -> list[Any] | None:
         return [json.loads(line).get("op") for line in out.splitlines() if line.strip()]
     except (ValueError, AttributeError):
         return None
+
+
+if __name__ == "__main__":
+    main()
+

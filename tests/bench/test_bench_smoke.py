@@ -65,6 +65,23 @@ def test_quick_cost_benchmark_prices_every_workload() -> None:
     assert r["workloads"]["w4"]["per_step"]["invocations"]["api"] > 0  # the deliveries
     assert r["moto_consumed_capacity"]["put"]["aws_rule"] == 3
     assert r["sweeper"]["busy_minute"]["passes"] >= 1 and r["sweeper"]["per_pass"]["wru"] > 0
+    # The durable runs: D1 (a chain) and D2 (a parallel, all at once), each at two sizes.
+    assert set(r["durable"]) == {"d1_20", "d1_200", "d2_20", "d2_100"}
+    for w in r["durable"].values():
+        step = w["per_step"]
+        assert step["requests_total"] > 0 and step["requests"]["TransactWriteItems"] > 0
+        assert step["wru"] >= 2  # each checkpoint a transactional write: 2 WRU at least
+        assert step["sqs_billed"] > 0 and step["gb_s"]["worker"] > 0
+        assert 0 < step["durable_calls"] <= 1 and step["aws_wait_ms"]
+        assert isinstance(w["target_met"], bool) and isinstance(w["requests_target_met"], bool)
+        assert 0 <= w["emulator_commits"]["total_without"] <= w["dollars_per_million_steps_total"]
+        assert w["dollars_per_million_steps_total"] > 0
+        assert w["compare"]["lambda_durable_functions"] >= 8.0  # $8 per million operations
+    assert r["moto_consumed_capacity"]["transaction"]["aws_rule"] == 8  # 2 x 2 KB, twice
+    assert set(r["targets"]) == {"durable_dollars_per_million_le_2",
+                                 "durable_dollars_per_million_le_2_emulator_commits_excluded",
+                                 "durable_requests_per_step_le_1.2"}
+    assert all(isinstance(v, bool) for v in r["targets"].values())
 
 
 def test_capacity_follows_aws_rules() -> None:

@@ -23,9 +23,20 @@ write operations; "Amazon DynamoDB pricing for on-demand capacity"):
 - a write whose condition fails still consumes: by the existing item's size, at least 1
   (no index write follows);
 - BatchWriteItem: each put or delete on its own, as above (unprocessed items excluded);
-- TransactWriteItems: twice the units of each item's write (condition checks as a write
-  of the item's size). A cancelled transaction is not costed: counted as `uncosted`
-  (the orchestrator uses none).
+- TransactWriteItems ("Amazon DynamoDB Transactions: how it works", capacity management
+  for transactions: "two underlying reads or writes of every item in the transaction:
+  one to prepare the transaction and one to commit it"): each item 2 WRU per started KB
+  of the larger of its images (a Put, Update or Delete as above, doubled; a
+  ConditionCheck as a write of the item's size, doubled, though it writes nothing). Its
+  index writes are not doubled: the indexes are not part of the transaction ("changes
+  begin propagating to global secondary indexes" once it completes; a transaction cannot
+  target an index), so each costs what the same write costs outside one (as measured
+  against DynamoDB by the dynamodb-conformance suite and dynoxide, PR 188). A transaction
+  cancelled by a condition (or a conflict) reports no consumed capacity, and AWS
+  publishes no rule for it: it is costed as an upper bound, each item as if committed
+  (2 WRU per KB of its current size, nothing on indexes), and counted
+  (`cancelled_transactions`: the orchestrator cancels one only when two calls commit
+  the same journal place, never in a healthy run).
 
 **Global secondary indexes** (AWS, "Using Global Secondary Indexes in DynamoDB",
 provisioned throughput considerations: write capacity units), per index of the table as
@@ -80,6 +91,7 @@ __all__ = [
     "read_units",
     "table_shapes",
     "value_size",
+    "write_cost",
     "write_units",
 ]
 
@@ -194,6 +206,19 @@ class TableShape:
         return out
 
 
+def write_cost(shape: TableShape, before: Item | None, after: Item | None, *,
+                transactional: bool = False) -> dict[str, int]:
+    """WRU of one item's write that turned `before` into `after` (None: absent), by
+    target ("table" and "table/index"): the table 1 WRU per started KB of the larger
+    image, 2 in a transaction (prepare and commit); each index as `index_units`, in a
+    transaction too (see the top)."""
+    units = write_units(max(item_size(before), item_size(after)))
+    out = {shape.name: units * (2 if transactional else 1)}
+    for name, n in shape.index_units(before, after).items():
+        out[f"{shape.name}/{name}"] = n
+    return out
+
+
 def table_shapes(dynamodb: Any, tables: list[str]) -> dict[str, TableShape]:
     """Each table's key and global secondary indexes, as DescribeTable gives them."""
     out = {}
@@ -222,8 +247,8 @@ class Tally:
     wru_by_op: Counter[str] = field(default_factory=Counter)  # by "table:operation"
     sqs_billed: Counter[str] = field(default_factory=Counter)  # billed requests by operation
     failed_conditions: int = 0
+    cancelled_transactions: int = 0
     empty_receives: int = 0
-    uncosted: int = 0
 
     def add(self, other: Tally) -> None:
         for mine, theirs in ((self.requests, other.requests), (self.wru, other.wru),
@@ -233,8 +258,8 @@ class Tally:
         for where, units in other.rru.items():
             self.rru[where] += units
         self.failed_conditions += other.failed_conditions
+        self.cancelled_transactions += other.cancelled_transactions
         self.empty_receives += other.empty_receives
-        self.uncosted += other.uncosted
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -242,7 +267,8 @@ class Tally:
             "rru": {k: round(v, 1) for k, v in self.rru.items()},
             "wru_by_op": dict(self.wru_by_op), "sqs_billed": dict(self.sqs_billed),
             "failed_conditions": self.failed_conditions,
-            "empty_receives": self.empty_receives, "uncosted": self.uncosted,
+            "cancelled_transactions": self.cancelled_transactions,
+            "empty_receives": self.empty_receives,
         }
 
 
@@ -436,24 +462,24 @@ class Meter:
                         tally.wru[table] += units
                         tally.wru_by_op[f"{table}:{op} (condition failed)"] += units
             elif code == "TransactionCanceledException":
+                # No rule published: an upper bound, each item as if committed (the top).
                 with self._lock:
-                    tally.uncosted += 1
+                    tally.cancelled_transactions += 1
+                    for (table, _), before in old.items():
+                        units = 2 * write_units(item_size(before))
+                        tally.wru[table] += units
+                        tally.wru_by_op[f"{table}:{op} (cancelled, upper bound)"] += units
             return  # a refused request (validation, throttling) consumes nothing
         skipped = _unprocessed(op, parsed, self.shapes)
-        factor = 2 if op == "TransactWriteItems" else 1
         landed = [key for key in old if key not in skipped]
         now = self._read_many(landed)
         for key in landed:
-            before, after = old[key], now[key]
-            shape = self.shapes[key[0]]
-            units = write_units(max(item_size(before), item_size(after))) * factor
-            index = shape.index_units(before, after)
+            cost = write_cost(self.shapes[key[0]], old[key], now[key],
+                              transactional=op == "TransactWriteItems")
             with self._lock:
-                tally.wru[key[0]] += units
-                tally.wru_by_op[f"{key[0]}:{op}"] += units
-                for name, n in index.items():
-                    tally.wru[f"{key[0]}/{name}"] += n * factor
-                    tally.wru_by_op[f"{key[0]}/{name}:{op}"] += n * factor
+                for target, units in cost.items():
+                    tally.wru[target] += units
+                    tally.wru_by_op[f"{target}:{op}"] += units
 
     # ---- reads -------------------------------------------------------------------------
 

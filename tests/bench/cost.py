@@ -9,6 +9,20 @@ AWS's rules (tests/bench/capacity.py) and the on-demand prices of infra/prices.p
   W3  concurrent runs of a 5-step chain (50 runs; --quick 10), started by POST /runs
   W4  webhook-started runs of the same chain: signed deliveries POSTed to the API
       (50; --quick 10)
+  D1  a durable chain of N no-op steps (functions/examples/noop.py's noop-chain), at two
+      sizes so that growth shows: 100 and 1,000 (--quick 20 and 200)
+  D2  a durable ctx.parallel of N no-op branches, all at once (noop-parallel): 100 and
+      1,000 (--quick 20 and 100)
+
+A durable step is one `step` of the workflow (the driver's row apart). The durable
+protocol is version 2: one call streams many steps' checkpoints, which the worker
+commits in TransactWriteItems of up to 100 (priced at AWS's transactional rate:
+tests/bench/capacity.py). Targets (issue 21), printed and in the JSON's `targets`:
+durable steps at $2 or less per million, at most 1.2 AWS requests per durable step at
+every size. The no-op function counts the durable calls it answers (`durable_calls`: each
+an invocation of the user's function on AWS, not priced, as the user's functions are not),
+and the timed pass notes how long the handlers waited on each AWS operation
+(`aws_wait_ms`: the emulator's speed, not DynamoDB's).
 
 The emulator (moto, `python -m infra.emulator`) and the no-op function (uvicorn) run in
 processes of their own, so that a handler's measured duration is its own work and its
@@ -50,6 +64,7 @@ Figures go to stdout, progress to stderr."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -92,7 +107,14 @@ from tests.bench.capacity import (  # noqa: E402
     table_shapes,
     write_units,
 )
-from tests.bench.run import HOOK_SECRET, RequestCounter, chain, fan, wait_all  # noqa: E402
+from tests.bench.run import (  # noqa: E402
+    HOOK_SECRET,
+    CallCounter,
+    RequestCounter,
+    chain,
+    fan,
+    wait_all,
+)
 
 
 def manifest_text(sizes: dict[str, int]) -> str:
@@ -105,6 +127,9 @@ def manifest_text(sizes: dict[str, int]) -> str:
         "  w2:", "    steps:", fan(sizes["w2"]),
         "  w3:", "    steps:", chain(5),
         "  hooked:", "    steps:", chain(5),
+        # Durable workflows, served by the same no-op app (functions/examples/noop.py).
+        "  dchain: { backend: fn, workflow: noop-chain }",
+        "  dpar: { backend: fn, workflow: noop-parallel }",
     ]) + "\n"
 
 
@@ -181,12 +206,63 @@ def billed(seconds: list[float], mb: int) -> tuple[int, float]:
     return len(seconds), sum(math.ceil(s * 1000) / 1000 * mb / 1024 for s in seconds)
 
 
+class Waits:
+    """How long the handlers' AWS requests took, by operation (botocore's before-call
+    to after-call: what a handler waits for, the emulator's work included). The event
+    source mapping's own requests (its receives and deletes) are not a handler's."""
+
+    def __init__(self, clients: Any, role_of: Callable[[], str]) -> None:
+        self.role_of = role_of
+        self.lock = threading.Lock()
+        self.seconds: Counter[str] = Counter()
+        for c in (clients.dynamodb, clients.sqs, clients.s3):
+            c.meta.events.register("before-call", self._before)
+            c.meta.events.register("after-call", self._after)
+            c.meta.events.register("after-call-error", self._after)
+
+    def _before(self, model: Any, context: dict[str, Any], **_: Any) -> None:
+        if self.role_of() != "esm":
+            context["waits_from"] = (model.name, time.perf_counter())
+
+    def _after(self, context: dict[str, Any], **_: Any) -> None:
+        if "waits_from" not in context:
+            return
+        op, t0 = context.pop("waits_from")
+        with self.lock:
+            self.seconds[op] += time.perf_counter() - t0
+
+    def take(self) -> Counter[str]:
+        with self.lock:
+            out, self.seconds = self.seconds, Counter()
+        return out
+
+
+class CountedCalls:
+    """The no-op function's app with its durable calls counted (run.py's CallCounter);
+    GET /bench/calls answers the count since the last GET and resets it."""
+
+    def __init__(self, app: Any) -> None:
+        self.counter = CallCounter(app)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http" and scope.get("path") == "/bench/calls":
+            body = json.dumps({"calls": self.counter.take()}).encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.counter(scope, receive, send)
+
+
 class Bench:
     """The stack under measurement: the handlers on the emulator, and ways to start runs."""
 
     def __init__(self, api_url: str, observer: Runtime, meter: Meter, counter: RequestCounter,
-                 calls: Invocations, memory: dict[str, int]) -> None:
+                 calls: Invocations, memory: dict[str, int], waits: Waits,
+                 fn_url: str) -> None:
         self.http = httpx.Client(base_url=api_url, timeout=60)
+        self.waits = waits
+        self.fn_calls_url = f"{fn_url}/bench/calls"
         self.observer = observer
         self.meter = meter
         self.counter = counter
@@ -200,8 +276,9 @@ class Bench:
         c: httpx.Client = self.local.http
         return c
 
-    def start(self, workflow: str, i: int) -> str:
-        r = self._client().post("/runs", json={"workflow": workflow, "input": {"i": i}})
+    def start(self, workflow: str, i: int, payload: dict[str, Any] | None = None) -> str:
+        body = {"workflow": workflow, "input": {"i": i} if payload is None else payload}
+        r = self._client().post("/runs", json=body)
         if r.status_code != 201:
             raise SystemExit(f"POST /runs refused: {r.status_code} {r.text}")
         run_id: str = r.json()["run_id"]
@@ -217,13 +294,22 @@ class Bench:
         run_id: str = r.json()["run_id"]
         return run_id
 
+    def one(self, workflow: str, payload: dict[str, Any]) -> list[str]:
+        return [self.start(workflow, 0, payload)]
+
     def many(self, start: Callable[[int], str], n: int, senders: int = 8) -> list[str]:
         with ThreadPoolExecutor(senders) as pool:
             return list(pool.map(start, range(n)))
 
+    def durable_calls(self) -> int:
+        """The durable calls the function answered since the last look."""
+        calls: int = httpx.get(self.fn_calls_url, timeout=10).json()["calls"]
+        return calls
+
     def measure(self, start: Callable[[], list[str]]) -> dict[str, Any]:
-        """Run `start`'s runs to the end twice: metered (requests, capacity, SQS), then
-        timed (Lambda invocations and durations)."""
+        """Run `start`'s runs to the end twice: metered (requests, capacity, SQS, the
+        function's durable calls), then timed (Lambda invocations and durations, the
+        requests' waits)."""
         out: dict[str, Any] = {}
         for metered in (True, False):
             self.calls.quiesce()
@@ -231,6 +317,8 @@ class Bench:
             self.meter.take()
             self.counter.take()
             self.calls.take()
+            self.waits.take()
+            self.durable_calls()
             ids = start()
             wait_all(self.observer, ids)
             self.calls.quiesce()
@@ -244,9 +332,11 @@ class Bench:
                 raise SystemExit(f"the meter saw {sum(total.requests.values())} requests, "
                                  f"botocore's before-call {sum(counted.values())}")
             if metered:
-                out.update(runs=len(ids), total=total, by_role=tallies)
+                out.update(runs=len(ids), total=total, by_role=tallies,
+                           durable_calls=self.durable_calls())
             else:
-                out.update(seconds=seconds, timed_requests=sum(counted.values()))
+                out.update(seconds=seconds, timed_requests=sum(counted.values()),
+                           waits=self.waits.take())
         return out
 
 
@@ -269,17 +359,28 @@ def environment(values: dict[str, str]) -> Iterator[None]:
 
 def check_moto_capacity(c: Any, table: str) -> dict[str, Any]:
     """Whether the emulator's ReturnConsumedCapacity could stand in for AWS's: a 3 KB
-    put and a strongly consistent read of it, against the rule."""
+    put and a strongly consistent read of it, and a transaction of two 1.5 KB puts,
+    against the rules."""
     item = {"pk": {"S": "cost-check"}, "sk": {"S": "3kb"}, "blob": {"S": "x" * 3000}}
     put = c.put_item(TableName=table, Item=item, ReturnConsumedCapacity="TOTAL")
     get = c.get_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]},
                      ConsistentRead=True, ReturnConsumedCapacity="TOTAL")
-    c.delete_item(TableName=table, Key={"pk": item["pk"], "sk": item["sk"]})
+    pair = [{"pk": {"S": "cost-check"}, "sk": {"S": f"tx{i}"}, "blob": {"S": "x" * 1500}}
+            for i in range(2)]
+    tx = c.transact_write_items(TransactItems=[{"Put": {"TableName": table, "Item": i}}
+                                               for i in pair], ReturnConsumedCapacity="TOTAL")
+    for i in [item, *pair]:
+        c.delete_item(TableName=table, Key={"pk": i["pk"], "sk": i["sk"]})
     size = item_size(item)
     return {
         "item_bytes": size,
         "put": {"moto": put["ConsumedCapacity"]["CapacityUnits"], "aws_rule": write_units(size)},
         "strong_read": {"moto": get["ConsumedCapacity"]["CapacityUnits"], "aws_rule": 1.0},
+        "transaction": {
+            "item_bytes": item_size(pair[0]),
+            "moto": sum(x.get("CapacityUnits", 0.0) for x in tx.get("ConsumedCapacity", [])),
+            # Two writes of each item (prepare, commit), 1 WRU per started KB each.
+            "aws_rule": sum(2 * write_units(item_size(i)) for i in pair)},
         "note": "moto answers constants (1.0 per write, 0.5 per read): computed instead",
     }
 
@@ -309,7 +410,7 @@ def served(module: str, *args: str) -> Iterator[str]:
 
 def serve_noop() -> None:
     """The no-op function on uvicorn, its URL printed, until terminated."""
-    server = BackgroundServer(noop_app()).start()
+    server = BackgroundServer(CountedCalls(noop_app())).start()
     print(server.url, flush=True)
     threading.Event().wait()
 
@@ -325,8 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps-per-second", type=float, default=100.0,
                     help="The sustained load the sweeper's busy minutes are spread over.")
     args = ap.parse_args(argv)
-    sizes = ({"w1": 20, "w2": 50, "w3": 10, "w4": 10, "sweep_passes": 2} if args.quick
-             else {"w1": 100, "w2": 500, "w3": 50, "w4": 50, "sweep_passes": 11})
+    sizes: dict[str, Any] = (
+        {"w1": 20, "w2": 50, "w3": 10, "w4": 10, "d1": [20, 200], "d2": [20, 100],
+         "sweep_passes": 2} if args.quick
+        else {"w1": 100, "w2": 500, "w3": 50, "w4": 50, "d1": [100, 1000], "d2": [100, 1000],
+              "sweep_passes": 11})
 
     def say(line: str) -> None:  # progress to stderr, figures to stdout
         print(line, file=sys.stderr, flush=True)
@@ -361,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
                                   for t, s in shapes.items()}
             meter = Meter(rt.clients, plain.dynamodb, shapes, role_of=thread_role)
             counter = RequestCounter(rt.clients)
+            waits = Waits(rt.clients, meter.current_role)
             calls = Invocations(meter)
             stop = threading.Event()
             worker = calls.timed("worker", lambda_handlers.worker)
@@ -375,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
                 calm_collector()  # as `orchestrator dev` does once its stack is up
                 for t in mappings:
                     t.start()
-                bench = Bench(api.url, observer, meter, counter, calls, memory)
+                bench = Bench(api.url, observer, meter, counter, calls, memory, waits, fn_url)
                 try:
                     say("warming up (a run and a delivery: the cold starts) …")
                     bench.meter.take()
@@ -383,6 +488,10 @@ def main(argv: list[str] | None = None) -> int:
                     calls.quiesce()
                     results["cold_start_ms"] = {
                         role: round(max(s) * 1000, 1) for role, s in calls.take().items()}
+                    # The durable runs first: the emulator (moto) copies the whole steps
+                    # table for each item of a TransactWriteItems, so its time to commit
+                    # grows with the rows W1-W4 leave (DynamoDB's does not).
+                    results["durable"] = run_durable(bench, sizes, say)
                     results["workloads"] = run_workloads(bench, sizes, say)
                     say(f"sweeper: {sizes['sweep_passes']} passes while runs flow …")
                     results["sweeper"] = sweeper_phase(
@@ -421,6 +530,27 @@ def run_workloads(bench: Bench, sizes: dict[str, int],
     return out
 
 
+def run_durable(bench: Bench, sizes: dict[str, Any],
+                 say: Callable[[str], None]) -> dict[str, Any]:
+    """D1 and D2, each at two sizes (the growth shows): one run each, started by POST
+    /runs, a durable step being one `step` of the workflow (the driver apart)."""
+    plans: list[tuple[str, str, int, dict[str, int], int]] = []
+    for n in sizes["d1"]:
+        plans.append((f"d1_{n}", f"D1 durable chain of {n}", n, {"steps": n}, n))
+    for n in sizes["d2"]:
+        # Step Functions' counterpart: an inline Map of n Tasks, MAP_CONCURRENCY at once.
+        plans.append((f"d2_{n}", f"D2 durable parallel of {n}, all at once", n,
+                      {"branches": n, "max": n}, math.ceil(n / MAP_CONCURRENCY)))
+    out: dict[str, Any] = {}
+    for key, label, n, payload, critical_path in plans:
+        workflow = "dchain" if key.startswith("d1") else "dpar"
+        say(f"{label} (metered, then timed) …")
+        m = bench.measure(functools.partial(bench.one, workflow, payload))
+        out[key] = summarize(label, m, n, n, critical_path, bench.memory)
+        out[key]["durable"] = True
+    return out
+
+
 def summarize(label: str, m: dict[str, Any], steps: int, steps_per_run: int,
               critical_path: int, memory: dict[str, int]) -> dict[str, Any]:
     total: Tally = m["total"]
@@ -445,12 +575,19 @@ def summarize(label: str, m: dict[str, Any], steps: int, steps_per_run: int,
             "invocations": {role: per(n) for role, (n, _) in lam.items()},
             "gb_s": {role: per(gbs) for role, (_, gbs) in lam.items()},
             "ms": {role: per(sum(s) * 1000) for role, s in m["seconds"].items()},
+            # What the handlers waited on their AWS requests (timed pass), by operation
+            # (the event source mapping's receives and deletes apart).
+            "aws_wait_ms": {op: round(per(t * 1000), 3) for op, t in m["waits"].most_common()},
+            # The function's durable calls (each an invocation of the user's function on
+            # AWS: not priced, as the user's functions are not).
+            "durable_calls": per(m["durable_calls"]),
         },
         "wru_by_target": {k: round(per(v), 3) for k, v in total.wru.most_common()},
         "wru_by_write": {k: round(per(v), 3) for k, v in total.wru_by_op.most_common()},
         "rru_by_target": {k: round(per(v), 3) for k, v in
                           sorted(total.rru.items(), key=lambda kv: -kv[1])},
-        "failed_conditions": total.failed_conditions, "uncosted": total.uncosted,
+        "failed_conditions": total.failed_conditions,
+        "cancelled_transactions": total.cancelled_transactions,
         "empty_receives_per_step": round(per(total.empty_receives), 3),
         "s3_requests": per(sum(n for op, n in total.requests.items() if op.endswith("Object"))),
         "timed_pass_requests_per_step": round(per(m["timed_requests"]), 3),

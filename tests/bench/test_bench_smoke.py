@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,6 +65,23 @@ def test_quick_cost_benchmark_prices_every_workload() -> None:
     assert r["workloads"]["w4"]["per_step"]["invocations"]["api"] > 0  # the deliveries
     assert r["moto_consumed_capacity"]["put"]["aws_rule"] == 3
     assert r["sweeper"]["busy_minute"]["passes"] >= 1 and r["sweeper"]["per_pass"]["wru"] > 0
+    # The durable runs: D1 (a chain) and D2 (a parallel, all at once), each at two sizes.
+    assert set(r["durable"]) == {"d1_20", "d1_200", "d2_20", "d2_100"}
+    for w in r["durable"].values():
+        step = w["per_step"]
+        assert step["requests_total"] > 0 and step["requests"]["TransactWriteItems"] > 0
+        assert step["wru"] >= 2  # each checkpoint a transactional write: 2 WRU at least
+        assert step["sqs_billed"] > 0 and step["gb_s"]["worker"] > 0
+        assert 0 < step["durable_calls"] <= 1 and step["aws_wait_ms"]
+        assert isinstance(w["target_met"], bool) and isinstance(w["requests_target_met"], bool)
+        assert 0 <= w["emulator_commits"]["total_without"] <= w["dollars_per_million_steps_total"]
+        assert w["dollars_per_million_steps_total"] > 0
+        assert w["compare"]["lambda_durable_functions"] >= 8.0  # $8 per million operations
+    assert r["moto_consumed_capacity"]["transaction"]["aws_rule"] == 8  # 2 x 2 KB, twice
+    assert set(r["targets"]) == {"durable_dollars_per_million_le_2",
+                                 "durable_dollars_per_million_le_2_emulator_commits_excluded",
+                                 "durable_requests_per_step_le_1.2"}
+    assert all(isinstance(v, bool) for v in r["targets"].values())
 
 
 def test_capacity_follows_aws_rules() -> None:
@@ -86,3 +104,68 @@ def test_capacity_follows_aws_rules() -> None:
     assert shape.index_units(woken, {**woken, "pad": {"S": "q"}}) == {"all": 1}
     assert shape.index_units(woken, {k: v for k, v in woken.items() if k != "w"}) == {
         "wake": 1, "all": 2}  # leaves KEYS_ONLY; ALL's entry changed
+
+
+def test_transactional_writes_follow_aws_rules() -> None:
+    """AWS: each item of a TransactWriteItems costs two writes (prepare, commit) of 1 WRU
+    per started KB; its index writes are ordinary ones."""
+    from tests.bench.capacity import Index, TableShape, item_size, write_cost
+
+    shape = TableShape("t", ("id",), (Index("wake", ("w",), "KEYS_ONLY"),))
+    small = {"id": {"S": "1"}, "pad": {"S": "p" * 500}}
+    large = {"id": {"S": "2"}, "pad": {"S": "p" * 1500}}
+    assert item_size(small) < 1024 < item_size(large) <= 2048
+    assert write_cost(shape, None, small) == {"t": 1}
+    assert write_cost(shape, None, small, transactional=True) == {"t": 2}  # 2 x 1 KB
+    assert write_cost(shape, None, large, transactional=True) == {"t": 4}  # 2 x 2 KB
+    three_kb = {"id": {"S": "3"}, "pad": {"S": "p" * 3000}}
+    # A condition check: a write of the item's size, though nothing changes.
+    assert write_cost(shape, three_kb, three_kb, transactional=True) == {"t": 6}
+    assert write_cost(shape, three_kb, None, transactional=True) == {"t": 6}  # a delete
+    woken = {**small, "w": {"N": "5"}}
+    # Entering an index: the index entry (keys only, under 1 KB) is 1, not doubled.
+    assert write_cost(shape, small, woken, transactional=True) == {"t": 2, "t/wake": 1}
+    assert write_cost(shape, small, woken) == {"t": 1, "t/wake": 1}
+
+
+def test_meter_prices_a_transaction_on_the_emulator(emulator: Any) -> None:
+    """The meter, on real requests: a committed TransactWriteItems of a 500-byte and a
+    1.5 KB put is 2 + 4 WRU, the index entry one more; a cancelled one is counted and
+    costed as if committed (an upper bound: AWS publishes no rule)."""
+    import uuid
+
+    from orchestrator.adapters.aws import make_clients
+    from orchestrator.settings import Settings
+    from tests.bench.capacity import Meter, table_shapes
+
+    clients = make_clients(Settings(endpoint_url=emulator.url))
+    reader = make_clients(Settings(endpoint_url=emulator.url)).dynamodb
+    table = f"meter-{uuid.uuid4().hex[:8]}"
+    clients.dynamodb.create_table(
+        TableName=table, BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"},
+                              {"AttributeName": "w", "AttributeType": "N"}],
+        GlobalSecondaryIndexes=[{"IndexName": "wake", "Projection": {"ProjectionType": "KEYS_ONLY"},
+                                 "KeySchema": [{"AttributeName": "w", "KeyType": "HASH"}]}])
+    meter = Meter(clients, reader, table_shapes(reader, [table]))
+    meter.capacity = True
+
+    def put(item_id: str, pad: int, **extra: Any) -> dict[str, Any]:
+        item = {"id": {"S": item_id}, "pad": {"S": "p" * pad}, **extra}
+        return {"Put": {"TableName": table, "Item": item,
+                        "ConditionExpression": "attribute_not_exists(id)"}}
+
+    with meter.role("worker"):
+        clients.dynamodb.transact_write_items(
+            TransactItems=[put("a", 500), put("b", 1500, w={"N": "1"})])
+    tally = meter.take()["worker"]
+    assert tally.requests == {"TransactWriteItems": 1}
+    assert dict(tally.wru) == {table: 6, f"{table}/wake": 1}
+    assert tally.cancelled_transactions == 0
+    with meter.role("worker"), pytest.raises(ClientError) as refused:
+        clients.dynamodb.transact_write_items(TransactItems=[put("c", 10), put("b", 10)])
+    assert refused.value.response["Error"]["Code"] == "TransactionCanceledException"
+    tally = meter.take()["worker"]
+    # "c" absent (1 KB at least), "b" as it is (1.5 KB: 2 KB), each twice.
+    assert tally.cancelled_transactions == 1 and dict(tally.wru) == {table: 2 + 4}

@@ -314,6 +314,12 @@ class Sweeper:
                      ", ".join(sorted({type(c).__name__ for c in cmds})))
             self.queues.dispatch(sends)
         self.adv.flush(tally)
+        if any(isinstance(c, do.HaltRun) for c in cmds) \
+                and self.adv.finish_if_done(run_id) is not None:
+            # A halt this sweep made may have found nothing left to stop (its first
+            # halter died after its stop pass, before its counts landed): no later wake
+            # comes before the full sweep, so the run ends here.
+            report.finished += 1
 
     def run(self, stop: threading.Event) -> None:
         # Passes start every interval (not an interval after the last one ended), so a

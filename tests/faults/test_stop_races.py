@@ -22,6 +22,7 @@ from orchestrator.engine.records import StepRecord
 from orchestrator.engine.transitions import after_failure
 from orchestrator.runtime import Runtime
 from orchestrator.services.executor import RunContext, Tally
+from orchestrator.sweeper import SweepReport
 from tests.support.harness import Harness, steps_of
 from tests.support.testfns import Recorder
 
@@ -229,6 +230,34 @@ def test_the_sweeper_halts_a_run_whose_failing_worker_died(
     view = h.rt.runs.view(run_id)
     assert view["status"] == "failed" and view["error"]["step"] == "boom"
     assert {s["status"] for n, s in steps_of(view).items() if n != "boom"} == {"skipped"}
+
+
+def test_a_run_whose_halter_died_after_its_stop_pass_ends_at_the_sweep_that_halts_it(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    """Chaos seed 303: the halter skipped every step that had not started, then died
+    before its counts and its `run.halted` landed; the steps in flight landed meanwhile.
+    The sweep that halts the run has nothing left to stop, and no later wake would come
+    before the full sweep: that sweep must end the run."""
+    h, other, _ = setup(harness_factory)
+    run_id = h.start("w")
+    w = h.rt.worker()
+    w.handle(Dispatch(run_id=run_id, step="slow", attempt=1))  # it lands before boom fails
+    claim(other, run_id, "boom", "dead-worker")
+    failed = other.store.record_failure(run_id, "boom", 1, "dead-worker",
+                                        error={"code": "http_error"}, now=time.time())
+    # Its stop pass runs, but its tally is never flushed, nor the halt recorded.
+    other.executor.stop(run_id, "run halted: step boom failed", Tally())
+    assert h.rt.runs.view(run_id)["status"] == "running"
+    assert failed is not None
+    # The run's wake comes once (its rows' wakes passed long ago): one reconcile of it.
+    later = h.rt.sweeper(clock=lambda: time.time() + 60)
+    report = SweepReport()
+    later.sweep_runs([run_id], set(), time.time() + 60, report)
+    assert report.finished == 1
+    view = ends(h, run_id, "failed", skipped=("flaky",))
+    assert view["error"]["step"] == "boom"
+    assert h.rt.store.get_run(run_id, time.time()).halted  # type: ignore[union-attr]
 
 
 def test_a_claim_racing_a_cancel_is_not_retried_and_nothing_starts_after_it(

@@ -197,7 +197,8 @@ class RunService:
     def view(self, run_id: str, *, steps: bool = True) -> dict[str, Any]:
         """The run with its steps, or (steps=False) the run alone: one read of its row."""
         run = self.get(run_id)
-        rows = RunContext.of(run).rows(self.store.query_steps(run_id)) if steps else None
+        rows = (RunContext.of(run).rows(self.store.query_steps(run_id, shown=True))
+                if steps else None)
         journal = (self.follow.read(run_id, (len(run.history), run.history[-1:]))
                    if steps and run.definition.durable is not None else None)
         return run_view(run, rows, self.adv.load_output, journal)

@@ -157,6 +157,8 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
 
     covered = check(seen, steps)
     assert {f"True:{n}" for n in STEP_MOVES if n not in DRIVER_MOVES} <= covered, sorted(covered)
+    # Left out by their starts (one dependency each): promoted and claimed by a put.
+    assert StepStatus.DISPATCHED.value in FIRST_WRITES
     assert {f"False:{n}" for n in RUN_MOVES if n not in DURABLE_RUN_MOVES} <= covered, \
         sorted(covered)
 
@@ -183,7 +185,9 @@ def check(seen: list[tuple[str, frozenset[str], str | None]], steps: str) -> set
 
 def capture_into(h: Harness, seen: list[tuple[str, frozenset[str], str | None]]) -> str:
     """Capture every status-guarded UpdateItem on the runs and steps tables into `seen`
-    (a botocore event: the real request); the steps table's name."""
+    (a botocore event: the real request), and every guarded PutItem of a step row: the
+    first write of a row the start left out, which moves it from its planned status
+    (blocked); the steps table's name."""
     steps, runs = h.rt.settings.names.steps_table, h.rt.settings.names.runs_table
 
     def capture(params: dict[str, Any], **_: Any) -> None:
@@ -193,9 +197,22 @@ def capture_into(h: Harness, seen: list[tuple[str, frozenset[str], str | None]])
             sources, target = walk(params)
             seen.append((params["TableName"], sources, target))
 
-    h.rt.clients.dynamodb.meta.events.register(
-        "before-parameter-build.dynamodb.UpdateItem", capture)
+    def capture_put(params: dict[str, Any], **_: Any) -> None:
+        # (A durable run's journal entries are put too, guarded by their keys.)
+        if params["TableName"] == steps and "#s" in params.get("ExpressionAttributeNames", {}):
+            assert params["ConditionExpression"] == "attribute_not_exists(#s)", params
+            seen.append((steps, frozenset({StepStatus.BLOCKED.value}),
+                         params["Item"]["status"]["S"]))
+            FIRST_WRITES.append(params["Item"]["status"]["S"])
+
+    events = h.rt.clients.dynamodb.meta.events
+    events.register("before-parameter-build.dynamodb.UpdateItem", capture)
+    events.register("before-parameter-build.dynamodb.PutItem", capture_put)
     return steps
+
+
+# The statuses of the guarded first writes of rows (captured PutItems), across tests.
+FIRST_WRITES: list[str] = []
 
 
 # The moves only a durable run's drivers make, and the run moves only durable runs make.

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from orchestrator.adapters.messages import Dispatch
+from orchestrator.adapters.store import Lease
 from tests.support.harness import steps_of
 from tests.support.testfns import Recorder
 
@@ -131,3 +132,37 @@ def test_a_rerun_writes_every_row_at_its_start(harness_factory: Any, recorder: R
     assert statuses == {"root": "success", "good": "success", "bad": "ready",
                         "below": "blocked"}
     assert len(recorder.for_step(first, "root")) == 1
+
+
+def test_a_first_write_puts_the_row_as_planned_and_a_written_row_is_promoted_by_update(
+    harness_factory: Any,
+) -> None:
+    """A row's first write (promote, or promote and claim) is one put guarded by its
+    absence, of the row the start would have written, moved on; a row that exists (a
+    repair wrote it as planned) is promoted by the guarded update, once."""
+    h = harness_factory(MANIFEST)
+    run_id = h.start("fan")  # no worker: root is ready, x and y left out
+    ctx = h.rt.executor.context(run_id)
+    now = time.time()
+    lease = Lease("w1", 30.0)
+    x = h.rt.store.satisfy(run_id, "x", "root", 1, lease, now, plan=ctx.plan("x"))
+    assert x is not None and x.status.value == "dispatched" and x.lease_owner == "w1"
+    read = h.rt.store.get_step(run_id, "x")
+    assert read == x  # what the put answers is what was written
+    planned = ctx.plan("x")
+    assert planned is not None
+    assert (read.deps, read.dependants, read.payload, read.timeout, read.max_attempts) == (
+        planned.deps, planned.dependants, planned.payload, planned.timeout,
+        planned.max_attempts)
+    assert read.lease_until == 30.0 + planned.timeout and read.satisfied == {"root"}
+    assert [e["type"] for e in read.history] == ["step.ready", "step.started"]
+    # Again (a duplicate message): the row exists and is no longer blocked.
+    assert h.rt.store.satisfy(run_id, "x", "root", 1, Lease("w2", 30.0), now,
+                              plan=ctx.plan("x")) is None
+    # y's row written by a repair, as planned (blocked): the update promotes it.
+    y_plan = ctx.plan("y")
+    assert y_plan is not None
+    h.rt.store.create_step_if_absent(y_plan)
+    y = h.rt.store.satisfy(run_id, "y", "root", 1, None, now, plan=y_plan)
+    assert y is not None and y.status.value == "ready"
+    assert h.rt.store.get_step(run_id, "y").satisfied == {"root"}  # type: ignore[union-attr]

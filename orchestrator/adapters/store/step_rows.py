@@ -16,13 +16,21 @@ from orchestrator.engine.records import StepRecord
 from orchestrator.engine.wakes import step_wake
 from orchestrator.errors import ConditionFailed, StoreError
 
-__all__ = ["STATE_PROJECTION", "StepRows"]
+__all__ = ["STATE_PROJECTION", "VIEW_PROJECTION", "StepRows"]
 
 STATE_PROJECTION = (
     "run_id, step, #s, backend, route, deps, dependants, attempt, max_attempts, #t,"
     " retry_strategy, retry_delay, retry_max_delay, lease_owner, lease_until, due_at,"
     " ready_at, started_at, finished_at, count_me, stopping, expires_at, at_launch, wake_at,"
     " resends, waiting, pokes"
+)
+
+# What a run's view shows of each step (services/views.py): no histories, payloads or
+# edges but the dependencies, which are most of a row's bytes, and most of the emulator's
+# work answering a follower that looks every quarter of a second.
+VIEW_PROJECTION = (
+    "run_id, step, #s, attempt, #o, output_ref, output_size, #e, deps, started_at,"
+    " finished_at, waiting"
 )
 
 
@@ -130,9 +138,11 @@ class StepRows(Tables):
         item = resp.get("Item")
         return step_from_item(item) if item else None
 
-    def query_steps(self, run_id: str, *, states_only: bool = False) -> list[StepRecord]:
+    def query_steps(self, run_id: str, *, states_only: bool = False,
+                    shown: bool = False) -> list[StepRecord]:
         """Every step row of a run. `states_only` leaves out payloads, outputs and
-        errors: what a sweep decides on, at a fraction of the bytes."""
+        errors: what a sweep decides on, at a fraction of the bytes. `shown`: only what
+        a run's view shows (VIEW_PROJECTION)."""
         rows: list[StepRecord] = []
         kwargs: dict[str, Any] = {
             "TableName": self.steps,
@@ -144,6 +154,9 @@ class StepRows(Tables):
         if states_only:
             kwargs["ProjectionExpression"] = STATE_PROJECTION
             kwargs["ExpressionAttributeNames"] = {"#s": "status", "#t": "timeout"}
+        elif shown:
+            kwargs["ProjectionExpression"] = VIEW_PROJECTION
+            kwargs["ExpressionAttributeNames"] = {"#s": "status", "#o": "output", "#e": "error"}
         while True:
             with _translate(f"steps of {run_id}"):
                 resp = self.ddb.query(**kwargs)

@@ -169,6 +169,50 @@ class StepTransitions(Tables):
             guard, values,
         )
 
+    def _create_promoted(
+        self, plan: StepRecord, dep: str, lease: Lease | None, now: float,
+        ready_at: float | None,
+    ) -> StepRecord | None:
+        """The promotion (and claim, under `lease`) of a row the start left out, as its
+        first write: one PutItem of the whole row, guarded by its absence. It writes the
+        same attributes as the creating update (`_creating` with `_promotion`) would, and
+        needs no update expression evaluated (in the emulator, a third of the cost of a
+        chain's step). The row, or None if it exists already: then the update, guarded
+        by its status, decides (a repair or a stop wrote it, or another promoter won)."""
+        ready = now if ready_at is None else min(ready_at, now)
+        move = STEP_MOVES["promote" if lease is None else "promote+claim"]
+        planned = step_to_item(plan)
+        item: Item = {k: planned[k] for k in ("run_id", "step", *_STATIC)}
+        assert move.target is not None
+        item.update({"status": {"S": move.target.value}, "attempt": num(1),
+                     "ready_at": num(ready), "satisfied": {"SS": [dep]}})
+        history = [history_entry(ready, "step.ready")]
+        if lease is None:
+            item["wake_at"] = num(now + self.wake.redispatch_after)
+            mine = {"wake_at": item["wake_at"], "ready_at": item["ready_at"]}
+        else:
+            history.append(history_entry(now, "step.started", attempt=1))
+            until = num(lease.base + plan.timeout)
+            item.update({"lease_owner": {"S": lease.owner}, "lease_until": until,
+                         "wake_at": until, "started_at": num(now), "attempt_started": num(now)})
+            mine = {"lease_owner": item["lease_owner"], "attempt_started": num(now)}
+        item["history"] = {"L": history}
+        key = step_key(plan.run_id, plan.step)
+        try:
+            with _translate(f"step {plan.run_id}/{plan.step}: {move.name} (first write)"):
+                self.ddb.put_item(
+                    TableName=self.steps, Item=item,
+                    ConditionExpression="attribute_not_exists(#s)",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+        except ConditionFailed as exc:
+            try:  # our own put, landed once already (its answer lost, the request resent)
+                return step_from_item(self.landed(exc, move, mine, self.steps, key))
+            except ConditionFailed:
+                return None
+        return step_from_item(item)
+
     def satisfy(
         self, run_id: str, step: str, dep: str, ndeps: int, lease: Lease | None, now: float,
         *, ready_at: float | None = None, plan: StepRecord | None = None,
@@ -182,6 +226,11 @@ class StepTransitions(Tables):
         Adding `dep` to the `satisfied` set is idempotent, so a duplicated completion
         counts once; the promotion is a compare-and-swap, so exactly one caller wins."""
         key = step_key(run_id, step)
+        if ndeps == 1 and plan is not None:
+            created = self._create_promoted(plan, dep, lease, now, ready_at)
+            if created is not None:
+                return created
+            plan = None  # the row exists (a repair or a stop wrote it): update it
         if ndeps == 1:
             # The only dependency: the update that records it is the promotion itself.
             update, guard, values = self._promotion(lease, now, ready_at, plan)

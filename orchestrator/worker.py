@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.adapters.invoker import Call, Invoker
@@ -309,8 +309,19 @@ class Worker:
     # ---- one attempt -------------------------------------------------------------------
 
     def context(self, run_id: str, *, fresh: bool = False) -> RunContext | None:
+        """The run's context, cached; `fresh`: with its stop flags as they are now (all
+        else a context holds never changes: only the flags are read again)."""
         with self._lock:
-            ctx: RunContext | None = None if fresh else self._contexts.get(run_id)
+            ctx: RunContext | None = self._contexts.get(run_id)
+        if ctx is not None and fresh:
+            stopping = self.store.run_stopping(run_id, self.clock())
+            if stopping is None:
+                return None
+            if stopping != ctx.stopping:
+                ctx = replace(ctx, stopping=stopping)
+                with self._lock:
+                    self._contexts.put(run_id, ctx)
+            return ctx
         if ctx is None:
             run = self.store.get_run(run_id, self.clock())
             if run is None:

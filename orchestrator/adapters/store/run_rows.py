@@ -56,6 +56,23 @@ class RunRows(Tables):
             return None
         return run
 
+    def run_stopping(self, run_id: str, now: float) -> bool | None:
+        """Whether the run is cancelled or halted, read now (strongly consistent): its
+        flags alone, not the definition and input a whole read decodes. None if the run
+        is gone (or expired)."""
+        with _translate(f"run {run_id}: read its stop flags"):
+            resp = self.ddb.get_item(
+                TableName=self.runs, Key={"run_id": {"S": run_id}}, ConsistentRead=True,
+                ProjectionExpression="kill_requested, halted, expires_at",
+            )
+        item = resp.get("Item")
+        if item is None:
+            return None
+        expires = item.get("expires_at")
+        if expires is not None and float(expires["N"]) <= now:
+            return None
+        return any(item.get(k, {}).get("BOOL", False) for k in ("kill_requested", "halted"))
+
     def _update_running(
         self,
         run_id: str,

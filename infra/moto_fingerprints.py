@@ -81,4 +81,21 @@ KNOWN: dict[str, frozenset[str]] = {
     # 5.2.1 to 5.2.5
     "moto.sqs.models:SQSBackend.is_message_valid_based_on_retention_period":
         frozenset({'cca23b94a5f3'}),
+    # 5.2.1 to 5.2.5
+    "moto.core.serialize:BaseJSONSerializer._serialize_type_structure":
+        frozenset({'36873909cd0a'}),
+    # 5.2.1 to 5.2.5
+    "moto.core.serialize:ResponseSerializer._serialize_type_structure":
+        frozenset({'f9b47068f40c'}),
+    # 5.2.1 to 5.2.5
+    "moto.core.serialize:ResponseSerializer._serialize_structure_member":
+        frozenset({'437fdce43aa5'}),
+    # 5.2.1 to 5.2.5
+    "moto.core.serialize:ResponseSerializer._serialize": frozenset({'4eccca5bf025'}),
+    # 5.2.1 to 5.2.5
+    "moto.core.serialize:ResponseSerializer._default_serialize": frozenset({'25ce8ddbb1a9'}),
+    # 5.2.1 to 5.2.5
+    "moto.core.serialize:ResponseSerializer.get_serialized_name": frozenset({'2c23dcac85cc'}),
+    # 5.2.1 to 5.2.3; 5.2.4 and 5.2.5 (a string method of its own: str() of the value)
+    "moto.core.serialize:BaseJSONSerializer": frozenset({'edca15cee5a4', 'e558d3b61d06'}),
 }

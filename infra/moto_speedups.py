@@ -407,6 +407,17 @@ SPEEDUPS: tuple[Speedup, ...] = (
               speedups_wire.get_possible_keys("moto.core.serialize:XFormedAttributePicker")),
         Patch("moto.core.serialize:ResponseSerializer", "get_value", speedups_wire.get_value)],
         reads=("moto.core.utils:get_service_model",)),
+    _speedup("answer-values", "an answer's plain attribute values copied as they are", [
+        Patch("moto.core.serialize:BaseJSONSerializer", "_serialize_type_structure",
+              speedups_wire.attribute_values)],
+        reads=("moto.core.serialize:ResponseSerializer._serialize_type_structure",
+               "moto.core.serialize:ResponseSerializer._serialize_structure_member",
+               "moto.core.serialize:ResponseSerializer._serialize",
+               "moto.core.serialize:ResponseSerializer._default_serialize",
+               "moto.core.serialize:ResponseSerializer.get_serialized_name",
+               # the whole class: how it writes maps, lists and strings (5.2.4 added
+               # a string method of its own)
+               "moto.core.serialize:BaseJSONSerializer")),
     _speedup("json-request", "a JSON request handed to the parser as its body", [
         Patch(_RESPONSES, "normalize_request", speedups_wire.normalize_request)]),
     # The same request, on a moto that makes its Request once, before the handler (5.2.4).

@@ -21,6 +21,13 @@ operation's shapes to copy it out member by member; what it changes is only bina
 values (decoded from base64) and timestamps. A request of an item operation (none has a
 timestamp member) with no binary value is read as the JSON it is.
 
+Attribute values: an answer's items are maps of attribute values, each of which the
+serializer walks member by member (ten members, each looked up under two spellings, for a
+value that holds one). A value of plain types (a string, a number, a set of either, a
+boolean, null, a list or map of such values) is already the JSON its shape serializes to:
+it is copied out as it is. Anything else (binary, an alias spelling, a None) goes through
+moto's serializer.
+
 Every request: moto lists the methods of its response class (`inspect.getmembers`) to
 find the action's; a class's methods do not change while it serves, so the list is
 memoized per class."""
@@ -39,8 +46,8 @@ from botocore.awsrequest import AWSPreparedRequest
 
 from infra.capabilities import resolve
 
-__all__ = ["build_request", "clear", "get_possible_keys", "get_value", "method_names",
-           "normalize_request", "parse_parameters"]
+__all__ = ["attribute_values", "build_request", "clear", "get_possible_keys", "get_value",
+           "method_names", "normalize_request", "parse_parameters"]
 
 _lock = threading.Lock()
 _models: dict[str, Any] = {}  # service name -> moto's one ServiceModel of it
@@ -235,3 +242,58 @@ def parse_parameters(stock: Any) -> Any:
         stock(self, request)
 
     return parse_parameters
+
+
+class _Stock(Exception):
+    """A value the plain copy does not cover: moto's serializer takes it."""
+
+
+_SCALARS = {"S": str, "N": str, "BOOL": bool, "NULL": bool}
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    """One attribute value as moto's JSON serializer writes it, for the plain types."""
+    if type(value) is not dict or len(value) != 1:
+        raise _Stock
+    ((kind, inner),) = value.items()
+    scalar = _SCALARS.get(kind)
+    if scalar is not None:
+        if type(inner) is not scalar:
+            raise _Stock
+        return {kind: inner}
+    if kind in ("SS", "NS"):
+        if type(inner) is not list or any(type(e) is not str or e == "" for e in inner):
+            raise _Stock
+        return {kind: list(inner)}
+    if kind == "L":
+        if type(inner) is not list:
+            raise _Stock
+        return {"L": [_plain(e) for e in inner]}
+    if kind == "M":
+        if type(inner) is not dict or any(type(k) is not str or not k for k in inner):
+            raise _Stock
+        return {"M": {k: _plain(v) for k, v in inner.items()}}
+    raise _Stock
+
+
+def attribute_values(stock: Any) -> Any:
+    xformed = resolve(_XFORMED)
+
+    def _serialize_type_structure(self: Any, serialized: Any, value: Any, shape: Any,
+                                  key: str) -> None:
+        # BaseJSONSerializer._serialize_type_structure, for DynamoDB's AttributeValue under
+        # a key (a map's or a list's member): the value copied, where it is plain.
+        picker = self._value_picker
+        if key and shape.name == "AttributeValue" and type(picker) is xformed \
+                and not picker.response_transformers \
+                and self.operation_model.service_model.service_name == "dynamodb":
+            try:
+                out = _plain(value)
+            except _Stock:
+                pass
+            else:
+                self._default_serialize(serialized, out, shape, key)
+                return
+        stock(self, serialized, value, shape, key)
+
+    return _serialize_type_structure

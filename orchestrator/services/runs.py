@@ -23,6 +23,7 @@ from orchestrator.engine.transitions import killed_error
 from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
 from orchestrator.services.executor import Executor, RunContext
 from orchestrator.services.journal_follow import JournalFollower
+from orchestrator.services.step_follow import StepFollower
 from orchestrator.services.views import run_view
 from orchestrator.strict_json import dumps
 
@@ -55,6 +56,11 @@ class RunService:
         self.adv = executor
         # Durable runs' journals as followers read them: what changed since the last look.
         self.follow = JournalFollower(executor.store.read_entries)
+        # A DAG run's step rows as followers read them: what can have changed since.
+        store = executor.store
+        self.follow_steps = StepFollower(
+            lambda run_id, live: store.query_steps(run_id, shown=True, live=live),
+            store.get_shown)
         self.store = executor.store
         self.manifest = manifest
         self.default_timeout = default_timeout
@@ -197,7 +203,7 @@ class RunService:
     def view(self, run_id: str, *, steps: bool = True) -> dict[str, Any]:
         """The run with its steps, or (steps=False) the run alone: one read of its row."""
         run = self.get(run_id)
-        rows = (RunContext.of(run).rows(self.store.query_steps(run_id, shown=True))
+        rows = (self.follow_steps.read(run, lambda r, read: RunContext.of(r).rows(read))
                 if steps else None)
         journal = (self.follow.read(run_id, (len(run.history), run.history[-1:]))
                    if steps and run.definition.durable is not None else None)

@@ -13,6 +13,7 @@ from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import step_from_item, step_to_item
 from orchestrator.adapters.store.tables import Tables, step_key
 from orchestrator.engine.records import StepRecord
+from orchestrator.engine.states import StepStatus
 from orchestrator.engine.wakes import step_wake
 from orchestrator.errors import ConditionFailed, StoreError
 
@@ -139,10 +140,11 @@ class StepRows(Tables):
         return step_from_item(item) if item else None
 
     def query_steps(self, run_id: str, *, states_only: bool = False,
-                    shown: bool = False) -> list[StepRecord]:
+                    shown: bool = False, live: bool = False) -> list[StepRecord]:
         """Every step row of a run. `states_only` leaves out payloads, outputs and
         errors: what a sweep decides on, at a fraction of the bytes. `shown`: only what
-        a run's view shows (VIEW_PROJECTION)."""
+        a run's view shows (VIEW_PROJECTION). `live`: only the rows not terminal (the
+        others are read, and filtered out before they are sent)."""
         rows: list[StepRecord] = []
         kwargs: dict[str, Any] = {
             "TableName": self.steps,
@@ -157,6 +159,14 @@ class StepRows(Tables):
         elif shown:
             kwargs["ProjectionExpression"] = VIEW_PROJECTION
             kwargs["ExpressionAttributeNames"] = {"#s": "status", "#o": "output", "#e": "error"}
+        if live:
+            kwargs["FilterExpression"] = "NOT (#s IN (:t0, :t1, :t2))"
+            kwargs["ExpressionAttributeNames"] = {**kwargs.get("ExpressionAttributeNames", {}),
+                                                  "#s": "status"}
+            kwargs["ExpressionAttributeValues"] = {
+                **kwargs["ExpressionAttributeValues"],
+                **{f":t{i}": {"S": st.value} for i, st in enumerate(
+                    sorted(s for s in StepStatus if s.terminal))}}
         while True:
             with _translate(f"steps of {run_id}"):
                 resp = self.ddb.query(**kwargs)
@@ -168,8 +178,24 @@ class StepRows(Tables):
     def get_outputs(self, run_id: str, names: Sequence[str]) -> dict[str, StepRecord]:
         """The rows (output columns only) of the named steps, in as few requests as
         DynamoDB allows (100 keys per BatchGetItem)."""
+        found, _ = self._batch_rows(run_id, names, "run_id, step, #s, #o, output_ref, output_size",
+                                    {"#s": "status", "#o": "output"}, "outputs")
+        return found
+
+    def get_shown(self, run_id: str, names: Sequence[str]) -> dict[str, StepRecord] | None:
+        """The named rows as a run's view shows them (VIEW_PROJECTION), by key; a row not
+        written is left out. None if DynamoDB left some keys unread (throttled)."""
+        found, whole = self._batch_rows(run_id, names, VIEW_PROJECTION,
+                                        {"#s": "status", "#o": "output", "#e": "error"},
+                                        "steps shown")
+        return found if whole else None
+
+    def _batch_rows(self, run_id: str, names: Sequence[str], proj: str,
+                    attr_names: dict[str, str], what: str) -> tuple[dict[str, StepRecord], bool]:
+        """The named rows, projected, by BatchGetItem (100 keys a request, unread keys
+        asked again up to 10 times); whether every key was read."""
         found: dict[str, StepRecord] = {}
-        proj = "run_id, step, #s, #o, output_ref, output_size"
+        whole = True
         for i in range(0, len(names), 100):
             keys = [step_key(run_id, n) for n in names[i : i + 100]]
             request: dict[str, Any] = {
@@ -177,11 +203,11 @@ class StepRows(Tables):
                     "Keys": keys,
                     "ConsistentRead": True,
                     "ProjectionExpression": proj,
-                    "ExpressionAttributeNames": {"#s": "status", "#o": "output"},
+                    "ExpressionAttributeNames": attr_names,
                 }
             }
             for _ in range(10):
-                with _translate(f"outputs of {run_id}"):
+                with _translate(f"{what} of {run_id}"):
                     resp = self.ddb.batch_get_item(RequestItems=request)
                 for item in resp.get("Responses", {}).get(self.steps, []):
                     row = step_from_item({"backend": {"S": ""}, "route": {"S": ""}, **item})
@@ -189,4 +215,5 @@ class StepRows(Tables):
                 request = resp.get("UnprocessedKeys") or {}
                 if not request:
                     break
-        return found
+            whole = whole and not request
+        return found, whole

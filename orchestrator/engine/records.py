@@ -39,6 +39,8 @@ class StepRecord:
     due_at: float | None = None
     ready_at: float | None = None
     started_at: float | None = None
+    # When the current attempt's claim was written (its own landing is known by it).
+    attempt_started: float | None = None
     finished_at: float | None = None
     has_output: bool = False
     output: Any = None

@@ -12,7 +12,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import KW_ONLY, dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from orchestrator.adapters.blobs import Blobs
@@ -218,14 +218,12 @@ class Executor:
         # find the sweeper past that wake already, and takes the finish time instead.
         keep_wake = bool(row.dependants) and now < (row.lease_until or 0.0)
         try:
-            # Most rows carry no flag: written with nothing asked back, the row as we
-            # know it is the row written. A flagged row (its run is stopping or failing)
-            # fails that guard and takes the full write, which reads the flags back.
-            self.store.record_success(*_attempt_of(row), output_json=output_json,
-                                      output_ref=output_ref, size=size, now=now, plain=True,
-                                      keep_wake=keep_wake)
-            done = replace(row, status=StepStatus.SUCCESS, finished_at=now, lease_owner=None,
-                           lease_until=None, error=None, count_me=False, stopping=False)
+            # Most rows carry no flag: the row as its claim answered it, moved on, is
+            # put whole (store.put_success). A flagged row (its run is stopping or
+            # failing) fails that guard and takes the full write, which reads the flags
+            # back.
+            done = self.store.put_success(row, output_json=output_json, output_ref=output_ref,
+                                          size=size, now=now, keep_wake=keep_wake)
         except ConditionFailed:
             pass
         if done is None:

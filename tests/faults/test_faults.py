@@ -383,8 +383,9 @@ def test_a_write_whose_answer_was_lost_is_known_by_its_resent_copy(
                 return 0.0  # send it again at once
         return None
 
-    h.rt.clients.dynamodb.meta.events.register_first(
-        "needs-retry.dynamodb.UpdateItem", lose_the_answer)
+    for op in ("UpdateItem", "PutItem"):  # a plain success is a put of the whole row
+        h.rt.clients.dynamodb.meta.events.register_first(
+            f"needs-retry.dynamodb.{op}", lose_the_answer)
     h.start_workers()
     run_id = h.start("chain")
     view = h.wait(run_id, timeout=20)

@@ -187,7 +187,7 @@ def capture_into(h: Harness, seen: list[tuple[str, frozenset[str], str | None]])
     """Capture every status-guarded UpdateItem on the runs and steps tables into `seen`
     (a botocore event: the real request), and every guarded PutItem of a step row: the
     first write of a row the start left out, which moves it from its planned status
-    (blocked); the steps table's name."""
+    (blocked), or a whole row put under its status guard; the steps table's name."""
     steps, runs = h.rt.settings.names.steps_table, h.rt.settings.names.runs_table
 
     def capture(params: dict[str, Any], **_: Any) -> None:
@@ -200,10 +200,13 @@ def capture_into(h: Harness, seen: list[tuple[str, frozenset[str], str | None]])
     def capture_put(params: dict[str, Any], **_: Any) -> None:
         # (A durable run's journal entries are put too, guarded by their keys.)
         if params["TableName"] == steps and "#s" in params.get("ExpressionAttributeNames", {}):
-            assert params["ConditionExpression"] == "attribute_not_exists(#s)", params
-            seen.append((steps, frozenset({StepStatus.BLOCKED.value}),
-                         params["Item"]["status"]["S"]))
-            FIRST_WRITES.append(params["Item"]["status"]["S"])
+            target = params["Item"]["status"]["S"]
+            if params["ConditionExpression"] == "attribute_not_exists(#s)":
+                seen.append((steps, frozenset({StepStatus.BLOCKED.value}), target))
+                FIRST_WRITES.append(target)
+            else:  # a whole row put under its status guard (a plain success)
+                sources, _ = walk({**params, "UpdateExpression": ""})
+                seen.append((steps, sources, target))
 
     events = h.rt.clients.dynamodb.meta.events
     events.register("before-parameter-build.dynamodb.UpdateItem", capture)

@@ -8,8 +8,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.store import Lease
+from orchestrator.errors import ConditionFailed
 from tests.support.harness import steps_of
 from tests.support.testfns import Recorder
 
@@ -166,3 +169,35 @@ def test_a_first_write_puts_the_row_as_planned_and_a_written_row_is_promoted_by_
     y = h.rt.store.satisfy(run_id, "y", "root", 1, None, now, plan=y_plan)
     assert y is not None and y.status.value == "ready"
     assert h.rt.store.get_step(run_id, "y").satisfied == {"root"}  # type: ignore[union-attr]
+
+
+def test_a_success_put_whole_writes_what_the_full_update_writes(harness_factory: Any) -> None:
+    """A plain success is one put of the claimed row moved on (store.put_success): the row
+    it leaves is the row the guarded update leaves, attribute for attribute; a flagged
+    row refuses it (the caller then makes the full write)."""
+    h = harness_factory(MANIFEST)
+    runs = [h.start("fan") for _ in range(3)]
+    now = time.time()
+    rows = [h.rt.store.claim(r, "root", 1, Lease("w", 30.0), now - 1) for r in runs]
+    put = h.rt.store.put_success(rows[0], output_json='{"a": 1,  "b": [1, 2]}',
+                                 output_ref=None, size=22, now=now, keep_wake=True)
+    h.rt.store.record_success(runs[1], "root", 1, "w", output_json='{"a": 1,  "b": [1, 2]}',
+                              output_ref=None, size=22, now=now, plain=True, keep_wake=True)
+    table = h.rt.settings.names.steps_table
+
+    def item(run_id: str) -> dict[str, Any]:
+        got = h.rt.clients.dynamodb.get_item(TableName=table, Key={
+            "run_id": {"S": run_id}, "step": {"S": "root"}}, ConsistentRead=True)["Item"]
+        # What differs between two runs started apart: their ids and start times.
+        for key in ("run_id", "wake_shard", "ready_at"):
+            got.pop(key)
+        got["history"]["L"] = got["history"]["L"][1:]  # step.ready, at each run's start
+        return got  # type: ignore[no-any-return]
+
+    assert item(runs[0]) == item(runs[1])
+    assert put.status.value == "success" and put.lease_owner is None
+    assert h.rt.store.get_step(runs[0], "root").output == {"a": 1, "b": [1, 2]}  # type: ignore[union-attr]
+    # A row flagged meanwhile (its run is stopping) refuses the put.
+    assert h.rt.store.mark_stopping(runs[2], "root", now)
+    with pytest.raises(ConditionFailed):
+        h.rt.store.put_success(rows[2], output_json="1", output_ref=None, size=1, now=now)

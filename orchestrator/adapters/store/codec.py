@@ -95,6 +95,7 @@ def step_from_item(item: Item) -> StepRecord:
         due_at=_n(item, "due_at"),
         ready_at=_n(item, "ready_at"),
         started_at=_n(item, "started_at"),
+        attempt_started=_n(item, "attempt_started"),
         finished_at=_n(item, "finished_at"),
         has_output="output" in item or "output_ref" in item,
         output=_json(item, "output"),
@@ -160,8 +161,8 @@ def step_to_item(s: StepRecord) -> Item:
         item["waiting"] = {"S": dumps(s.waiting)}
     if s.pokes:
         item["pokes"] = num(s.pokes)
-    for key in ("lease_until", "due_at", "ready_at", "started_at", "finished_at", "expires_at",
-                "wake_at"):
+    for key in ("lease_until", "due_at", "ready_at", "started_at", "attempt_started",
+                "finished_at", "expires_at", "wake_at"):
         v = getattr(s, key)
         if v is not None:
             item[key] = num(v)

@@ -11,8 +11,9 @@ returns None / False where "someone else already moved the row" is an expected a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
@@ -436,6 +437,40 @@ class StepTransitions(Tables):
             run_id, step, attempt, owner, update, values, move, names=names, plain=plain,
             mine={"attempt": num(attempt), "finished_at": values[":now"]},
         )
+
+    def put_success(
+        self, row: StepRecord, *, output_json: str | None, output_ref: str | None,
+        size: int, now: float, keep_wake: bool = False,
+    ) -> StepRecord:
+        """`record_success` with `plain`, as one PutItem of the whole row: `row` is the row
+        as its claim answered it (every attribute of it), moved on as the update would.
+        The guard is the plain one (this attempt, under this lease, no flag): every other
+        write to a claimed row sets a flag or takes the lease, so the row put is the row
+        as it stands. In the emulator a put is a fraction of an update's cost (no
+        expression to evaluate). ConditionFailed when the guard fails: the caller makes
+        the full write, which also knows this write's own earlier landing."""
+        move = STEP_MOVES["succeed"]
+        entry = history_entry(now, "step.succeeded", attempt=row.attempt, bytes=size)
+        done = replace(
+            row, status=StepStatus.SUCCESS, finished_at=now, lease_owner=None,
+            lease_until=None, error=None, has_output=False, output=None, output_ref=None,
+            output_size=size, expires_at=now + self.step_retention,
+            wake_at=row.wake_at if keep_wake else now, count_me=False, stopping=False,
+            history=(*row.history, json.loads(entry["S"])),
+        )
+        item = step_to_item(done)
+        if output_ref is not None:
+            item["output_ref"] = {"S": output_ref}
+        else:
+            item["output"] = {"S": output_json or "null"}
+        values: dict[str, Any] = {":n": num(row.attempt), ":o": {"S": row.lease_owner or ""}}
+        cond = (f"{status_guard(move, values)} AND attempt = :n AND lease_owner = :o"
+                " AND attribute_not_exists(stopping) AND attribute_not_exists(count_me)")
+        with _translate(f"step {row.run_id}/{row.step}: {move.name} (attempt {row.attempt})"):
+            self.ddb.put_item(TableName=self.steps, Item=item, ConditionExpression=cond,
+                              ExpressionAttributeNames={"#s": "status"},
+                              ExpressionAttributeValues=values)
+        return replace(done, has_output=True, output_ref=output_ref)
 
     def record_retry(
         self,

@@ -1,5 +1,6 @@
-"""Step writes: the guarded UpdateItems that move one step row along its states
-(claim, promote, record success / retry / failure, skip, flag, redispatch, stop).
+"""Step writes: the guarded writes that move one step row along its states (claim,
+promote, record success / retry / failure, skip, flag, redispatch, stop): UpdateItems,
+and two PutItems of a whole row (a left-out row's first write, a plain success).
 
 Each write names its move in `engine.states.STEP_MOVES`: the statuses its guard accepts
 and the status it sets come from there, and the moves are checked against the one

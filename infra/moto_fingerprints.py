@@ -98,4 +98,12 @@ KNOWN: dict[str, frozenset[str]] = {
     "moto.core.serialize:ResponseSerializer.get_serialized_name": frozenset({'2c23dcac85cc'}),
     # 5.2.1 to 5.2.3; 5.2.4 and 5.2.5 (a string method of its own: str() of the value)
     "moto.core.serialize:BaseJSONSerializer": frozenset({'edca15cee5a4', 'e558d3b61d06'}),
+    # 5.2.1 to 5.2.5
+    "moto.dynamodb.models.dynamo_type:Item.__init__": frozenset({'d9c12b62cb92'}),
+    # 5.2.1 to 5.2.5 (its __setitem__ holds the 405,000-byte limit)
+    "moto.dynamodb.models.dynamo_type:LimitedSizeDict": frozenset({'c956079ac955'}),
+    # 5.2.1 to 5.2.5
+    "moto.dynamodb.models.dynamo_type:DynamoType.size": frozenset({'f7c111fca25b'}),
+    # 5.2.1 to 5.2.5
+    "moto.dynamodb.models.utilities:bytesize": frozenset({'b0dce378c1ce'}),
 }

@@ -59,7 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from infra import speedups_sqs, speedups_transact, speedups_wire
+from infra import speedups_items, speedups_sqs, speedups_transact, speedups_wire
 from infra.capabilities import Capability, Reach, check, forget, record, resolve
 
 __all__ = ["CAPABILITIES", "CHECKED_MOTO", "SPEEDUPS", "Patch", "Speedup", "active",
@@ -418,6 +418,9 @@ SPEEDUPS: tuple[Speedup, ...] = (
                # the whole class: how it writes maps, lists and strings (5.2.4 added
                # a string method of its own)
                "moto.core.serialize:BaseJSONSerializer")),
+    _speedup("item-size", "an item's 400 KB check made with a running total", [
+        Patch(f"{_DDB}.models.dynamo_type:Item", "__init__", speedups_items.item_init)],
+        reads=speedups_items.READS),
     _speedup("json-request", "a JSON request handed to the parser as its body", [
         Patch(_RESPONSES, "normalize_request", speedups_wire.normalize_request)]),
     # The same request, on a moto that makes its Request once, before the handler (5.2.4).

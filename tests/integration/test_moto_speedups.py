@@ -583,3 +583,40 @@ def test_answers_of_every_attribute_value_are_stock_motos(ddb: Any) -> None:
     assert "answer-values" in moto_speedups.active()
     assert play_values(ddb) == stock
     assert len(stock) == 10 and stock[-1] is not None  # the refused put carried the row
+
+
+def play_sizes(ddb: Any) -> list[Any]:
+    """Items around DynamoDB's 400 KB limit (moto's: 405,000 bytes), put, copied by
+    reads and grown by updates: what each answers, and the items kept."""
+    table = new_table(ddb)
+    out: list[Any] = []
+    # 405,027: the largest of these that moto takes (its sum of keys and values).
+    for pad in (404_900, 405_027, 405_028, 405_100, 200_000):
+        key = {"run_id": {"S": "r"}, "step": {"S": f"p{pad}"}}
+        item = {**key, "a": {"S": "x" * (pad - 100_000)}, "b": {"L": [{"S": "y" * 99_950}]},
+                "c": {"M": {"k": {"N": "1"}}}}
+        try:
+            ddb.put_item(TableName=table, Item=item)
+            out.append(("ok", pad))
+        except ClientError as exc:
+            out.append(("error", exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+    try:
+        ddb.update_item(TableName=table, Key={"run_id": {"S": "r"}, "step": {"S": "p200000"}},
+                        UpdateExpression="SET d = :d", ExpressionAttributeValues={
+                            ":d": {"S": "z" * 300_000}})
+        out.append("grown")
+    except ClientError as exc:
+        out.append(("error", exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+    items = ddb.query(TableName=table, KeyConditionExpression="run_id = :r",
+                      ExpressionAttributeValues={":r": {"S": "r"}})["Items"]
+    out.append(sorted((i["step"]["S"], sorted(i)) for i in items))
+    return out
+
+
+@stock_moto
+def test_items_at_the_size_limit_answer_exactly_as_stock_moto(ddb: Any) -> None:
+    stock = on_stock_moto(play_sizes, ddb)
+    assert "item-size" in moto_speedups.active()
+    assert play_sizes(ddb) == stock
+    assert stock[1] == ("ok", 405_027) and stock[2][0] == "error"  # the limit, to the byte
+    assert stock[5] != "grown"  # an update past the limit is refused too

@@ -420,8 +420,8 @@ def test_a_step_landing_while_its_finishing_run_reads_the_rows_still_finishes_it
         report = other.store.get_step(run_id, "report")
         if landed or report is None or report.status.value != "skipped":
             return
-        other.store.record_success(run_id, "side", side.attempt, "w2", output_json="{}",
-                                   output_ref=None, size=2, now=time.time(), plain=True)
+        other.store.put_success(side, output_json="{}", output_ref=None, size=2,
+                                now=time.time())
         landed.append(True)
 
     h.rt.clients.dynamodb.meta.events.register("after-call.dynamodb.Query",

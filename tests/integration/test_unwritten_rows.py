@@ -173,7 +173,7 @@ def test_a_first_write_puts_the_row_as_planned_and_a_written_row_is_promoted_by_
 
 def test_a_success_put_whole_writes_what_the_full_update_writes(harness_factory: Any) -> None:
     """A plain success is one put of the claimed row moved on (store.put_success): the row
-    it leaves is the row the guarded update leaves, attribute for attribute; a flagged
+    it leaves is the row the full update leaves, attribute for attribute; a flagged
     row refuses it (the caller then makes the full write)."""
     h = harness_factory(MANIFEST)
     runs = [h.start("fan") for _ in range(3)]
@@ -182,7 +182,7 @@ def test_a_success_put_whole_writes_what_the_full_update_writes(harness_factory:
     put = h.rt.store.put_success(rows[0], output_json='{"a": 1,  "b": [1, 2]}',
                                  output_ref=None, size=22, now=now, keep_wake=True)
     h.rt.store.record_success(runs[1], "root", 1, "w", output_json='{"a": 1,  "b": [1, 2]}',
-                              output_ref=None, size=22, now=now, plain=True, keep_wake=True)
+                              output_ref=None, size=22, now=now, keep_wake=True)
     table = h.rt.settings.names.steps_table
 
     def item(run_id: str) -> dict[str, Any]:

@@ -34,6 +34,10 @@ VIEW_PROJECTION = (
     " finished_at, waiting"
 )
 
+# The terminal statuses, as a `live` query's filter names them (:t0 to :t2).
+_TERMINAL_VALUES = {f":t{i}": {"S": st.value}
+                    for i, st in enumerate(sorted(s for s in StepStatus if s.terminal))}
+
 
 # Sort keys from here on are not step rows: a durable run's journal entries and
 # signals (adapters/store/journal.py). Step names never start with "~".
@@ -163,10 +167,8 @@ class StepRows(Tables):
             kwargs["FilterExpression"] = "NOT (#s IN (:t0, :t1, :t2))"
             kwargs["ExpressionAttributeNames"] = {**kwargs.get("ExpressionAttributeNames", {}),
                                                   "#s": "status"}
-            kwargs["ExpressionAttributeValues"] = {
-                **kwargs["ExpressionAttributeValues"],
-                **{f":t{i}": {"S": st.value} for i, st in enumerate(
-                    sorted(s for s in StepStatus if s.terminal))}}
+            kwargs["ExpressionAttributeValues"] = {**kwargs["ExpressionAttributeValues"],
+                                                   **_TERMINAL_VALUES}
         while True:
             with _translate(f"steps of {run_id}"):
                 resp = self.ddb.query(**kwargs)

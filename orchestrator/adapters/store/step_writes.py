@@ -356,18 +356,13 @@ class StepTransitions(Tables):
         *,
         expired_before: float | None = None,
         names: dict[str, str] | None = None,
-        plain: bool = False,
         mine: Item,
     ) -> StepRecord:
         """An attempt's outcome, written by the lease holder of exactly that attempt.
-        `plain`: only if the row carries no flag (stopping, count_me), and ask nothing
-        back (the caller knows the row): ConditionFailed otherwise. `mine`: attributes
-        only this write sets, by which a guard that fails on the write's own earlier
-        landing knows it (see tables.landed)."""
+        `mine`: attributes only this write sets, by which a guard that fails on the
+        write's own earlier landing knows it (see tables.landed)."""
         values = {**values, ":n": num(attempt), ":o": {"S": owner}}
         cond = f"{status_guard(move, values)} AND attempt = :n AND lease_owner = :o"
-        if plain:
-            cond += " AND attribute_not_exists(stopping) AND attribute_not_exists(count_me)"
         what = move.name
         if expired_before is not None:
             cond += " AND lease_until < :expired"
@@ -381,7 +376,7 @@ class StepTransitions(Tables):
                     ConditionExpression=cond,
                     ExpressionAttributeNames={"#s": "status", **(names or {})},
                     ExpressionAttributeValues=values,
-                    ReturnValues="NONE" if plain else "ALL_NEW",
+                    ReturnValues="ALL_NEW",
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
         except ConditionFailed as exc:
@@ -389,8 +384,6 @@ class StepTransitions(Tables):
             # it again): the outcome is recorded, and its follow-ups are still ours.
             return step_from_item(self.landed(exc, move, mine, self.steps,
                                               step_key(run_id, step)))
-        if plain:
-            return step_from_item({**step_key(run_id, step), "status": {"S": move.target or ""}})
         return step_from_item(resp["Attributes"])
 
     def record_success(
@@ -404,14 +397,13 @@ class StepTransitions(Tables):
         output_ref: str | None,
         size: int,
         now: float,
-        plain: bool = False,
         keep_wake: bool = False,
     ) -> StepRecord:
-        """`plain`: the common case, a row with no flag, answered with nothing but the
-        status (see _finish_attempt); the caller falls back to the full write.
-        `keep_wake`: leave the claim's wake (its lease's end) as it is, for a step whose
-        follow-ups (its dependants' promotions) are checked then: the row stays where it
-        is in the wake index, which costs no index write (moving it costs two)."""
+        """The full write of a success (the common case, a row with no flag, is
+        `put_success`). `keep_wake`: leave the claim's wake (its lease's end) as it is,
+        for a step whose follow-ups (its dependants' promotions) are checked then: the
+        row stays where it is in the wake index, which costs no index write (moving it
+        costs two)."""
         move = STEP_MOVES["succeed"]
         values: dict[str, Any] = {
             ":now": num(now),
@@ -435,7 +427,7 @@ class StepTransitions(Tables):
         if output_ref is None:
             names["#out"] = "output"
         return self._finish_attempt(
-            run_id, step, attempt, owner, update, values, move, names=names, plain=plain,
+            run_id, step, attempt, owner, update, values, move, names=names,
             mine={"attempt": num(attempt), "finished_at": values[":now"]},
         )
 
@@ -443,7 +435,7 @@ class StepTransitions(Tables):
         self, row: StepRecord, *, output_json: str | None, output_ref: str | None,
         size: int, now: float, keep_wake: bool = False,
     ) -> StepRecord:
-        """`record_success` with `plain`, as one PutItem of the whole row: `row` is the row
+        """A success of a row with no flag, as one PutItem of the whole row: `row` is the row
         as its claim answered it (every attribute of it), moved on as the update would.
         The guard is the plain one (this attempt, under this lease, no flag): every other
         write to a claimed row sets a flag or takes the lease, so the row put is the row

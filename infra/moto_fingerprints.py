@@ -48,6 +48,14 @@ KNOWN: dict[str, frozenset[str]] = {
     # 5.2.1 to 5.2.5
     "moto.dynamodb.models.dynamo_type:Item.project": frozenset({'f411e6d8b568'}),
     # 5.2.1 to 5.2.5
+    "moto.dynamodb.models.dynamo_type:DynamoType.__init__": frozenset({'7c6cde92e114'}),
+    # 5.2.1 to 5.2.5
+    "moto.dynamodb.models.dynamo_type:DDBType": frozenset({'882633af21f9'}),
+    # 5.2.1 to 5.2.5
+    "moto.dynamodb.models:DynamoDBBackend.query": frozenset({'b8f2b308cd13'}),
+    # 5.2.1 to 5.2.5
+    "moto.dynamodb.models.dynamo_type:Item.size": frozenset({'9bc6ada96d33'}),
+    # 5.2.1 to 5.2.5
     "moto.dynamodb.models.dynamo_type:find_nested_key": frozenset({'66e7b1b00236'}),
     # 5.2.1 to 5.2.5
     "moto.dynamodb.models.dynamo_type:merge_dicts": frozenset({'e37c91dbbe97'}),

@@ -59,7 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from infra import speedups_items, speedups_sqs, speedups_transact, speedups_wire
+from infra import speedups_items, speedups_query, speedups_sqs, speedups_transact, speedups_wire
 from infra.capabilities import Capability, Reach, check, forget, record, resolve
 
 __all__ = ["CAPABILITIES", "CHECKED_MOTO", "SPEEDUPS", "Patch", "Speedup", "active",
@@ -165,19 +165,32 @@ def _lex(self: Any) -> Any:
     return deque(t._replace(children=[]) for t in hit)
 
 
+_is_node: dict[type, bool] = {}  # a class: whether it is moto's Node (an ABC: slow to ask)
+
+
 def _walk(self: Any, node: Any, child_id: int = -1) -> Any:
     # moto's DepthFirstTraverser.traverse_node_recursively, with the processed node
-    # types computed once per traverser (moto rebuilds them at every node).
-    if isinstance(node, _refs["Node"]):
+    # types computed once per traverser (moto rebuilds them at every node), and each
+    # isinstance answered once per class (Node is an ABC: each answer is a registry walk).
+    cls = type(node)
+    is_node = _is_node.get(cls)
+    if is_node is None:
+        is_node = _is_node[cls] = isinstance(node, _refs["Node"])
+    if is_node:
         types = self.__dict__.get("_memo_types")
         if types is None:
             types = self._memo_types = self.nodes_to_be_processed()
+            self._memo_hits = {}
         parent_node = node.parent
         if node.children is not None:
             for i, child_node in enumerate(node.children):
                 self.pre_processing_of_child(node, i)
                 self.traverse_node_recursively(child_node, i)
-        if isinstance(node, types):
+        hits = self._memo_hits
+        processed = hits.get(cls)
+        if processed is None:
+            processed = hits[cls] = isinstance(node, types)
+        if processed:
             node = self.process(node)
             node.parent = parent_node
             if parent_node:
@@ -393,6 +406,12 @@ SPEEDUPS: tuple[Speedup, ...] = (
         Patch(f"{_DDB}.responses", "create_condition_expression_parser",
               lambda stock: _UsedNames)],
         reads=(f"{_PARSER}.parse",)),
+    # Before index-range: it reads Table.query as moto has it.
+    _speedup("query-copy", "a projected query copies nothing, and sizes each item once", [
+        Patch(f"{_DDB}.models:DynamoDBBackend", "query", speedups_query.backend_query),
+        Patch(f"{_DDB}.models.table", "copy", speedups_query.table_copy),
+        Patch(f"{_DDB}.models.dynamo_type:Item", "size", speedups_query.item_size)],
+        reads=speedups_query.READS),
     _speedup("index-range", "a query reads its key range, not the whole table", [
         Patch(_TABLE, "all_items", _stocked("all_items")),
         Patch(_TABLE, "query", _stocked("query"))]),
@@ -421,6 +440,9 @@ SPEEDUPS: tuple[Speedup, ...] = (
     _speedup("item-size", "an item's 400 KB check made with a running total", [
         Patch(f"{_DDB}.models.dynamo_type:Item", "__init__", speedups_items.item_init)],
         reads=speedups_items.READS),
+    _speedup("type-size", "a value sized with its type read once", [
+        Patch(f"{_DDB}.models.dynamo_type:DynamoType", "size", speedups_query.type_size)],
+        reads=speedups_query.SIZE_READS),
     _speedup("json-request", "a JSON request handed to the parser as its body", [
         Patch(_RESPONSES, "normalize_request", speedups_wire.normalize_request)]),
     # The same request, on a moto that makes its Request once, before the handler (5.2.4).
@@ -550,7 +572,7 @@ def uninstall() -> None:
                 setattr(owner, attr, stock)
             else:
                 delattr(owner, attr)
-        for memo in (_found, _trees, _pickled, _tokens, _passed, _stock):
+        for memo in (_found, _trees, _pickled, _tokens, _passed, _stock, _is_node):
             memo.clear()
         speedups_wire.clear()
         forget("speedup:")

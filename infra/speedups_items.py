@@ -18,8 +18,8 @@ from infra.capabilities import resolve
 __all__ = ["READS", "item_init"]
 
 _TYPES = "moto.dynamodb.models.dynamo_type"
-READS = (f"{_TYPES}:LimitedSizeDict", f"{_TYPES}:DynamoType.size",
-         "moto.dynamodb.models.utilities:bytesize")
+# LimitedSizeDict sums what DynamoType.size answers, whatever sizes it (type-size may).
+READS = (f"{_TYPES}:LimitedSizeDict", "moto.dynamodb.models.utilities:bytesize")
 # LimitedSizeDict.__setitem__'s limit (its fingerprint holds the number).
 _LIMIT = 405000
 

@@ -1,0 +1,132 @@
+"""A table query that copies nothing it answers with fresh items anyway, and sizes each
+item once (moto_speedups.py registers this behind its capability check).
+
+moto's Table.query sizes every item of the key range twice (once to see whether the page
+is full, once to add it to the page's total), deep-copies every item of the page, then
+applies the filter and, last, the projection. A projected item is built afresh from a
+plain conversion of the item, so for a query of the table (not of an index) that names a
+ProjectionExpression the deep copy protects nothing: the filter reads the items, the
+answer is made of new ones. A follower of a 200-step run, whose query keeps the few rows
+in flight of 200 and names the columns it shows, paid for 200 deep copies and 400 sizings
+on every look.
+
+Within one DynamoDBBackend.query on this thread:
+- the copy of the page is a plain list when the query is of the table and projects (moto
+  then filters the stored items, which a filter only reads, and projects them into new
+  ones); any other query is copied as moto copies it;
+- an item's size is computed once and kept for the rest of that query (nothing writes an
+  item during a query: each DynamoDB request runs alone in the emulator).
+
+A value's size (`type_size`, a speed-up of its own: item-size reads moto's): moto sizes a
+value through a chain of type tests, and a map by wrapping each of its values in a new
+DynamoType first. The same sum, with the type read once and a value that is already a
+DynamoType sized as it is (wrapping one copies its type and value, and re-wraps the
+members of a list or a map: the same sizes).
+
+The items, order, pages, counts and errors are moto's own."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from infra.capabilities import resolve
+
+__all__ = ["READS", "SIZE_READS", "backend_query", "item_size", "table_copy", "type_size"]
+
+_MODELS = "moto.dynamodb.models"
+# What the replacements rely on: where Table.query copies its page (the only deep copy of
+# a list from the query's start to its end) and what it does with the copy (filter, then
+# project: whatever Item.project is, its items are what the answer is written from, in the
+# same request).
+READS = (f"{_MODELS}.table:Table.query",)
+
+# What type_size reproduces: DynamoType.size, and how a DynamoType wraps what it is given.
+_TYPES = f"{_MODELS}.dynamo_type"
+SIZE_READS = (f"{_TYPES}:DynamoType.size", f"{_TYPES}:DynamoType.__init__", f"{_TYPES}:DDBType",
+              f"{_MODELS}.utilities:bytesize")
+_SETS = {"SS": "S", "NS": "N", "BS": "B"}  # moto's DDBType: a set type, its members' type
+
+_within = threading.local()
+
+
+def backend_query(stock: Any) -> Any:
+    def query(self: Any, table_name: str, hash_key_dict: Any, range_comparison: Any,
+              range_value_dicts: Any, limit: Any, exclusive_start_key: Any,
+              scan_index_forward: Any, projection_expressions: Any, index_name: Any = None,
+              *args: Any, **kwargs: Any) -> Any:
+        outer = getattr(_within, "sizes", None)
+        _within.sizes = {}
+        _within.uncopied = bool(projection_expressions) and not index_name
+        try:
+            return stock(self, table_name, hash_key_dict, range_comparison, range_value_dicts,
+                         limit, exclusive_start_key, scan_index_forward,
+                         projection_expressions, index_name, *args, **kwargs)
+        finally:
+            _within.sizes = outer
+            _within.uncopied = False
+
+    return query
+
+
+class _Copy:
+    """The `copy` module as moto's table module sees it: the page of a projected table
+    query handed on as a list, every other call the module's own."""
+
+    def __init__(self, stock: Any) -> None:
+        self._stock = stock
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stock, name)
+
+    def deepcopy(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(x) is list and not args and not kwargs and getattr(_within, "uncopied", False):
+            _within.uncopied = False  # the page's copy: once per query
+            return list(x)
+        return self._stock.deepcopy(x, *args, **kwargs)
+
+
+def table_copy(stock: Any) -> Any:
+    return _Copy(stock)
+
+
+def item_size(stock: Any) -> Any:
+    def size(self: Any) -> int:
+        sizes = getattr(_within, "sizes", None)
+        if sizes is None:
+            return int(stock(self))
+        hit = sizes.get(id(self))
+        if hit is None or hit[0] is not self:  # the item held: its id is not reused
+            hit = sizes[id(self)] = (self, stock(self))
+        return int(hit[1])
+
+    return size
+
+
+def type_size(stock: Any) -> Any:
+    dynamo_type = resolve(f"{_TYPES}:DynamoType")
+    bytesize = resolve(f"{_MODELS}.utilities:bytesize")
+
+    def sized(value: Any) -> int:
+        # moto's DynamoType.size of a DynamoType; anything else (a subclass) its own size.
+        if type(value) is not dynamo_type:
+            return int(value.size())
+        kind, inner = value.type, value.value
+        if kind == "N":
+            return len(str(inner))
+        member = _SETS.get(kind)
+        if member is not None:
+            return sum(sized(dynamo_type({member: v})) for v in inner)
+        if kind == "L":
+            return sum(v.size() if type(v) is not dynamo_type else sized(v) for v in inner)
+        if kind == "M":
+            return sum(bytesize(k) + sized(v if type(v) is dynamo_type else dynamo_type(v))
+                       for k, v in inner.items())
+        if isinstance(inner, bool):
+            return 1
+        return int(bytesize(inner))
+
+    def size(self: Any) -> int:
+        return sized(self)
+
+    return size

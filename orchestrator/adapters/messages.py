@@ -27,6 +27,10 @@ class Dispatch(BaseModel):
     # it in one write (a wide fan-out costs no promotion write per step).
     after: str | None = None
     ready_at: float | None = None
+    # Sent by the run's launch once every row it wrote was written and the run's stop
+    # flags, read after that, were unset: a stop pass that begins later reads this row
+    # and flags it, so its claim needs no fresh read of the run (see Worker.execute).
+    launched: bool = False
 
 
 class AdmitRun(BaseModel):

@@ -183,12 +183,16 @@ class RunService:
         # (not in a rerun, whose reused steps the plan does not know).
         self.store.put_steps([r for r in rows if run.definition.reused or not unwritten(r)],
                              fence=began + self.store.wake.settle / 2, clock=self.adv.clock)
-        ready = [
-            Dispatch(run_id=run.run_id, step=r.step, attempt=1)
-            for r in rows
-            if r.status is StepStatus.READY
-        ]
-        self.adv.queues.dispatch(ready)
+        ready = [r.step for r in rows if r.status is StepStatus.READY]
+        # Read after every row is written: a cancel or halt flagged later has its stop
+        # pass read those rows, and flag them, after this. If unset, the claims of these
+        # dispatches need not read the run again (one read here, not one per root). With
+        # one root that read is the claim's own.
+        launched = len(ready) > 1 and self.store.run_stopping(run.run_id, self.adv.clock()) is False
+        self.adv.queues.dispatch([
+            Dispatch(run_id=run.run_id, step=step, attempt=1, launched=launched)
+            for step in ready
+        ])
         if not ready and all(r.status.terminal for r in rows):
             self.adv.finish_if_done(run.run_id)
 

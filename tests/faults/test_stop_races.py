@@ -334,6 +334,72 @@ def test_a_cancel_whose_pass_runs_while_the_launch_writes_rows_starts_nothing(
     assert {s["status"] for s in view["steps"]} == {"skipped"}
 
 
+def stop_flag_reads(h: Harness) -> list[str]:
+    """The run ids whose stop flags this process reads (Store.run_stopping), as it reads."""
+    reads: list[str] = []
+
+    def hook(params: dict[str, Any], **_: Any) -> None:
+        if params.get("ProjectionExpression") == "kill_requested, halted, expires_at":
+            reads.append(params["Key"]["run_id"]["S"])
+
+    h.rt.clients.dynamodb.meta.events.register("before-parameter-build.dynamodb.GetItem", hook)
+    return reads
+
+
+def test_a_cancel_right_after_the_launch_read_the_flags_starts_nothing(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    """The launch wrote its 30 roots, read the run's flags (unset) and marks its
+    dispatches `launched`: their claims read the run no more. A cancel made between that
+    read and the dispatch has its pass read all 30 rows and flag them: every claim is
+    refused, no function is called."""
+    h, other, sent = setup(harness_factory)
+    reads = stop_flag_reads(h)
+    killed: list[str] = []
+
+    def cancel() -> None:
+        (run_id,) = [r.run_id for r in other.store.list_runs("wide", time.time())[0]]
+        other.runs.cancel(run_id, "changed my mind")
+        killed.append(run_id)
+
+    once_after(h, "GetItem", cancel)
+    run_id = h.start("wide")
+    assert killed == [run_id] and reads == [run_id]  # the launch's own read, then the cancel
+    dispatched = [m for m in sent if m.run_id == run_id]
+    assert len(dispatched) == 30 and all(m.launched for m in dispatched)
+    w = h.rt.worker()
+    for m in dispatched:
+        w.handle(m)
+    assert reads == [run_id]  # no claim read the run's flags
+    assert all(recorder.for_step(run_id, f"s{i:02d}") == [] for i in range(30))
+    history = h.rt.runs.history(run_id)
+    assert [e for e in history if e["type"] == "step.started"] == []
+    view = h.rt.runs.view(run_id)
+    assert view["status"] == "killed"
+    assert {s["status"] for s in view["steps"]} == {"skipped"}
+
+
+def test_a_launch_reads_the_flags_once_for_its_roots_and_a_redispatch_reads_them_again(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    """30 roots launched: one read of the run's flags (the launch's), none by the 30
+    claims. A root's dispatch sent again by anyone else (a sweep) is not `launched`:
+    its claim reads the run afresh, as every claim of a step ready at launch did."""
+    h, _, sent = setup(harness_factory)
+    reads = stop_flag_reads(h)
+    run_id = h.start("wide")
+    dispatched = [m for m in sent if m.run_id == run_id]
+    assert len(dispatched) == 30 and all(m.launched for m in dispatched)
+    w = h.rt.worker()
+    for m in dispatched[:29]:
+        w.handle(m)
+    assert reads == [run_id]
+    w.handle(Dispatch(run_id=run_id, step=dispatched[29].step, attempt=1))  # a sweep's
+    assert reads == [run_id, run_id]
+    assert all(len(recorder.for_step(run_id, f"s{i:02d}")) == 1 for i in range(30))
+    assert h.rt.runs.view(run_id)["status"] == "success"
+
+
 def halting_with_two_in_flight(
     h: Harness, other: Runtime, run_id: str
 ) -> tuple[StepRecord, StepRecord, StepRecord, StepRecord]:

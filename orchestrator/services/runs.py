@@ -59,7 +59,8 @@ class RunService:
         # A DAG run's step rows as followers read them: what can have changed since.
         store = executor.store
         self.follow_steps = StepFollower(
-            lambda run_id, live: store.query_steps(run_id, shown=True, live=live),
+            lambda run_id, span: store.query_steps(run_id, shown=True, live=span is not None,
+                                                   span=span),
             store.get_shown)
         self.store = executor.store
         self.manifest = manifest

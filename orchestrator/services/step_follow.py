@@ -12,12 +12,17 @@ the terminal rows it has read. A look then reads:
   needs all of them to succeed, a skip one of them to fail or be skipped; a stop is read
   whole): those are not read.
 
+The query reads only the key range from the first to the last step kept as not terminal
+(a chain's or a fan-out's rows end roughly in name order, so the range shrinks as the run
+goes), and none when every row kept is terminal.
+
 A look costs one query (its answer the rows in flight) and the rows that ended since the
 last one, where reading the run whole cost every row: a poller of a 200-step fan-out read
-200 rows four times a second. A run that is stopping, finished, a rerun (its rows are not
-as planned) or durable (its rows are made as it runs; its journal has a follower of its
-own) is read whole, as is a run seen for the first time. Runs are kept least recently
-looked at first out."""
+200 rows four times a second. A run that is stopping, ended other than in success (a stop
+or a halt skips rows whatever their dependencies), a rerun (its rows are not as planned) or
+durable (its rows are made as it runs; its journal has a follower of its own) is read
+whole, as is a run seen for the first time. A run that succeeded is brought up to date like
+a running one. Runs are kept least recently looked at first out."""
 
 from __future__ import annotations
 
@@ -26,10 +31,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from orchestrator.engine.records import RunRecord, StepRecord
+from orchestrator.engine.states import RunStatus
 
 __all__ = ["StepFollower"]
 
-Query = Callable[[str, bool], list[StepRecord]]  # (run id, live rows only)
+# (run id, None: every row | (first, last): the rows not terminal, first to last step)
+Query = Callable[[str, "tuple[str, str] | None"], list[StepRecord]]
 GetMany = Callable[[str, Sequence[str]], "dict[str, StepRecord] | None"]
 Planned = Callable[[RunRecord, list[StepRecord]], list[StepRecord]]
 
@@ -49,10 +56,11 @@ class StepFollower:
         run_id = run.run_id
         with self._lock:
             kept = self._runs.pop(run_id, None)
-        whole = (run.status.terminal or run.kill_requested or run.halted
+        whole = ((run.status.terminal and run.status is not RunStatus.SUCCESS)
+                 or run.kill_requested or run.halted
                  or run.definition.durable is not None or bool(run.definition.reused))
         if whole or kept is None or not self._refresh(run, kept):
-            kept = {r.step: r for r in planned(run, self.query(run_id, False))}
+            kept = {r.step: r for r in planned(run, self.query(run_id, None))}
         if not whole:
             with self._lock:
                 self._runs[run_id] = kept
@@ -66,7 +74,10 @@ class StepFollower:
         order = run.definition.order()
         if set(kept) != set(specs) or len(order) != len(specs):
             return False  # rows this follower does not know of
-        live = {r.step: r for r in self.query(run.run_id, True)}
+        open_ = [name for name, row in kept.items() if not row.status.terminal]
+        if not open_:
+            return True  # nothing kept can move: terminal rows are final here
+        live = {r.step: r for r in self.query(run.run_id, (min(open_), max(open_)))}
         if not set(live) <= set(specs):
             return False
         # Known not terminal: the live rows, and (in dependency order) every row kept as

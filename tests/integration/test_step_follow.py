@@ -41,6 +41,7 @@ class Asked:
 
     def __init__(self, h: Harness) -> None:
         self.calls: list[tuple[str, int]] = []
+        self.scanned: list[int] = []  # each query's rows read (before its filter)
         events = h.rt.clients.dynamodb.meta.events
         events.register("after-call.dynamodb", self._seen)
 
@@ -48,6 +49,8 @@ class Asked:
         items = len(parsed.get("Items", [])) + sum(
             len(v) for v in parsed.get("Responses", {}).values())
         self.calls.append((model.name, items))
+        if "ScannedCount" in parsed:
+            self.scanned.append(parsed["ScannedCount"])
 
     def take(self) -> list[tuple[str, int]]:
         out, self.calls = self.calls, []
@@ -96,17 +99,48 @@ def test_a_chain_look_reads_the_step_in_flight_and_the_ones_that_ended(
         if i % 3:
             continue  # some looks come after several steps
         asked.take()
+        asked.scanned.clear()
         steps = h.rt.runs.view(run_id)["steps"]
         calls = asked.take()
+        (scanned,) = asked.scanned
         assert steps == whole(h, run_id)
         assert {s["step"]: s["status"] for s in steps}[f"s{i + 1:02d}"] == "dispatched"
         # One read of the run, one query that answered the one step in flight, and the
         # steps that ended since the previous look, by key.
         assert [c for c in calls if c[0] == "Query"] == [("Query", 1)], calls
         assert sum(n for op, n in calls if op == "BatchGetItem") <= 3, calls
+        # The query read the rows from the first step kept as not terminal on (the one
+        # in flight at the previous look) to the last row written: not the ones that
+        # had ended by then.
+        assert scanned == (i + 1) - max(i - 2, 0) + 1, (i, scanned)
     succeed(h, run_id, f"s{N - 1:02d}", None, now)
     steps = look(h, run_id)
     assert {s["status"] for s in steps} == {"success"}
+
+
+def test_a_run_that_succeeded_is_brought_up_to_date_and_then_costs_no_query(
+    harness_factory: Any,
+) -> None:
+    h = harness_factory(MANIFEST)
+    run_id = h.start("chain")
+    now = time.time()
+    look(h, run_id)
+    h.rt.store.claim(run_id, "s00", 1, Lease("w", 30.0), now)
+    for i in range(N - 1):
+        succeed(h, run_id, f"s{i:02d}", f"s{i + 1:02d}", now)
+    look(h, run_id)  # s29 in flight
+    succeed(h, run_id, f"s{N - 1:02d}", None, now)
+    h.rt.executor.finish_if_done(run_id)
+    asked = Asked(h)
+    view = h.rt.runs.view(run_id)
+    calls = asked.take()
+    assert view["status"] == "success"
+    assert view["steps"] == whole(h, run_id)
+    assert [op for op, _ in calls if op != "GetItem"] == ["Query", "BatchGetItem"], calls
+    asked.take()
+    for _ in range(2):
+        assert h.rt.runs.view(run_id)["steps"] == view["steps"]
+        assert [op for op, _ in asked.take()] == ["GetItem"]  # the run alone
 
 
 def test_skips_below_a_failure_and_a_join_are_seen_as_a_whole_read_sees_them(

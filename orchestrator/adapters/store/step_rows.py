@@ -144,11 +144,13 @@ class StepRows(Tables):
         return step_from_item(item) if item else None
 
     def query_steps(self, run_id: str, *, states_only: bool = False,
-                    shown: bool = False, live: bool = False) -> list[StepRecord]:
+                    shown: bool = False, live: bool = False,
+                    span: tuple[str, str] | None = None) -> list[StepRecord]:
         """Every step row of a run. `states_only` leaves out payloads, outputs and
         errors: what a sweep decides on, at a fraction of the bytes. `shown`: only what
         a run's view shows (VIEW_PROJECTION). `live`: only the rows not terminal (the
-        others are read, and filtered out before they are sent)."""
+        others are read, and filtered out before they are sent). `span`: only the rows
+        whose step names are between these two, both included."""
         rows: list[StepRecord] = []
         kwargs: dict[str, Any] = {
             "TableName": self.steps,
@@ -157,6 +159,10 @@ class StepRows(Tables):
             "ExpressionAttributeValues": {":r": {"S": run_id}, ":items": {"S": ITEMS}},
             "ConsistentRead": True,
         }
+        if span is not None and span[1] < ITEMS:
+            kwargs["KeyConditionExpression"] = "run_id = :r AND step BETWEEN :lo AND :hi"
+            kwargs["ExpressionAttributeValues"] = {
+                ":r": {"S": run_id}, ":lo": {"S": span[0]}, ":hi": {"S": span[1]}}
         if states_only:
             kwargs["ProjectionExpression"] = STATE_PROJECTION
             kwargs["ExpressionAttributeNames"] = {"#s": "status", "#t": "timeout"}

@@ -15,13 +15,14 @@ from typing import Any
 
 from infra.capabilities import resolve
 
-__all__ = ["READS", "item_init"]
+__all__ = ["ITEM_LIMIT", "READS", "item_init"]
 
 _TYPES = "moto.dynamodb.models.dynamo_type"
 # LimitedSizeDict sums what DynamoType.size answers, whatever sizes it (type-size may).
 READS = (f"{_TYPES}:LimitedSizeDict", "moto.dynamodb.models.utilities:bytesize")
-# LimitedSizeDict.__setitem__'s limit (its fingerprint holds the number).
-_LIMIT = 405000
+# LimitedSizeDict.__setitem__'s limit (its fingerprint holds the number): no item moto
+# stores is larger.
+ITEM_LIMIT = _LIMIT = 405000
 
 
 def item_init(stock: Any) -> Any:

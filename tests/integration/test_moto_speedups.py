@@ -318,6 +318,62 @@ def test_table_queries_answer_exactly_as_stock_moto(ddb: Any) -> None:
     assert stock[0] != stock[len(stock) // 2]  # the change in place is read
 
 
+def play_sort_key_ranges(ddb: Any) -> list[Any]:
+    """Table queries with a sort-key condition on a partition whose other items sort after
+    (a durable run's rows and its journal): ranges at either end and inside, both ways,
+    pages that end by count exactly at the range's last item (moto still answers a next
+    page then) and by size just before or after it (rows of ~300 KB: the range's items
+    near 1 MB), paged with ExclusiveStartKey, filtered and projected."""
+    table = new_table(ddb)
+    for i in range(12):
+        ddb.put_item(TableName=table, Item={"run_id": {"S": "d"}, "step": {"S": f"r{i:02d}"},
+                                            "pad": {"S": "r" * (i * 3)}})
+    for i in range(40):
+        ddb.put_item(TableName=table, Item={"run_id": {"S": "d"}, "step": {"S": f"~{i:03d}"},
+                                            "pad": {"S": "j" * (150_000 if i == 2 else i)}})
+    for i in range(4):  # a partition of big rows: the range's items near 1 MB
+        ddb.put_item(TableName=table, Item={"run_id": {"S": "big"}, "step": {"S": f"a{i}"},
+                                            "pad": {"S": "b" * 300_000}})
+        ddb.put_item(TableName=table, Item={"run_id": {"S": "big"}, "step": {"S": f"z{i}"},
+                                            "pad": {"S": "z" * (100_000 * (i + 1))}})
+    conditions = [
+        ("d", "step < :a", {":a": {"S": "~"}}),
+        ("d", "step <= :a", {":a": {"S": "r05"}}),
+        ("d", "step BETWEEN :a AND :b", {":a": {"S": "r03"}, ":b": {"S": "r07"}}),
+        ("d", "begins_with(step, :a)", {":a": {"S": "r1"}}),
+        ("d", "step > :a", {":a": {"S": "~030"}}),
+        ("d", "step >= :a", {":a": {"S": "zz"}}),  # nothing in the range
+        ("d", "step = :a", {":a": {"S": "r04"}}),
+        ("big", "step < :a", {":a": {"S": "b"}}),
+        ("big", "step <= :a", {":a": {"S": "a2"}}),
+    ]
+    out: list[Any] = []
+    for key, cond, vals in conditions:
+        for forward in (True, False):
+            for extra in ({}, {"Limit": 12}, {"Limit": 5}, {"Limit": 3},
+                          {"ProjectionExpression": "step", "FilterExpression": "size(pad) > :z",
+                           "ExpressionAttributeValues": {":z": {"N": "4"}}}):
+                values = {":k": {"S": key}, **vals, **extra.pop("ExpressionAttributeValues", {})}
+                try:
+                    out.append(paged(ddb, TableName=table, ScanIndexForward=forward,
+                                     KeyConditionExpression=f"run_id = :k AND {cond}",
+                                     ExpressionAttributeValues=values, **extra))
+                except ClientError as exc:
+                    out.append(("error", cond, exc.response["Error"]["Message"]))
+    return out
+
+
+@stock_moto
+def test_sort_key_ranges_answer_exactly_as_stock_moto(ddb: Any) -> None:
+    stock = on_stock_moto(play_sort_key_ranges, ddb)
+    assert play_sort_key_ranges(ddb) == stock
+    # moto's quirks the trim keeps: a page ended by count at the range's last row still
+    # names a next page (empty); the big rows' range ends its pages by size.
+    pages_of = {len(p) for p in stock if not isinstance(p, tuple)}
+    assert max(pages_of) > 2
+    assert any(p[-1][0] == [] and len(p) > 1 for p in stock if not isinstance(p, tuple))
+
+
 def test_a_value_sized_with_its_type_read_once_is_moto_s_size() -> None:
     from moto.dynamodb.models.dynamo_type import DynamoType
 

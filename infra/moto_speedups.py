@@ -231,8 +231,9 @@ def _partition_trim(range_comparison: Any, range_objs: Any, args: tuple[Any, ...
     end it by count (then the page holds `Limit` items). A durable run's journal sorts
     after its step rows: a query of the rows no longer walks (and sizes) the journal.
     (moto checks the 405,000-byte limit when it builds an item or sets one of its
-    attributes, not when an update sets a path inside one, as DynamoDB does: an item
-    grown past it that way could end a page where this cut has dropped it.)"""
+    attributes, not when an update sets a path inside one or adds to a set in place, as
+    DynamoDB does: an item grown past it that way could end a page where this cut has
+    dropped it.)"""
     known = {"hash_key_conditions", "range_key_conditions", "limit", "exclusive_start_key",
              "scan_index_forward", "projection_expressions", "index_name", "consistent_read",
              "filter_expression"}

@@ -55,7 +55,7 @@ def backend_query(stock: Any) -> Any:
               range_value_dicts: Any, limit: Any, exclusive_start_key: Any,
               scan_index_forward: Any, projection_expressions: Any, index_name: Any = None,
               *args: Any, **kwargs: Any) -> Any:
-        outer = getattr(_within, "sizes", None)
+        outer = (getattr(_within, "sizes", None), getattr(_within, "uncopied", False))
         _within.sizes = {}
         _within.uncopied = bool(projection_expressions) and not index_name
         try:
@@ -63,8 +63,7 @@ def backend_query(stock: Any) -> Any:
                          limit, exclusive_start_key, scan_index_forward,
                          projection_expressions, index_name, *args, **kwargs)
         finally:
-            _within.sizes = outer
-            _within.uncopied = False
+            _within.sizes, _within.uncopied = outer
 
     return query
 
@@ -107,8 +106,10 @@ def type_size(stock: Any) -> Any:
     dynamo_type = resolve(f"{_TYPES}:DynamoType")
     bytesize = resolve(f"{_MODELS}.utilities:bytesize")
 
-    def sized(value: Any) -> int:
+    def sized(value: Any, wrapped: bool = False) -> int:
         # moto's DynamoType.size of a DynamoType; anything else (a subclass) its own size.
+        # `wrapped`: below a map, where moto sizes a new DynamoType of each value, which
+        # wraps every member of a list or a map below it afresh (a plain dict too).
         if type(value) is not dynamo_type:
             return int(value.size())
         kind, inner = value.type, value.value
@@ -118,9 +119,12 @@ def type_size(stock: Any) -> Any:
         if member is not None:
             return sum(sized(dynamo_type({member: v})) for v in inner)
         if kind == "L":
+            if wrapped:
+                return sum(sized(v if type(v) is dynamo_type else dynamo_type(v), True)
+                           for v in inner)
             return sum(v.size() if type(v) is not dynamo_type else sized(v) for v in inner)
         if kind == "M":
-            return sum(bytesize(k) + sized(v if type(v) is dynamo_type else dynamo_type(v))
+            return sum(bytesize(k) + sized(v if type(v) is dynamo_type else dynamo_type(v), True)
                        for k, v in inner.items())
         if isinstance(inner, bool):
             return 1

@@ -49,13 +49,17 @@ class StepFollower:
         self.query = query
         self.get_many = get_many
         self.keep = keep
-        self._runs: OrderedDict[str, dict[str, StepRecord]] = OrderedDict()
+        # Per run id: (the run's created_at, its rows). A run id used again (after the
+        # first run's expiry) is another run: its rows are read afresh.
+        self._runs: OrderedDict[str, tuple[float, dict[str, StepRecord]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def read(self, run: RunRecord, planned: Planned) -> list[StepRecord]:
         run_id = run.run_id
         with self._lock:
-            kept = self._runs.pop(run_id, None)
+            created, kept = self._runs.pop(run_id, (None, None))
+        if created != run.created_at:
+            kept = None
         whole = ((run.status.terminal and run.status is not RunStatus.SUCCESS)
                  or run.kill_requested or run.halted
                  or run.definition.durable is not None or bool(run.definition.reused))
@@ -63,7 +67,7 @@ class StepFollower:
             kept = {r.step: r for r in planned(run, self.query(run_id, None))}
         if not whole:
             with self._lock:
-                self._runs[run_id] = kept
+                self._runs[run_id] = (run.created_at, kept)
                 while len(self._runs) > self.keep:
                     self._runs.popitem(last=False)
         return sorted(kept.values(), key=lambda r: r.step)

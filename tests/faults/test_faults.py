@@ -476,10 +476,12 @@ def test_a_start_past_its_fence_keeps_the_rows_a_sweep_rebuilt(
     stale = [r for r in rt.runs.rows_for(rt.store.get_run(run_id, t0))  # type: ignore[arg-type]
              if not unwritten(r)]
     assert {r.step for r in stale} == {r.step for r in rows}
-    rt.store.put_steps(stale, fence=t0 - 1)  # past its fence: nothing overwritten
+    # Past its fence: nothing overwritten (and the start is told it was not clean).
+    assert rt.store.put_steps(stale, fence=t0 - 1) is False
     one = rt.store.get_step(run_id, "one")
     assert one is not None and one.claimed and one.lease_owner == "w"
-    rt.store.put_steps(stale, fence=time.time() + 60)  # within it: the batch, as always
+    # Within it: the batch, as always, answered at its first sending.
+    assert rt.store.put_steps(stale, fence=time.time() + 60) is True
     one = rt.store.get_step(run_id, "one")
     assert one is not None and not one.claimed  # (which is why the fence exists)
 

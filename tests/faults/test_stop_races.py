@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from botocore.exceptions import ReadTimeoutError
+
 from orchestrator.adapters.aws import make_clients
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.store import Lease
@@ -398,6 +400,36 @@ def test_a_launch_reads_the_flags_once_for_its_roots_and_a_redispatch_reads_them
     assert reads == [run_id, run_id]
     assert all(len(recorder.for_step(run_id, f"s{i:02d}")) == 1 for i in range(30))
     assert h.rt.runs.view(run_id)["status"] == "success"
+
+
+def test_a_launch_whose_batch_was_sent_twice_leaves_the_read_to_each_claim(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    """The first sending of the launch's first batch times out (it may yet land, after a
+    stop pass, and write its rows back unflagged): botocore sends it again, and the
+    launch does not mark its dispatches `launched`. Each claim reads the run's flags."""
+    h, _, sent = setup(harness_factory)
+    reads = stop_flag_reads(h)
+    timed_out: list[bool] = []
+
+    def time_out_once(**_: Any) -> None:
+        if not timed_out:
+            timed_out.append(True)
+            raise ReadTimeoutError(endpoint_url="in-process")
+
+    h.rt.clients.dynamodb.meta.events.register_first(
+        "before-send.dynamodb.BatchWriteItem", time_out_once)
+    run_id = h.start("wide")
+    assert timed_out == [True]
+    dispatched = [m for m in sent if m.run_id == run_id]
+    assert len(dispatched) == 30 and not any(m.launched for m in dispatched)
+    w = h.rt.worker()
+    for m in dispatched[:3]:
+        w.handle(m)
+    # No read by the launch. The first claim reads the run whole (the worker has no
+    # context for it yet), each later one its flags.
+    assert reads == [run_id] * 2
+    assert [len(recorder.for_step(run_id, m.step)) for m in dispatched[:3]] == [1, 1, 1]
 
 
 def halting_with_two_in_flight(

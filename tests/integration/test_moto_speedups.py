@@ -384,11 +384,15 @@ def test_a_value_sized_with_its_type_read_once_is_moto_s_size() -> None:
         {"M": {"ké": {"M": {"x": {"L": [{"BOOL": True}, {"NULL": True}]}}}, "n": {"N": "7"}}},
         {"L": []}, {"M": {}},
     ]
+    # A plain dict put in a list below a map (moto wraps it afresh when it sizes the map).
+    odd = DynamoType({"M": {"a": {"L": [{"S": "x"}]}, "b": {"M": {"c": {"L": []}}}}})
+    odd.value["a"].value.append({"S": "yy"})
+    odd.value["b"].value["c"].value.append({"M": {"d": {"N": "12"}}})
     assert "type-size" in moto_speedups.active()
-    sped = [DynamoType(v).size() for v in samples]
+    sped = [DynamoType(v).size() for v in samples] + [odd.size()]
     moto_speedups.uninstall()
     try:
-        stock = [DynamoType(v).size() for v in samples]
+        stock = [DynamoType(v).size() for v in samples] + [odd.size()]
     finally:
         assert moto_speedups.install()
     assert sped == stock

@@ -184,3 +184,30 @@ def test_a_cancelled_run_is_read_whole(harness_factory: Any) -> None:
     h.rt.runs.kill(run_id, "enough")
     steps = look(h, run_id)
     assert {s["status"] for s in steps} == {"skipped"}
+
+
+def test_a_run_id_used_again_after_its_run_expired_is_read_afresh(
+    harness_factory: Any,
+) -> None:
+    """A succeeded run is kept with every row terminal (its looks make no query). Its id,
+    once the run expired, may name a new run: that run's rows are read, not the old."""
+    h = harness_factory(MANIFEST)
+    (run, _) = h.rt.runs.start("chain", None, "reused-id")
+    run_id = run.run_id
+    now = time.time()
+    h.rt.store.claim(run_id, "s00", 1, Lease("w", 30.0), now)
+    for i in range(N - 1):
+        succeed(h, run_id, f"s{i:02d}", f"s{i + 1:02d}", now)
+    succeed(h, run_id, f"s{N - 1:02d}", None, now)
+    h.rt.executor.finish_if_done(run_id)
+    assert {s["status"] for s in look(h, run_id)} == {"success"}
+    # Expired: DynamoDB's TTL deleted the run's row and its step rows.
+    ddb, store = h.rt.clients.dynamodb, h.rt.store
+    ddb.delete_item(TableName=store.runs, Key={"run_id": {"S": run_id}})
+    for row in store.query_steps(run_id):
+        ddb.delete_item(TableName=store.steps,
+                        Key={"run_id": {"S": run_id}, "step": {"S": row.step}})
+    (again, created) = h.rt.runs.start("chain", None, "reused-id")
+    assert created and again.created_at != run.created_at
+    steps = look(h, run_id)  # equal to a whole read of the new run's rows
+    assert {s["step"]: s["status"] for s in steps}["s00"] != "success"

@@ -84,8 +84,10 @@ class StepRows(Tables):
         *,
         fence: float | None = None,
         clock: Callable[[], float] = time.time,
-    ) -> None:
-        """Write whole rows of a new run, 25 to a request.
+    ) -> bool:
+        """Write whole rows of a new run, 25 to a request. True if each request was
+        answered at its first sending, every item written (no retry, no item left
+        unprocessed, no fence reached): then no copy of a batch can still land later.
 
         `fence` (a wall time): no batch may reach DynamoDB after it. A sweep rebuilds
         the rows of a run whose start looks dead (`settle` after it began) with
@@ -95,6 +97,7 @@ class StepRows(Tables):
         each only if absent. The fence is checked as each request is sent (retries
         included), so only a request already on the wire can land after it."""
         items = [{"PutRequest": {"Item": self._item(r)}} for r in rows]
+        clean = True
         for i in range(0, len(items), 25):
             pending: dict[str, Any] = {self.steps: items[i : i + 25]}
             try:
@@ -102,6 +105,8 @@ class StepRows(Tables):
                     with _Fence(self, fence, clock), _translate("write steps"):
                         resp = self.ddb.batch_write_item(RequestItems=pending)
                     pending = resp.get("UnprocessedItems") or {}
+                    clean = (clean and not pending
+                             and not resp.get("ResponseMetadata", {}).get("RetryAttempts"))
                     if not pending:
                         break
                 else:
@@ -111,7 +116,8 @@ class StepRows(Tables):
                 late += [r["PutRequest"]["Item"] for r in items[i + 25 :]]
                 for item in late:
                     self._create_if_absent(item)
-                return
+                return False
+        return clean
 
     def _check_fence(self, **_: Any) -> None:
         """botocore request-created: refuse to send a batch write past its fence."""

@@ -303,6 +303,16 @@ def test_cancel_running_stops_the_replaced_run_retries_included(
     assert steps_of(view)["flaky"]["status"] == "skipped"
 
 
+def cancel_the_wide_run(other: Runtime, killed: list[str]) -> Callable[[], None]:
+    """A cancel of the one `wide` run, made by the other process; its run id noted."""
+    def cancel() -> None:
+        (run_id,) = [r.run_id for r in other.store.list_runs("wide", time.time())[0]]
+        other.runs.cancel(run_id, "changed my mind")
+        killed.append(run_id)
+
+    return cancel
+
+
 def test_a_cancel_whose_pass_runs_while_the_launch_writes_rows_starts_nothing(
     harness_factory: Any, recorder: Recorder
 ) -> None:
@@ -311,12 +321,7 @@ def test_a_cancel_whose_pass_runs_while_the_launch_writes_rows_starts_nothing(
     the attempt up: no function is called."""
     h, other, sent = setup(harness_factory)
     killed: list[str] = []
-
-    def cancel() -> None:
-        (run_id,) = [r.run_id for r in other.store.list_runs("wide", time.time())[0]]
-        other.runs.cancel(run_id, "changed my mind")
-        killed.append(run_id)
-
+    cancel = cancel_the_wide_run(other, killed)
     once_after(h, "BatchWriteItem", cancel)
     run_id = h.start("wide")
     assert killed == [run_id]
@@ -358,12 +363,7 @@ def test_a_cancel_right_after_the_launch_read_the_flags_starts_nothing(
     h, other, sent = setup(harness_factory)
     reads = stop_flag_reads(h)
     killed: list[str] = []
-
-    def cancel() -> None:
-        (run_id,) = [r.run_id for r in other.store.list_runs("wide", time.time())[0]]
-        other.runs.cancel(run_id, "changed my mind")
-        killed.append(run_id)
-
+    cancel = cancel_the_wide_run(other, killed)
     once_after(h, "GetItem", cancel)
     run_id = h.start("wide")
     assert killed == [run_id] and reads == [run_id]  # the launch's own read, then the cancel

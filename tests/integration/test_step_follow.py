@@ -84,6 +84,19 @@ def succeed(h: Harness, run_id: str, step: str, dependant: str | None, now: floa
                                   plan=ctx.plan(dependant)) is not None
 
 
+def run_the_chain(h: Harness, run_id: str, *, look_before_the_last: bool = False) -> None:
+    """Every step of the chain succeeds, each promoting and claiming the next; the run
+    is finished. `look_before_the_last`: a look while the last step is in flight."""
+    now = time.time()
+    h.rt.store.claim(run_id, "s00", 1, Lease("w", 30.0), now)
+    for i in range(N - 1):
+        succeed(h, run_id, f"s{i:02d}", f"s{i + 1:02d}", now)
+    if look_before_the_last:
+        look(h, run_id)
+    succeed(h, run_id, f"s{N - 1:02d}", None, now)
+    h.rt.executor.finish_if_done(run_id)
+
+
 def test_a_chain_look_reads_the_step_in_flight_and_the_ones_that_ended(
     harness_factory: Any,
 ) -> None:
@@ -123,14 +136,8 @@ def test_a_run_that_succeeded_is_brought_up_to_date_and_then_costs_no_query(
 ) -> None:
     h = harness_factory(MANIFEST)
     run_id = h.start("chain")
-    now = time.time()
     look(h, run_id)
-    h.rt.store.claim(run_id, "s00", 1, Lease("w", 30.0), now)
-    for i in range(N - 1):
-        succeed(h, run_id, f"s{i:02d}", f"s{i + 1:02d}", now)
-    look(h, run_id)  # s29 in flight
-    succeed(h, run_id, f"s{N - 1:02d}", None, now)
-    h.rt.executor.finish_if_done(run_id)
+    run_the_chain(h, run_id, look_before_the_last=True)
     asked = Asked(h)
     view = h.rt.runs.view(run_id)
     calls = asked.take()
@@ -194,12 +201,7 @@ def test_a_run_id_used_again_after_its_run_expired_is_read_afresh(
     h = harness_factory(MANIFEST)
     (run, _) = h.rt.runs.start("chain", None, "reused-id")
     run_id = run.run_id
-    now = time.time()
-    h.rt.store.claim(run_id, "s00", 1, Lease("w", 30.0), now)
-    for i in range(N - 1):
-        succeed(h, run_id, f"s{i:02d}", f"s{i + 1:02d}", now)
-    succeed(h, run_id, f"s{N - 1:02d}", None, now)
-    h.rt.executor.finish_if_done(run_id)
+    run_the_chain(h, run_id)
     assert {s["status"] for s in look(h, run_id)} == {"success"}
     # Expired: DynamoDB's TTL deleted the run's row and its step rows.
     ddb, store = h.rt.clients.dynamodb, h.rt.store

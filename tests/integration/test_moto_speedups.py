@@ -388,6 +388,7 @@ def test_a_value_sized_with_its_type_read_once_is_moto_s_size() -> None:
     odd = DynamoType({"M": {"a": {"L": [{"S": "x"}]}, "b": {"M": {"c": {"L": []}}}}})
     odd.value["a"].value.append({"S": "yy"})
     odd.value["b"].value["c"].value.append({"M": {"d": {"N": "12"}}})
+    moto_speedups.install()  # this test starts no emulator: it may run before any does
     assert "type-size" in moto_speedups.active()
     sped = [DynamoType(v).size() for v in samples] + [odd.size()]
     moto_speedups.uninstall()

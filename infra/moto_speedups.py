@@ -82,8 +82,9 @@ _stock: dict[str, Any] = {}
 _refs: dict[str, Any] = {}
 # Validators that read nothing but the tree, the attribute names and the table's keys.
 _PURE: list[type] = []
-# The index query running on this thread: (table, sort-key attribute, a test for the
-# values before its range).
+# The query running on this thread: (table, sort-key attribute, a test for the values
+# before its range, None) for an index; (table, None, partition key, a cut of its items
+# or None) for the table (speedups_query.partition_trim).
 _range = threading.local()
 
 
@@ -217,70 +218,17 @@ def _before(comparison: str, bounds: list[Any], forward: bool) -> Any:
     return None
 
 
-def _partition_trim(range_comparison: Any, range_objs: Any, args: tuple[Any, ...],
-                    kwargs: dict[str, Any]) -> Callable[[Any, list[Any]], list[Any]] | None:
-    """For a table query with a sort-key condition: a cut of the partition's items to
-    those moto's loop can be affected by (None: the whole partition).
-
-    moto's loop walks the partition in key order (reversed if backwards) and, at every
-    item, in the range or not, ends the page if it holds `Limit` items or if the item
-    would take it past 1 MB; it keeps only the items in the range. An item before the
-    first in the range (in the walk's order) meets an empty page: it has no effect. The
-    items after the last in the range: none can end the page by size if the range's
-    items total at most 1 MB less the largest item moto stores, and only the first can
-    end it by count (then the page holds `Limit` items). A durable run's journal sorts
-    after its step rows: a query of the rows no longer walks (and sizes) the journal.
-    (moto checks the 405,000-byte limit when it builds an item or sets one of its
-    attributes, not when an update sets a path inside one or adds to a set in place, as
-    DynamoDB does: an item grown past it that way could end a page where this cut has
-    dropped it.)"""
-    known = {"hash_key_conditions", "range_key_conditions", "limit", "exclusive_start_key",
-             "scan_index_forward", "projection_expressions", "index_name", "consistent_read",
-             "filter_expression"}
-    if not range_comparison or set(kwargs) - known:  # a legacy QueryFilter: moto's walk
-        return None
-    limit = kwargs.get("limit", args[0] if args else None)
-    forward = kwargs.get("scan_index_forward", args[2] if len(args) > 2 else True)
-    conditions = kwargs.get("range_key_conditions")
-    page = _refs.get("page_limit")
-    if page is None:
-        return None
-
-    def trim(table: Any, items: list[Any]) -> list[Any]:
-        name = conditions[-1][0] if conditions else table.range_key_attr
-        order = sorted(items, key=lambda i: i.range_key)
-        if forward is False:
-            order.reverse()
-        inside = []
-        for k, item in enumerate(order):
-            value = item.attrs.get(name)
-            if value is not None and value.compare(range_comparison, range_objs):
-                inside.append(k)
-        if not inside:
-            return []
-        kept, after = order[inside[0]:inside[-1] + 1], order[inside[-1] + 1:]
-        if after:
-            if sum(order[k].size() for k in inside) + speedups_items.ITEM_LIMIT > page:
-                kept += after
-            elif limit is not None:
-                kept.append(after[0])
-        return kept
-
-    return trim
-
-
 def _all_items(self: Any) -> list[Any]:
     within = getattr(_range, "query", None)
     if within is None or within[0] is not self:
         return list(_stock["all_items"](self))
-    _, attr, before = within[:3]
+    _, attr, before, trim = within
     if attr is None:  # a query of the table by partition key: only that partition
         hash_set = self.items.get(before)
         if hash_set is None:
             return []
         if not self.range_key_attr:
             return [hash_set]
-        trim = within[3]
         return list(hash_set.values()) if trim is None else trim(self, list(hash_set.values()))
     items = []
     for hash_set in self.items.values():
@@ -315,8 +263,8 @@ def _query(self: Any, hash_key: Any, range_comparison: Any, range_objs: Any, *ar
     if not index_name and hash_key is not None:
         # moto keeps only the items whose hash key equals it, and sorts them by range
         # key itself: the partition's items are all it needs, in any order.
-        _range.query = (self, None, hash_key,
-                        _partition_trim(range_comparison, range_objs, args, kwargs))
+        _range.query = (self, None, hash_key, speedups_query.partition_trim(
+            range_comparison, range_objs, args, kwargs, _refs.get("page_limit")))
         try:
             return _stock["query"](self, hash_key, range_comparison, range_objs, *args,
                                    **kwargs)
@@ -328,7 +276,7 @@ def _query(self: Any, hash_key: Any, range_comparison: Any, range_objs: Any, *ar
                          forward is not False)
     if attr is None or before is None:
         return _stock["query"](self, hash_key, range_comparison, range_objs, *args, **kwargs)
-    _range.query = (self, attr, before)
+    _range.query = (self, attr, before, None)
     try:
         return _stock["query"](self, hash_key, range_comparison, range_objs, *args, **kwargs)
     finally:

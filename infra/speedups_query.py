@@ -23,16 +23,22 @@ DynamoType first. The same sum, with the type read once and a value that is alre
 DynamoType sized as it is (wrapping one copies its type and value, and re-wraps the
 members of a list or a map: the same sizes).
 
+A table query with a sort-key condition (`partition_trim`, part of moto_speedups.py's
+index-range): the partition's items cut to those that can change moto's answer.
+
 The items, order, pages, counts and errors are moto's own."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from infra.capabilities import resolve
+from infra.speedups_items import ITEM_LIMIT
 
-__all__ = ["READS", "SIZE_READS", "backend_query", "item_size", "table_copy", "type_size"]
+__all__ = ["READS", "SIZE_READS", "backend_query", "item_size", "partition_trim", "table_copy",
+           "type_size"]
 
 _MODELS = "moto.dynamodb.models"
 # What the replacements rely on: where Table.query copies its page (the only deep copy of
@@ -134,3 +140,55 @@ def type_size(stock: Any) -> Any:
         return sized(self)
 
     return size
+
+
+def partition_trim(range_comparison: Any, range_objs: Any, args: tuple[Any, ...],
+                   kwargs: dict[str, Any], page: int | None
+                   ) -> Callable[[Any, list[Any]], list[Any]] | None:
+    """For a table query with a sort-key condition: a cut of the partition's items to
+    those moto's loop can be affected by (None: the whole partition).
+
+    moto's loop walks the partition in key order (reversed if backwards) and, at every
+    item, in the range or not, ends the page if it holds `Limit` items or if the item
+    would take it past 1 MB; it keeps only the items in the range. An item before the
+    first in the range (in the walk's order) meets an empty page: it has no effect. The
+    items after the last in the range: none can end the page by size if the range's
+    items total at most 1 MB less the largest item moto stores, and only the first can
+    end it by count (then the page holds `Limit` items). A durable run's journal sorts
+    after its step rows: a query of the rows no longer walks (and sizes) the journal.
+    (moto checks the 405,000-byte limit when it builds an item or sets one of its
+    attributes, not when an update sets a path inside one or adds to a set in place, as
+    DynamoDB does: an item grown past it that way could end a page where this cut has
+    dropped it.)"""
+    known = {"hash_key_conditions", "range_key_conditions", "limit", "exclusive_start_key",
+             "scan_index_forward", "projection_expressions", "index_name", "consistent_read",
+             "filter_expression"}
+    if not range_comparison or set(kwargs) - known:  # a legacy QueryFilter: moto's walk
+        return None
+    limit = kwargs.get("limit", args[0] if args else None)
+    forward = kwargs.get("scan_index_forward", args[2] if len(args) > 2 else True)
+    conditions = kwargs.get("range_key_conditions")
+    if page is None:
+        return None
+
+    def trim(table: Any, items: list[Any]) -> list[Any]:
+        name = conditions[-1][0] if conditions else table.range_key_attr
+        order = sorted(items, key=lambda i: i.range_key)
+        if forward is False:
+            order.reverse()
+        inside = []
+        for k, item in enumerate(order):
+            value = item.attrs.get(name)
+            if value is not None and value.compare(range_comparison, range_objs):
+                inside.append(k)
+        if not inside:
+            return []
+        kept, after = order[inside[0]:inside[-1] + 1], order[inside[-1] + 1:]
+        if after:
+            if sum(order[k].size() for k in inside) + ITEM_LIMIT > page:
+                kept += after
+            elif limit is not None:
+                kept.append(after[0])
+        return kept
+
+    return trim

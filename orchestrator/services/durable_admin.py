@@ -1,11 +1,14 @@
 """An operator's hand on a durable run: resume it (after a fix for a replay mismatch)
 or reset it to an earlier point of its journal.
 
-Both take the run's driver only while nobody holds it (a run being advanced answers
-409: try again once it waits), and hand it back waiting for its next call."""
+Both take the run's driver only while nobody holds it, and hand it back waiting for its
+next call. A holder about to let go (the worker that paused the run writes the pause,
+then releases the driver) is waited for, up to HOLD_WAIT seconds; a run still being
+advanced after that answers 409: try again once it waits."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +24,10 @@ from orchestrator.errors import Code, Conflict, NotFound, UsageError
 __all__ = ["DurableAdmin"]
 
 HOLD_FOR = 30.0
+# How long an operator's move waits for the driver's holder to let go, and how often it
+# tries again meanwhile (real time: the clock may be a test's, standing still).
+HOLD_WAIT = 5.0
+HOLD_RETRY = 0.02
 
 
 class DurableAdmin:
@@ -71,10 +78,20 @@ class DurableAdmin:
         return {"run_id": run_id, "reset_to": to, "forgotten": deleted[0] if deleted else 0,
                 "was_paused": run.paused is not None}
 
+    def _held_by_another(self, run_id: str) -> bool:
+        driver = self.store.get_driver(run_id)
+        return (driver is not None and driver.lease_owner is not None
+                and not driver.status.terminal)
+
     def _restart(self, run_id: str, why: str, meanwhile: Callable[[], object]) -> None:
         owner = f"{why}:{uuid.uuid4().hex[:12]}"
         now = self.clock()
         held = self.store.hold_driver(run_id, owner, now + HOLD_FOR)
+        tries = int(HOLD_WAIT / HOLD_RETRY)
+        while held is None and tries > 0 and self._held_by_another(run_id):
+            time.sleep(HOLD_RETRY)
+            tries -= 1
+            held = self.store.hold_driver(run_id, owner, now + HOLD_FOR)
         if held is None:
             raise Conflict(Code.CONFLICT, f"run {run_id!r} is being advanced right now (or "
                            "has not started): try again once it waits")

@@ -1,7 +1,9 @@
 """The local stack behind `orchestrator dev`: everything in one process, in order.
 
-1. the embedded AWS emulator (moto, DynamoDB serialized: in-process for this process's
-   own parts, over HTTP for other processes), unless an endpoint is configured
+1. the embedded AWS emulator (moto, DynamoDB serialized), in a process of its own:
+   this process's own parts hand it their requests over a local socket, other processes
+   reach it over HTTP (`--emulator-in-process` keeps it in this process, as before);
+   unless an endpoint is configured
    (`AWS_ENDPOINT_URL`, or one service's own `AWS_ENDPOINT_URL_DYNAMODB`, ...);
 2. the tables, queues and bucket, created from template.yaml through CloudFormation, or
    straight through the services' APIs (`--provision direct`);
@@ -16,6 +18,7 @@ import inspect
 import os
 import secrets
 import shlex
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -53,6 +56,9 @@ class StackOptions:
     # With the embedded emulator, keep the process on one core (infra.emulator.
     # keep_to_one_core); False lets its threads run on every core.
     one_core: bool = True
+    # With the embedded emulator, run moto in a process of its own (its work on another
+    # core than the API's, the workers' and the functions'); False keeps it in this one.
+    emulator_process: bool = True
     # Serve through the Lambda handlers, invoked as AWS would (infra/lambda_local.py).
     lambda_mode: bool = False
     # How the tables, queues and bucket are made: "cloudformation" (the data stack), or
@@ -134,10 +140,12 @@ class LocalStack:
         self.api_key: str | None = None
         # Variables the Lambda mode set in this process's environment, and what they were.
         self._saved_env: dict[str, str | None] = {}
+        # The interpreter's switch interval before the emulator process's was set.
+        self._switch: float | None = None
 
     def start(self) -> None:
         from functions.serving import BackgroundServer
-        from infra.emulator import Emulator, calm_collector, keep_to_one_core
+        from infra.emulator import calm_collector, keep_to_one_core
         from infra.stack import deploy_data_stack
         from orchestrator.adapters.aws import make_clients
         from orchestrator.api.app import create_app
@@ -155,14 +163,14 @@ class LocalStack:
             host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(self.opts.host, self.opts.host)
             settings = settings.with_(public_url=f"http://{host}:{self.opts.api_port}")
         if self.opts.embedded_emulator:
-            self.emulator = Emulator(self.opts.host, self.opts.emulator_port).start()
+            self.emulator = self._start_emulator()
             # It serves every service: no service's own endpoint stays in front of it.
             settings = settings.with_(endpoint_url=self.emulator.url, service_endpoints={})
             self.echo(f"emulator   {self.emulator.url}   (moto: DynamoDB, SQS, S3, CloudFormation)")
-            # This process's own parts call the emulator in-process (same app, same
-            # DynamoDB lock); other processes reach it over HTTP at its URL.
+            # This process's own parts hand their requests to the emulator directly (over a
+            # local socket to its process, or in-process); others reach it over HTTP.
             clients = self.emulator.attach(make_clients(settings))
-            self.echo(f"           {emulator_facts()}")
+            self.echo(f"           {getattr(self.emulator, 'facts', '') or emulator_facts()}")
         else:
             self.echo(f"endpoint   {endpoints(settings)}")
             if self.opts.provision == "cloudformation":
@@ -229,8 +237,10 @@ class LocalStack:
             calm_collector()
             core = keep_to_one_core() if self.opts.one_core else None
             if core is not None:
-                self.echo(f"cpu        this process keeps to core {core} (one interpreter lock;"
-                          " --all-cores to lift)")
+                spare = getattr(self.emulator, "core", None)
+                beside = "" if spare is None else f", the emulator's process to core {spare}"
+                self.echo(f"cpu        this process keeps to core {core}{beside} (one"
+                          " interpreter lock each; --all-cores to lift)")
         if self.opts.lambda_mode:
             self._lambda_workers(rt)
         else:
@@ -242,6 +252,29 @@ class LocalStack:
                 f"sweeper every {settings.sweep_interval:g}s"
             )
         self._banner(manifest)
+
+    def _start_emulator(self) -> Any:
+        """The embedded emulator: in a process of its own (infra/emulator_process.py),
+        unless asked for in this one or this system has no Unix sockets."""
+        from infra.emulator import Emulator
+        from infra.emulator_process import (
+            SWITCH_INTERVAL,
+            EmulatorProcess,
+            spare_core,
+            unavailable,
+        )
+
+        host, port = self.opts.host, self.opts.emulator_port
+        if self.opts.emulator_process:
+            why = unavailable()
+            if why is None:
+                core = spare_core() if self.opts.one_core else None
+                emulator = EmulatorProcess(host, port, core).start()
+                self._switch = sys.getswitchinterval()
+                sys.setswitchinterval(SWITCH_INTERVAL)
+                return emulator
+            self.echo(f"emulator   runs in this process: {why}")
+        return Emulator(host, port).start()
 
     # ---- the Lambda mode ----------------------------------------------------------------
 
@@ -350,6 +383,9 @@ class LocalStack:
                 pass
         if self.emulator is not None:
             self.emulator.stop()
+        if self._switch is not None:
+            sys.setswitchinterval(self._switch)
+            self._switch = None
         for key, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(key, None)

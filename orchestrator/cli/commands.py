@@ -240,6 +240,12 @@ def create_key(name: str) -> None:
     help="Let this process run on every core (with the embedded emulator it keeps to one:"
     " its threads share one interpreter lock, and moving between cores cost 1.4-2x).",
 )
+@click.option(
+    "--emulator-in-process",
+    is_flag=True,
+    help="Run the embedded emulator in this process, not a process of its own (moto's work"
+    " then shares this process's interpreter lock and core with the API and the workers).",
+)
 @click.option("--provision", type=click.Choice(["cloudformation", "direct"]),
               default="cloudformation", show_default=True,
               help="Make the tables, queues and bucket through CloudFormation, or straight"
@@ -262,6 +268,7 @@ def dev(
     workers: int,
     sweep_interval: float,
     all_cores: bool,
+    emulator_in_process: bool,
     provision: str,
     lambda_mode: bool,
     demo: bool,
@@ -282,6 +289,7 @@ def dev(
         workers=workers,
         sweep_interval=sweep_interval,
         one_core=not all_cores,
+        emulator_process=not emulator_in_process,
         lambda_mode=lambda_mode,
         provision=provision,
     )

@@ -302,6 +302,19 @@ def test_dev_demo_runs_the_monthly_report(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_dev_runs_its_emulator_in_a_process_of_its_own_unless_asked_not_to(
+    tmp_path: Path
+) -> None:
+    own = run_dev(tmp_path, clean_env())
+    kept = run_dev(tmp_path, clean_env(), "--emulator-in-process")
+    for proc in (own, kept):
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "monthly-report" in proc.stdout and "success" in proc.stdout
+    assert " · its own process, over a socket" in own.stdout
+    assert " · in-process calls" in kept.stdout and "its own process" not in kept.stdout
+
+
+@pytest.mark.slow
 def test_dev_uses_aws_endpoint_url_instead_of_the_embedded_emulator(
     tmp_path: Path, emulator: Any
 ) -> None:

@@ -111,7 +111,8 @@ def test_dev_prints_the_emulators_versions_and_speed_ups_under_its_address(dev: 
     at = next(i for i, line in enumerate(dev.lines) if line.startswith("emulator   "))
     facts = dev.lines[at + 1]
     assert re.fullmatch(rf" {{11}}moto {re.escape(metadata.version('moto'))}"
-                        r" · speed-ups \d+/\d+ on · (in-process calls|calls over HTTP)"
+                        r" · speed-ups \d+/\d+ on"
+                        r" · (its own process, over a socket|in-process calls|calls over HTTP)"
                         r"( · off: .+ \(`orchestrator doctor` says why\))?", facts), facts
     # the lines after it are those they were
     assert dev.lines[at + 2].startswith("functions  http://")

@@ -1,0 +1,232 @@
+"""The embedded emulator in a process of its own (`orchestrator dev`'s default): the
+clients it is attached to and plain HTTP clients share one linearizable state, its
+answers (errors included) are the in-process emulator's, a long-poll holds only its own
+connection, and the process ends with its parent, not with a Ctrl-C or a SIGTERM sent to
+the process group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from infra.emulator import Emulator
+from infra.emulator_process import EmulatorProcess
+from orchestrator.adapters.aws import Clients, make_clients
+from orchestrator.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+RACERS = 12
+ROUNDS = 15
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[EmulatorProcess]:
+    with EmulatorProcess() as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="module")
+def attached(emulator: EmulatorProcess) -> Clients:
+    settings = Settings(endpoint_url=emulator.url, prefix="emuproc")
+    clients: Clients = emulator.attach(make_clients(settings, max_pool=RACERS + 4))
+    return clients
+
+
+@pytest.fixture(scope="module")
+def over_http(emulator: EmulatorProcess) -> Clients:
+    return make_clients(Settings(endpoint_url=emulator.url, prefix="emuproc"),
+                        max_pool=RACERS + 4)
+
+
+def _table(clients: Clients, name: str = "") -> str:
+    name = name or f"emu-{uuid.uuid4().hex[:8]}"
+    clients.dynamodb.create_table(
+        TableName=name, KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST")
+    return name
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:  # a zombie (ended, not yet reaped) has ended too
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _until(check: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_attached_and_http_clients_share_one_state_and_race_with_one_winner(
+    attached: Clients, over_http: Clients
+) -> None:
+    table = _table(attached)
+    assert over_http.dynamodb.describe_table(TableName=table)["Table"]["TableName"] == table
+    key = {"pk": {"S": "lock"}}
+    outcomes: list[list[str]] = [[] for _ in range(ROUNDS)]
+    barrier = threading.Barrier(RACERS)
+
+    def racer(me: int) -> None:
+        client = (attached if me % 2 else over_http).dynamodb
+        for round_ in range(ROUNDS):
+            barrier.wait(timeout=30)
+            try:
+                client.update_item(
+                    TableName=table, Key=key,
+                    UpdateExpression="SET #owner = :me, version = :next",
+                    ConditionExpression="attribute_not_exists(#owner) OR version = :v",
+                    ExpressionAttributeNames={"#owner": "owner"},
+                    ExpressionAttributeValues={":me": {"S": str(me)},
+                                               ":v": {"N": str(round_)},
+                                               ":next": {"N": str(round_ + 1)}})
+            except ClientError as exc:
+                outcomes[round_].append(exc.response["Error"]["Code"])
+            else:
+                outcomes[round_].append("won")
+
+    with ThreadPoolExecutor(RACERS) as pool:
+        for future in [pool.submit(racer, me) for me in range(RACERS)]:
+            future.result()
+    for round_, results in enumerate(outcomes):
+        assert sorted(results) == (["ConditionalCheckFailedException"] * (RACERS - 1)
+                                   + ["won"]), f"round {round_}"
+    item = over_http.dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    assert item["version"] == {"N": str(ROUNDS)}
+
+
+def _answers(clients: Clients, table: str) -> list[Any]:
+    """What a few requests answer, errors included (request ids and dates left out)."""
+    ddb, out = clients.dynamodb, []
+    ddb.put_item(TableName=table, Item={"pk": {"S": "a"}, "n": {"N": "1"},
+                                        "tags": {"SS": ["x", "y"]}, "blob": {"B": b"\x00\x01"}})
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("get_item", {"Key": {"pk": {"S": "a"}}}),
+        ("update_item", {"Key": {"pk": {"S": "a"}}, "UpdateExpression": "SET n = n + :one",
+                         "ExpressionAttributeValues": {":one": {"N": "1"}},
+                         "ReturnValues": "ALL_NEW"}),
+        ("put_item", {"Item": {"pk": {"S": "a"}}, "ConditionExpression": "n = :z",
+                      "ExpressionAttributeValues": {":z": {"N": "0"}},
+                      "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}),
+        ("update_item", {"Key": {"pk": {"S": "a"}}, "UpdateExpression": "SET n = missing + :one",
+                         "ExpressionAttributeValues": {":one": {"N": "1"}}}),
+        ("update_item", {"Key": {"pk": {"S": "a"}}, "UpdateExpression": "SET = broken"}),
+        ("get_item", {"Key": {"nope": {"S": "a"}}}),
+    ]
+    for method, kwargs in calls:
+        try:
+            answer = getattr(ddb, method)(TableName=table, **kwargs)
+        except ClientError as exc:
+            out.append((exc.response["Error"], exc.response.get("Item"),
+                        exc.response["ResponseMetadata"]["HTTPStatusCode"]))
+        else:
+            answer.pop("ResponseMetadata")
+            out.append(answer)
+    return out
+
+
+def test_its_answers_and_errors_are_the_in_process_emulators(attached: Clients) -> None:
+    with Emulator() as local:
+        here = local.attach(make_clients(Settings(endpoint_url=local.url, prefix="emuproc")))
+        expected = _answers(here, _table(here, "emu-same-answers"))
+    assert _answers(attached, _table(attached, "emu-same-answers")) == expected
+    assert len(expected) == 6 and sum(isinstance(a, tuple) for a in expected) == 4
+
+
+def test_sqs_s3_and_cloudformation_go_through_it(attached: Clients, over_http: Clients
+                                                 ) -> None:
+    url = attached.sqs.create_queue(QueueName=f"emu-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    attached.sqs.send_message(QueueUrl=url, MessageBody="hello")
+    got = over_http.sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1)["Messages"]
+    assert [m["Body"] for m in got] == ["hello"]
+    bucket = f"emu-{uuid.uuid4().hex[:8]}"
+    attached.s3.create_bucket(Bucket=bucket)
+    attached.s3.put_object(Bucket=bucket, Key="k", Body=b"\x00bytes\xff")
+    assert over_http.s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"\x00bytes\xff"
+    assert isinstance(attached.cloudformation.list_stacks()["StackSummaries"], list)
+
+
+def test_a_long_poll_holds_only_its_own_connection(attached: Clients) -> None:
+    table = _table(attached)
+    url = attached.sqs.create_queue(QueueName=f"emu-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    wait_seconds = 2
+    polls: list[float] = []
+
+    def long_poll() -> None:
+        started = time.monotonic()
+        attached.sqs.receive_message(QueueUrl=url, WaitTimeSeconds=wait_seconds)
+        polls.append(time.monotonic() - started)
+
+    pollers = [threading.Thread(target=long_poll) for _ in range(3)]
+    for poller in pollers:
+        poller.start()
+    latencies = []
+    while any(p.is_alive() for p in pollers):
+        started = time.monotonic()
+        attached.dynamodb.get_item(TableName=table, Key={"pk": {"S": "x"}})
+        latencies.append(time.monotonic() - started)
+    for poller in pollers:
+        poller.join()
+    assert len(polls) == 3 and min(polls) >= wait_seconds - 0.1
+    assert len(latencies) >= 10 and max(latencies) < wait_seconds / 2
+
+
+def test_signals_to_the_group_leave_its_end_to_the_parent() -> None:
+    emulator = EmulatorProcess().start()
+    clients = emulator.attach(make_clients(Settings(endpoint_url=emulator.url)))
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        os.kill(emulator.pid, sig)
+    # Both were delivered (a signal is handled before the next request is): still serving.
+    clients.dynamodb.list_tables()
+    pid = emulator.pid
+    emulator.stop()
+    assert _gone(pid)
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = emulator.pid
+
+
+PARENT = """
+import sys, time
+from infra.emulator_process import EmulatorProcess
+emulator = EmulatorProcess().start()
+print(emulator.pid, emulator.url, flush=True)
+time.sleep(600)
+"""
+
+
+def test_it_ends_when_its_parent_dies() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert parent.stdout is not None
+        pid_text, url = parent.stdout.readline().split()
+        pid = int(pid_text)
+        assert make_clients(Settings(endpoint_url=url)).dynamodb.list_tables()["TableNames"] \
+            is not None
+        parent.kill()  # SIGKILL: no clean-up of any kind
+        parent.wait(timeout=10)
+        _until(lambda: _gone(pid), 15, f"the emulator process {pid} outlived its parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()

@@ -506,6 +506,10 @@ class Worker:
                     log.warning("receive failed: %s", exc)
                     got = []
                     stop.wait(1.0)
+                except Exception:  # anything else (a dropped connection): this loop goes on
+                    log.exception("receive failed")
+                    got = []
+                    stop.wait(1.0)
                 for _ in range(free - len(got)):
                     slots.release()
                 with self._lock:
@@ -519,7 +523,10 @@ class Worker:
 
         def flusher() -> None:
             while not stop.wait(FLUSH_EVERY):
-                self.flush(force=False)
+                try:
+                    self.flush(force=False)
+                except Exception:  # what it could not write waits for the next pass
+                    log.exception("flush failed")
 
         pollers = [
             threading.Thread(target=poll, args=(u,), name=f"poll-{i}", daemon=True)
@@ -533,4 +540,7 @@ class Worker:
             t.join(timeout=wait + 5)
         pool.shutdown(wait=True)
         self._batching = False
-        self.flush()
+        try:
+            self.flush()
+        except Exception:  # the messages not deleted come back, and find their rows moved on
+            log.exception("the last flush failed")

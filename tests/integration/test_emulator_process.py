@@ -230,3 +230,30 @@ def test_it_ends_when_its_parent_dies() -> None:
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+def test_a_request_moto_fails_on_is_answered_500_and_the_connection_goes_on(
+    emulator: EmulatorProcess, attached: Clients
+) -> None:
+    # What moto's own server answers for a handler that raises: a 500 (botocore retries
+    # it), not a dropped connection that would end the caller's loop.
+    from botocore.awsrequest import AWSPreparedRequest
+    from botocore.compat import HTTPHeaders
+
+    from infra.emulator_process import Remote
+
+    remote = Remote(emulator.address, emulator._authkey, emulator.url, "dynamodb",
+                    "us-east-1")
+    for target in ("DynamoDB_20120810.NoSuchOperation", "DynamoDB_20120810.ListTables"):
+        request = AWSPreparedRequest(
+            "POST", f"{emulator.url}/", HTTPHeaders.from_dict(
+                {"X-Amz-Target": target, "Content-Type": "application/x-amz-json-1.0"}),
+            b"{}", stream_output=False)
+        answer = remote(request)
+        assert answer is not None
+        if target.endswith("NoSuchOperation"):
+            assert answer.status_code == 500
+            assert b'"InternalFailure"' in answer.content and b"NoSuchOperation" in answer.content
+        else:  # the same thread, the same connection, still answered
+            assert answer.status_code == 200 and b"TableNames" in answer.content
+    assert attached.dynamodb.list_tables()["TableNames"] is not None

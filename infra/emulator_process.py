@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from types import TracebackType
 from typing import Any
@@ -278,8 +279,8 @@ def main(argv: list[str] | None = None) -> None:
         while True:
             try:
                 conn = listener.accept()
-            except OSError:
-                continue
+            except (OSError, EOFError, AuthenticationError):
+                continue  # a caller that failed the handshake, or went away during it
             threading.Thread(target=_serve, args=(emulator, conn), daemon=True).start()
 
     threading.Thread(target=accept, name="emulator-socket", daemon=True).start()

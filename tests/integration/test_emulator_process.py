@@ -257,3 +257,20 @@ def test_a_request_moto_fails_on_is_answered_500_and_the_connection_goes_on(
         else:  # the same thread, the same connection, still answered
             assert answer.status_code == 200 and b"TableNames" in answer.content
     assert attached.dynamodb.list_tables()["TableNames"] is not None
+
+
+def test_a_caller_without_the_key_is_refused_and_the_socket_goes_on(
+    emulator: EmulatorProcess
+) -> None:
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
+
+    with pytest.raises(AuthenticationError):
+        Client(emulator.address, "AF_UNIX", authkey=b"not the key")
+    # A thread of its own: a new connection, accepted as before.
+    fresh = emulator.attach(make_clients(Settings(endpoint_url=emulator.url)))
+    answers: list[Any] = []
+    worker = threading.Thread(target=lambda: answers.append(fresh.dynamodb.list_tables()))
+    worker.start()
+    worker.join(timeout=30)
+    assert answers and "TableNames" in answers[0]

@@ -178,10 +178,10 @@ def test_a_replay_mismatch_pauses_and_a_resume_after_the_fix_goes_on(h: Harness)
 
 def _stand_in_holds_the_driver(h: Harness, run_id: str) -> Any:
     """Hold a waiting run's driver as a worker does while it advances the run (the one
-    that pauses a run writes the pause, then lets the driver go); its release."""
+    that pauses a run writes the pause, then lets the driver go, sending nothing); its
+    release."""
     from functions.protocol import WaitKind
-    from orchestrator.adapters.messages import Dispatch
-    from orchestrator.engine.durable import DRIVER, Waiting
+    from orchestrator.engine.durable import Waiting
 
     owner = "worker:stand-in"
     held = h.rt.store.hold_driver(run_id, owner, h.rt.clock() + 30)
@@ -192,7 +192,6 @@ def _stand_in_holds_the_driver(h: Harness, run_id: str) -> Any:
         assert h.rt.store.suspend_driver(
             run_id, owner, held.attempt, held.pokes,
             Waiting(WaitKind.NEXT, since=now).to_json(), now, now + 60, now) == "ok"
-        h.rt.queues.dispatch([Dispatch(run_id=run_id, step=DRIVER, attempt=held.attempt)])
 
     return release
 
@@ -220,6 +219,8 @@ def test_a_resume_waits_for_a_holder_that_lets_go_and_not_for_one_that_does_not(
     with pytest.raises(Conflict, match="being advanced right now"):
         h.rt.durable.resume(run_id)
     release()
+    h.rt.durable.resume(run_id)  # nobody holds it: the run is called again, and waits
+    waiting_for(h, run_id, "signal")
     h.rt.signals.send(run_id, "approve", {"approved": True})
     assert h.wait(run_id)["output"] == {"decision": {"approved": True}}
 

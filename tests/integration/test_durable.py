@@ -176,55 +176,6 @@ def test_a_replay_mismatch_pauses_and_a_resume_after_the_fix_goes_on(h: Harness)
             if e["type"] in ("run.paused", "run.resumed")] == ["run.paused", "run.resumed"]
 
 
-def _stand_in_holds_the_driver(h: Harness, run_id: str) -> Any:
-    """Hold a waiting run's driver as a worker does while it advances the run (the one
-    that pauses a run writes the pause, then lets the driver go, sending nothing); its
-    release."""
-    from functions.protocol import WaitKind
-    from orchestrator.engine.durable import Waiting
-
-    owner = "worker:stand-in"
-    held = h.rt.store.hold_driver(run_id, owner, h.rt.clock() + 30)
-    assert held is not None
-
-    def release() -> None:
-        now = h.rt.clock()
-        assert h.rt.store.suspend_driver(
-            run_id, owner, held.attempt, held.pokes,
-            Waiting(WaitKind.NEXT, since=now).to_json(), now, now + 60, now) == "ok"
-
-    return release
-
-
-def test_a_resume_waits_for_a_holder_that_lets_go_and_not_for_one_that_does_not(
-    h: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import threading
-
-    from orchestrator.errors import Conflict
-    from orchestrator.services import durable_admin
-
-    run_id = h.start("approval", {})
-    waiting_for(h, run_id, "signal")
-    release = _stand_in_holds_the_driver(h, run_id)
-    letting_go = threading.Timer(0.3, release)  # a holder a moment from letting go
-    letting_go.start()
-    try:
-        assert h.rt.durable.resume(run_id)["run_id"] == run_id
-    finally:
-        letting_go.join()
-    waiting_for(h, run_id, "signal")
-    release = _stand_in_holds_the_driver(h, run_id)  # and this one keeps it
-    monkeypatch.setattr(durable_admin, "HOLD_WAIT", 0.2)
-    with pytest.raises(Conflict, match="being advanced right now"):
-        h.rt.durable.resume(run_id)
-    release()
-    h.rt.durable.resume(run_id)  # nobody holds it: the run is called again, and waits
-    waiting_for(h, run_id, "signal")
-    h.rt.signals.send(run_id, "approve", {"approved": True})
-    assert h.wait(run_id)["output"] == {"decision": {"approved": True}}
-
-
 def test_a_reset_runs_the_forgotten_operations_again(h: Harness) -> None:
     run_id = h.start("versioned", {})
     waiting_for(h, run_id, "signal")

@@ -290,6 +290,17 @@ class InProcess:
         return None
 
 
+def hand_over(client: Any, handler: Callable[..., Any], *, unsigned: bool) -> None:
+    """Have `handler` answer the client's requests (`before-send`, first); `unsigned`:
+    its requests are neither signed nor given a User-Agent (moto's handlers read only
+    the credential scope, which the answering side adds)."""
+    client.meta.events.register_first("before-send", handler)
+    if unsigned:
+        hyphenized = client.meta.service_model.service_id.hyphenize()
+        client.meta.events.register(f"choose-signer.{hyphenized}", _unsigned)
+        _unhook(client, f"request-created.{hyphenized}")
+
+
 def _unsigned(**_: Any) -> Any:
     return UNSIGNED
 
@@ -448,11 +459,7 @@ class Emulator:
                     continue  # this client calls the emulator over HTTP
             elif _check_once(IN_PROCESS_WSGI, "wsgi", lambda: None) is not None:
                 continue
-            client.meta.events.register_first("before-send", handler)
-            if handler.handler is not None:
-                hyphenized = client.meta.service_model.service_id.hyphenize()
-                client.meta.events.register(f"choose-signer.{hyphenized}", _unsigned)
-                _unhook(client, f"request-created.{hyphenized}")
+            hand_over(client, handler, unsigned=handler.handler is not None)
         return clients
 
     def stop(self) -> None:

@@ -46,9 +46,8 @@ from infra.emulator import (
     _body_of,
     _check_once,
     _clients_of,
-    _unhook,
-    _unsigned,
     calm_collector,
+    hand_over,
 )
 
 __all__ = ["SWITCH_INTERVAL", "EmulatorProcess", "Remote", "spare_core", "unavailable"]
@@ -183,12 +182,8 @@ class EmulatorProcess:
             service = client.meta.service_model.service_name
             handler = Remote(self.address, self._authkey, self.url, service,
                              client.meta.region_name)
-            client.meta.events.register_first("before-send", handler)
-            if service not in _DIRECT:
-                continue  # answered through moto's server app: signed, as over HTTP
-            hyphenized = client.meta.service_model.service_id.hyphenize()
-            client.meta.events.register(f"choose-signer.{hyphenized}", _unsigned)
-            _unhook(client, f"request-created.{hyphenized}")
+            # Unsigned where moto's handler answers directly; signed where its app does.
+            hand_over(client, handler, unsigned=service in _DIRECT)
         return clients
 
     def stop(self) -> None:

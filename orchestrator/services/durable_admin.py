@@ -25,16 +25,19 @@ __all__ = ["DurableAdmin"]
 
 HOLD_FOR = 30.0
 # How long an operator's move waits for the driver's holder to let go, and how often it
-# tries again meanwhile (real time: the clock may be a test's, standing still).
+# tries again meanwhile (by `sleep`, real time unless given: the clock may be a test's,
+# standing still).
 HOLD_WAIT = 5.0
 HOLD_RETRY = 0.02
 
 
 class DurableAdmin:
-    def __init__(self, store: Store, queues: Queues, clock: Callable[[], float]) -> None:
+    def __init__(self, store: Store, queues: Queues, clock: Callable[[], float],
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.store = store
         self.queues = queues
         self.clock = clock
+        self.sleep = sleep
 
     def _durable_run(self, run_id: str) -> RunRecord:
         run = self.store.get_run(run_id, self.clock())
@@ -89,7 +92,7 @@ class DurableAdmin:
         held = self.store.hold_driver(run_id, owner, now + HOLD_FOR)
         tries = int(HOLD_WAIT / HOLD_RETRY)
         while held is None and tries > 0 and self._held_by_another(run_id):
-            time.sleep(HOLD_RETRY)
+            self.sleep(HOLD_RETRY)
             tries -= 1
             held = self.store.hold_driver(run_id, owner, now + HOLD_FOR)
         if held is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -42,6 +42,9 @@ from functions.protocol import (
 )
 from orchestrator.errors import Code
 
+if TYPE_CHECKING:  # records.py imports this module
+    from orchestrator.engine.records import StepRecord
+
 __all__ = [
     "DRIVER",
     "RESULT_POS",
@@ -58,6 +61,7 @@ __all__ = [
     "branch_scope",
     "decides",
     "first_branches",
+    "first_holder",
     "in_view",
     "is_driver",
     "next_move",
@@ -80,6 +84,16 @@ WAIT_KINDS = tuple(k.value for k in WaitKind)
 def is_driver(step: str) -> bool:
     """The root driver, or a parallel branch's (`$run/<scope>`)."""
     return step == DRIVER or step.startswith(DRIVER + "/")
+
+
+def first_holder(row: StepRecord) -> bool:
+    """Whether the claim that gave `row` was the first ever of a run's root driver: its
+    journal is then empty, and need not be read. Only a holder of the root driver writes
+    entries, and only after a claim; a claim keeps the first one's `started_at`, so a
+    driver claimed before (a call that died, a retry, a wait, a resume) shows a
+    `started_at` older than its attempt's. A branch's driver reads its parent's entries."""
+    return (row.step == DRIVER and row.started_at is not None
+            and row.started_at == row.attempt_started)
 
 
 def scope_of(step: str) -> str:

@@ -38,6 +38,7 @@ from orchestrator.engine.durable import (
     Waiting,
     branch_scope,
     first_branches,
+    first_holder,
     in_view,
     next_move,
     read_answer,
@@ -109,7 +110,8 @@ class Durable:
         waits or ends (or `room()` says this worker's time is up)."""
         run_id = row.run_id
         scope = scope_of(row.step)
-        view = JournalView(self.store.read_journal(run_id, self.clock()))
+        view = JournalView([] if first_holder(row)
+                           else self.store.read_journal(run_id, self.clock()))
         waiting = Waiting.from_json(row.waiting) if row.waiting else None
         pokes = row.pokes
         attempts: dict[str, int] = {}

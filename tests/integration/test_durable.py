@@ -71,6 +71,27 @@ def test_a_chain_runs_each_step_once_and_ends_with_the_workflows_result(h: Harne
     assert [e["name"] for e in journal] == [f"add-{i}" for i in range(5)]
 
 
+def test_a_runs_first_call_reads_no_journal_and_a_call_after_a_wait_reads_it(
+        h: Harness) -> None:
+    # The journal's whole read (store.read_journal): run id and the journal's prefix.
+    reads: list[str] = []
+
+    def seen(params: dict[str, Any], **_: Any) -> None:
+        values = params.get("ExpressionAttributeValues", {})
+        if ":j" in values:
+            reads.append(values[":r"]["S"])
+
+    h.rt.clients.dynamodb.meta.events.register("before-parameter-build.dynamodb.Query", seen)
+    chain = h.start("chain", {"steps": 3})
+    assert h.wait(chain)["status"] == "success"
+    # Claimed once, called with an empty journal it never read.
+    assert chain not in reads
+    sleeper = h.start("sleeper", {"sleep": "1s"})
+    assert h.wait(sleeper)["status"] == "success"
+    # After its sleep, its driver was claimed again: the call replays what was read.
+    assert sleeper in reads
+
+
 def test_a_sleep_holds_nothing_and_the_run_resumes_after_it(h: Harness) -> None:
     run_id = h.start("sleeper", {"sleep": "1s"})
     waiting = until(lambda: (h.rt.store.get_driver(run_id) or None)

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from functions.protocol import WaitKind
-from orchestrator.engine.durable import Complete, Continue, JournalView, Suspend, Waiting
+from orchestrator.engine.durable import (
+    DRIVER,
+    Complete,
+    Continue,
+    JournalView,
+    Suspend,
+    Waiting,
+    first_holder,
+)
 from orchestrator.engine.durable_moves import (
     HANDOFF_BEFORE,
     IDLE_CALLS,
@@ -18,6 +26,8 @@ from orchestrator.engine.durable_moves import (
     release_of,
     stands,
 )
+from orchestrator.engine.records import StepRecord
+from orchestrator.engine.states import StepStatus
 
 NOW = 1_000.0
 
@@ -101,3 +111,16 @@ def test_a_checkpoint_sent_twice_is_committed_once_and_a_different_one_is_a_clas
     # The view keeps one entry per place.
     view.add(_entry("", 0))
     assert len(view) == 1 and view.at("", 0) == _entry("", 0)
+
+
+def test_only_the_first_claim_of_a_root_driver_skips_reading_its_journal() -> None:
+    def row(step: str, started: float | None, attempt_started: float | None) -> StepRecord:
+        return StepRecord(run_id="r", step=step, status=StepStatus.DISPATCHED, backend="b",
+                          route="/", started_at=started, attempt_started=attempt_started)
+
+    assert first_holder(row(DRIVER, NOW, NOW))
+    # Claimed before (a call that died, a retry, a wait, a resume): entries may be there.
+    assert not first_holder(row(DRIVER, NOW, NOW + 1))
+    assert not first_holder(row(DRIVER, None, None))  # not claimed at all
+    # A branch's driver sees its parent's entries: always read.
+    assert not first_holder(row(f"{DRIVER}/0:1", NOW, NOW))

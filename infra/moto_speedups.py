@@ -411,7 +411,7 @@ SPEEDUPS: tuple[Speedup, ...] = (
               lambda stock: _UsedNames)],
         reads=(f"{_PARSER}.parse",)),
     # Before index-range: it reads Table.query as moto has it.
-    _speedup("query-copy", "a projected query copies nothing, and sizes each item once", [
+    _speedup("query-copy", "a query of a table copies nothing, and sizes each item once", [
         Patch(f"{_DDB}.models:DynamoDBBackend", "query", speedups_query.backend_query),
         Patch(f"{_DDB}.models.table", "copy", speedups_query.table_copy),
         Patch(f"{_DDB}.models.dynamo_type:Item", "size", speedups_query.item_size)],

@@ -344,6 +344,10 @@ def play_sort_key_ranges(ddb: Any) -> list[Any]:
         ("d", "step > :a", {":a": {"S": "~030"}}),
         ("d", "step >= :a", {":a": {"S": "zz"}}),  # nothing in the range
         ("d", "step = :a", {":a": {"S": "r04"}}),
+        ("d", "step BETWEEN :a AND :b", {":a": {"S": "r07"}, ":b": {"S": "r03"}}),
+        ("d", "begins_with(step, :a)", {":a": {"S": "~"}}),  # the journal, to the end
+        ("d", "begins_with(step, :a)", {":a": {"S": "q"}}),  # nothing
+        ("d", "step = :a", {":a": {"S": "r045"}}),  # between two keys: nothing
         ("big", "step < :a", {":a": {"S": "b"}}),
         ("big", "step <= :a", {":a": {"S": "a2"}}),
     ]

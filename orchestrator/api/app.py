@@ -193,7 +193,7 @@ def create_app(rt: Runtime) -> Starlette:
 
         return await run_in_threadpool(start)
 
-    async def get_run(request: Request) -> JSONResponse:
+    async def get_run(request: Request) -> Response:
         flag = request.query_params.get("steps", "true")
         if flag not in ("true", "false"):
             raise UsageError(f"steps: {flag!r} is not true or false")
@@ -210,8 +210,8 @@ def create_app(rt: Runtime) -> Starlette:
                         or rt.clock() + FOLLOW_EVERY > deadline):
                     break
                 await asyncio.sleep(FOLLOW_EVERY)
-        view = await run_in_threadpool(lambda: rt.runs.view(run_id, steps=flag == "true"))
-        return JSONResponse(view)
+        body = await run_in_threadpool(lambda: rt.runs.view_body(run_id, steps=flag == "true"))
+        return Response(body, media_type="application/json")
 
     async def run_events(request: Request) -> JSONResponse:
         run_id = request.path_params["run_id"]

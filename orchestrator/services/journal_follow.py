@@ -15,7 +15,13 @@ A look costs two queries and what changed (plus the running parallel's entries),
 reading the journal whole cost every entry on every look: a poller of a 10,000-step run
 read 2 MB each time. A reset forgets entries: a change of the run row's history (a reset,
 a resume, a pause) drops what is kept for that run. Runs are kept least recently looked
-at first out."""
+at first out.
+
+A follower given `render` also keeps each top-scope entry rendered (`look`): what a look
+sends of a long run is the rendering it kept, joined, and what changed, rendered now,
+where rendering every entry again took a poller of a 10,000-step run 20-30 ms a look,
+while the interpreter's lock was the run's own workers' too (a 10,000-step chain polled
+every 0.5 s took 25 to 30% longer than one not polled)."""
 
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ from typing import Any
 
 from orchestrator.adapters.store.journal import JOURNAL
 
-__all__ = ["JournalFollower"]
+__all__ = ["JournalFollower", "Look"]
 
 Reader = Callable[..., list[dict[str, Any]]]
 
@@ -38,6 +44,9 @@ class _Kept:
     top: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> entry
     branches: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)  # pos ->
     last_top: str | None = None
+    # With a renderer: the top scope's entries rendered, in order, and their positions.
+    head: list[str] = field(default_factory=list)
+    positions: set[int] = field(default_factory=set)
 
     def entries(self) -> list[dict[str, Any]]:
         out = list(self.top.values())
@@ -46,17 +55,45 @@ class _Kept:
         return out
 
 
+@dataclass(frozen=True)
+class Look:
+    """A run's journal as a look found it: `head`, its top scope's entries rendered, in
+    order; `rest`, every other entry (parallel branches'), in no particular order."""
+
+    head: list[str]
+    positions: set[int]  # of the top scope's entries (read only)
+    rest: list[dict[str, Any]]
+
+    def shown(self, scope: str, pos: Any) -> bool:
+        """Whether an entry at (`scope`, `pos`) is in `head`."""
+        return scope == "" and pos in self.positions
+
+
 class JournalFollower:
     """`read(run_id, version)`: the run's journal entries (in no particular order);
-    `version` is anything that changes when entries may be forgotten (a reset)."""
+    `version` is anything that changes when entries may be forgotten (a reset).
+    `look(run_id, version)`: the same, the top scope's entries rendered by `render`."""
 
-    def __init__(self, reader: Reader, keep: int = 64) -> None:
+    def __init__(self, reader: Reader, keep: int = 64,
+                 render: Callable[[dict[str, Any]], str] | None = None) -> None:
         self.reader = reader
         self.keep = keep
+        self.render = render
         self._runs: OrderedDict[str, _Kept] = OrderedDict()
         self._lock = threading.Lock()
 
     def read(self, run_id: str, version: Any) -> list[dict[str, Any]]:
+        kept = self._kept(run_id, version)
+        return [_bare(e) for e in kept.entries()]
+
+    def look(self, run_id: str, version: Any) -> Look:
+        if self.render is None:
+            raise RuntimeError("this follower renders nothing: give it `render`")
+        kept = self._kept(run_id, version)
+        rest = [_bare(e) for pos in kept.branches.values() for e in pos.values()]
+        return Look(list(kept.head), kept.positions, rest)
+
+    def _kept(self, run_id: str, version: Any) -> _Kept:
         with self._lock:
             kept = self._runs.pop(run_id, None)
         if kept is None or kept.version != version:
@@ -66,13 +103,16 @@ class JournalFollower:
             self._runs[run_id] = kept
             while len(self._runs) > self.keep:
                 self._runs.popitem(last=False)
-        return [{k: v for k, v in e.items() if k != "_key"} for e in kept.entries()]
+        return kept
 
     def _refresh(self, run_id: str, kept: _Kept) -> None:
         new = self.reader(run_id, after=kept.last_top)
         for entry in new:
             kept.top[entry["_key"]] = entry
             kept.last_top = entry["_key"]
+            if self.render is not None:  # (keys sort as positions: read in their order)
+                kept.head.append(self.render(_bare(entry)))
+                kept.positions.add(int(entry.get("pos", 0)))
             if entry.get("kind") == "parallel":
                 # Ended: its branches are final now; read them once more, whole.
                 self._branches(run_id, kept, int(entry["pos"]))
@@ -86,3 +126,8 @@ class JournalFollower:
             kept.branches[pos] = {e["_key"]: e for e in found}
         else:
             kept.branches.pop(pos, None)
+
+
+def _bare(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry as read, without the sort key the follower keeps with it."""
+    return {k: v for k, v in entry.items() if k != "_key"}

@@ -24,7 +24,7 @@ from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
 from orchestrator.services.executor import Executor, RunContext
 from orchestrator.services.journal_follow import JournalFollower
 from orchestrator.services.step_follow import StepFollower
-from orchestrator.services.views import run_view
+from orchestrator.services.views import entry_step, render, run_view, view_json
 from orchestrator.strict_json import dumps
 
 __all__ = ["MAX_INPUT_BYTES", "RUN_ID_RE", "RunService"]
@@ -55,7 +55,8 @@ class RunService:
         # throttle; a cancelled queued run gives its place up.
         self.adv = executor
         # Durable runs' journals as followers read them: what changed since the last look.
-        self.follow = JournalFollower(executor.store.read_entries)
+        self.follow = JournalFollower(executor.store.read_entries,
+                                      render=lambda e: render(entry_step(e)))
         # A DAG run's step rows as followers read them: what can have changed since.
         store = executor.store
         self.follow_steps = StepFollower(
@@ -212,11 +213,25 @@ class RunService:
     def view(self, run_id: str, *, steps: bool = True) -> dict[str, Any]:
         """The run with its steps, or (steps=False) the run alone: one read of its row."""
         run = self.get(run_id)
-        rows = (self.follow_steps.read(run, lambda r, read: RunContext.of(r).rows(read))
-                if steps else None)
-        journal = (self.follow.read(run_id, (len(run.history), run.history[-1:]))
+        rows = self._rows(run) if steps else None
+        journal = (self.follow.read(run_id, _version(run))
                    if steps and run.definition.durable is not None else None)
         return run_view(run, rows, self.adv.load_output, journal)
+
+    def view_body(self, run_id: str, *, steps: bool = True) -> bytes:
+        """`view` as the API sends it (JSON). A durable run's top-scope operations come
+        as the journal's follower keeps them rendered: a look at a long run renders
+        what changed, not every operation again."""
+        run = self.get(run_id)
+        if not steps or run.definition.durable is None:
+            return view_json(run_view(run, self._rows(run) if steps else None,
+                                      self.adv.load_output), [])
+        look = self.follow.look(run_id, _version(run))
+        return view_json(run_view(run, self._rows(run), self.adv.load_output, look.rest,
+                                  look.shown), look.head)
+
+    def _rows(self, run: RunRecord) -> list[StepRecord]:
+        return self.follow_steps.read(run, lambda r, read: RunContext.of(r).rows(read))
 
     def history(self, run_id: str) -> list[dict[str, Any]]:
         """Every transition of the run and its steps, oldest first."""
@@ -295,3 +310,9 @@ class RunService:
 # Same-instant history entries read best in this order.
 _ORDER = {"run.queued": 0, "run.running": 0, "run.started": 1, "step.reused": 2,
           "step.ready": 2, "step.started": 3}
+
+
+def _version(run: RunRecord) -> Any:
+    """What changes when a durable run's kept journal must be forgotten (a reset, a
+    resume, a pause change the run's history)."""
+    return len(run.history), run.history[-1:]

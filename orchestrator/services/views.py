@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -9,11 +11,31 @@ from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import StepStatus
 
-__all__ = ["durable_steps", "run_view", "step_view"]
+__all__ = ["durable_steps", "entry_step", "journal_order", "render", "run_view", "step_view",
+           "view_json"]
 
 _ENTRY_STATUS = {"ok": "success", "error": "failed", "timeout": "timed_out"}
 _WAIT_STATUS = {"sleep": "waiting", "signal": "waiting", "retry": "retrying", "next": "ready",
                 "mismatch": "paused"}
+
+
+# Stands for a view's steps while the rest of it is rendered (view_json).
+_STEPS_MARK = f"steps-{secrets.token_hex(16)}"
+
+
+def render(value: Any) -> str:
+    """JSON as the API sends it (Starlette's JSONResponse encoding)."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def view_json(view: dict[str, Any], head: list[str]) -> bytes:
+    """`view` as the API sends it, its steps after `head` (steps rendered already)."""
+    if not head:
+        return render(view).encode()
+    steps = render(view["steps"])
+    joined = "[" + ",".join(head) + ("," + steps[1:] if len(steps) > 2 else "]")
+    return render({**view, "steps": _STEPS_MARK}).replace(
+        f'"{_STEPS_MARK}"', joined, 1).encode()
 
 
 def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any]) -> dict[str, Any]:
@@ -38,24 +60,34 @@ def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any]
     }
 
 
-def durable_steps(journal: list[dict[str, Any]], driver: StepRecord | None
-                  ) -> list[dict[str, Any]]:
+def entry_step(e: dict[str, Any]) -> dict[str, Any]:
+    """One journal entry as the run's step it shows."""
+    status = _ENTRY_STATUS.get(str(e.get("status")), str(e.get("status")))
+    return {
+        "step": e.get("name"), "kind": e.get("kind"), "status": status,
+        "attempts": int(e.get("attempts") or 1) if e.get("kind") == "step" else 0,
+        "output": e.get("value") if status != "failed" else None,
+        "error": e.get("error"), "scope": e.get("scope", ""), "position": e.get("pos"),
+        "id": e.get("id"), "started_at": e.get("started"), "finished_at": e.get("ended"),
+    }
+
+
+def journal_order(e: dict[str, Any]) -> tuple[str, int]:
+    """The order a run's operations are shown in: its top scope's by position first."""
+    return str(e.get("scope", "")), int(e.get("pos", 0))
+
+
+def durable_steps(journal: list[dict[str, Any]], driver: StepRecord | None,
+                  shown: Callable[[str, Any], bool] | None = None) -> list[dict[str, Any]]:
     """A durable run's operations as its steps: what the journal records, in order, then
-    what the run waits for (if anything)."""
-    out: list[dict[str, Any]] = []
-    for e in sorted(journal, key=lambda e: (e.get("scope", ""), int(e.get("pos", 0)))):
-        status = _ENTRY_STATUS.get(str(e.get("status")), str(e.get("status")))
-        out.append({
-            "step": e.get("name"), "kind": e.get("kind"), "status": status,
-            "attempts": int(e.get("attempts") or 1) if e.get("kind") == "step" else 0,
-            "output": e.get("value") if status != "failed" else None,
-            "error": e.get("error"), "scope": e.get("scope", ""), "position": e.get("pos"),
-            "id": e.get("id"), "started_at": e.get("started"), "finished_at": e.get("ended"),
-        })
+    what the run waits for (if anything). `shown(scope, position)`: whether an entry
+    outside `journal` is shown already (the caller shows those itself, before these)."""
+    out = [entry_step(e) for e in sorted(journal, key=journal_order)]
     waiting = None if driver is None or driver.status.terminal else driver.waiting
     if waiting and waiting.get("kind") in ("sleep", "signal", "retry", "mismatch") and not any(
             o["scope"] == waiting.get("scope", "") and o["position"] == waiting.get("pos")
-            for o in out):
+            for o in out) and not (shown is not None
+                                   and shown(waiting.get("scope", ""), waiting.get("pos"))):
         detail = waiting.get("detail") or {}
         kind = "step" if waiting["kind"] == "retry" else waiting["kind"]
         if waiting["kind"] == "mismatch":
@@ -75,9 +107,11 @@ def durable_steps(journal: list[dict[str, Any]], driver: StepRecord | None
 def run_view(
     run: RunRecord, steps: list[StepRecord] | None, load: Callable[[StepRecord], Any],
     journal: list[dict[str, Any]] | None = None,
+    shown: Callable[[str, Any], bool] | None = None,
 ) -> dict[str, Any]:
     """A run as the API shows it; without `steps` (None) the run alone, from its row.
-    A durable run shows its operations (`journal`) as its steps, and its result."""
+    A durable run shows its operations (`journal`) as its steps, and its result;
+    `shown`: see durable_steps."""
     view = {
         "run_id": run.run_id,
         "workflow": run.workflow,
@@ -112,7 +146,7 @@ def run_view(
             if driver is not None and driver.status is not StepStatus.SUCCESS and driver.error:
                 view["error"] = view["error"] or driver.error
             view["waiting"] = None if driver is None or driver.status.terminal else driver.waiting
-            view["steps"] = durable_steps(journal or [], driver)
+            view["steps"] = durable_steps(journal or [], driver, shown)
         return view
     if steps is not None:
         by_name = {s.step: s for s in steps}

@@ -554,3 +554,39 @@ def test_a_driver_keeps_only_its_last_wait_in_its_history(h: Harness) -> None:
     assert driver is not None
     waits = [e for e in driver.history if e["type"] == "run.waiting"]
     assert len(waits) <= 1 and len(driver.history) <= 4, driver.history
+
+
+def test_the_apis_body_of_a_durable_run_is_its_view_at_every_look(h: Harness) -> None:
+    """GET /runs/{id} sends the top scope's operations as the journal's follower kept
+    them rendered (RunService.view_body): what it sends is the run's view."""
+    def body(run_id: str) -> dict[str, Any]:
+        return dict(json.loads(h.rt.runs.view_body(run_id)))
+
+    # A run looked at while it goes on (each look renders only what is new), then done.
+    chain = h.start("slowchain", {"steps": 12})
+    looks = []
+    deadline = time.monotonic() + 30
+    while (look := body(chain))["status"] in ("queued", "running"):
+        assert time.monotonic() < deadline, look
+        looks.append(look["steps"])
+        time.sleep(0.03)
+    final = h.rt.runs.view(chain)
+    assert look == final and len(final["steps"]) == 12
+    assert len(looks) >= 2  # looked at along the way, not only once done
+    for steps in looks:  # each look: what was recorded by then, as recorded
+        assert steps == final["steps"][:len(steps)]
+    # A run that waits: the wait shows after its operations, as in the view.
+    waiting = h.start("approval", {})
+    waiting_for(h, waiting, "signal")
+    assert body(waiting) == h.rt.runs.view(waiting)
+    assert body(waiting)["steps"][-1]["status"] == "waiting"
+    h.rt.signals.send(waiting, "approve", {"ok": 1})
+    h.wait(waiting)
+    assert body(waiting) == h.rt.runs.view(waiting)
+    # Parallel branches (entries outside the top scope), and the run alone.
+    parallel = h.start("branches", {"sleep": "50ms"})
+    h.wait(parallel)
+    assert body(parallel) == h.rt.runs.view(parallel)
+    assert any(s["scope"] for s in body(parallel)["steps"])
+    assert json.loads(h.rt.runs.view_body(parallel, steps=False)) == h.rt.runs.view(
+        parallel, steps=False)

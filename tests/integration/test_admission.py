@@ -178,11 +178,13 @@ def test_throttle_burst_and_drop(harness_factory: Any) -> None:
     ids = start_all(h, "bursty", [None] * 4)
     views = [h.wait(r, timeout=30) for r in ids]
     delays = [v["started_at"] - h.rt.runs.get(v["run_id"]).created_at for v in views]
-    assert all(d < 0.4 for d in delays[:3]), delays  # a burst of 3 starts together
     # The 4th waits for the budget: one every period / limit = 1 s after the first.
     first = h.rt.runs.get(ids[0]).created_at
     slot = views[3]["admission"]["admit_at"]
     assert slot is not None and 0.9 <= slot - first <= 1.05, slot - first
+    # A burst of 3 starts together: none waits for a slot (the 4th's is the first to
+    # wait for). Not a fixed bound on their delays: a loaded machine took 0.42 s.
+    assert all(v["started_at"] < slot for v in views[:3]), (delays, slot - first)
     assert views[3]["started_at"] >= slot - 0.06
     dropped = start_all(h, "strict", [None] * 3)
     statuses = [h.wait(r)["status"] for r in dropped]

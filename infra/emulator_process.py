@@ -13,7 +13,12 @@ emulator.py): the same DynamoDB lock, the same speed-ups, the same answers.
         clients = emulator.attach(make_clients(Settings(endpoint_url=emulator.url)))
 
 The child ends with its parent: it reads its standard input, which the parent holds
-open, and exits when that closes (the parent exited, however it died)."""
+open, and exits when that closes (the parent exited, however it died).
+
+The socket lives in a private directory (mode 0700) made under the temporary directory,
+or under /tmp when a path there would be too long for a Unix socket (macOS's TMPDIR,
+/var/folders/…/T/, takes half the room). A child that cannot start raises `StartFailed`
+with the reason it printed (or its exit code), and nothing of it is left behind."""
 
 from __future__ import annotations
 
@@ -50,7 +55,8 @@ from infra.emulator import (
     hand_over,
 )
 
-__all__ = ["SWITCH_INTERVAL", "EmulatorProcess", "Remote", "spare_core", "unavailable"]
+__all__ = ["SOCKET_PATH_MAX", "SWITCH_INTERVAL", "EmulatorProcess", "Remote", "StartFailed",
+           "bind_error", "spare_core", "unavailable"]
 
 # How long a thread of the `dev` process may hold the interpreter lock while another
 # waits for it (Python's default: 5 ms). Every request now waits on a socket with the
@@ -64,14 +70,62 @@ SWITCH_INTERVAL = 0.0002
 
 log = logging.getLogger("orchestrator.emulator")
 
+# The longest path, in bytes, a Unix domain socket can be bound at: `sun_path` holds 104
+# bytes on macOS and the BSDs, 108 on Linux, the terminating NUL included. The shorter
+# one everywhere: a longer path fails to bind, and the child never says `ready`.
+SOCKET_PATH_MAX = 103
+
 _AUTHKEY_VARIABLE = "ORCH_EMULATOR_AUTHKEY"
 _READY = "ready "
+_FAILED = "failed "
+_DIR_PREFIX = "orch-emulator-"
+# What a socket's path adds to the directory its own is made in: "/", mkdtemp's name (the
+# prefix and 8 random characters; `_launch` checks the path it got), "/socket".
+_SOCKET_TAIL = len(f"/{_DIR_PREFIX}{'x' * 8}/socket")
+# Where the socket's directory goes when one under the temporary directory would be too long.
+_SHORT_PARENT = "/tmp"
+
+
+class StartFailed(RuntimeError):
+    """The emulator process did not start; `reason` says why, for a person."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the emulator process did not start: {reason}")
+        self.reason = reason
+
+
+def bind_error(exc: BaseException) -> OSError | None:
+    """The OSError behind an emulator that did not start: `exc` itself, or the one werkzeug's
+    `make_server` prints and turns into `SystemExit(1)` (a port in use, a host not this
+    machine's); None for anything else."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, SystemExit) and isinstance(exc.__context__, OSError):
+        return exc.__context__
+    return None
+
+
+def _socket_parent(tempdir: str, fallback: str = _SHORT_PARENT) -> str | None:
+    """The directory to make the socket's own directory in: `tempdir`, or `fallback` when a
+    socket under `tempdir` would be longer than SOCKET_PATH_MAX; None when neither will do."""
+    for parent in dict.fromkeys((tempdir, fallback)):
+        if (len(os.fsencode(parent)) + _SOCKET_TAIL <= SOCKET_PATH_MAX
+                and os.path.isdir(parent)):
+            return parent
+    return None
+
+
+def _no_short_path() -> str:
+    return (f"a socket under {tempfile.gettempdir()} (TMPDIR) or {_SHORT_PARENT} would be"
+            f" longer than the {SOCKET_PATH_MAX} bytes a Unix socket's path may have")
 
 
 def unavailable() -> str | None:
     """Why the emulator cannot run in a process of its own here (None: it can)."""
     if not hasattr(socket, "AF_UNIX"):
         return "this system has no Unix domain sockets"
+    if _socket_parent(tempfile.gettempdir()) is None:
+        return _no_short_path()
     return None
 
 
@@ -144,21 +198,15 @@ class EmulatorProcess:
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
     def start(self) -> EmulatorProcess:
+        """Start the child and wait for its `ready` line. Raises `StartFailed` when it
+        does not come (the child and its directory are gone by then)."""
         if self._child is not None:
             raise RuntimeError(f"the emulator is already running at {self.url}")
-        self._dir = tempfile.TemporaryDirectory(prefix="orch-emulator-")
-        self.address = os.path.join(self._dir.name, "socket")
-        env = {**os.environ, _AUTHKEY_VARIABLE: self._authkey.hex()}
-        self._child = subprocess.Popen(
-            [sys.executable, "-m", "infra.emulator_process", "--host", self.host,
-             "--port", str(self.port), "--socket", self.address,
-             *([] if self.core is None else ["--core", str(self.core)])],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        assert self._child.stdout is not None
-        line = self._child.stdout.readline()
-        if not line.startswith(_READY):
+        try:
+            line = self._launch()
+        except BaseException:
             self.stop()
-            raise RuntimeError(f"the emulator process did not start: {line.strip()!r}")
+            raise
         self.url, _, facts = line[len(_READY):].strip().partition(" ")
         # Whether moto's handlers are called directly or through its server app is the
         # child's business: this process's requests reach it over the socket either way.
@@ -166,6 +214,39 @@ class EmulatorProcess:
             facts = facts.replace(path, " · its own process, over a socket")
         self.facts = facts
         return self
+
+    def _launch(self) -> str:
+        """Make the socket's directory, start the child, and return its `ready` line."""
+        parent = _socket_parent(tempfile.gettempdir())
+        if parent is None:
+            raise StartFailed(_no_short_path())
+        try:
+            self._dir = tempfile.TemporaryDirectory(prefix=_DIR_PREFIX, dir=parent)
+            self.address = os.path.join(self._dir.name, "socket")
+            if len(os.fsencode(self.address)) > SOCKET_PATH_MAX:
+                raise StartFailed(f"its socket's path, {self.address}, is longer than"
+                                  f" the {SOCKET_PATH_MAX} bytes a Unix socket's may have")
+            env = {**os.environ, _AUTHKEY_VARIABLE: self._authkey.hex()}
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "infra.emulator_process", "--host", self.host,
+                 "--port", str(self.port), "--socket", self.address,
+                 *([] if self.core is None else ["--core", str(self.core)])],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        except OSError as exc:  # no directory, no interpreter, no process to be had
+            raise StartFailed(f"{type(exc).__name__}: {exc}") from exc
+        assert self._child.stdout is not None
+        line = self._child.stdout.readline()
+        if line.startswith(_READY):
+            return line
+        if line.startswith(_FAILED):  # the child's own words (its traceback: on stderr)
+            raise StartFailed(line[len(_FAILED):].strip())
+        if line:
+            raise StartFailed(f"it printed {line.strip()!r} instead of {_READY.strip()!r}")
+        try:
+            code = self._child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            raise StartFailed("it closed its output before it was ready") from None
+        raise StartFailed(f"it exited with code {code} before it was ready")
 
     @property
     def pid(self) -> int:
@@ -252,18 +333,8 @@ def _handler(emulator: Emulator, service: str, region: str) -> InProcess:
     return handler
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m infra.emulator_process")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--socket", required=True)
-    parser.add_argument("--core", type=int, help="keep to this core")
-    args = parser.parse_args(argv)
-    # Ctrl-C (and a SIGTERM sent to the process group, as `timeout` sends it) reaches
-    # this process too: the parent decides when it ends, by closing the standard input
-    # once its own threads have stopped calling.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+def _start(args: argparse.Namespace) -> tuple[Emulator, Listener]:
+    """The emulator, on its port, and the socket's listener, accepting."""
     if args.core is not None:  # before any thread starts: each takes it on
         os.sched_setaffinity(0, {args.core})
     authkey = bytes.fromhex(os.environ.pop(_AUTHKEY_VARIABLE))
@@ -282,9 +353,31 @@ def main(argv: list[str] | None = None) -> None:
     for service in _DIRECT:  # their checks run now, for the facts
         _handler(emulator, service, "us-east-1")
     calm_collector()
-    from infra.local import emulator_facts
+    return emulator, listener
 
-    print(f"{_READY}{emulator.url} {emulator_facts()}", flush=True)
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m infra.emulator_process")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--core", type=int, help="keep to this core")
+    args = parser.parse_args(argv)
+    # Ctrl-C (and a SIGTERM sent to the process group, as `timeout` sends it) reaches
+    # this process too: the parent decides when it ends, by closing the standard input
+    # once its own threads have stopped calling.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        emulator, listener = _start(args)
+        from infra.local import emulator_facts
+
+        facts = emulator_facts()
+    except (Exception, SystemExit) as exc:  # said to the parent; the traceback follows
+        why = bind_error(exc) or exc
+        print(f"{_FAILED}{type(why).__name__}: {why}", flush=True)
+        raise
+    print(f"{_READY}{emulator.url} {facts}", flush=True)
     # The parent reads no more of it: anything printed later must not fill the pipe.
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     sys.stdin.read()  # until the parent closes it (or dies)

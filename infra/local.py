@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import inspect
 import os
@@ -255,26 +256,45 @@ class LocalStack:
 
     def _start_emulator(self) -> Any:
         """The embedded emulator: in a process of its own (infra/emulator_process.py),
-        unless asked for in this one or this system has no Unix sockets."""
+        unless asked for in this one; in this one too, with one line saying why, where
+        this system has no Unix sockets or the process did not start."""
         from infra.emulator import Emulator
         from infra.emulator_process import (
             SWITCH_INTERVAL,
             EmulatorProcess,
+            StartFailed,
+            bind_error,
             spare_core,
             unavailable,
         )
 
         host, port = self.opts.host, self.opts.emulator_port
+        why = None
         if self.opts.emulator_process:
             why = unavailable()
             if why is None:
                 core = spare_core() if self.opts.one_core else None
-                emulator = EmulatorProcess(host, port, core).start()
-                self._switch = sys.getswitchinterval()
-                sys.setswitchinterval(SWITCH_INTERVAL)
-                return emulator
+                try:
+                    emulator = EmulatorProcess(host, port, core).start()
+                except StartFailed as exc:
+                    why = f"its own process did not start: {exc.reason}"
+                else:
+                    self._switch = sys.getswitchinterval()
+                    sys.setswitchinterval(SWITCH_INTERVAL)
+                    return emulator
             self.echo(f"emulator   runs in this process: {why}")
-        return Emulator(host, port).start()
+        try:
+            return Emulator(host, port).start()
+        except (OSError, SystemExit) as exc:  # its port taken, its host not this machine's
+            cause = bind_error(exc)
+            if cause is None:
+                raise
+            hint = (" (another --emulator-port, or 0 for a free one)"
+                    if cause.errno == errno.EADDRINUSE else "")
+            raise OrchestratorError(
+                f"the embedded emulator did not start on {host}:{port}: {cause}{hint}"
+                + ("" if why is None else f"; before that, {why}")
+            ) from cause
 
     # ---- the Lambda mode ----------------------------------------------------------------
 

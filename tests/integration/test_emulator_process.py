@@ -2,14 +2,20 @@
 clients it is attached to and plain HTTP clients share one linearizable state, its
 answers (errors included) are the in-process emulator's, a long-poll holds only its own
 connection, and the process ends with its parent, not with a Ctrl-C or a SIGTERM sent to
-the process group."""
+the process group. Its socket finds a short enough path under a long TMPDIR, and
+`orchestrator dev` comes up with the in-process emulator when the process does not
+start."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -18,12 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from botocore.exceptions import ClientError
 
 from infra.emulator import Emulator
-from infra.emulator_process import EmulatorProcess
+from infra.emulator_process import SOCKET_PATH_MAX, EmulatorProcess, unavailable
+from infra.local import LocalStack, StackOptions
 from orchestrator.adapters.aws import Clients, make_clients
+from orchestrator.errors import OrchestratorError
 from orchestrator.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -274,3 +283,113 @@ def test_a_caller_without_the_key_is_refused_and_the_socket_goes_on(
     worker.start()
     worker.join(timeout=30)
     assert answers and "TableNames" in answers[0]
+
+
+def test_under_a_long_tmpdir_its_socket_goes_to_a_short_private_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # macOS's TMPDIR (/var/folders/xx/yyyy/T/) leaves little room; this one leaves none.
+    long = tmp_path / ("t" * SOCKET_PATH_MAX)
+    long.mkdir()
+    monkeypatch.setenv("TMPDIR", str(long))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again, as a new process
+    assert tempfile.gettempdir() == str(long)
+    assert unavailable() is None
+    with EmulatorProcess() as emulator:
+        directory = os.path.dirname(emulator.address)
+        assert len(os.fsencode(emulator.address)) <= SOCKET_PATH_MAX
+        assert not directory.startswith(str(long))
+        assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+        clients = emulator.attach(make_clients(Settings(endpoint_url=emulator.url)))
+        assert clients.dynamodb.list_tables()["TableNames"] == []
+    assert not os.path.exists(directory)
+
+
+def test_where_no_directory_is_short_enough_for_its_socket_none_is_chosen(
+    tmp_path: Path
+) -> None:
+    from infra.emulator_process import _socket_parent
+
+    long = tmp_path / ("t" * SOCKET_PATH_MAX)
+    long.mkdir()
+    assert _socket_parent(str(tmp_path)) == str(tmp_path)
+    assert _socket_parent(str(long), fallback=str(tmp_path)) == str(tmp_path)
+    assert _socket_parent(str(long), fallback=str(long)) is None
+    assert _socket_parent(str(long), fallback=str(tmp_path / "missing")) is None
+
+
+CHAIN = """
+backends:
+  fn: { url: "${FUNCTIONS_URL}", secret: "${FUNCTIONS_SECRET}" }
+workflows:
+  chain:
+    steps:
+      one: { backend: fn, route: /echo }
+      two: { backend: fn, route: /echo, dependsOn: [one] }
+"""
+
+
+def _stack(tmp_path: Path, echoed: list[str], emulator_port: int = 0) -> LocalStack:
+    (tmp_path / "orchestrator.yml").write_text(CHAIN)
+    return LocalStack(StackOptions(
+        manifest=tmp_path / "orchestrator.yml", api_port=0, functions_port=0,
+        emulator_port=emulator_port, functions_app="tests.support.lambda_fns:create_app",
+        prefix=f"fall{uuid.uuid4().hex[:6]}", one_core=False,
+        environ={"ORCH_API_AUTH": "off"},
+    ), echo=echoed.append)
+
+
+def _finished(c: httpx.Client, run_id: str, seconds: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + seconds
+    while True:
+        view: dict[str, Any] = c.get(f"/runs/{run_id}").json()
+        if view["status"] not in ("queued", "running"):
+            return view
+        assert time.monotonic() < deadline, view
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_dev_comes_up_in_process_when_its_emulator_process_does_not_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A new interpreter that cannot find its standard library exits before any of our
+    # code runs; this one, already running, goes on.
+    monkeypatch.setenv("PYTHONHOME", str(tmp_path / "no-python-here"))
+    echoed: list[str] = []
+    stack = _stack(tmp_path, echoed)
+    try:
+        stack.start()
+        assert type(stack.emulator) is Emulator
+        said = [line for line in echoed if line.startswith("emulator   runs in this process")]
+        assert len(said) == 1 and said[0].startswith(
+            "emulator   runs in this process: its own process did not start: it exited with"
+            " code "), echoed
+        assert any(" · in-process calls" in line for line in echoed), echoed
+        with httpx.Client(base_url=stack.api_url, timeout=10) as c:
+            r = c.post("/runs", json={"workflow": "chain", "input": {"n": 1}})
+            assert r.status_code == 201, r.text
+            assert _finished(c, r.json()["run_id"])["status"] == "success"
+    finally:
+        stack.stop()
+
+
+def test_dev_says_why_when_neither_emulator_can_have_its_port(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        echoed: list[str] = []
+        stack = _stack(tmp_path, echoed, emulator_port=port)
+        try:
+            with pytest.raises(OrchestratorError) as raised:
+                stack.start()
+        finally:
+            stack.stop()
+    in_use = os.strerror(errno.EADDRINUSE)
+    fallback = [line for line in echoed if "runs in this process" in line]
+    assert len(fallback) == 1 and in_use in fallback[0], echoed
+    message = raised.value.message
+    assert message.startswith(f"the embedded emulator did not start on 127.0.0.1:{port}: "
+                              f"[Errno {errno.EADDRINUSE}] {in_use} (another --emulator-port"
+                              ), message
+    assert message.endswith(f"; before that, {fallback[0].partition(': ')[2]}"), message
+    assert not any(line.startswith("api") for line in echoed), echoed

@@ -89,11 +89,13 @@ def is_driver(step: str) -> bool:
 def first_holder(row: StepRecord) -> bool:
     """Whether the claim that gave `row` was the first ever of a run's root driver: its
     journal is then empty, and need not be read. Only a holder of the root driver writes
-    entries, and only after a claim; a claim keeps the first one's `started_at`, so a
-    driver claimed before (a call that died, a retry, a wait, a resume) shows a
-    `started_at` older than its attempt's. A branch's driver reads its parent's entries."""
-    return (row.step == DRIVER and row.started_at is not None
-            and row.started_at == row.attempt_started)
+    entries, and only after a claim. The row's history says so: made ready, then claimed
+    once, nothing else (a wait rewrites it, a retry, an expired lease or a second claim
+    adds to it). Not by the claims' times: two claims in one millisecond, or under a
+    clock that stands still (a test's), carry the same. A branch's driver reads its
+    parent's entries."""
+    return row.step == DRIVER and [h.get("type") for h in row.history] == [
+        "step.ready", "step.started"]
 
 
 def scope_of(step: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from functions.protocol import WaitKind
 from orchestrator.engine.durable import (
     DRIVER,
@@ -114,13 +116,24 @@ def test_a_checkpoint_sent_twice_is_committed_once_and_a_different_one_is_a_clas
 
 
 def test_only_the_first_claim_of_a_root_driver_skips_reading_its_journal() -> None:
-    def row(step: str, started: float | None, attempt_started: float | None) -> StepRecord:
-        return StepRecord(run_id="r", step=step, status=StepStatus.DISPATCHED, backend="b",
-                          route="/", started_at=started, attempt_started=attempt_started)
+    ready = {"at": NOW, "type": "step.ready"}
 
-    assert first_holder(row(DRIVER, NOW, NOW))
-    # Claimed before (a call that died, a retry, a wait, a resume): entries may be there.
+    def row(step: str, *claims: float) -> StepRecord:
+        history = (ready, *({"at": at, "type": "step.started", "attempt": 1} for at in claims))
+        return StepRecord(run_id="r", step=step, status=StepStatus.DISPATCHED, backend="b",
+                          route="/", started_at=claims[0] if claims else None,
+                          attempt_started=claims[-1] if claims else None, history=history)
+
+    assert first_holder(row(DRIVER, NOW))
+    # Claimed before (a call that died, a retry, a wait, a resume): entries may be there,
+    # even when both claims carry one time (a clock that stands still).
     assert not first_holder(row(DRIVER, NOW, NOW + 1))
-    assert not first_holder(row(DRIVER, None, None))  # not claimed at all
+    assert not first_holder(row(DRIVER, NOW, NOW))
+    assert not first_holder(row(DRIVER))  # not claimed at all
+    # A wait rewrites the history (its last wait alone), and the next claim adds to it.
+    waited = replace(row(DRIVER, NOW), history=(
+        {"at": NOW, "type": "run.waiting", "waits": "signal"},
+        {"at": NOW, "type": "step.started", "attempt": 1}))
+    assert not first_holder(waited)
     # A branch's driver sees its parent's entries: always read.
-    assert not first_holder(row(f"{DRIVER}/0:1", NOW, NOW))
+    assert not first_holder(row(f"{DRIVER}/0:1", NOW))

@@ -91,9 +91,18 @@ class DurableAdmin:
         now = self.clock()
         held = self.store.hold_driver(run_id, owner, now + HOLD_FOR)
         tries = int(HOLD_WAIT / HOLD_RETRY)
-        while held is None and tries > 0 and self._held_by_another(run_id):
-            self.sleep(HOLD_RETRY)
-            tries -= 1
+        free = False  # the last refusal found nobody holding the driver
+        while held is None and tries > 0:
+            if self._held_by_another(run_id):
+                free = False
+                self.sleep(HOLD_RETRY)
+                tries -= 1
+            elif free:
+                break  # refused twice with nobody holding it: it ended, or never began
+            else:
+                # Nobody holds it now: its holder let go after the refusal (the worker
+                # that paused the run releases it right after the pause). Try at once.
+                free = True
             held = self.store.hold_driver(run_id, owner, now + HOLD_FOR)
         if held is None:
             raise Conflict(Code.CONFLICT, f"run {run_id!r} is being advanced right now (or "

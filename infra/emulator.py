@@ -431,9 +431,16 @@ class Emulator:
         app = SerializeDynamoDB(self._dispatcher)
         # Threaded: a thread per request (werkzeug closes the connection after each
         # response), so a long-poll holds only its own thread and socket.
-        server = make_server(
-            self.host, self.port, app, threaded=True, request_handler=_request_handler()
-        )
+        try:
+            server = make_server(
+                self.host, self.port, app, threaded=True, request_handler=_request_handler()
+            )
+        except SystemExit as exc:
+            # werkzeug prints a bind's failure (a port in use, a host not this machine's)
+            # and exits; the OSError behind it is what a caller can act on.
+            if isinstance(exc.__context__, OSError):
+                raise exc.__context__ from None
+            raise
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,

@@ -56,7 +56,7 @@ from infra.emulator import (
 )
 
 __all__ = ["SOCKET_PATH_MAX", "SWITCH_INTERVAL", "EmulatorProcess", "Remote", "StartFailed",
-           "bind_error", "spare_core", "unavailable"]
+           "spare_core", "unavailable"]
 
 # How long a thread of the `dev` process may hold the interpreter lock while another
 # waits for it (Python's default: 5 ms). Every request now waits on a socket with the
@@ -92,17 +92,6 @@ class StartFailed(RuntimeError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"the emulator process did not start: {reason}")
         self.reason = reason
-
-
-def bind_error(exc: BaseException) -> OSError | None:
-    """The OSError behind an emulator that did not start: `exc` itself, or the one werkzeug's
-    `make_server` prints and turns into `SystemExit(1)` (a port in use, a host not this
-    machine's); None for anything else."""
-    if isinstance(exc, OSError):
-        return exc
-    if isinstance(exc, SystemExit) and isinstance(exc.__context__, OSError):
-        return exc.__context__
-    return None
 
 
 def _socket_parent(tempdir: str, fallback: str = _SHORT_PARENT) -> str | None:
@@ -373,9 +362,8 @@ def main(argv: list[str] | None = None) -> None:
         from infra.local import emulator_facts
 
         facts = emulator_facts()
-    except (Exception, SystemExit) as exc:  # said to the parent; the traceback follows
-        why = bind_error(exc) or exc
-        print(f"{_FAILED}{type(why).__name__}: {why}", flush=True)
+    except Exception as exc:  # said to the parent; the traceback follows
+        print(f"{_FAILED}{type(exc).__name__}: {exc}", flush=True)
         raise
     print(f"{_READY}{emulator.url} {facts}", flush=True)
     # The parent reads no more of it: anything printed later must not fill the pipe.

@@ -263,7 +263,6 @@ class LocalStack:
             SWITCH_INTERVAL,
             EmulatorProcess,
             StartFailed,
-            bind_error,
             spare_core,
             unavailable,
         )
@@ -285,16 +284,13 @@ class LocalStack:
             self.echo(f"emulator   runs in this process: {why}")
         try:
             return Emulator(host, port).start()
-        except (OSError, SystemExit) as exc:  # its port taken, its host not this machine's
-            cause = bind_error(exc)
-            if cause is None:
-                raise
+        except OSError as exc:  # its port taken, its host not this machine's
             hint = (" (another --emulator-port, or 0 for a free one)"
-                    if cause.errno == errno.EADDRINUSE else "")
+                    if exc.errno == errno.EADDRINUSE else "")
             raise OrchestratorError(
-                f"the embedded emulator did not start on {host}:{port}: {cause}{hint}"
+                f"the embedded emulator did not start on {host}:{port}: {exc}{hint}"
                 + ("" if why is None else f"; before that, {why}")
-            ) from cause
+            ) from exc
 
     # ---- the Lambda mode ----------------------------------------------------------------
 

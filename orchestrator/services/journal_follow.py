@@ -17,7 +17,7 @@ read 2 MB each time. A reset forgets entries: a change of the run row's history 
 a resume, a pause) drops what is kept for that run. Runs are kept least recently looked
 at first out.
 
-A follower given `render` also keeps each top-scope entry rendered (`look`): what a look
+The follower also keeps each top-scope entry rendered by its `render` (`look`): what a look
 sends of a long run is the rendering it kept, joined, and what changed, rendered now,
 where rendering every entry again took a poller of a 10,000-step run 20-30 ms a look,
 while the interpreter's lock was the run's own workers' too (a 10,000-step chain polled
@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.adapters.store.journal import JOURNAL
+from orchestrator.adapters.store.journal import JOURNAL, entry_key
 
 __all__ = ["JournalFollower", "Look"]
 
@@ -44,9 +44,7 @@ class _Kept:
     top: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> entry
     branches: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)  # pos ->
     last_top: str | None = None
-    # With a renderer: the top scope's entries rendered, in order, and their positions.
-    head: list[str] = field(default_factory=list)
-    positions: set[int] = field(default_factory=set)
+    head: list[str] = field(default_factory=list)  # the top's entries rendered, in order
 
     def entries(self) -> list[dict[str, Any]]:
         out = list(self.top.values())
@@ -61,12 +59,12 @@ class Look:
     order; `rest`, every other entry (parallel branches'), in no particular order."""
 
     head: list[str]
-    positions: set[int]  # of the top scope's entries (read only)
+    top: Mapping[str, Any]  # the top scope's entries by key (read only)
     rest: list[dict[str, Any]]
 
     def shown(self, scope: str, pos: Any) -> bool:
         """Whether an entry at (`scope`, `pos`) is in `head`."""
-        return scope == "" and pos in self.positions
+        return scope == "" and isinstance(pos, int) and entry_key("", pos) in self.top
 
 
 class JournalFollower:
@@ -74,8 +72,8 @@ class JournalFollower:
     `version` is anything that changes when entries may be forgotten (a reset).
     `look(run_id, version)`: the same, the top scope's entries rendered by `render`."""
 
-    def __init__(self, reader: Reader, keep: int = 64,
-                 render: Callable[[dict[str, Any]], str] | None = None) -> None:
+    def __init__(self, reader: Reader, render: Callable[[dict[str, Any]], str],
+                 keep: int = 64) -> None:
         self.reader = reader
         self.keep = keep
         self.render = render
@@ -87,11 +85,9 @@ class JournalFollower:
         return [_bare(e) for e in kept.entries()]
 
     def look(self, run_id: str, version: Any) -> Look:
-        if self.render is None:
-            raise RuntimeError("this follower renders nothing: give it `render`")
         kept = self._kept(run_id, version)
         rest = [_bare(e) for pos in kept.branches.values() for e in pos.values()]
-        return Look(list(kept.head), kept.positions, rest)
+        return Look(list(kept.head), kept.top, rest)
 
     def _kept(self, run_id: str, version: Any) -> _Kept:
         with self._lock:
@@ -110,9 +106,7 @@ class JournalFollower:
         for entry in new:
             kept.top[entry["_key"]] = entry
             kept.last_top = entry["_key"]
-            if self.render is not None:  # (keys sort as positions: read in their order)
-                kept.head.append(self.render(_bare(entry)))
-                kept.positions.add(int(entry.get("pos", 0)))
+            kept.head.append(self.render(_bare(entry)))  # (read in the keys' order)
             if entry.get("kind") == "parallel":
                 # Ended: its branches are final now; read them once more, whole.
                 self._branches(run_id, kept, int(entry["pos"]))

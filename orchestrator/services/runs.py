@@ -56,7 +56,7 @@ class RunService:
         self.adv = executor
         # Durable runs' journals as followers read them: what changed since the last look.
         self.follow = JournalFollower(executor.store.read_entries,
-                                      render=lambda e: render(entry_step(e)))
+                                      lambda e: render(entry_step(e)))
         # A DAG run's step rows as followers read them: what can have changed since.
         store = executor.store
         self.follow_steps = StepFollower(

@@ -11,8 +11,7 @@ from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import StepStatus
 
-__all__ = ["durable_steps", "entry_step", "journal_order", "render", "run_view", "step_view",
-           "view_json"]
+__all__ = ["durable_steps", "entry_step", "render", "run_view", "step_view", "view_json"]
 
 _ENTRY_STATUS = {"ok": "success", "error": "failed", "timeout": "timed_out"}
 _WAIT_STATUS = {"sleep": "waiting", "signal": "waiting", "retry": "retrying", "next": "ready",
@@ -72,17 +71,13 @@ def entry_step(e: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def journal_order(e: dict[str, Any]) -> tuple[str, int]:
-    """The order a run's operations are shown in: its top scope's by position first."""
-    return str(e.get("scope", "")), int(e.get("pos", 0))
-
-
 def durable_steps(journal: list[dict[str, Any]], driver: StepRecord | None,
                   shown: Callable[[str, Any], bool] | None = None) -> list[dict[str, Any]]:
     """A durable run's operations as its steps: what the journal records, in order, then
     what the run waits for (if anything). `shown(scope, position)`: whether an entry
     outside `journal` is shown already (the caller shows those itself, before these)."""
-    out = [entry_step(e) for e in sorted(journal, key=journal_order)]
+    out = [entry_step(e) for e in sorted(
+        journal, key=lambda e: (str(e.get("scope", "")), int(e.get("pos", 0))))]
     waiting = None if driver is None or driver.status.terminal else driver.waiting
     if waiting and waiting.get("kind") in ("sleep", "signal", "retry", "mismatch") and not any(
             o["scope"] == waiting.get("scope", "") and o["position"] == waiting.get("pos")

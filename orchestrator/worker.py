@@ -97,6 +97,7 @@ class Worker:
         # threads are folded together and written every FLUSH_EVERY seconds: one
         # counter write per run per flush instead of one per message.
         self._batching = False
+        self._folds = 0  # `folding` scopes open
         self._tally = Tally()
         # Likewise a wide join's completions: (run, join) -> (its in-degree, the
         # dependencies that succeeded since the last flush), one write each per flush.
@@ -247,12 +248,24 @@ class Worker:
         """Fold the terminal counts and wide joins' completions of what is handled
         inside, and write them once at the end: a Lambda invocation's batch costs one
         count write per run and one per join, as a poll loop's flush does, not one per
-        record. Lost with the invocation, they are the sweeper's to repair."""
-        self._batching = True
+        record. Lost with the invocation, they are the sweeper's to repair.
+
+        Scopes may overlap (`orchestrator dev --lambda` and the cost bench run a
+        mapping's four invocations at once in one process, where AWS gives each its
+        own): folding goes on until the last one ends, and each writes what is folded
+        when it ends. Were the first to end to stop it, the others' records would each
+        count a wide join's completion in a write of its own, which no invocation on
+        AWS does."""
+        with self._lock:
+            self._folds += 1
+            self._batching = True
         try:
             yield
         finally:
-            self._batching = False
+            with self._lock:
+                self._folds -= 1
+                if not self._folds:
+                    self._batching = False
             self.flush()
 
     def flush(self, *, force: bool = True) -> None:
@@ -271,7 +284,7 @@ class Worker:
                 self._oldest_ack = float("inf")
         for (run_id, join), (ndeps, deps) in joins.items():
             try:
-                self.adv.satisfy_many(run_id, join, deps, ndeps)
+                self.adv.satisfy_many(run_id, join, deps, ndeps, self.context(run_id))
             except OrchestratorError as exc:  # the sweeper promotes the join if lost
                 log.warning("join %s/%s: count failed: %s", run_id, join, exc)
         try:

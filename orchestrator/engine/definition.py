@@ -70,6 +70,12 @@ class Definition:
     def specs(self) -> dict[str, StepSpec]:
         return {s.name: s for s in self.steps}
 
+    @cached_property
+    def places(self) -> dict[str, dict[str, int]]:
+        """Each step's dependencies by name: their place in its `dependsOn`, from 0
+        (computed once). A wide join's count names its dependencies by these numbers."""
+        return {s.name: {d: i for i, d in enumerate(s.deps)} for s in self.steps if s.deps}
+
     @property
     def sinks(self) -> set[str]:
         return {s.name for s in self.steps} - {d for s in self.steps for d in s.deps}

@@ -19,6 +19,7 @@ from orchestrator.adapters.blobs import Blobs
 from orchestrator.adapters.messages import Dispatch, Promote
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Lease, Store
+from orchestrator.adapters.store.join_counts import WIDE_JOIN
 from orchestrator.engine.attempts import Fail, Retry
 from orchestrator.engine.commands import Finish, HaltRun, SkipBranch, SkipStep, StopInFlight
 from orchestrator.engine.definition import Definition
@@ -42,7 +43,9 @@ log = logging.getLogger(__name__)
 FINISH_TRIES = 3
 # A join with at least this many dependencies may have its completions folded by the
 # caller (`fold`): a wide fan-in is counted in a few writes, not one per dependency.
-FOLD_FROM = 8
+# Such a join is counted apart from its row, however its completions come
+# (adapters/store/join_counts.py).
+FOLD_FROM = WIDE_JOIN
 
 __all__ = ["FOLD_FROM", "LRU", "Executor", "Fold", "RunContext", "Tally"]
 
@@ -292,6 +295,12 @@ class Executor:
             ndeps = ctx.ndeps.get(dep, 0)
             if fold is not None and ndeps >= FOLD_FROM:
                 fold(done.run_id, dep, done.step, ndeps)
+            elif ndeps >= FOLD_FROM:
+                promoted = self._count_wide(done.run_id, dep, [done.step], ndeps, ctx, lease)
+                if promoted is not None and promoted.status is StepStatus.DISPATCHED:
+                    inline = promoted
+                elif promoted is not None:
+                    sends.append(Dispatch(run_id=done.run_id, step=dep, attempt=1))
             elif ndeps == 1 and lease is None:
                 # `done` was its only dependency: it is ready as its row stands. No write
                 # says so; its message does, and the worker that takes it promotes and
@@ -316,14 +325,28 @@ class Executor:
                 sends = []
         return inline, sends
 
-    def satisfy_many(self, run_id: str, step: str, deps: Collection[str], ndeps: int) -> bool:
+    def satisfy_many(self, run_id: str, step: str, deps: Collection[str], ndeps: int,
+                     ctx: RunContext | None = None) -> bool:
         """Count several successes towards one wide join (folded by a worker) and
-        dispatch the join if that completed it. True if it did."""
-        promoted = self.store.satisfy_many(run_id, step, list(deps), ndeps, self.clock())
+        dispatch the join if that completed it. True if it did. `ctx`: the run's, if
+        the caller has it (else it is read)."""
+        promoted = self._count_wide(run_id, step, deps, ndeps, self.context(run_id, ctx))
         if promoted is None:
             return False
         self.queues.dispatch([Dispatch(run_id=run_id, step=step, attempt=1)])
         return True
+
+    def _count_wide(self, run_id: str, step: str, deps: Collection[str], ndeps: int,
+                    ctx: RunContext, lease: Lease | None = None) -> StepRecord | None:
+        """Count `deps` towards a wide join by their places in its `dependsOn` (the
+        run's definition): the row if that promoted it."""
+        if ctx.definition is None:
+            return None  # the run is gone
+        places = ctx.definition.places.get(step, {})
+        known = [places[d] for d in deps if d in places]
+        if not known:
+            return None
+        return self.store.satisfy_many(run_id, step, known, ndeps, self.clock(), lease=lease)
 
     def retry(
         self,

@@ -1,6 +1,7 @@
 """A wide fan-in's completions are folded: a worker counts the successes of a join's
-dependencies (FOLD_FROM of them or more) in one write per flush, not one per dependency.
-The count is the size of a set, so copies count once and the promotion still happens
+dependencies (FOLD_FROM of them or more) in one write per flush, not one per dependency,
+into small count items apart from the join's row (adapters/store/join_counts.py). The
+count is the size of a set, so copies count once and the promotion still happens
 exactly once; folds lost with their worker are the sweeper's to repair."""
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ import threading
 import time
 from typing import Any
 
+from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.store import Lease
+from orchestrator.adapters.store.join_counts import COUNTS
 from orchestrator.engine.states import StepStatus
 from orchestrator.services.executor import FOLD_FROM, RunContext, Tally
 from tests.support.harness import Harness, steps_of
@@ -29,19 +32,33 @@ MANIFEST = (
 
 
 def join_counts(h: Harness) -> list[list[str]]:
-    """The dependencies named by every count written to a `join` row from now on."""
+    """The dependencies named by every count of `join` written from now on (its count
+    items hold their places in its `dependsOn`: CHILDREN's order, one chunk). A count
+    written into the join's own row fails the test."""
     seen: list[list[str]] = []
     lock = threading.Lock()
 
     def note(params: dict[str, Any], **_: Any) -> None:
-        if (params.get("Key", {}).get("step") == {"S": "join"}
-                and "ADD satisfied" in params.get("UpdateExpression", "")):
+        step = params.get("Key", {}).get("step", {}).get("S")
+        if "ADD satisfied" not in params.get("UpdateExpression", ""):
+            return
+        assert step != "join", "a wide join's count was written into its row"
+        if step == f"{COUNTS}join#0":
+            places = params["ExpressionAttributeValues"][":n"]["NS"]
             with lock:
-                seen.append(params["ExpressionAttributeValues"][":dep"]["SS"])
+                seen.append([CHILDREN[int(p)] for p in places])
 
     h.rt.clients.dynamodb.meta.events.register(
         "provide-client-params.dynamodb.UpdateItem", note)
     return seen
+
+
+def counted(h: Harness, run_id: str) -> list[str]:
+    """The dependencies the join's count item holds."""
+    item = h.rt.clients.dynamodb.get_item(
+        TableName=h.rt.settings.names.steps_table, ConsistentRead=True,
+        Key={"run_id": {"S": run_id}, "step": {"S": f"{COUNTS}join#0"}})["Item"]
+    return sorted(CHILDREN[int(p)] for p in item["satisfied"]["NS"])
 
 
 def test_a_wide_fan_in_is_counted_in_fewer_writes_than_it_has_dependencies(
@@ -91,7 +108,35 @@ def test_counts_given_twice_or_split_promote_the_join_once(harness_factory: Any)
     assert not rt.executor.satisfy_many(run_id, "join", CHILDREN[-2:], WIDTH)  # late copy
     join = rt.store.get_step(run_id, "join")
     assert join is not None and join.status is StepStatus.READY
-    assert join.satisfied == frozenset(CHILDREN)
+    assert counted(h, run_id) == CHILDREN
+    assert join.satisfied == frozenset()  # the row holds no count
+
+
+def test_folding_scopes_that_overlap_fold_until_the_last_one_ends(
+    harness_factory: Any,
+) -> None:
+    # `dev --lambda` and the cost bench run a mapping's invocations at once in one
+    # process: the first to end must not stop the others' folding.
+    h = harness_factory(MANIFEST.replace("/slow, payload: { seconds: 0.3 }", "/echo"))
+    rt = h.rt
+    run_id = h.start("wide")
+    run = rt.store.get_run(run_id, time.time())
+    assert run is not None
+    now = time.time()
+    root = rt.store.claim(run_id, "root", 1, Lease("w#1", now + 60), now)
+    rt.executor.succeed(root, RunContext.of(run), "{}", None, 2, Tally(), keep_one=None)
+    counts = join_counts(h)
+    w = rt.worker()
+    with w.folding():  # the second invocation
+        with w.folding():  # the first, which ends first
+            pass
+        for child in CHILDREN:
+            w.handle(Dispatch(run_id=run_id, step=child, attempt=1, after="root",
+                              ready_at=now))
+        assert counts == []  # folded, not written yet
+    assert len(counts) == 1 and sorted(counts[0]) == CHILDREN
+    join = rt.store.get_step(run_id, "join")
+    assert join is not None and join.status is StepStatus.READY
 
 
 def test_folds_lost_with_their_worker_are_repaired_by_the_sweeper(

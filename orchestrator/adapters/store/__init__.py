@@ -11,6 +11,7 @@ store.
 - `step_rows.StepRows`: step rows as whole items (batch writes, reads, outputs);
 - `step_writes.StepTransitions`: guarded step moves (claim, promote, record an
   attempt's outcome, skip), and the `Lease` a claim carries;
+- `join_counts.JoinCounts`: a wide join's count, kept in small items apart from its row;
 - `tables.Tables`: the client and table names they share;
 - `codec`: the item encoding of rows; `control.Control`: the control table's items.
 
@@ -18,13 +19,14 @@ store.
 
 from __future__ import annotations
 
+from orchestrator.adapters.store.join_counts import JoinCounts
 from orchestrator.adapters.store.journal import JournalRows
 from orchestrator.adapters.store.run_rows import RunRows
 from orchestrator.adapters.store.step_rows import StepRows
-from orchestrator.adapters.store.step_writes import Lease, StepTransitions
+from orchestrator.adapters.store.step_writes import Lease
 
 __all__ = ["Lease", "Store"]
 
 
-class Store(RunRows, StepRows, StepTransitions, JournalRows):
+class Store(RunRows, StepRows, JoinCounts, JournalRows):
     """Reads and conditional writes of the runs and steps tables (one DynamoDB client)."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import step_from_item, step_to_item
+from orchestrator.adapters.store.join_counts import WIDE_JOIN, count_items
 from orchestrator.adapters.store.tables import Tables, step_key
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
@@ -78,6 +79,18 @@ class StepRows(Tables):
             row = replace(row, wake_at=step_wake(row, self.wake))
         return step_to_item(row)
 
+    def _items(self, row: StepRecord, clock: Callable[[], float]) -> list[dict[str, Any]]:
+        """A new row's items: the row, and for a wide join that starts with some
+        dependencies done (a rerun reusing them) its count of them (join_counts.py)."""
+        items = [self._item(row)]
+        if (row.status is StepStatus.BLOCKED and row.satisfied
+                and len(row.deps) >= WIDE_JOIN):
+            places = {d: i for i, d in enumerate(row.deps)}
+            items += count_items(row.run_id, row.step,
+                                 [places[d] for d in row.satisfied if d in places],
+                                 len(row.deps), clock() + self.step_retention)
+        return items
+
     def put_steps(
         self,
         rows: Sequence[StepRecord],
@@ -96,7 +109,7 @@ class StepRows(Tables):
         must not overwrite them. From the fence on, what is left is created row by row,
         each only if absent. The fence is checked as each request is sent (retries
         included), so only a request already on the wire can land after it."""
-        items = [{"PutRequest": {"Item": self._item(r)}} for r in rows]
+        items = [{"PutRequest": {"Item": item}} for r in rows for item in self._items(r, clock)]
         clean = True
         for i in range(0, len(items), 25):
             pending: dict[str, Any] = {self.steps: items[i : i + 25]}

@@ -226,7 +226,8 @@ class StepTransitions(Tables):
         by this write).
 
         Adding `dep` to the `satisfied` set is idempotent, so a duplicated completion
-        counts once; the promotion is a compare-and-swap, so exactly one caller wins."""
+        counts once; the promotion is a compare-and-swap, so exactly one caller wins.
+        A wide join is counted apart from its row, never here (join_counts.py)."""
         key = step_key(run_id, step)
         if ndeps == 1 and plan is not None:
             created = self._create_promoted(plan, dep, lease, now, ready_at)
@@ -275,36 +276,6 @@ class StepTransitions(Tables):
             return None
         return self.promote(run_id, step, ndeps, lease, now)
 
-    def satisfy_many(
-        self, run_id: str, step: str, deps: Sequence[str], ndeps: int, now: float
-    ) -> StepRecord | None:
-        """Record that several of a join's `ndeps` dependencies succeeded, in one write
-        (a worker folds a wide fan-in's completions). The set makes it idempotent and
-        its size is the count; the promotion that follows is a compare-and-swap, so a
-        copy of a completion that comes in after the last one promotes nothing twice.
-        The row if this call promoted the step (blocked -> ready), else None."""
-        values: dict[str, Any] = {":dep": {"SS": sorted(set(deps))}}
-        guard = status_guard(STEP_MOVES["satisfy"], values)
-        try:
-            with _translate(f"step {run_id}/{step}: satisfy {len(values[':dep']['SS'])}"):
-                resp = self.ddb.update_item(
-                    TableName=self.steps,
-                    Key=step_key(run_id, step),
-                    UpdateExpression="ADD satisfied :dep",
-                    ConditionExpression=guard,
-                    ExpressionAttributeNames={"#s": "status"},
-                    ExpressionAttributeValues=values,
-                    ReturnValues="UPDATED_NEW",
-                )
-        except ConditionFailed:
-            return None  # no longer blocked: promoted, or skipped by a stop
-        # Nothing comes back when every one of them had been counted already: whoever
-        # counted the last one promotes (or, if it died first, the sweeper).
-        counted = resp.get("Attributes", {}).get("satisfied", {}).get("SS", [])
-        if len(counted) < ndeps:
-            return None
-        return self.promote(run_id, step, ndeps, None, now)
-
     def promote(
         self,
         run_id: str,
@@ -315,19 +286,21 @@ class StepTransitions(Tables):
         *,
         all_deps: Sequence[str] | None = None,
         plan: StepRecord | None = None,
+        counted: bool = False,
     ) -> StepRecord | None:
         """blocked -> ready (or dispatched under `lease`) once every dependency counted.
 
         The sweeper passes `all_deps` when it has seen every dependency succeed; the
         set is then completed in the same write (and, with `plan`, the row created if
-        the start left it out)."""
+        the start left it out). `counted`: the caller saw the count complete apart from
+        the row (a wide join's, join_counts.py), so only the status guards the write."""
         if all_deps is None:
             plan = None  # a count that is not there cannot be complete: the row exists
         update, cond, values = self._promotion(lease, now, plan=plan)
         if all_deps is not None:
             update += ", satisfied = :all"
             values[":all"] = {"SS": list(all_deps)}
-        else:
+        elif not counted:
             cond += " AND size(satisfied) = :nd"
             values[":nd"] = num(ndeps)
         names = _names(lease if plan is None else None)

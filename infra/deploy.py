@@ -8,7 +8,8 @@ orchestrator.yml, and the Lambda dependencies pip installs for the Lambda platfo
 none with `no_deps`) into one zip named by its hash; upload it to an artifacts bucket;
 translate template.yaml to plain CloudFormation pointing every function at that zip;
 create a change set (CREATE or UPDATE), show it, execute it, wait, and print the stack's
-outputs. The dry run does none of the AWS part: it prints the plan (resources,
+outputs. An update that changes a table's indexes by more than one is made in steps
+(infra/indexes.py). The dry run does none of the AWS part: it prints the plan (resources,
 parameters, the change set it would create, what is packaged) and the estimated monthly
 cost of the stack standing idle.
 
@@ -32,6 +33,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from infra.indexes import staged_templates, table_name
 from infra.prices import idle_month
 from infra.stack import (
     Deadline,
@@ -43,7 +45,8 @@ from infra.stack import (
 )
 from infra.template import TEMPLATE_PATH, cloudformation_template
 
-__all__ = ["LAMBDA_REQUIREMENTS", "Plan", "deploy", "destroy", "package", "plan", "render"]
+__all__ = ["LAMBDA_REQUIREMENTS", "Plan", "deploy", "deployed_indexes", "destroy", "package",
+           "plan", "render"]
 
 ROOT = TEMPLATE_PATH.parent
 # What the Lambda functions import beyond the runtime's own boto3 (pinned to the versions
@@ -179,12 +182,58 @@ def _artifact_bucket(clients: Any, stack: str, region: str) -> str:
 
 def deploy(clients: Any, p: Plan, code: bytes, *, timeout: float = 1800.0,
            echo: Any = print) -> dict[str, str]:
-    """Upload `code`, create and execute the change set, wait; the stack's outputs."""
+    """Upload `code`, create and execute the change set, wait; the stack's outputs.
+
+    An update whose tables' indexes differ from the deployed ones by more than one index
+    is made in steps, one index created or deleted in each (CloudFormation takes one per
+    update: infra/indexes.py), the new code from the first step on."""
     bucket = _artifact_bucket(clients, p.stack, p.region)
     key = f"{p.stack}/code-{hashlib.sha256(code).hexdigest()[:16]}.zip"
     call(f"s3://{bucket}/{key}: PutObject", clients.s3.put_object, Bucket=bucket, Key=key,
           Body=code)
-    template = json.loads(json.dumps(p.template))
+    status = wait_for_stack(clients, p.stack, Deadline(f"stack {p.stack}", timeout))
+    if status == "ROLLBACK_COMPLETE":  # a failed first creation: it can only be deleted
+        call("DeleteStack", clients.cloudformation.delete_stack, StackName=p.stack)
+        status = wait_for_stack(clients, p.stack, Deadline(f"stack {p.stack}", timeout))
+    kind = "CREATE" if status == "DELETE_COMPLETE" else "UPDATE"
+    stages = [p.template]
+    if kind == "UPDATE":
+        stages = staged_templates(p.template, deployed_indexes(clients.dynamodb, p))
+    outputs: dict[str, str] = {}
+    for i, template in enumerate(stages, 1):
+        if len(stages) > 1:
+            echo(f"index migration, step {i} of {len(stages)}"
+                 f"{': the template as it is' if i == len(stages) else ''}")
+        outputs = _apply(clients, p, template, bucket, key, kind,
+                         Deadline(f"stack {p.stack}", timeout), echo)
+        kind = "UPDATE"
+    return outputs
+
+
+def deployed_indexes(ddb: Any, p: Plan) -> dict[str, dict[str, Any]]:
+    """The indexes and attribute definitions of the plan's tables that exist (logical
+    id -> {"indexes", "attributes"}), as DescribeTable gives them."""
+    out: dict[str, dict[str, Any]] = {}
+    for logical_id, resource in p.template["Resources"].items():
+        if resource.get("Type") != "AWS::DynamoDB::Table":
+            continue
+        name = table_name(resource["Properties"], p.parameters)
+        try:
+            table = ddb.describe_table(TableName=name)["Table"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+                continue
+            raise DeployError(f"table {name}: DescribeTable: {exc}") from exc
+        out[logical_id] = {"indexes": table.get("GlobalSecondaryIndexes", []),
+                           "attributes": table.get("AttributeDefinitions", [])}
+    return out
+
+
+def _apply(clients: Any, p: Plan, template: dict[str, Any], bucket: str, key: str,
+           kind: str, deadline: Deadline, echo: Any) -> dict[str, str]:
+    """One change set of `template` (its functions' code at s3://bucket/key), executed
+    and waited for; the stack's outputs."""
+    template = json.loads(json.dumps(template))
     for resource in template["Resources"].values():
         if resource["Type"] == "AWS::Lambda::Function":
             resource["Properties"]["Code"] = {"S3Bucket": bucket, "S3Key": key}
@@ -194,12 +243,6 @@ def deploy(clients: Any, p: Plan, code: bytes, *, timeout: float = 1800.0,
         tkey = f"{p.stack}/template-{hashlib.sha256(body.encode()).hexdigest()[:16]}.json"
         clients.s3.put_object(Bucket=bucket, Key=tkey, Body=body.encode())
         where = {"TemplateURL": f"https://{bucket}.s3.amazonaws.com/{tkey}"}
-    deadline = Deadline(f"stack {p.stack}", timeout)
-    status = wait_for_stack(clients, p.stack, deadline)
-    if status == "ROLLBACK_COMPLETE":  # a failed first creation: it can only be deleted
-        call("DeleteStack", clients.cloudformation.delete_stack, StackName=p.stack)
-        status = wait_for_stack(clients, p.stack, deadline)
-    kind = "CREATE" if status == "DELETE_COMPLETE" else "UPDATE"
     name = f"deploy-{hashlib.sha256((body + key).encode()).hexdigest()[:12]}"
     params = [{"ParameterKey": k, "ParameterValue": v} for k, v in p.parameters.items()]
     call(f"stack {p.stack}: CreateChangeSet", clients.cloudformation.create_change_set,

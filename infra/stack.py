@@ -9,6 +9,8 @@ CloudFormation leaves out is applied through the service APIs (on AWS these are 
 since CloudFormation already applied them):
 
 - TimeToLiveSpecification of a table (moto ignores it): UpdateTimeToLive;
+- GlobalSecondaryIndexes of a table that exists (moto's update leaves them as they
+  were): UpdateTable, one index at a time (infra/indexes.py), each waited for;
 - LifecycleConfiguration and PublicAccessBlockConfiguration of a bucket (moto ignores
   both): PutBucketLifecycleConfiguration, PutPublicAccessBlock."""
 
@@ -21,6 +23,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
+from infra.indexes import attributes, index_steps, index_update
 from infra.template import data_resources_template
 from orchestrator.adapters.aws import Clients
 from orchestrator.errors import OrchestratorError
@@ -30,6 +33,7 @@ __all__ = [
     "Deadline",
     "DeployError",
     "call",
+    "converge_indexes",
     "deploy_data_stack",
     "destroy_data_stack",
     "empty_bucket",
@@ -209,6 +213,7 @@ def _converge_table(
         if description["TableStatus"] == "ACTIVE":
             break
         deadline.sleep(f"table {table} {description['TableStatus']}")
+    converge_indexes(clients, table, properties, deadline)
     wanted = properties.get("TimeToLiveSpecification")
     if not wanted or not wanted.get("Enabled"):
         return
@@ -231,6 +236,37 @@ def _converge_table(
         TableName=table,
         TimeToLiveSpecification={"Enabled": True, "AttributeName": wanted["AttributeName"]},
     )
+
+
+def converge_indexes(clients: Clients, table: str, properties: dict[str, Any],
+                     deadline: Deadline) -> list[dict[str, Any]]:
+    """`table`'s indexes brought to `properties`' (a template's table), one UpdateTable
+    per index created or deleted, each waited for until ACTIVE (or gone): what
+    CloudFormation does on AWS. The updates made (none if the indexes agree)."""
+    description = call(f"table {table}: DescribeTable", clients.dynamodb.describe_table,
+                       TableName=table)["Table"]
+    have = description.get("GlobalSecondaryIndexes", [])
+    done: list[dict[str, Any]] = []
+    known = [*description.get("AttributeDefinitions", []),
+             *properties.get("AttributeDefinitions", [])]
+    for indexes in index_steps(have, properties.get("GlobalSecondaryIndexes", [])):
+        update = index_update(have, indexes)
+        # AttributeDefinitions go with a creation only: they name its keys' types.
+        extra = ({"AttributeDefinitions": attributes(properties, indexes, known)}
+                 if "Create" in update else {})
+        call(f"table {table}: UpdateTable {update}", clients.dynamodb.update_table,
+             TableName=table, GlobalSecondaryIndexUpdates=[update], **extra)
+        names = {i["IndexName"] for i in indexes}
+        while True:
+            now = call(f"table {table}: DescribeTable", clients.dynamodb.describe_table,
+                       TableName=table)["Table"].get("GlobalSecondaryIndexes", [])
+            if ({i["IndexName"] for i in now} == names
+                    and all(i.get("IndexStatus", "ACTIVE") == "ACTIVE" for i in now)):
+                break
+            deadline.sleep(f"table {table}: indexes changing")
+        have = indexes
+        done.append(update)
+    return done
 
 
 def _lifecycle_rule(rule: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,8 @@ skipped by moto), then driven through the Lambda handlers against what it create
 from __future__ import annotations
 
 import ast
+import copy
+import dataclasses
 import io
 import json
 import time
@@ -24,6 +26,7 @@ from infra.lambda_events import Context, http_event, sqs_event
 from orchestrator import lambda_handlers as L
 from orchestrator.cli.commands import main
 from orchestrator.settings import ResourceNames, Settings
+from tests.support.legacy import RUNS_INDEXES_BEFORE_22
 
 ROOT = Path(__file__).resolve().parents[2]
 # moto warns of each resource type its CloudFormation does not create (the alarm, the HTTP
@@ -161,6 +164,42 @@ def test_the_stack_deploys_through_a_change_set_and_serves_a_run(
         assert view["status"] == "failed", view
     finally:
         L.forget()
+
+
+def test_an_update_that_replaces_indexes_is_made_one_index_at_a_time(
+    cloud: tuple[Emulator, Any],
+) -> None:
+    _, clients = cloud
+    plan = d.plan(MANIFEST, "mig", region="us-east-1", no_deps=True,
+                  parameters={"FunctionsApp": ""})
+    code = d.package(plan)
+    # A stack deployed before issue 22: the runs table's ALL-projected listing indexes.
+    old = copy.deepcopy(plan.template)
+    old["Resources"]["RunsTable"]["Properties"]["GlobalSecondaryIndexes"] = (
+        RUNS_INDEXES_BEFORE_22)
+    d.deploy(clients, dataclasses.replace(plan, template=old), code, timeout=60,
+             echo=lambda s: None)
+    sent: list[list[str]] = []
+
+    def note(params: dict[str, Any], **_: Any) -> None:
+        body = json.loads(params["TemplateBody"])
+        sent.append(sorted(i["IndexName"] for i in body["Resources"]["RunsTable"][
+            "Properties"]["GlobalSecondaryIndexes"]))
+
+    clients.cloudformation.meta.events.register(
+        "provide-client-params.cloudformation.CreateChangeSet", note)
+    said: list[str] = []
+    d.deploy(clients, plan, code, timeout=60, echo=said.append)
+    # CloudFormation takes one index creation or deletion per update of a table.
+    assert sent == [
+        ["active", "by-workflow", "by-workflow-keys", "recent", "wake"],
+        ["active", "by-workflow", "by-workflow-keys", "recent", "recent-keys", "wake"],
+        ["active", "by-workflow-keys", "recent", "recent-keys", "wake"],
+        ["active", "by-workflow-keys", "recent-keys", "wake"],
+    ]
+    assert [line for line in said if line.startswith("index migration")] == [
+        "index migration, step 1 of 4", "index migration, step 2 of 4",
+        "index migration, step 3 of 4", "index migration, step 4 of 4: the template as it is"]
 
 
 def test_destroy_keeps_the_data_unless_asked(cloud: tuple[Emulator, Any]) -> None:

@@ -33,7 +33,7 @@ def test_the_template_resources_created_directly_run_a_workflow(
     names = s.names
     runs = clients.dynamodb.describe_table(TableName=names.runs_table)["Table"]
     assert {i["IndexName"] for i in runs["GlobalSecondaryIndexes"]} == {
-        "by-workflow", "active", "recent", "wake"}
+        "by-workflow-keys", "active", "recent-keys", "wake"}
     ttl = clients.dynamodb.describe_time_to_live(TableName=names.steps_table)
     assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
     url = clients.sqs.get_queue_url(QueueName=names.dispatch_queue)["QueueUrl"]

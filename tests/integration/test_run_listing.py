@@ -1,14 +1,19 @@
-"""Listing every workflow's runs reads the `recent` index's partitions (LIST_SHARDS of
-them, and the one rows written before sharding used) and merges them newest first: no
+"""Listing every workflow's runs reads the `recent-keys` index's partitions (LIST_SHARDS
+of them, and the one rows written before sharding used) and merges them newest first: no
 one partition key takes every start's write, and a listing pages through every run once,
-in one order."""
+in one order. A stack deployed with the old, ALL-projected listing indexes lists the
+same before, during and after its migration to the KEYS_ONLY ones."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+from infra.indexes import index_steps
+from infra.stack import Deadline, converge_indexes
+from infra.template import data_resources_template
 from orchestrator.adapters.store.codec import LIST_SHARDS, LISTED_LEGACY, listed_key
+from tests.support.legacy import RUNS_INDEXES_BEFORE_22
 
 MANIFEST = """
 backends:
@@ -67,3 +72,56 @@ def test_a_status_filter_pages_across_partitions(harness_factory: Any) -> None:
         if cursor is None:
             break
     assert sorted(seen) == sorted(ids[:5])
+
+
+def _listings(rt: Any) -> dict[str, list[tuple[str, str]]]:
+    """Every listing the API offers, paged through: (run id, status) newest first."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for name, workflow, status in (("all", None, None), ("a", "a", None),
+                                   ("killed", None, "killed"), ("a running", "a", "running")):
+        seen: list[tuple[str, str]] = []
+        cursor = None
+        for _ in range(30):
+            page, cursor = rt.store.list_runs(workflow, time.time(), status=status, limit=3,
+                                              start=cursor)
+            seen += [(r.run_id, r.shown_status) for r in page]
+            if cursor is None:
+                break
+        assert cursor is None
+        out[name] = seen
+    return out
+
+
+def test_a_stack_with_the_old_listing_indexes_lists_the_same_all_through_its_migration(
+    harness_factory: Any,
+) -> None:
+    h = harness_factory(MANIFEST)
+    rt = h.rt
+    table = rt.settings.names.runs_table
+    props = data_resources_template(rt.settings.prefix)["Resources"]["RunsTable"]["Properties"]
+    # The table as a stack deployed before issue 22 has it: ALL-projected listing indexes.
+    old = {**props, "GlobalSecondaryIndexes": RUNS_INDEXES_BEFORE_22}
+    converge_indexes(rt.clients, table, old, Deadline("old layout", 30))
+    queried: list[str] = []
+    rt.clients.dynamodb.meta.events.register(
+        "provide-client-params.dynamodb.Query",
+        lambda params, **_: queried.append(params.get("IndexName", "")))
+    ids = [rt.runs.start("a" if i % 3 else "b", {"i": i})[0].run_id for i in range(10)]
+    for run_id in ids[:4]:
+        rt.executor.kill(run_id, "test")
+    want = _listings(rt)
+    assert [r for r, _ in want["all"]] == list(reversed(ids))
+    assert [r for r, _ in want["killed"]] == list(reversed(ids[:4]))
+    assert [r for r, _ in want["a running"]] == [ids[i] for i in reversed(range(4, 10))
+                                                  if i % 3]
+    assert {q for q in queried if q} <= {"by-workflow", "recent", "by-workflow-keys",
+                                         "recent-keys"}
+    assert {"by-workflow", "recent"} <= set(queried)  # read from the old indexes
+    # The migration, one index at a time (what `orchestrator deploy` staged on AWS):
+    # every listing the same after each step.
+    for step in index_steps(RUNS_INDEXES_BEFORE_22, props["GlobalSecondaryIndexes"]):
+        converge_indexes(rt.clients, table, {**props, "GlobalSecondaryIndexes": step},
+                         Deadline("migration step", 30))
+        queried.clear()
+        assert _listings(rt) == want
+    assert set(queried) == {"by-workflow-keys", "recent-keys"}  # the old ones are gone

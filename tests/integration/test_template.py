@@ -299,17 +299,20 @@ def test_runs_table(clients: Clients, names: ResourceNames) -> None:
     assert table["KeySchema"] == [{"AttributeName": "run_id", "KeyType": "HASH"}]
     assert table["BillingModeSummary"]["BillingMode"] == "PAY_PER_REQUEST"
     indexes = {i["IndexName"]: i for i in table["GlobalSecondaryIndexes"]}
-    assert indexes["by-workflow"]["KeySchema"] == [
+    assert set(indexes) == {"by-workflow-keys", "active", "recent-keys", "wake"}
+    assert indexes["by-workflow-keys"]["KeySchema"] == [
         {"AttributeName": "workflow", "KeyType": "HASH"},
         {"AttributeName": "created_at", "KeyType": "RANGE"},
     ]
-    assert indexes["by-workflow"]["Projection"] == {"ProjectionType": "ALL"}
+    # Written when a run is created and never again (adapters/store/run_listing.py).
+    assert indexes["by-workflow-keys"]["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    assert indexes["recent-keys"]["Projection"] == {"ProjectionType": "KEYS_ONLY"}
     assert indexes["active"]["KeySchema"] == [
         {"AttributeName": "active", "KeyType": "HASH"},
         {"AttributeName": "run_id", "KeyType": "RANGE"},
     ]
     assert indexes["active"]["Projection"] == {"ProjectionType": "KEYS_ONLY"}
-    assert indexes["recent"]["KeySchema"] == [
+    assert indexes["recent-keys"]["KeySchema"] == [
         {"AttributeName": "listed", "KeyType": "HASH"},
         {"AttributeName": "created_at", "KeyType": "RANGE"},
     ]

@@ -7,7 +7,8 @@ store.
 
 `Store` is one facade over its row classes, one module each:
 
-- `run_rows.RunRows`: run rows (create, read, list, admit, count down, halt, finish);
+- `run_rows.RunRows`: run rows (create, read, admit, count down, halt, finish);
+- `run_listing.RunListing`: runs listed newest first, from the listing indexes' keys;
 - `step_rows.StepRows`: step rows as whole items (batch writes, reads, outputs);
 - `step_writes.StepTransitions`: guarded step moves (claim, promote, record an
   attempt's outcome, skip), and the `Lease` a claim carries;
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from orchestrator.adapters.store.join_counts import JoinCounts
 from orchestrator.adapters.store.journal import JournalRows
+from orchestrator.adapters.store.run_listing import RunListing
 from orchestrator.adapters.store.run_rows import RunRows
 from orchestrator.adapters.store.step_rows import StepRows
 from orchestrator.adapters.store.step_writes import Lease
@@ -28,5 +30,5 @@ from orchestrator.adapters.store.step_writes import Lease
 __all__ = ["Lease", "Store"]
 
 
-class Store(RunRows, StepRows, JoinCounts, JournalRows):
+class Store(RunRows, RunListing, StepRows, JoinCounts, JournalRows):
     """Reads and conditional writes of the runs and steps tables (one DynamoDB client)."""

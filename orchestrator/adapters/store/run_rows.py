@@ -1,6 +1,6 @@
-"""Run rows: reading, listing and the guarded writes that start, count down and finish a
-run. Each write names the status it expects (`queued` or `running`); a late or duplicate
-caller finds that guard false and gets ConditionFailed."""
+"""Run rows: reading and the guarded writes that start, count down and finish a run
+(listing runs: run_listing.py). Each write names the status it expects (`queued` or
+`running`); a late or duplicate caller finds that guard false and gets ConditionFailed."""
 
 from __future__ import annotations
 
@@ -9,19 +9,12 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
-from orchestrator.adapters.store.codec import (
-    LIST_SHARDS,
-    LISTED_LEGACY,
-    history_entry,
-    num,
-    run_from_item,
-    run_to_item,
-)
+from orchestrator.adapters.store.codec import history_entry, num, run_from_item, run_to_item
 from orchestrator.adapters.store.tables import Item, Tables, history_clause, short_error
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RUN_MOVES, Move, RunStatus, status_guard, status_set
 from orchestrator.engine.wakes import run_wake
-from orchestrator.errors import ConditionFailed, UsageError
+from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 
 __all__ = ["RunRows"]
@@ -328,82 +321,6 @@ class RunRows(Tables):
                     break
         return found
 
-    def _list_all(
-        self, now: float, *, status: str | None, limit: int, start: Item | None
-    ) -> tuple[list[RunRecord], Item | None]:
-        """Every workflow's runs newest first: each partition of the `recent` index read
-        newest first from the cursor's place on (the run it names excluded), merged. The
-        order is (created_at, run_id), so runs started in the same millisecond in two
-        partitions come in one order page after page. The cursor is the last run's key."""
-        below: tuple[int, str] | None = None
-        if start is not None:
-            try:
-                below = (int(start["created_at"]["N"]), start["run_id"]["S"])
-            except (KeyError, ValueError):
-                raise UsageError("cursor: not a cursor this API returned") from None
-        found: list[tuple[tuple[int, str], Item]] = []
-        more = False
-        for part in [*(f"runs#{i}" for i in range(LIST_SHARDS)), LISTED_LEGACY]:
-            got, left = self._partition(part, below, status, limit)
-            found += got
-            more = more or left
-        found.sort(key=lambda pair: pair[0], reverse=True)
-        page = found[:limit]
-        runs = [r for r in (run_from_item(item) for _, item in page)
-                if r.expires_at is None or r.expires_at > now]
-        if not page or (len(found) <= limit and not more):
-            return runs, None
-        (created, run_id), item = page[-1]
-        return runs, {"run_id": {"S": run_id}, "created_at": {"N": str(created)},
-                      "listed": item.get("listed", {"S": LISTED_LEGACY})}
-
-    def _listing(self, index: str, cond: str, values: dict[str, Any], status: str | None,
-                 limit: int) -> dict[str, Any]:
-        """A Query of a listing index, newest first, optionally of one status."""
-        values = dict(values)
-        kwargs: dict[str, Any] = {
-            "TableName": self.runs, "IndexName": index, "KeyConditionExpression": cond,
-            "ScanIndexForward": False, "Limit": limit,
-            # Only what a listing shows: the definition and input can be large.
-            "ProjectionExpression": "run_id, workflow, #s, created_at, finished_at, expires_at,"
-            " started_at, #t, rerun_of, listed, paused",
-            "ExpressionAttributeNames": {"#s": "status", "#t": "trigger"},
-        }
-        if status is not None:
-            # `paused` is shown for a running durable run stopped by a replay mismatch.
-            kwargs["FilterExpression"] = {
-                "paused": "#s = :st AND attribute_exists(paused)",
-                "running": "#s = :st AND attribute_not_exists(paused)",
-            }.get(status, "#s = :st")
-            values[":st"] = {"S": "running" if status == "paused" else status}
-        kwargs["ExpressionAttributeValues"] = values
-        return kwargs
-
-    def _partition(
-        self, part: str, below: tuple[int, str] | None, status: str | None, limit: int
-    ) -> tuple[list[tuple[tuple[int, str], Item]], bool]:
-        """Up to `limit` runs of one partition of `recent` ordered before `below`, newest
-        first; and whether it holds more."""
-        values: dict[str, Any] = {":p": {"S": part}}
-        cond = "listed = :p"
-        if below is not None:
-            cond += " AND created_at <= :c"
-            values[":c"] = {"N": str(below[0])}
-        kwargs = self._listing("recent", cond, values, status, limit + 1)
-        out: list[tuple[tuple[int, str], Item]] = []
-        for _ in range(20):  # bounded: a rare status may need several reads
-            with _translate("runs of all workflows"):
-                resp = self.ddb.query(**kwargs)
-            for item in resp.get("Items", []):
-                key = (int(item["created_at"]["N"]), item["run_id"]["S"])
-                if below is None or key < below:
-                    out.append((key, item))
-            last = resp.get("LastEvaluatedKey")
-            if last is None or len(out) > limit:
-                return out[:limit + 1], len(out) > limit or last is not None
-            kwargs["ExclusiveStartKey"] = last
-        return out, True
-
     def any_active(self) -> bool:
         """Whether any run is in flight (queued or running): one read of the sparse
         `active` index, at most one key."""
@@ -430,38 +347,3 @@ class RunRows(Tables):
             if "LastEvaluatedKey" not in resp:
                 return ids
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
-
-    def list_runs(
-        self,
-        workflow: str | None,
-        now: float,
-        *,
-        status: str | None = None,
-        limit: int = 20,
-        start: Item | None = None,
-    ) -> tuple[list[RunRecord], Item | None]:
-        """Runs newest first (of one workflow, or all), optionally of one status.
-
-        A status filter is applied after the read, so a page may hold fewer than `limit`
-        runs while the cursor still leads on; reading continues until the page is full."""
-        if workflow is None:
-            return self._list_all(now, status=status, limit=limit, start=start)
-        kwargs = self._listing("by-workflow", "workflow = :w", {":w": {"S": workflow}},
-                               status, limit)
-        if start:
-            kwargs["ExclusiveStartKey"] = start
-        runs: list[RunRecord] = []
-        last: Item | None = None
-        for _ in range(20):  # bounded: a rare status may need several reads per page
-            with _translate(f"runs of {workflow}"):
-                resp = self.ddb.query(**kwargs)
-            for item in resp.get("Items", []):
-                run = run_from_item(item)
-                if run.expires_at is None or run.expires_at > now:
-                    runs.append(run)
-            last = resp.get("LastEvaluatedKey")
-            if last is None or len(runs) >= limit:
-                break
-            kwargs["ExclusiveStartKey"] = last
-            kwargs["Limit"] = limit - len(runs)
-        return runs, last

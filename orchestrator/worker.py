@@ -201,11 +201,9 @@ class Worker:
                 row = None  # a duplicate, a late message, or a step already taken
         self._ack(receipt)
         tally = Tally()
-        launched = msg.launched and msg.attempt == 1
         try:
             while row is not None:
-                row = self.execute(row, tally, launched=launched)
-                launched = False
+                row = self.execute(row, tally)
         finally:
             self._count(tally)
 
@@ -350,20 +348,18 @@ class Worker:
                 out[name] = self.adv.load_output(dep)
         return {d: out.get(d) for d in row.deps}
 
-    def execute(
-        self, row: StepRecord, tally: Tally, *, launched: bool = False
-    ) -> StepRecord | None:
-        """Run one claimed attempt; return the next row to run inline, if any.
-        `launched`: claimed from the launch's own dispatch (Dispatch.launched)."""
-        # A step that was ready at launch may have been written after a cancel's stop
-        # pass read the rows: its claim reads the run afresh (for a run's first step the
-        # cache is empty anyway) and gives the attempt up if the run is stopping. Not
-        # when its launch read the flags, unset, after writing it: a stop pass after
-        # that read flags the row, and the claim's guard refuses a flagged row.
-        ctx = self.context(row.run_id, fresh=row.at_launch and not launched)
-        if ctx is not None and ctx.stopping and row.at_launch:
+    def execute(self, row: StepRecord, tally: Tally) -> StepRecord | None:
+        """Run one claimed attempt; return the next row to run inline, if any."""
+        # The start check (DESIGN.md, invariant 5): with the lease taken, right before
+        # the call, one strongly consistent read of the run's stop flags. A halt's
+        # failure and a cancel set them in the write that commits them, so a step whose
+        # check comes after that instant is never called, however late the stop's pass
+        # over the rows. The attempt is given up as if its claim had been refused.
+        ctx = self.context(row.run_id, fresh=True)
+        if ctx is not None and ctx.stopping:
             gone = self.store.abandon(row.run_id, row.step, row.attempt, row.lease_owner or "",
-                                      "run stopped before the step started", self.clock())
+                                      "run stopped before the step started", self.clock(),
+                                      unstart=row)
             if gone is not None and gone.counted:
                 tally.add(row.run_id)
             return None

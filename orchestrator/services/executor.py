@@ -110,7 +110,7 @@ class RunContext:
             input=run.input,
             on_failure=run.on_failure,
             ndeps=run.definition.ndeps,
-            stopping=run.kill_requested or run.halted,
+            stopping=run.stopping,
             sinks=len(sinks),
             ends_with=next(iter(sinks)) if alone else None,
             started_at=run.started_at or run.created_at,
@@ -370,13 +370,16 @@ class Executor:
         *,
         expired_before: float | None = None,
     ) -> bool:
-        """Record a step's failure, then what the engine says it does to its run."""
+        """Record a step's failure, then what the engine says it does to its run. Under
+        `halt` the failure's write is the run's stop instant too (`stop_run`): the pass
+        that skips the rest may come late (this process may die first), no start will."""
         try:
             failed = self.store.record_failure(
                 *_attempt_of(row),
                 error=decision.error,
                 now=self.clock(),
                 expired_before=expired_before,
+                stop_run=ctx.definition is not None and ctx.on_failure is OnFailure.HALT,
             )
         except ConditionFailed:
             return False

@@ -183,21 +183,13 @@ class RunService:
         began = run.started_at or run.created_at
         # A step blocked on one dependency is left out: its promotion creates its row
         # (not in a rerun, whose reused steps the plan does not know).
-        clean = self.store.put_steps(
+        self.store.put_steps(
             [r for r in rows if run.definition.reused or not unwritten(r)],
             fence=began + self.store.wake.settle / 2, clock=self.adv.clock)
         ready = [r.step for r in rows if r.status is StepStatus.READY]
-        # Read after every row is written: a cancel or halt flagged later has its stop
-        # pass read those rows, and flag them, after this. If unset, the claims of these
-        # dispatches need not read the run again (one read here, not one per root). With
-        # one root that read is the claim's own. Not if a batch was sent twice or met the
-        # fence: a copy still on the wire could land after a stop pass and write its
-        # row back unflagged (then each claim reads the flags, as before).
-        launched = (clean and len(ready) > 1
-                    and self.store.run_stopping(run.run_id, self.adv.clock()) is False)
+        # Each claim makes its own start check (Worker.execute): the launch reads nothing.
         self.adv.queues.dispatch([
-            Dispatch(run_id=run.run_id, step=step, attempt=1, launched=launched)
-            for step in ready
+            Dispatch(run_id=run.run_id, step=step, attempt=1) for step in ready
         ])
         if not ready and all(r.status.terminal for r in rows):
             self.adv.finish_if_done(run.run_id)

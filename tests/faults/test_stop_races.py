@@ -94,6 +94,12 @@ def started_after(history: list[dict[str, Any]], moment: float) -> list[dict[str
     return [e for e in history if e["type"] == "step.started" and e["at"] > moment]
 
 
+def stop_instant(history: list[dict[str, Any]]) -> float:
+    """The run's stop instant: its first final failure or cancel request."""
+    return min(float(e["at"]) for e in history
+               if e["type"] in ("step.failed", "run.cancel_requested"))
+
+
 def halted_at(history: list[dict[str, Any]]) -> float:
     (entry,) = [e for e in history if e["type"] == "run.halted"]
     return float(entry["at"])
@@ -183,12 +189,14 @@ def test_a_promotion_racing_the_halt_pass_starts_before_the_halt_or_not_at_all(
         done, RunContext.of(run), Lease("w2", time.time() + 30))[0]))
     h.rt.worker().handle(Dispatch(run_id=run_id, step="boom", attempt=1))
     assert inline and inline[0] is not None and inline[0].step == "x"
-    history = h.rt.runs.history(run_id)
-    assert started_after(history, halted_at(history)) == []
-    # x runs (it started before the halt), fails with a 503, and is not tried again.
+    # x was promoted into a's worker's lease after boom's failure committed: its start
+    # check finds the run stopping, so it is never called, and its history shows no start.
     other.worker(worker_id="w2").execute(inline[0], Tally())
-    assert len(recorder.for_step(run_id, "x")) == 1
+    assert recorder.for_step(run_id, "x") == []
     assert not retried(sent, "x")
+    history = h.rt.runs.history(run_id)
+    assert started_after(history, stop_instant(history)) == []
+    assert [e["type"] for e in history if e.get("step") == "x"][-1:] == ["step.skipped"]
     other.executor.finish_if_done(run_id)
     ends(h, run_id, "failed", skipped=("x",))
 
@@ -317,8 +325,8 @@ def test_a_cancel_whose_pass_runs_while_the_launch_writes_rows_starts_nothing(
     harness_factory: Any, recorder: Recorder
 ) -> None:
     """30 roots are written 25 to a request: the cancel's pass, made between the two,
-    cannot see the last 5. They are dispatched, claimed, read the run afresh and give
-    the attempt up: no function is called."""
+    cannot see the last 5. They are dispatched, claimed, and their start checks find
+    the run stopping: no function is called, and no start is recorded."""
     h, other, sent = setup(harness_factory)
     killed: list[str] = []
     cancel = cancel_the_wide_run(other, killed)
@@ -332,10 +340,12 @@ def test_a_cancel_whose_pass_runs_while_the_launch_writes_rows_starts_nothing(
         w.handle(m)
     assert all(recorder.for_step(run_id, f"s{i:02d}") == [] for i in range(30))
     # The 25 the pass saw were skipped by it; the 5 it could not see were claimed, and
-    # their claims gave the attempt up before calling anything.
+    # their start checks gave the attempt up before calling anything.
     history = h.rt.runs.history(run_id)
-    claimed = {e["step"] for e in history if e["type"] == "step.started"}
-    assert claimed == {f"s{i:02d}" for i in range(25, 30)}
+    assert [e for e in history if e["type"] == "step.started"] == []
+    given_up = {e["step"] for e in history if e["type"] == "step.skipped"
+                and e.get("reason") == "run stopped before the step started"}
+    assert given_up == {f"s{i:02d}" for i in range(25, 30)}
     view = h.rt.runs.view(run_id)
     assert view["status"] == "killed"
     assert {s["status"] for s in view["steps"]} == {"skipped"}
@@ -346,58 +356,51 @@ def stop_flag_reads(h: Harness) -> list[str]:
     reads: list[str] = []
 
     def hook(params: dict[str, Any], **_: Any) -> None:
-        if params.get("ProjectionExpression") == "kill_requested, halted, expires_at":
+        if str(params.get("ProjectionExpression", "")).startswith("kill_requested"):
             reads.append(params["Key"]["run_id"]["S"])
 
     h.rt.clients.dynamodb.meta.events.register("before-parameter-build.dynamodb.GetItem", hook)
     return reads
 
 
-def test_a_cancel_right_after_the_launch_read_the_flags_starts_nothing(
+def test_a_cancel_whose_canceller_died_before_its_pass_starts_nothing(
     harness_factory: Any, recorder: Recorder
 ) -> None:
-    """The launch wrote its 30 roots, read the run's flags (unset) and marks its
-    dispatches `launched`: their claims read the run no more. A cancel made between that
-    read and the dispatch has its pass read all 30 rows and flag them: every claim is
-    refused, no function is called."""
+    """The cancel request is committed, and its process dies before its pass: no row is
+    flagged. Every root's claim is taken, and its start check finds the request: no
+    function is called, and the history shows no start."""
     h, other, sent = setup(harness_factory)
-    reads = stop_flag_reads(h)
-    killed: list[str] = []
-    cancel = cancel_the_wide_run(other, killed)
-    once_after(h, "GetItem", cancel)
     run_id = h.start("wide")
-    assert killed == [run_id] and reads == [run_id]  # the launch's own read, then the cancel
     dispatched = [m for m in sent if m.run_id == run_id]
-    assert len(dispatched) == 30 and all(m.launched for m in dispatched)
+    assert len(dispatched) == 30
+    other.store.request_kill(run_id, "changed my mind", time.time())  # then it died
     w = h.rt.worker()
     for m in dispatched:
         w.handle(m)
-    assert reads == [run_id]  # no claim read the run's flags
     assert all(recorder.for_step(run_id, f"s{i:02d}") == [] for i in range(30))
     history = h.rt.runs.history(run_id)
     assert [e for e in history if e["type"] == "step.started"] == []
-    view = h.rt.runs.view(run_id)
-    assert view["status"] == "killed"
-    assert {s["status"] for s in view["steps"]} == {"skipped"}
+    rows = {r.step: r for r in h.rt.store.query_steps(run_id)}
+    assert {r.status.value for r in rows.values()} == {"skipped"}
+    assert all(r.started_at is None for r in rows.values())
 
 
-def test_a_launch_reads_the_flags_once_for_its_roots_and_a_redispatch_reads_them_again(
+def test_every_claim_reads_the_run_once_and_the_launch_reads_nothing(
     harness_factory: Any, recorder: Recorder
 ) -> None:
-    """30 roots launched: one read of the run's flags (the launch's), none by the 30
-    claims. A root's dispatch sent again by anyone else (a sweep) is not `launched`:
-    its claim reads the run afresh, as every claim of a step ready at launch did."""
+    """30 roots launched: the launch reads no flag; each claim makes one start check,
+    the first a whole read of the run (the worker has no context for it yet), each later
+    one a read of its stop flags."""
     h, _, sent = setup(harness_factory)
     reads = stop_flag_reads(h)
     run_id = h.start("wide")
+    assert reads == []
     dispatched = [m for m in sent if m.run_id == run_id]
-    assert len(dispatched) == 30 and all(m.launched for m in dispatched)
+    assert len(dispatched) == 30
     w = h.rt.worker()
-    for m in dispatched[:29]:
+    for m in dispatched:
         w.handle(m)
-    assert reads == [run_id]
-    w.handle(Dispatch(run_id=run_id, step=dispatched[29].step, attempt=1))  # a sweep's
-    assert reads == [run_id, run_id]
+    assert reads == [run_id] * 29
     assert all(len(recorder.for_step(run_id, f"s{i:02d}")) == 1 for i in range(30))
     assert h.rt.runs.view(run_id)["status"] == "success"
 

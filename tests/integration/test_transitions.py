@@ -185,7 +185,7 @@ def check(seen: list[tuple[str, frozenset[str], str | None]], steps: str) -> set
 
 def capture_into(h: Harness, seen: list[tuple[str, frozenset[str], str | None]]) -> str:
     """Capture every status-guarded UpdateItem on the runs and steps tables into `seen`
-    (a botocore event: the real request), and every guarded PutItem of a step row: the
+    (a botocore event: the real request; alone or in a transaction), and every guarded PutItem of a step row: the
     first write of a row the start left out, which moves it from its planned status
     (blocked), or a whole row put under its status guard; the steps table's name."""
     steps, runs = h.rt.settings.names.steps_table, h.rt.settings.names.runs_table
@@ -208,8 +208,15 @@ def capture_into(h: Harness, seen: list[tuple[str, frozenset[str], str | None]])
                 sources, _ = walk({**params, "UpdateExpression": ""})
                 seen.append((steps, sources, target))
 
+    def capture_transaction(params: dict[str, Any], **_: Any) -> None:
+        # A halting failure is written with its run's stop instant, in one transaction.
+        for item in params["TransactItems"]:
+            if "Update" in item:
+                capture(item["Update"])
+
     events = h.rt.clients.dynamodb.meta.events
     events.register("before-parameter-build.dynamodb.UpdateItem", capture)
+    events.register("before-parameter-build.dynamodb.TransactWriteItems", capture_transaction)
     events.register("before-parameter-build.dynamodb.PutItem", capture_put)
     return steps
 

@@ -225,6 +225,7 @@ def run_from_item(item: Item) -> RunRecord:
         kill_requested=bool(item.get("kill_requested", {}).get("BOOL", False)),
         kill_reason=_s(item, "kill_reason"),
         halted=bool(item.get("halted", {}).get("BOOL", False)),
+        stop_at=_n(item, "stop_at"),
         paused=_json(item, "paused"),
         error=_json(item, "error"),
         finished_at=_n(item, "finished_at"),
@@ -268,7 +269,7 @@ def run_to_item(r: RunRecord) -> Item:
     if r.error is not None:
         item["error"] = {"S": dumps(r.error)}
     item["wake_shard"] = num(shard_of(r.run_id))
-    for key in ("finished_at", "expires_at", "admit_at", "started_at", "wake_at"):
+    for key in ("finished_at", "expires_at", "admit_at", "started_at", "wake_at", "stop_at"):
         v = getattr(r, key)
         if v is not None:
             item[key] = num(v)

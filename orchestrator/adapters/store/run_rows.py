@@ -57,13 +57,13 @@ class RunRows(Tables):
         return run
 
     def run_stopping(self, run_id: str, now: float) -> bool | None:
-        """Whether the run is cancelled or halted, read now (strongly consistent): its
-        flags alone, not the definition and input a whole read decodes. None if the run
-        is gone (or expired)."""
+        """Whether the run is cancelled, halted or halting, read now (strongly consistent):
+        a step's start check. Its flags alone, not the definition and input a whole read
+        decodes. None if the run is gone (or expired)."""
         with _translate(f"run {run_id}: read its stop flags"):
             resp = self.ddb.get_item(
                 TableName=self.runs, Key={"run_id": {"S": run_id}}, ConsistentRead=True,
-                ProjectionExpression="kill_requested, halted, expires_at",
+                ProjectionExpression="kill_requested, halted, stop_at, expires_at",
             )
         item = resp.get("Item")
         if item is None:
@@ -71,7 +71,8 @@ class RunRows(Tables):
         expires = item.get("expires_at")
         if expires is not None and float(expires["N"]) <= now:
             return None
-        return any(item.get(k, {}).get("BOOL", False) for k in ("kill_requested", "halted"))
+        return "stop_at" in item or any(
+            item.get(k, {}).get("BOOL", False) for k in ("kill_requested", "halted"))
 
     def _update_running(
         self,
@@ -175,8 +176,11 @@ class RunRows(Tables):
         attrs = self._update_running(
             run_id, RUN_MOVES["request-kill"],
             # The first reason stands: a second cancel is recorded in history only.
+            # The run's stop instant is this write's (the first cancel's, or a halt's
+            # before it): no step whose start check follows it is called.
             f"SET kill_requested = :t, kill_reason = if_not_exists(kill_reason, :r),"
-            f" updated_at = :now, wake_at = :wk, {hist}",
+            f" stop_at = if_not_exists(stop_at, :now), updated_at = :now, wake_at = :wk,"
+            f" {hist}",
             values, names={"#h": "history"}, returns="ALL_NEW",
         )
         return run_from_item(attrs)
@@ -256,7 +260,8 @@ class RunRows(Tables):
         """Finish a running run. `halted`: record its halt too, first (a failed step's
         halt that had not been recorded when the last step in flight landed), only if
         no halt is recorded: ConditionFailed if one was meanwhile. `unstopped`: only if
-        neither a cancel nor a halt is recorded (ConditionFailed otherwise)."""
+        neither a cancel nor a halt is recorded, nor a stop instant (ConditionFailed
+        otherwise)."""
         move = RUN_MOVES[_FINISH[status]]
         # `finished_by` names this write apart from a rival finisher's in the same
         # millisecond, so only its own landed copy is taken for its own (tables.landed).
@@ -283,7 +288,7 @@ class RunRows(Tables):
         also = "halted <> :t" if halted else ""
         if unstopped:
             values[":t"] = {"BOOL": True}
-            also = "kill_requested <> :t AND halted <> :t"
+            also = "kill_requested <> :t AND halted <> :t AND attribute_not_exists(stop_at)"
         self._update_running(run_id, move, update + " REMOVE active", values, names=names,
                              also=also,
                              mine={"finished_at": values[":now"], "finished_by": values[":by"]})

@@ -185,9 +185,10 @@ def check(seen: list[tuple[str, frozenset[str], str | None]], steps: str) -> set
 
 def capture_into(h: Harness, seen: list[tuple[str, frozenset[str], str | None]]) -> str:
     """Capture every status-guarded UpdateItem on the runs and steps tables into `seen`
-    (a botocore event: the real request; alone or in a transaction), and every guarded PutItem of a step row: the
-    first write of a row the start left out, which moves it from its planned status
-    (blocked), or a whole row put under its status guard; the steps table's name."""
+    (a botocore event: the real request; alone or in a transaction), and every guarded
+    PutItem of a step row: the first write of a row the start left out, which moves it
+    from its planned status (blocked), or a whole row put under its status guard; the
+    steps table's name."""
     steps, runs = h.rt.settings.names.steps_table, h.rt.settings.names.runs_table
 
     def capture(params: dict[str, Any], **_: Any) -> None:

@@ -78,7 +78,6 @@ __all__ = [
 DRIVER = "$run"
 # A parallel branch's result sits in its scope at this position (functions/durable).
 RESULT_POS = 99_999_999
-WAIT_KINDS = tuple(k.value for k in WaitKind)
 
 
 def is_driver(step: str) -> bool:

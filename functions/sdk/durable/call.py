@@ -7,7 +7,7 @@ journal has a record at that place, the operation is answered from it, after che
 that the record is of the same kind and id (else the call reports a mismatch and the run
 pauses). At the first place with no record, the *frontier*, the call either runs the
 operation or reports what the run waits for, then stops (`Suspend`). Which step bodies a
-call may run depends on the protocol version it speaks (functions/protocol.py):
+call may run depends on the protocol version it speaks (functions/sdk/protocol/durable.py):
 
 - version 1: one step body per call, in the scope the orchestrator targets;
 - version 2: every step body it meets in the targeted scope and the scopes inside it
@@ -145,7 +145,7 @@ class Call:
     attempts: dict[str, int] = field(default_factory=dict)
     check: bool = False
     max_steps: int | None = None
-    # The protocol version of this call's answer (functions/protocol.py).
+    # The protocol version of this call's answer (functions/sdk/protocol/durable.py).
     protocol: int = 1
     # Version 1: how many step bodies the call may still run.
     budget: int = 1

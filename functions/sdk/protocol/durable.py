@@ -1,20 +1,7 @@
-"""The wire format of one step call, shared by the orchestrator (which builds requests and
-reads error bodies) and the SDK (which parses requests and writes error bodies).
+"""The wire format of a durable workflow's call, shared by the orchestrator and the SDK.
 
-A request body is one JSON object::
-
-    {
-      "input": {"month": "2026-10"},              # the run's input (or its fan-out row)
-      "steps": {"extract-orders": {...}, ...},    # direct dependencies' outputs; absent for roots
-      "run": {"run_id": "...", "workflow": "monthly-report", "step": "transform", "attempt": 1},
-      "top": 5                                    # the step's static payload, merged at top level
-    }
-
-`input`, `steps` and `run` are reserved: a static payload may not use them. A failure the
-SDK reports has the body ``{"error": {"code", "message", "retryable", "details"}}``.
-
-A durable workflow's call (`DurableRequestBody`, POSTed to ``/durable/<name>``) is answered
-with operations (`DurableOp`, one model per `Op`), in one of two versions:
+A call (`DurableRequestBody`, POSTed to ``/durable/<name>``) carries the run's journal and
+is answered with operations (`DurableOp`, one model per `Op`), in one of two versions:
 
 - **1**: one JSON object `DurableAnswer` ``{"ops": [...], "deadline": ...}``; a call runs at
   most one step body.
@@ -27,7 +14,6 @@ with operations (`DurableOp`, one model per `Op`), in one of two versions:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -38,7 +24,6 @@ __all__ = [
     "NDJSON",
     "PROTOCOLS",
     "PROTOCOL_HEADER",
-    "RESERVED_KEYS",
     "CallOp",
     "CompleteOp",
     "DurableAnswer",
@@ -48,8 +33,6 @@ __all__ = [
     "DurableRun",
     "EndOp",
     "EntryStatus",
-    "ErrorBody",
-    "ErrorInfo",
     "EventOp",
     "FailOp",
     "HookOp",
@@ -61,18 +44,13 @@ __all__ = [
     "PlaceDoc",
     "RecordOp",
     "RetryOp",
-    "RunInfo",
     "SignalOp",
     "SleepOp",
     "SpawnOp",
-    "StepRequestBody",
     "WaitKind",
     "WaitOp",
     "parse_op",
-    "request_body",
 ]
-
-RESERVED_KEYS = frozenset({"input", "steps", "run"})
 
 # A durable workflow `name` is served at POST DURABLE_PREFIX + name.
 DURABLE_PREFIX = "/durable/"
@@ -82,40 +60,6 @@ PROTOCOLS = (1, 2)
 NDJSON = "application/x-ndjson"
 # The response header naming the version an answer is in.
 PROTOCOL_HEADER = "X-Durable-Protocol"
-
-
-class RunInfo(BaseModel):
-    """Which run, step and attempt a call belongs to."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    run_id: str = Field(min_length=1, description="The run this call belongs to.")
-    workflow: str = Field(description="Name of the workflow the run executes.")
-    step: str = Field(description="Name of the step being executed.")
-    attempt: int = Field(ge=0, description="Attempt number of this step, 1 on the first call.")
-    idempotency_key: str | None = Field(
-        default=None,
-        description="Optional copy of the Idempotency-Key header, covered by the signature.",
-    )
-
-
-class StepRequestBody(BaseModel):
-    """The JSON body POSTed to a step route. Keys other than the reserved ones are the
-    step's static payload."""
-
-    model_config = ConfigDict(extra="allow", title="StepRequest")
-
-    input: Any = Field(default=None, description="The run's input, or its fan-out row.")
-    steps: dict[str, Any] | None = Field(
-        default=None,
-        description="Outputs of the step's direct dependencies by step name; absent for roots.",
-    )
-    run: RunInfo
-
-    @property
-    def payload(self) -> dict[str, Any]:
-        """The static payload: every top-level key that is not reserved."""
-        return dict(self.model_extra or {})
 
 
 class DurableRun(BaseModel):
@@ -161,19 +105,6 @@ class DurableRequestBody(BaseModel):
     budget: float | None = Field(default=None, gt=0,
                                  description="Version 2: seconds during which the call may"
                                  " start step bodies; past them it reports `next`.")
-
-
-class ErrorInfo(BaseModel):
-    code: str = Field(description="Stable, machine-readable error code.")
-    message: str = Field(description="What went wrong, for humans.")
-    retryable: bool = Field(description="Whether the orchestrator should try this step again.")
-    details: Any = Field(default=None, description="Structured context, if any.")
-
-
-class ErrorBody(BaseModel):
-    """The body of every non-2xx response the SDK sends."""
-
-    error: ErrorInfo
 
 
 # -- the durable answer: operations -------------------------------------------------------
@@ -393,24 +324,3 @@ DurableRequestBody.model_rebuild()
 def parse_op(line: bytes | str) -> DurableOp:
     """One line of a version 2 stream (pydantic's ValidationError if it is not one)."""
     return _OP.validate_json(line)
-
-
-def request_body(
-    *,
-    input: Any,
-    steps: Mapping[str, Any] | None,
-    run: RunInfo,
-    payload: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Assemble a request body. `steps=None` (a root step) leaves the key out entirely.
-
-    Raises ValueError if the static payload uses a reserved key, since merging it would
-    silently overwrite the run's own data."""
-    extra = dict(payload or {})
-    clash = sorted(RESERVED_KEYS & extra.keys())
-    if clash:
-        raise ValueError(f"payload keys {clash} are reserved (input, steps, run)")
-    body: dict[str, Any] = {**extra, "input": input, "run": run.model_dump(exclude_none=True)}
-    if steps is not None:
-        body["steps"] = dict(steps)
-    return body

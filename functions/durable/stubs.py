@@ -2,9 +2,11 @@
 
 Kept so code written against `functions.durable.stubs` goes on working unchanged."""
 
+import importlib
 import sys
 
-import functions.sdk.durable.stubs as _moved
 from functions.sdk.durable.stubs import *  # noqa: F403  (the names type checkers see here)
 
-sys.modules[__name__] = _moved
+# The module itself, by name: `import ... as` would read its package's attribute, and
+# `functions.sdk.durable.workflow` there is the decorator.
+sys.modules[__name__] = importlib.import_module("functions.sdk.durable.stubs")

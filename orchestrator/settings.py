@@ -237,7 +237,7 @@ class Settings:
     # journal_too_large and advice): its journal is read and sent whole on every call.
     durable_max_entries: int = 25_000
     # The newest durable protocol version the worker asks functions for
-    # (functions/protocol.py): 2 streams checkpoints; 1 is one step body per call.
+    # (functions/sdk/protocol/durable.py): 2 streams checkpoints; 1 is one step body per call.
     durable_protocol: int = 2
 
     def __post_init__(self) -> None:

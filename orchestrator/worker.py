@@ -201,12 +201,12 @@ class Worker:
             # The row may not be written yet (its start leaves such steps out): the
             # plan in the run's context creates it in the same write.
             ctx = self.context(msg.run_id)
-            row = self.store.satisfy(msg.run_id, msg.step, msg.after, 1, self.lease(), now,
-                                     ready_at=msg.ready_at,
-                                     plan=ctx.plan(msg.step) if ctx is not None else None)
+            row = self.store.steps.satisfy(msg.run_id, msg.step, msg.after, 1, self.lease(), now,
+                                           ready_at=msg.ready_at,
+                                           plan=ctx.plan(msg.step) if ctx is not None else None)
         if row is None:
             try:
-                row = self.store.claim(msg.run_id, msg.step, msg.attempt, self.lease(), now)
+                row = self.store.steps.claim(msg.run_id, msg.step, msg.attempt, self.lease(), now)
             except ConditionFailed:
                 row = None  # a duplicate, a late message, or a step already taken
         self._ack(receipt)
@@ -324,7 +324,7 @@ class Worker:
         with self._lock:
             ctx: RunContext | None = self._contexts.get(run_id)
         if ctx is not None and fresh:
-            stopping = self.store.run_stopping(run_id, self.clock())
+            stopping = self.store.runs.run_stopping(run_id, self.clock())
             if stopping is None:
                 return None
             if stopping != ctx.stopping:
@@ -333,7 +333,7 @@ class Worker:
                     self._contexts.put(run_id, ctx)
             return ctx
         if ctx is None:
-            run = self.store.get_run(run_id, self.clock())
+            run = self.store.runs.get_run(run_id, self.clock())
             if run is None:
                 return None
             ctx = RunContext.of(run)
@@ -354,7 +354,7 @@ class Worker:
                 else:
                     out[d] = cached
         if missing:
-            for name, dep in self.store.get_outputs(row.run_id, missing).items():
+            for name, dep in self.store.steps.get_outputs(row.run_id, missing).items():
                 out[name] = self.adv.load_output(dep)
         return {d: out.get(d) for d in row.deps}
 
@@ -367,9 +367,9 @@ class Worker:
         # over the rows. The attempt is given up as if its claim had been refused.
         ctx = self.context(row.run_id, fresh=True)
         if ctx is not None and ctx.stopping:
-            gone = self.store.abandon(row.run_id, row.step, row.attempt, row.lease_owner or "",
-                                      "run stopped before the step started", self.clock(),
-                                      unstart=row)
+            gone = self.store.steps.abandon(
+                row.run_id, row.step, row.attempt, row.lease_owner or "",
+                "run stopped before the step started", self.clock(), unstart=row)
             if gone is not None and gone.counted:
                 tally.add(row.run_id)
             return None

@@ -56,14 +56,14 @@ class RunService:
         # throttle; a cancelled queued run gives its place up.
         self.adv = executor
         # Durable runs' journals as followers read them: what changed since the last look.
-        self.follow = JournalFollower(executor.store.read_entries,
-                                      lambda e: render(entry_step(e)))
+        self.follow = JournalFollower(executor.store.journal.read_entries,
+                                              lambda e: render(entry_step(e)))
         # A DAG run's step rows as followers read them: what can have changed since.
         store = executor.store
         self.follow_steps = StepFollower(
-            lambda run_id, span: store.query_steps(run_id, shown=True, live=span is not None,
-                                                   span=span),
-            store.get_shown)
+            lambda run_id, span: store.steps.query_steps(run_id, shown=True, live=span is not None,
+                                                         span=span),
+            store.steps.get_shown)
         self.store = executor.store
         self.manifest = manifest
         self.default_timeout = default_timeout
@@ -150,9 +150,9 @@ class RunService:
         # Order matters for crash safety: the run row first (the sweeper can rebuild
         # missing step rows from its definition), then the steps, then the roots' dispatch.
         try:
-            self.store.create_run(run)
+            self.store.runs.create_run(run)
         except ConditionFailed:
-            existing = self.store.get_run(rid, now)
+            existing = self.store.runs.get_run(rid, now)
             if existing is None:
                 raise UsageError(f"run_id {rid!r} was used by a run that has expired") from None
             return existing, False
@@ -172,7 +172,7 @@ class RunService:
         old: dict[str, StepRecord] = {}
         for source in set(reused.values()):
             names = [n for n, src in reused.items() if src == source]
-            old.update(self.store.get_outputs(source, names))
+            old.update(self.store.steps.get_outputs(source, names))
         return with_reused(rows, reused, old, now)
 
     def launch(self, run: RunRecord) -> None:
@@ -184,7 +184,7 @@ class RunService:
         began = run.started_at or run.created_at
         # A step blocked on one dependency is left out: its promotion creates its row
         # (not in a rerun, whose reused steps the plan does not know).
-        self.store.put_steps(
+        self.store.steps.put_steps(
             [r for r in rows if run.definition.reused or not unwritten(r)],
             fence=began + self.store.wake.settle / 2, clock=self.adv.clock)
         ready = [r.step for r in rows if r.status is StepStatus.READY]
@@ -198,7 +198,7 @@ class RunService:
     def get(self, run_id: str) -> RunRecord:
         if not RUN_ID_RE.fullmatch(run_id):  # no run can have it; spare DynamoDB the key
             raise NotFound(f"run {run_id[:200]!r} not found (not a run id)")
-        run = self.store.get_run(run_id, self.adv.clock())
+        run = self.store.runs.get_run(run_id, self.adv.clock())
         if run is None:
             raise NotFound(f"run {run_id!r} not found (or expired)")
         return run
@@ -230,7 +230,8 @@ class RunService:
         """Every transition of the run and its steps, oldest first."""
         run = self.get(run_id)
         rows = [[dict(e) for e in run.history]]
-        rows += [[{**e, "step": s.step} for e in s.history] for s in self.store.query_steps(run_id)]
+        rows += [[{**e, "step": s.step} for e in s.history]
+                 for s in self.store.steps.query_steps(run_id)]
         # Merged by time, each row's own entries kept in the order they were written: a
         # write that landed late (its process stalled after reading the clock) carries
         # an earlier time than the entry before it, and must not be shown before it.
@@ -250,12 +251,12 @@ class RunService:
     def cancel(self, run_id: str, reason: str) -> bool:
         """Cancel a queued or running run; False if it had already finished."""
         now = self.adv.clock()
-        run = self.store.get_run(run_id, now)
+        run = self.store.runs.get_run(run_id, now)
         if run is None or run.status.terminal:
             return False
         if run.status is RunStatus.QUEUED:
             try:
-                done = self.store.finish_queued(
+                done = self.store.runs.finish_queued(
                     run_id, RunStatus.KILLED, killed_error(reason), now,
                     now + self.adv.settings.ttl_failed, kill_reason=reason,
                 )
@@ -284,7 +285,7 @@ class RunService:
         if old.status is RunStatus.SUCCESS:
             raise Conflict("nothing_to_rerun", f"run {run_id} succeeded: every step has its"
                            " output; start a new run instead")
-        steps = self.store.query_steps(run_id, states_only=True)
+        steps = self.store.steps.query_steps(run_id, states_only=True)
         # A durable run starts again from the top (its journal is not carried over:
         # `reset` replays part of a run instead).
         definition = old.definition.reusing(

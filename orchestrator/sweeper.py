@@ -84,7 +84,7 @@ class Sweeper:
         self._groups: set[str] = set()
         self.on_finished = on_finished
         self.tasks = tasks
-        self.adv = executor
+        self.executor = executor
         self.store = executor.store
         self.queues = executor.queues
         self.settings = executor.settings
@@ -271,7 +271,7 @@ class Sweeper:
                     pass
             elif isinstance(c, do.StopInFlight) or (isinstance(c, do.SkipStep) and stopping):
                 # Every skip of a stopping run is its stop pass's, carried on.
-                self.adv.apply_stop(run_id, c, tally, ctx)
+                self.executor.apply_stop(run_id, c, tally, ctx)
                 report.skipped += 1
             elif isinstance(c, do.SkipStep):
                 skipped = self.store.steps.skip(run_id, c.step, c.statuses, c.reason, now,
@@ -283,9 +283,9 @@ class Sweeper:
             elif isinstance(c, do.Restamp):
                 self.store.steps.stamp_expiry(run_id, c.step, c.expires_at)
             elif isinstance(c, do.HaltRun):
-                self.adv.halt(run_id, c, tally, ctx)
+                self.executor.halt(run_id, c, tally, ctx)
             elif isinstance(c, do.SkipBranch):
-                self.adv.skip_branch(run_id, c, tally, ctx)
+                self.executor.skip_branch(run_id, c, tally, ctx)
             elif isinstance(c, do.Promote):
                 row = by_name[c.step]
                 if (
@@ -307,19 +307,19 @@ class Sweeper:
             elif isinstance(c, do.ExpireLease):
                 row = by_name[c.step]
                 if isinstance(c.decision, Retry):
-                    ok = self.adv.retry(row, c.decision, tally, expired_before=now)
+                    ok = self.executor.retry(row, c.decision, tally, expired_before=now)
                 else:
-                    ok = self.adv.fail(row, ctx, c.decision, tally, expired_before=now)
+                    ok = self.executor.fail(row, ctx, c.decision, tally, expired_before=now)
                 report.leases_expired += int(ok)
-            elif isinstance(c, do.Finalize) and self.adv.finish_if_done(run_id) is not None:
+            elif isinstance(c, do.Finalize) and self.executor.finish_if_done(run_id) is not None:
                 report.finished += 1
         if sends:
             log.info("run %s: sending %d dispatches (%s)", run_id, len(sends),
                      ", ".join(sorted({type(c).__name__ for c in cmds})))
             self.queues.dispatch(sends)
-        self.adv.flush(tally)
+        self.executor.flush(tally)
         if any(isinstance(c, do.HaltRun) for c in cmds) \
-                and self.adv.finish_if_done(run_id) is not None:
+                and self.executor.finish_if_done(run_id) is not None:
             # A halt this sweep made may have found nothing left to stop (its first
             # halter died after its stop pass, before its counts landed): no later wake
             # comes before the full sweep, so the run ends here.

@@ -86,7 +86,7 @@ class Worker:
         hooks: Hooks | None = None,
         children: Children | None = None,
     ) -> None:
-        self.adv = executor
+        self.executor = executor
         self.store = executor.store
         self.queues = executor.queues
         self.settings = executor.settings
@@ -191,7 +191,7 @@ class Worker:
         if isinstance(msg, Promote):
             ctx = self.context(msg.run_id)
             if ctx is not None:
-                self.adv.promote_slice(msg, ctx, self._fold if self._batching else None)
+                self.executor.promote_slice(msg, ctx, self._fold if self._batching else None)
             self._ack(receipt)
             return
         row: StepRecord | None = None
@@ -222,7 +222,7 @@ class Worker:
         next flush, except for runs with few sinks (written now: one of them may finish
         the run, and folding would only make it wait)."""
         if not self._batching:
-            self.adv.flush(tally)
+            self.executor.flush(tally)
             return
         now = Tally()
         with self._lock:
@@ -234,7 +234,7 @@ class Worker:
                     self._tally.add(run_id, n)
         if now.counts:
             try:
-                self.adv.flush(now)
+                self.executor.flush(now)
             except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
                 log.warning("count failed: %s", exc)
 
@@ -279,11 +279,11 @@ class Worker:
                 self._oldest_ack = float("inf")
         for (run_id, join), (ndeps, deps) in joins.items():
             try:
-                self.adv.satisfy_many(run_id, join, deps, ndeps)
+                self.executor.satisfy_many(run_id, join, deps, ndeps)
             except OrchestratorError as exc:  # the sweeper promotes the join if lost
                 log.warning("join %s/%s: count failed: %s", run_id, join, exc)
         try:
-            self.adv.flush(tally)
+            self.executor.flush(tally)
         except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
             log.warning("count flush failed: %s", exc)
         self._renew(now)
@@ -355,7 +355,7 @@ class Worker:
                     out[d] = cached
         if missing:
             for name, dep in self.store.steps.get_outputs(row.run_id, missing).items():
-                out[name] = self.adv.load_output(dep)
+                out[name] = self.executor.load_output(dep)
         return {d: out.get(d) for d in row.deps}
 
     def execute(self, row: StepRecord, tally: Tally) -> StepRecord | None:
@@ -408,7 +408,7 @@ class Worker:
         ctx = ctx or RunContext.missing(row.run_id)
         if isinstance(decision, Succeed):
             try:
-                output_json, output_ref = self.adv.store_output(row, raw)
+                output_json, output_ref = self.executor.store_output(row, raw)
             except StoreError as exc:
                 # The function answered, but its output could not be kept: the engine
                 # decides this attempt like any other retryable failure.
@@ -425,7 +425,7 @@ class Worker:
 
             # The last dependant runs next on this thread, if it fits in its deadline.
             keep = self.lease() if self._room_for(ctx, row.dependants[-1:]) else None
-            res = self.adv.succeed(
+            res = self.executor.succeed(
                 row, ctx, output_json, output_ref, len(raw), tally, keep_one=keep,
                 on_recorded=remember, fold=self._fold if self._batching else None,
             )
@@ -435,9 +435,9 @@ class Worker:
 
     def apply(self, row: StepRecord, ctx: RunContext, decision: Retry | Fail, tally: Tally) -> None:
         if isinstance(decision, Retry):
-            self.adv.retry(row, decision, tally)
+            self.executor.retry(row, decision, tally)
         else:
-            self.adv.fail(row, ctx, decision, tally)
+            self.executor.fail(row, ctx, decision, tally)
 
     # ---- the loop ----------------------------------------------------------------------
 

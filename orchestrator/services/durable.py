@@ -99,7 +99,7 @@ class Durable:
                  clock: Callable[[], float], rand: Callable[[], float],
                  events: EventWaits | None = None, hooks: Hooks | None = None,
                  children: Children | None = None) -> None:
-        self.adv = executor
+        self.executor = executor
         self.children = children
         self.events = events
         self.hooks = hooks
@@ -176,7 +176,7 @@ class Durable:
                 waiting = None
             error = over_cap(len(view), self.settings.durable_max_entries)
             if error is not None:
-                self.adv.fail(row, ctx, Fail(error), tally)
+                self.executor.fail(row, ctx, Fail(error), tally)
                 return
             if scope and scope in view.ended:
                 # The branch's result was committed by a holder that died before counting
@@ -220,7 +220,7 @@ class Durable:
                 self._branch_done(row, ctx, scope, tally)
                 return
             if isinstance(after, WorkflowFail):
-                self.adv.fail(row, ctx, Fail(dict(after.error)), tally)
+                self.executor.fail(row, ctx, Fail(dict(after.error)), tally)
                 return
             assert isinstance(after, Pause)
             self._pause(row, pokes, after, tally)
@@ -402,9 +402,9 @@ class Durable:
         """The call's body with its journal in the blob store, fetched by a presigned
         URL (good for 15 minutes)."""
         key = f"calls/{row.run_id}/{uuid.uuid4().hex}.json"
-        self.adv.blobs.put(key, dumps(body["journal"]).encode())
+        self.executor.blobs.put(key, dumps(body["journal"]).encode())
         lean = {k: v for k, v in body.items() if k != "journal"}
-        return dumps({**lean, "journal_ref": {"url": self.adv.blobs.url(key)}}).encode()
+        return dumps({**lean, "journal_ref": {"url": self.executor.blobs.url(key)}}).encode()
 
     def _shown(self, run_id: str, entry: dict[str, Any]) -> dict[str, Any]:
         """An entry as the workflow gets it: a hook's with its token and URL, which the
@@ -421,9 +421,9 @@ class Durable:
         again with backoff, like a step's attempt; a 4xx fails the run."""
         decision = after_attempt(row, outcome, self.clock(), self.rand())
         if isinstance(decision, Retry):
-            self.adv.retry(row, decision, tally)
+            self.executor.retry(row, decision, tally)
         elif isinstance(decision, Fail):
-            self.adv.fail(row, ctx, decision, tally)
+            self.executor.fail(row, ctx, decision, tally)
 
     def _keep_lease(self, row: StepRecord, ctx: RunContext) -> StepRecord | None:
         """The row, with a lease that outlasts one more call (renewed if need be)."""
@@ -453,8 +453,8 @@ class Durable:
 
     def _release(self, row: StepRecord, pokes: int, waiting: Waiting, now: float,
                  tally: Tally, *, send: bool = False) -> str:
-        out = release_of(waiting, now, redispatch_after=self.adv.store.wake.redispatch_after,
-                         send=send)
+        out = release_of(waiting, now, redispatch_after=self.executor.store.wake.redispatch_after,
+                              send=send)
         left = self.store.drivers.suspend_driver(
             row.run_id, row.lease_owner or "", row.attempt, pokes, waiting.to_json(), out.due,
             out.wake, now, reset_attempt=row.attempt > 1, step=row.step)
@@ -558,7 +558,7 @@ class Durable:
         if child.definition.durable is not None:
             driver = self.store.drivers.get_driver(child_id)
             if driver is not None and driver.status is StepStatus.SUCCESS:
-                out["output"] = self.adv.load_output(driver)
+                out["output"] = self.executor.load_output(driver)
         else:
             out["output"] = {"run_id": child_id, "status": child.status.value}
         return out
@@ -589,11 +589,11 @@ class Durable:
     def _complete(self, row: StepRecord, ctx: RunContext, value: Any, tally: Tally) -> None:
         raw = dumps(value).encode()
         try:
-            output_json, output_ref = self.adv.store_output(row, raw)
+            output_json, output_ref = self.executor.store_output(row, raw)
         except Exception as exc:  # the blob store failed: try the call again later
             self._call_failed(row, ctx, output_not_kept(str(exc)), tally)
             return
-        self.adv.succeed(row, ctx, output_json, output_ref, len(raw), tally, keep_one=None)
+        self.executor.succeed(row, ctx, output_json, output_ref, len(raw), tally, keep_one=None)
 
     def _pause(self, row: StepRecord, pokes: int, pause: Pause, tally: Tally) -> None:
         now = self.clock()

@@ -54,7 +54,7 @@ class RunService:
     ) -> None:
         # `arrive` and `release` are admission's: a gated run waits for its group and
         # throttle; a cancelled queued run gives its place up.
-        self.adv = executor
+        self.executor = executor
         # Durable runs' journals as followers read them: what changed since the last look.
         self.follow = JournalFollower(executor.store.journal.read_entries,
                                               lambda e: render(entry_step(e)))
@@ -121,7 +121,7 @@ class RunService:
             raise UsageError(f"run_id {run_id!r}: use 1-200 of A-Z a-z 0-9 _ . : -")
         if len(dumps(input).encode()) > MAX_INPUT_BYTES:
             raise UsageError(f"input: larger than {MAX_INPUT_BYTES} bytes")
-        now = self.adv.clock()
+        now = self.executor.clock()
         rid = run_id or self.new_run_id(workflow, now)
         reused = set(definition.reused)
         status = RunStatus.QUEUED if gate else RunStatus.RUNNING
@@ -164,7 +164,7 @@ class RunService:
     def rows_for(self, run: RunRecord) -> list[StepRecord]:
         """The step rows a run starts with: planned from its definition, with the steps
         a rerun reuses already successful (their outputs copied from the old run)."""
-        now = self.adv.clock()
+        now = self.executor.clock()
         rows = plan_steps(run.run_id, run.definition.steps, now)
         reused = run.definition.reused
         if not reused:
@@ -186,19 +186,19 @@ class RunService:
         # (not in a rerun, whose reused steps the plan does not know).
         self.store.steps.put_steps(
             [r for r in rows if run.definition.reused or not unwritten(r)],
-            fence=began + self.store.wake.settle / 2, clock=self.adv.clock)
+            fence=began + self.store.wake.settle / 2, clock=self.executor.clock)
         ready = [r.step for r in rows if r.status is StepStatus.READY]
         # Each claim makes its own start check (Worker.execute): the launch reads nothing.
-        self.adv.queues.dispatch([
+        self.executor.queues.dispatch([
             Dispatch(run_id=run.run_id, step=step, attempt=1) for step in ready
         ])
         if not ready and all(r.status.terminal for r in rows):
-            self.adv.finish_if_done(run.run_id)
+            self.executor.finish_if_done(run.run_id)
 
     def get(self, run_id: str) -> RunRecord:
         if not RUN_ID_RE.fullmatch(run_id):  # no run can have it; spare DynamoDB the key
             raise NotFound(f"run {run_id[:200]!r} not found (not a run id)")
-        run = self.store.runs.get_run(run_id, self.adv.clock())
+        run = self.store.runs.get_run(run_id, self.executor.clock())
         if run is None:
             raise NotFound(f"run {run_id!r} not found (or expired)")
         return run
@@ -209,7 +209,7 @@ class RunService:
         rows = self._rows(run) if steps else None
         journal = (self.follow.read(run_id, _version(run))
                    if steps and run.definition.durable is not None else None)
-        return run_view(run, rows, self.adv.load_output, journal)
+        return run_view(run, rows, self.executor.load_output, journal)
 
     def view_body(self, run_id: str, *, steps: bool = True) -> bytes:
         """`view` as the API sends it (JSON). A durable run's top-scope operations come
@@ -218,10 +218,10 @@ class RunService:
         run = self.get(run_id)
         if not steps or run.definition.durable is None:
             return view_json(run_view(run, self._rows(run) if steps else None,
-                                      self.adv.load_output), [])
+                                      self.executor.load_output), [])
         look = self.follow.look(run_id, _version(run))
-        return view_json(run_view(run, self._rows(run), self.adv.load_output, look.rest,
-                                  look.shown), look.head)
+        return view_json(run_view(run, self._rows(run), self.executor.load_output, look.rest,
+                                       look.shown), look.head)
 
     def _rows(self, run: RunRecord) -> list[StepRecord]:
         return self.follow_steps.read(run, lambda r, read: RunContext.of(r).rows(read))
@@ -250,7 +250,7 @@ class RunService:
 
     def cancel(self, run_id: str, reason: str) -> bool:
         """Cancel a queued or running run; False if it had already finished."""
-        now = self.adv.clock()
+        now = self.executor.clock()
         run = self.store.runs.get_run(run_id, now)
         if run is None or run.status.terminal:
             return False
@@ -258,14 +258,14 @@ class RunService:
             try:
                 done = self.store.runs.finish_queued(
                     run_id, RunStatus.KILLED, killed_error(reason), now,
-                    now + self.adv.settings.ttl_failed, kill_reason=reason,
+                    now + self.executor.settings.ttl_failed, kill_reason=reason,
                 )
             except ConditionFailed:
                 return self.cancel(run_id, reason)  # it was admitted meanwhile
             self.release(done)
             return True
         try:
-            self.adv.kill(run_id, reason)
+            self.executor.kill(run_id, reason)
         except ConditionFailed:
             return False
         if self.children_of is not None and run.definition.durable is not None:

@@ -40,6 +40,7 @@ __all__ = [
     "Reach",
     "Verdict",
     "check",
+    "facts",
     "fingerprint",
     "forget",
     "record",
@@ -147,6 +148,28 @@ def report() -> list[Verdict]:
     """Every verdict of this process, by name."""
     with _lock:
         return [_verdicts[name] for name in sorted(_verdicts)]
+
+
+def facts() -> str:
+    """One line on the emulator as this process runs it, for a bug report: moto's version,
+    how many speed-ups are on, whether this process's calls skip the socket, and which
+    pieces are off. Read once the clients are attached (`report()`)."""
+    verdicts = report()
+    speedups = [v for v in verdicts if v.name.startswith("speedup:")]
+    inprocess = next((v for v in verdicts if v.name == "in-process"), None)
+    # Which pieces are off (each speed-up by name, unless none is on).
+    listed = [v for v in verdicts if not v.name.startswith("speedup:")]
+    if any(v.active for v in speedups):
+        listed += speedups
+    off = [v.name.removeprefix("speedup:") for v in listed if not v.active]
+    out = [f"moto {versions().get('moto', '?')}"]
+    if speedups:
+        out.append(f"speed-ups {sum(v.active for v in speedups)}/{len(speedups)} on")
+    if inprocess is not None:
+        out.append("in-process calls" if inprocess.active else "calls over HTTP")
+    if off:
+        out.append(f"off: {', '.join(off)} (`orchestrator doctor` says why)")
+    return " · ".join(out)
 
 
 def versions() -> dict[str, str]:

@@ -179,7 +179,7 @@ class EmulatorProcess:
         self.core = core
         self.url = ""
         self.address = ""
-        # The emulator's line for the banner (infra.local.emulator_facts, as the child
+        # The emulator's line for the banner (infra.capabilities.facts, as the child
         # process has it: its speed-ups and its in-process path are its own).
         self.facts = ""
         self._authkey = secrets.token_bytes(16)
@@ -359,7 +359,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         emulator, listener = _start(args)
-        from infra.local import emulator_facts
+        from infra.capabilities import facts as emulator_facts
 
         facts = emulator_facts()
     except Exception as exc:  # said to the parent; the traceback follows

@@ -30,8 +30,8 @@ from botocore.exceptions import ClientError
 
 from infra.emulator import Emulator
 from infra.emulator_process import SOCKET_PATH_MAX, EmulatorProcess, unavailable
-from infra.local import LocalStack, StackOptions
 from orchestrator.adapters.aws import Clients, make_clients
+from orchestrator.cli.dev import LocalStack, StackOptions
 from orchestrator.errors import OrchestratorError
 from orchestrator.settings import Settings
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra.capabilities import facts as emulator_facts
 from orchestrator.errors import OrchestratorError, UsageError
 from orchestrator.settings import (
     ENDPOINT_VARIABLE,
@@ -87,30 +88,6 @@ def _one_cloudformation_endpoint(settings: Settings) -> None:
                 f"{service} is at {url or 'AWS'} but CloudFormation at {stack or 'AWS'}"
                 f" ({ENDPOINT_VARIABLE}*): its stack would make the resources where the"
                 " orchestrator does not look; use --provision direct")
-
-
-def emulator_facts() -> str:
-    """One line on the emulator as this process runs it, for a bug report: moto's version,
-    how many speed-ups are on, whether this process's calls skip the socket, and which
-    pieces are off. Read once the clients are attached (`infra.capabilities.report()`)."""
-    from infra.capabilities import report, versions
-
-    verdicts = report()
-    speedups = [v for v in verdicts if v.name.startswith("speedup:")]
-    inprocess = next((v for v in verdicts if v.name == "in-process"), None)
-    # Which pieces are off (each speed-up by name, unless none is on).
-    listed = [v for v in verdicts if not v.name.startswith("speedup:")]
-    if any(v.active for v in speedups):
-        listed += speedups
-    off = [v.name.removeprefix("speedup:") for v in listed if not v.active]
-    facts = [f"moto {versions().get('moto', '?')}"]
-    if speedups:
-        facts.append(f"speed-ups {sum(v.active for v in speedups)}/{len(speedups)} on")
-    if inprocess is not None:
-        facts.append("in-process calls" if inprocess.active else "calls over HTTP")
-    if off:
-        facts.append(f"off: {', '.join(off)} (`orchestrator doctor` says why)")
-    return " · ".join(facts)
 
 
 def load_factory(spec: str) -> Callable[..., Any]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra.capabilities import facts as emulator_facts
+from infra.emulator.capabilities import facts as emulator_facts
 from orchestrator.errors import OrchestratorError, UsageError
 from orchestrator.settings import (
     ENDPOINT_VARIABLE,
@@ -55,7 +55,7 @@ class StackOptions:
     workers: int = 1
     sweep_interval: float = 5.0
     prefix: str | None = None
-    # With the embedded emulator, keep the process on one core (infra.emulator.
+    # With the embedded emulator, keep the process on one core (infra.emulator.tuning.
     # keep_to_one_core); False lets its threads run on every core.
     one_core: bool = True
     # With the embedded emulator, run moto in a process of its own (its work on another
@@ -232,17 +232,12 @@ class LocalStack:
         self._banner(manifest)
 
     def _start_emulator(self) -> Any:
-        """The embedded emulator: in a process of its own (infra/emulator_process.py),
+        """The embedded emulator: in a process of its own (infra/emulator/process.py),
         unless asked for in this one; in this one too, with one line saying why, where
         this system has no Unix sockets or the process did not start."""
         from infra.emulator import Emulator
-        from infra.emulator_process import (
-            SWITCH_INTERVAL,
-            EmulatorProcess,
-            StartFailed,
-            spare_core,
-            unavailable,
-        )
+        from infra.emulator.process import EmulatorProcess, StartFailed, unavailable
+        from infra.emulator.tuning import SWITCH_INTERVAL, spare_core
 
         host, port = self.opts.host, self.opts.emulator_port
         why = None

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from infra.local import LocalStack, StackOptions
 from orchestrator import lambda_handlers as L
+from orchestrator.cli.dev import LocalStack, StackOptions
 from orchestrator.webhook_signing import sign
 
 ROOT = Path(__file__).resolve().parents[2]

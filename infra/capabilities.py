@@ -10,12 +10,12 @@ from infra.emulator.capabilities import (
     facts,
     fingerprint,
     forget,
-    main,
     record,
     report,
     resolve,
     versions,
 )
+from infra.emulator.survey import main
 
 __all__ = ["Capability", "Reach", "Verdict", "check", "facts", "fingerprint", "forget",
            "record", "report", "resolve", "versions"]

@@ -181,22 +181,3 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[dist] = "not installed"
     return out
-
-
-def main() -> None:
-    """Print this install's fingerprint of every reach the emulator declares."""
-    from infra.emulator import inprocess, speedups
-
-    for capability in (*speedups.CAPABILITIES, *inprocess.CAPABILITIES):
-        print(capability.name)
-        for reach in capability.reaches:
-            try:
-                seen = fingerprint(resolve(reach.path))
-            except LookupError as exc:
-                seen = f"({exc})"
-            mark = "" if not reach.known or seen in reach.known else "   <- not checked"
-            print(f"  {reach.path}  {seen}{mark}")
-
-
-if __name__ == "__main__":
-    main()

@@ -40,6 +40,7 @@ from functions.protocol import (
     WaitOp,
     parse_op,
 )
+from orchestrator.engine.definition import DRIVER
 from orchestrator.errors import Code
 
 if TYPE_CHECKING:  # records.py imports this module
@@ -75,7 +76,6 @@ __all__ = [
     "wait_of",
 ]
 
-DRIVER = "$run"
 # A parallel branch's result sits in its scope at this position (functions/sdk/durable).
 RESULT_POS = 99_999_999
 

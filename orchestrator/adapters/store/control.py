@@ -49,12 +49,12 @@ from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 
 __all__ = [
-    "EVENT_WAITS_FROM", "HOOK_SECRET", "NO_SK", "REPAIR_WITHIN", "Claim", "Control", "Item",
-    "Pk", "Schedule", "Sk", "WaitingRun", "apikey_key", "child_sk", "children_key",
-    "delivery_key", "doc_of", "event_id_key", "event_key", "event_sk", "event_wait_event",
-    "event_wait_events_after", "event_wait_keys", "event_wait_sk", "hook_key",
-    "idempotency_key", "lock_key", "ms_key", "schedule_key", "sk_of", "throttle_key",
-    "wait_event_keys", "waiting_key", "waiting_sk",
+    "ANY_SUBJECT", "EVENT_WAITS_FROM", "HOOK_SECRET", "NO_SK", "REPAIR_WITHIN", "Claim",
+    "Control", "Item", "Pk", "Schedule", "Sk", "WaitingRun", "apikey_key", "child_sk",
+    "children_key", "delivery_key", "doc_of", "event_id_key", "event_key", "event_sk",
+    "event_wait_event", "event_wait_events_after", "event_wait_keys", "event_wait_sk",
+    "hook_key", "idempotency_key", "lock_key", "ms_key", "schedule_key", "sk_of",
+    "throttle_key", "wait_event_keys", "waiting_key", "waiting_sk",
 ]
 
 Item = dict[str, Any]

@@ -20,10 +20,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.tables import WakeKey
 from orchestrator.engine import commands as do
 from orchestrator.engine.attempts import Retry
 from orchestrator.engine.context import RunContext
@@ -170,12 +170,11 @@ class Sweeper:
         # the price of reading the keys between them again: bytes, not requests.
         lo, hi = min(w[0] for w in windows), max(w[1] for w in windows)
 
-        def due(key: dict[str, Any]) -> bool:
-            at = float(key["wake_at"]["N"])
-            return any(after < at <= upto for after, upto in windows)
+        def due(key: WakeKey) -> bool:
+            return any(after < key.wake_at <= upto for after, upto in windows)
 
-        run_keys: list[dict[str, Any]] = []
-        step_keys: list[dict[str, Any]] = []
+        run_keys: list[WakeKey] = []
+        step_keys: list[WakeKey] = []
         if hi > lo:
             names = self.store.names
             run_keys = [k for k in self.store.runs.woken(names.runs_table, shard, lo, hi)
@@ -183,8 +182,8 @@ class Sweeper:
             step_keys = [k for k in self.store.steps.woken(names.steps_table, shard, lo, hi)
                          if due(k)]
         report.woken += len(run_keys) + len(step_keys)
-        ids = list(dict.fromkeys(k["run_id"]["S"] for k in run_keys + step_keys))
-        self.sweep_runs(ids, {k["run_id"]["S"] for k in run_keys}, now, report)
+        ids = list(dict.fromkeys(k.run_id for k in run_keys + step_keys))
+        self.sweep_runs(ids, {k.run_id for k in run_keys}, now, report)
         return (max(cursors[0], windows[0][1]), max(cursors[1], windows[1][1]))
 
     def sweep_runs(

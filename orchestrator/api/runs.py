@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from orchestrator.adapters.store.codec import is_key
 from orchestrator.api.models import CancelRun, RerunRun, RunEvent, StartRun
 from orchestrator.api.operations import (
     BODY_ERRORS,
@@ -56,9 +57,7 @@ def _uncursor(cursor: str | None) -> dict[str, Any] | None:
         start = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except (ValueError, binascii.Error):
         start = None
-    if not isinstance(start, dict) or not set(start) <= CURSOR_KEYS or not all(
-        isinstance(v, dict) and len(v) == 1 and set(v) <= {"S", "N"} for v in start.values()
-    ):
+    if not is_key(start, CURSOR_KEYS):
         raise UsageError("cursor: not a cursor this API returned")
     return start
 

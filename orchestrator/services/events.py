@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.adapters.store.control import Control, doc_of, ms_key
+from orchestrator.adapters.store.control import Control, doc_of, event_id_key, event_key, event_sk
 from orchestrator.errors import UsageError
 from orchestrator.expressions import compile_expression
 from orchestrator.services.event_waits import EventWaits
@@ -72,7 +72,7 @@ class EventService:
         # The id is claimed with the workflows the event matched: a duplicate is answered
         # from the first delivery (its runs), whatever data it carries this time.
         claim = self.control.claim(
-            f"eventid#{name}#{eid}", now=now, doc={"workflows": workflows},
+            event_id_key(name, eid), now=now, doc={"workflows": workflows},
             expires_at=now + self.retention,
         )
         first, repair = claim.first, claim.recent
@@ -104,7 +104,7 @@ class EventService:
         # Keyed by arrival time and id, written only if absent: a crash repair completes
         # the first delivery and never overwrites what it stored.
         self.control.put_new(
-            f"event#{event['name']}", f"{ms_key(received)}#{event['id']}", now=received,
+            event_key(event["name"]), event_sk(received, event["id"]), now=received,
             doc=event, expires_at=received + self.retention,
         )
 
@@ -127,6 +127,6 @@ class EventService:
         if not NAME_RE.fullmatch(name):
             raise UsageError(f"name {name[:200]!r}: not an event name")
         items = self.control.query(
-            f"event#{name}", now=self.clock(), limit=limit, newest_first=True
+            event_key(name), now=self.clock(), limit=limit, newest_first=True
         )
         return [doc_of(i) for i in items]

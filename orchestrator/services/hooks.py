@@ -23,14 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.store import Store
-from orchestrator.adapters.store.control import Control, doc_of
+from orchestrator.adapters.store.control import HOOK_SECRET, Control, doc_of, hook_key
 from orchestrator.errors import Code, Conflict, NotFound, OrchestratorError, UsageError
 from orchestrator.services.signals import SIGNAL_NAME, Signals
 from orchestrator.strict_json import dumps
 
 __all__ = ["Gone", "Hooks"]
 
-KEY_ITEM = "secret#hooks"
+KEY_ITEM = HOOK_SECRET
 MAX_TTL = 365 * 24 * 3600.0
 DEFAULT_TTL = 7 * 24 * 3600.0
 
@@ -85,9 +85,9 @@ class Hooks:
         sha = _sha(tok)
         doc = {"run_id": run_id, "signal": signal, "metadata": metadata,
                "expires_at": round(now + life, 3), "op_id": op_id}
-        if not self.control.put_new(f"hook#{sha}", now=now, doc=doc,
+        if not self.control.put_new(hook_key(sha), now=now, doc=doc,
                                     expires_at=now + life + DEFAULT_TTL):
-            stored = doc_of(self.control.get(f"hook#{sha}", now=now) or {}) or doc
+            stored = doc_of(self.control.get(hook_key(sha), now=now) or {}) or doc
             doc = stored
         return {"signal": doc["signal"], "expires_at": doc["expires_at"],
                 "metadata": doc.get("metadata"), "hook": sha[:16], "token": tok,
@@ -111,7 +111,7 @@ class Hooks:
             raise UsageError("body: a hook's payload is a JSON object")
         now = self.clock()
         sha = _sha(token)
-        item = self.control.get(f"hook#{sha}", now=now)
+        item = self.control.get(hook_key(sha), now=now)
         doc = doc_of(item or {})
         if doc is None:
             raise NotFound("no such hook (unknown token)")
@@ -128,10 +128,7 @@ class Hooks:
                 raise Conflict(Code.RUN_FINISHED, f"the hook's run {doc['run_id']} has already"
                                " finished: its signal would never be read")
             marked = {**doc, "used": digest, "used_at": round(now, 3)}
-            if not self.control.update_if(
-                    f"hook#{sha}", "SET doc = :d", {":d": {"S": dumps(marked)},
-                                                    ":old": item["doc"]},  # type: ignore[index]
-                    "doc = :old"):
+            if not self.control.swap_doc(hook_key(sha), item, marked):
                 raise Gone("this hook was executed already: a hook is single-use")
         metadata = doc.get("metadata")
         payload = {**body, **(metadata if isinstance(metadata, dict) else {})}

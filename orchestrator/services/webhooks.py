@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control import Control, delivery_key
 from orchestrator.errors import NotFound, OrchestratorError, Unauthorized, UsageError
 from orchestrator.expressions import ExpressionError, compile_expression
 from orchestrator.services.runs import RunService
@@ -79,7 +79,7 @@ class WebhookService:
             # Claim the delivery id first: one conditional put tells a redelivery apart,
             # and it outlives the run's own retention (a replay days later is refused).
             claim = self.control.claim(
-                f"delivery#{name}#{hashlib.sha256(did.encode()).hexdigest()}", now=now,
+                delivery_key(name, did), now=now,
                 doc={}, expires_at=now + self.retention,
             )
             if not claim.first:

@@ -4,6 +4,8 @@ idempotency key), so tests assert what the functions actually ran."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -257,11 +259,42 @@ async def slowstep(ctx: Context, payload: dict[str, Any]) -> Any:
     return {"first": first, "after": after}
 
 
+def digest(value: Any) -> str:
+    """A value's fingerprint: a test compares what a run received with what was sent."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@workflow("named")
+async def named(ctx: Context, payload: dict[str, Any]) -> Any:
+    """Waits for the signal named in its input; returns the payload's fingerprint."""
+    got = await ctx.wait_for_signal(payload["name"], timeout=payload.get("timeout"))
+    return {"digest": digest(got), "keys": sorted(got) if isinstance(got, dict) else None}
+
+
+@workflow("bighook")
+async def bighook(ctx: Context, payload: dict[str, Any]) -> Any:
+    """Creates a hook whose metadata is `metadata_chars` characters of padding (built
+    here: the run's input could not carry it), waits for it, returns the fingerprint of
+    what came."""
+    metadata = {"pad": "m" * int(payload.get("metadata_chars", 0))}
+    hook = await ctx.create_hook(payload.get("signal", "approve"), metadata=metadata)
+    HOOK_URLS[ctx.run_id].append(hook.url)
+    got = await hook.wait()
+    return {"digest": digest(got), "metadata": digest(metadata)}
+
+
+@workflow("bigchild")
+async def bigchild(ctx: Context, payload: dict[str, Any]) -> Any:
+    """Starts a child run (`named`, spawned) whose input is padded to `input_chars`."""
+    return await ctx.spawn("named", {"name": "approve", "pad": "i" * payload["input_chars"]})
+
+
 def create_app(protocols: tuple[int, ...] | None = None) -> FunctionApp:
     """The test workflows; `protocols=(1,)` serves them as an SDK that predates version 2
     of the durable protocol would."""
     app = FunctionApp(secret="durable-secret",
                       **({"durable_protocols": protocols} if protocols else {}))
     app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain, trial, ships,
-                 docapproval, fanout, branches, parent, slowstep)
+                 docapproval, fanout, branches, parent, slowstep, named, bighook, bigchild)
     return app

@@ -13,6 +13,7 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `waiting#<group>#<key>`     | `<ms>#<run id>`    | runs queued for a group, in order     |
 | `throttle#<workflow>#<key>` | `-`                | a throttle budget (its next free slot)|
 | `apikey#<sha256>`           | `-`                | an API key, stored hashed             |
+| `hook#<sha256>`             | `-`                | a durable run's hook (`used`: spent)  |
 | `sweep#wake`                | `<shard>`          | a wake shard's sweeper and cursors    |
 | `sweep#full`                | `-`                | when the last full sweep ran          |
 
@@ -211,6 +212,17 @@ class Control:
         return [i for i in resp.get("Items", []) if _live(i, now) is not None]
 
     # ---- named writes of one item kind each ------------------------------------------
+
+    def use_hook(self, pk: str, digest: str, now: float) -> dict[str, Any]:
+        """The write that spends a hook (`used`: the digest of the request that did),
+        guarded on its being unspent, as one item of a transaction: the hook is spent
+        only if the signal it sends is queued in the same transaction."""
+        return {"Update": {
+            "TableName": self.table, "Key": self.key(pk),
+            "UpdateExpression": "SET used = :d, used_at = :t",
+            "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(used)",
+            "ExpressionAttributeValues": {":d": {"S": digest}, ":t": num(round(now, 3))},
+        }}
 
     def throttle_tat(self, pk: str, now: float) -> float | None:
         """A throttle budget's theoretical arrival time (None: no live budget yet)."""

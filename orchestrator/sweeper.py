@@ -26,12 +26,13 @@ from orchestrator.adapters.queue import Dispatch
 from orchestrator.adapters.store.control import Control
 from orchestrator.engine import commands as do
 from orchestrator.engine.attempts import Retry
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.reconcile import SweepPolicy, reconcile, settle_due
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.engine.wakes import WAKE_SHARDS
 from orchestrator.errors import ConditionFailed, OrchestratorError
-from orchestrator.services.executor import Executor, RunContext, Tally
+from orchestrator.services.executor import Executor, Tally
 
 __all__ = ["SweepReport", "Sweeper"]
 

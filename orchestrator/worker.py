@@ -26,14 +26,26 @@ from orchestrator.adapters.invoker import Call, Invoker
 from orchestrator.adapters.messages import AdmitRun, AnyMessage, Dispatch, Promote
 from orchestrator.adapters.queue import Received
 from orchestrator.adapters.store import Lease
-from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, Succeed, after_attempt
+from orchestrator.engine.attempts import (
+    Fail,
+    Retry,
+    Succeed,
+    after_attempt,
+    inputs_unavailable,
+    output_not_kept,
+    run_missing,
+    timer_hop,
+    unknown_backend,
+    wait_before,
+)
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import is_driver
 from orchestrator.engine.records import StepRecord
-from orchestrator.errors import Code, ConditionFailed, OrchestratorError, StoreError, error_doc
+from orchestrator.errors import ConditionFailed, OrchestratorError, StoreError
 from orchestrator.services.children import Children
 from orchestrator.services.durable import Durable, Target
 from orchestrator.services.event_waits import EventWaits
-from orchestrator.services.executor import LRU, Executor, RunContext, Tally
+from orchestrator.services.executor import LRU, Executor, Tally
 from orchestrator.services.hooks import Hooks
 
 __all__ = ["BackendRef", "Worker"]
@@ -46,8 +58,6 @@ FLUSH_EVERY = 0.05
 # (there is little to fold, and its finish need not wait for the next flush).
 FLUSH_NOW_SINKS = 4
 DELETE_WITHIN = 1.0
-# A timer message this early is waited out in the worker rather than sent on again.
-EARLY_WAIT = 1.0
 # A received message still waiting for a free thread after this long is handed back to
 # the queue: a worker whose threads are all held up (slow calls) must not keep messages
 # from workers that are idle.
@@ -143,7 +153,7 @@ class Worker:
 
     def _fits(self, msg: Dispatch, deadline: float, margin: float) -> bool:
         now = self.clock()
-        if msg.due_at is not None and msg.due_at > now + EARLY_WAIT:
+        if timer_hop(msg.due_at, now):
             return True  # only sent on as a timer hop: no attempt starts
         ctx = self.context(msg.run_id)
         if ctx is None:
@@ -165,13 +175,13 @@ class Worker:
     def handle(self, msg: AnyMessage, receipt: Received | None = None) -> None:
         """Claim the attempt the message names and run it (and its inline successors)."""
         now = self.clock()
-        if msg.due_at is not None and msg.due_at > now + EARLY_WAIT:
-            # A timer hop (SQS delays at most 15 minutes): send it on for the rest.
-            self.queues.timer(msg, now)
+        if timer_hop(msg.due_at, now):
+            self.queues.timer(msg, now)  # sent on for the rest of its wait
             self._ack(receipt)
             return
-        if msg.due_at is not None and msg.due_at > now:
-            self.sleep(msg.due_at - now)  # at most EARLY_WAIT: SQS delays are whole seconds
+        wait = wait_before(msg.due_at, now)
+        if wait > 0:
+            self.sleep(wait)
             now = self.clock()  # the attempt starts now, not when its message came
         if isinstance(msg, AdmitRun):
             if self.admit is not None:
@@ -371,25 +381,14 @@ class Worker:
             return None
         raw = b""
         if ctx is None:
-            outcome = Outcome(
-                OutcomeKind.PERMANENT,
-                error=error_doc(Code.RUN_MISSING, f"run {row.run_id} is gone"),
-            )
+            outcome = run_missing(row.run_id)
         elif backend is None:
-            outcome = Outcome(
-                OutcomeKind.PERMANENT,
-                error=error_doc(
-                    Code.UNKNOWN_BACKEND,
-                    f"step {row.step}: backend {row.backend!r} is not configured",
-                ),
-            )
+            outcome = unknown_backend(row.step, row.backend)
         else:
             try:
                 steps = self.dep_outputs(row)
             except (OrchestratorError, ValueError) as exc:
-                outcome = Outcome(
-                    OutcomeKind.RETRYABLE, error=error_doc(Code.INPUTS_UNAVAILABLE, str(exc))
-                )
+                outcome = inputs_unavailable(str(exc))
             else:
                 call = Call(
                     url=backend.url.rstrip("/") + row.route,
@@ -413,11 +412,7 @@ class Worker:
             except StoreError as exc:
                 # The function answered, but its output could not be kept: the engine
                 # decides this attempt like any other retryable failure.
-                lost = Outcome(
-                    OutcomeKind.RETRYABLE,
-                    error=error_doc(Code.OUTPUT_STORE_FAILED, str(exc)),
-                    retry_after=1.0,
-                )
+                lost = output_not_kept(str(exc))
                 retry_or_fail = after_attempt(row, lost, self.clock(), self.rand())
                 assert not isinstance(retry_or_fail, Succeed)
                 self.apply(row, ctx, retry_or_fail, tally)

@@ -3,7 +3,7 @@
 A durable run has one step row, the *driver* (`DRIVER`): it carries the lease of
 whoever advances the run, its retries when a call fails, and what the run waits for
 (`Waiting`) while nobody holds it. The journal is one write-once item per operation
-(adapters/store/journal.py). A call's answer is a list of operations (functions/durable);
+(adapters/store/journal.py). A call's answer is a list of operations (functions/sdk/durable);
 `read_answer` turns it into the entries to commit and one `Next` move, and
 `resolve` decides whether a wait is over. Pure: no I/O.
 
@@ -76,9 +76,8 @@ __all__ = [
 ]
 
 DRIVER = "$run"
-# A parallel branch's result sits in its scope at this position (functions/durable).
+# A parallel branch's result sits in its scope at this position (functions/sdk/durable).
 RESULT_POS = 99_999_999
-WAIT_KINDS = tuple(k.value for k in WaitKind)
 
 
 def is_driver(step: str) -> bool:

@@ -1,4 +1,4 @@
-"""Admission: when a queued run may start (semantics of reference 002's run admission).
+"""Admission: when a queued run may start (README, "Flow control").
 
 A run of a workflow with a `throttle:` or a concurrency group is created `queued` and
 admitted here; one without either starts at once and never comes here.

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.store import Store
-from orchestrator.adapters.store.control import Control, doc_of
+from orchestrator.adapters.store.control import Control
 from orchestrator.engine.records import RunRecord
 from orchestrator.errors import NotFound
 
@@ -86,7 +86,3 @@ class Children:
         if run is None:
             raise NotFound(f"run {run_id!r} not found (or expired)")
         return run
-
-    def links(self, parent: str) -> list[dict[str, Any]]:
-        items = self.control.query(f"children#{parent}", now=self.clock(), limit=1000)
-        return [{"run_id": i["sk"]["S"], **(doc_of(i) or {})} for i in items]

@@ -24,7 +24,15 @@ from typing import Any
 from functions.protocol import DurableOp, EndOp, RecordOp, RetryOp, WaitKind
 from orchestrator.adapters.invoker import Call, Invoker, Result, StreamCut
 from orchestrator.adapters.messages import Dispatch
-from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, after_attempt
+from orchestrator.engine.attempts import (
+    Fail,
+    Outcome,
+    OutcomeKind,
+    Retry,
+    after_attempt,
+    output_not_kept,
+)
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import (
     DRIVER,
     BadAnswer,
@@ -64,7 +72,7 @@ from orchestrator.errors import Code, ConditionFailed, InvalidName, ValueTooLarg
 from orchestrator.services.checkpoints import END, IDLE, Exchange, Item, Lines
 from orchestrator.services.children import Children, child_run_id
 from orchestrator.services.event_waits import EventWaits
-from orchestrator.services.executor import Executor, RunContext, Tally
+from orchestrator.services.executor import Executor, Tally
 from orchestrator.services.hooks import Hooks
 from orchestrator.services.values import check_value, checked_name
 from orchestrator.strict_json import dumps
@@ -598,8 +606,7 @@ class Durable:
         try:
             output_json, output_ref = self.adv.store_output(row, raw)
         except Exception as exc:  # the blob store failed: try the call again later
-            self._call_failed(row, ctx, Outcome(OutcomeKind.RETRYABLE, error=error_doc(
-                Code.OUTPUT_STORE_FAILED, str(exc)), retry_after=1.0), tally)
+            self._call_failed(row, ctx, output_not_kept(str(exc)), tally)
             return
         self.adv.succeed(row, ctx, output_json, output_ref, len(raw), tally, keep_one=None)
 

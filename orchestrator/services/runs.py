@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.engine.admission import gate_of
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.definition import Definition, Gate, Trigger
 from orchestrator.engine.plan import plan_steps, unwritten
 from orchestrator.engine.records import RunRecord, StepRecord
@@ -21,7 +22,7 @@ from orchestrator.engine.rerun import with_reused
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.engine.transitions import killed_error
 from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
-from orchestrator.services.executor import Executor, RunContext
+from orchestrator.services.executor import Executor
 from orchestrator.services.journal_follow import JournalFollower
 from orchestrator.services.step_follow import StepFollower
 from orchestrator.services.values import MAX_VALUE_BYTES, check_value

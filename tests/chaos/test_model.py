@@ -59,12 +59,13 @@ from infra.emulator import Emulator
 from infra.stack import deploy_data_stack
 from orchestrator.adapters.aws import Clients, make_clients
 from orchestrator.adapters.store.codec import run_from_item, step_from_item
+from orchestrator.engine.attempts import EARLY_WAIT
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.manifest.loader import manifest_from_text
 from orchestrator.runtime import Runtime
 from orchestrator.settings import Settings
-from orchestrator.worker import EARLY_WAIT, Worker
+from orchestrator.worker import Worker
 from tests.chaos.model_support import (
     Actor,
     FakeClock,

@@ -280,7 +280,7 @@ class JournalRows(Tables):
             return doc
         return None
 
-    # -- run events (custom, written by anyone: reference 003's create_event) -----------
+    # -- run events (custom, written by anyone: README, "Durable workflows in Python") -----------
 
     def add_run_event(self, run_id: str, event_type: str, payload: Any, event_id: str,
                       now: float) -> dict[str, Any]:

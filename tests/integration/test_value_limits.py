@@ -35,6 +35,7 @@ workflows:
   named: { backend: app }
   bighook: { backend: app }
   bigchild: { backend: app }
+  unchecked: { backend: app }
 """
 
 
@@ -298,7 +299,7 @@ def test_event_names_follow_the_same_rule_with_a_slash(live: tuple[Harness, str]
 
 def test_run_inputs_event_data_and_custom_events_name_the_cap(
         live: tuple[Harness, str]) -> None:
-    h, url = live
+    _, url = live
     refused_for_size(httpx.post(f"{url}/runs", json={"workflow": "named",
                                                      "input": sized(CAP + 1)}))
     refused_for_size(httpx.post(f"{url}/events", json={"name": "e", "data": sized(CAP + 1)}))
@@ -315,3 +316,28 @@ def test_run_inputs_event_data_and_custom_events_name_the_cap(
     custom = httpx.get(f"{url}/runs/{run_id}/events").json()["custom"]
     assert [c["payload"] for c in custom] == [at_cap]
     assert json.dumps(at_cap, ensure_ascii=False, separators=(",", ":")).encode().__len__() == CAP
+
+
+# ---- what an SDK that checks nothing sends -----------------------------------------------
+
+
+@pytest.mark.parametrize(("input", "code"), [
+    ({"kind": "signal", "name": "a b"}, "invalid_name"),
+    ({"kind": "signal", "name": "x" * 129}, "invalid_name"),
+    ({"kind": "event", "name": "a#b"}, "invalid_name"),
+    ({"kind": "hook", "name": "a/b"}, "invalid_name"),
+    ({"kind": "hook", "chars": CAP}, "value_too_large"),
+    ({"kind": "call", "chars": CAP}, "value_too_large"),
+    ({"kind": "spawn", "chars": CAP}, "value_too_large"),
+], ids=["signal-space", "signal-long", "event-hash", "hook-slash", "hook-metadata",
+        "call-input", "spawn-input"])
+def test_the_orchestrator_refuses_an_unchecked_operation_where_it_is_awaited(
+        live: tuple[Harness, str], input: dict[str, Any], code: str) -> None:
+    h, url = live
+    run_id = start(url, "unchecked", input)
+    view = h.wait(run_id)
+    assert view["status"] == "failed", view
+    assert view["error"]["code"] == code, view["error"]
+    entry = h.rt.store.read_journal(run_id)[-1]
+    assert entry["status"] == "error" and entry["error"]["code"] == code, entry
+    assert h.rt.children.of(run_id) == []

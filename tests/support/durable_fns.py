@@ -290,11 +290,30 @@ async def bigchild(ctx: Context, payload: dict[str, Any]) -> Any:
     return await ctx.spawn("named", {"name": "approve", "pad": "i" * payload["input_chars"]})
 
 
+@workflow("unchecked")
+async def unchecked(ctx: Context, payload: dict[str, Any]) -> Any:
+    """Issues one operation as an SDK that checks neither names nor sizes would: through
+    the context's private `_wait`, past the public calls' checks. The orchestrator must
+    refuse it itself (the operation fails where it is awaited)."""
+    kind, name = payload["kind"], payload.get("name", "approve")
+    pad = "p" * int(payload.get("chars", 0))
+    if kind == "signal":
+        return await ctx._wait("signal", name, timeout=None)
+    if kind == "event":
+        return await ctx._wait("event", name, event=name, subject=None, timeout=None,
+                               after=0.0)
+    if kind == "hook":
+        return await ctx._wait("hook", name, signal=name, metadata={"pad": pad}, ttl=None)
+    return await ctx._wait(kind, "child", workflow="named",
+                           input={"name": "approve", "pad": pad})
+
+
 def create_app(protocols: tuple[int, ...] | None = None) -> FunctionApp:
     """The test workflows; `protocols=(1,)` serves them as an SDK that predates version 2
     of the durable protocol would."""
     app = FunctionApp(secret="durable-secret",
                       **({"durable_protocols": protocols} if protocols else {}))
     app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain, trial, ships,
-                 docapproval, fanout, branches, parent, slowstep, named, bighook, bigchild)
+                 docapproval, fanout, branches, parent, slowstep, named, bighook, bigchild,
+                 unchecked)
     return app

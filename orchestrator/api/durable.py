@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from orchestrator.api.models import CreateHook, ResetRun, ResumeRun
+from orchestrator.api.models import NAME_CHARS, CreateHook, ResetRun, ResumeRun
 from orchestrator.api.operations import BODY_ERRORS, body, errors, op, path_param, run_id_param
 from orchestrator.api.requests import read_json, read_object, validated
 from orchestrator.api.runs import summary
@@ -130,7 +130,7 @@ def paths() -> dict[str, Schema]:
                 parameters=[run_id, path_param(
                     "name", f"The signal's name: {NAME_RULE} (compared in Unicode NFC;"
                     " percent-encoded in the path).",
-                    {"type": "string", "minLength": 1, "maxLength": 128}),
+                    {"type": "string", "minLength": 1, "maxLength": NAME_CHARS}),
                     {"name": "Idempotency-Key", "in": "header", "required": False,
                      "description": "The same key sends the signal once.",
                      "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],

@@ -36,6 +36,7 @@ workflows:
   bighook: { backend: app }
   bigchild: { backend: app }
   unchecked: { backend: app }
+  eventwait: { backend: app }
 """
 
 
@@ -285,6 +286,24 @@ def test_a_wait_for_a_name_nothing_can_send_fails_at_once_naming_the_rule(
     assert sent.status_code in (400, 404), sent.text
     if sent.status_code == 400:
         assert sent.json()["error"]["code"] == "invalid_name"
+
+
+def test_a_hook_and_an_event_wait_with_unicode_names_are_delivered(
+        live: tuple[Harness, str]) -> None:
+    h, url = live
+    hooked = start(url, "bighook", {"signal": "approbation-é", "metadata_chars": 10})
+    waiting(h, hooked)
+    sent = httpx.post(url + HOOK_URLS[hooked][0], json={"ok": True})
+    assert sent.status_code == 202 and sent.json()["signal"] == "approbation-é", sent.text
+    assert h.wait(hooked)["output"]["digest"] == digest({"ok": True, "pad": "m" * 10})
+    name = "commande/expédiée"
+    waits = start(url, "eventwait", {"name": name})
+    waiting(h, waits, "event")
+    # Sent decomposed: the same name.
+    emitted = httpx.post(f"{url}/events", json={"name": unicodedata.normalize("NFD", name),
+                                                "data": {"n": 7}})
+    assert emitted.status_code == 201, emitted.text
+    assert h.wait(waits)["output"] == {"name": name, "data": {"n": 7}}
 
 
 def test_event_names_follow_the_same_rule_with_a_slash(live: tuple[Harness, str]) -> None:

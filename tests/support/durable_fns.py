@@ -284,6 +284,14 @@ async def bighook(ctx: Context, payload: dict[str, Any]) -> Any:
     return {"digest": digest(got), "metadata": digest(metadata)}
 
 
+@workflow("eventwait")
+async def eventwait(ctx: Context, payload: dict[str, Any]) -> Any:
+    """Waits for the event named in its input (any subject); returns its data."""
+    event = await ctx.wait_for_event(payload["name"], subject=payload.get("subject"),
+                                     timeout=payload.get("timeout"))
+    return None if event is None else {"name": event["name"], "data": event["data"]}
+
+
 @workflow("bigchild")
 async def bigchild(ctx: Context, payload: dict[str, Any]) -> Any:
     """Starts a child run (`named`, spawned) whose input is padded to `input_chars`."""
@@ -315,5 +323,5 @@ def create_app(protocols: tuple[int, ...] | None = None) -> FunctionApp:
                       **({"durable_protocols": protocols} if protocols else {}))
     app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain, trial, ships,
                  docapproval, fanout, branches, parent, slowstep, named, bighook, bigchild,
-                 unchecked)
+                 unchecked, eventwait)
     return app

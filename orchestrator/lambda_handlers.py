@@ -206,7 +206,7 @@ def sweeper(event: dict[str, Any], context: Any, *,
         if left - wait < interval + margin:
             break
         quiet = not (report.woken or report.runs or report.queued)
-        if quiet and not _tick_due(rt, time.time() + left) and not rt.store.any_active():
+        if quiet and not _tick_due(rt, time.time() + left) and not rt.store.runs.any_active():
             total["idle"] = 1
             break
         sleep(wait)

@@ -86,7 +86,7 @@ class Worker:
         hooks: Hooks | None = None,
         children: Children | None = None,
     ) -> None:
-        self.adv = executor
+        self.executor = executor
         self.store = executor.store
         self.queues = executor.queues
         self.settings = executor.settings
@@ -191,7 +191,7 @@ class Worker:
         if isinstance(msg, Promote):
             ctx = self.context(msg.run_id)
             if ctx is not None:
-                self.adv.promote_slice(msg, ctx, self._fold if self._batching else None)
+                self.executor.promote_slice(msg, ctx, self._fold if self._batching else None)
             self._ack(receipt)
             return
         row: StepRecord | None = None
@@ -201,12 +201,12 @@ class Worker:
             # The row may not be written yet (its start leaves such steps out): the
             # plan in the run's context creates it in the same write.
             ctx = self.context(msg.run_id)
-            row = self.store.satisfy(msg.run_id, msg.step, msg.after, 1, self.lease(), now,
-                                     ready_at=msg.ready_at,
-                                     plan=ctx.plan(msg.step) if ctx is not None else None)
+            row = self.store.steps.satisfy(msg.run_id, msg.step, msg.after, 1, self.lease(), now,
+                                           ready_at=msg.ready_at,
+                                           plan=ctx.plan(msg.step) if ctx is not None else None)
         if row is None:
             try:
-                row = self.store.claim(msg.run_id, msg.step, msg.attempt, self.lease(), now)
+                row = self.store.steps.claim(msg.run_id, msg.step, msg.attempt, self.lease(), now)
             except ConditionFailed:
                 row = None  # a duplicate, a late message, or a step already taken
         self._ack(receipt)
@@ -222,7 +222,7 @@ class Worker:
         next flush, except for runs with few sinks (written now: one of them may finish
         the run, and folding would only make it wait)."""
         if not self._batching:
-            self.adv.flush(tally)
+            self.executor.flush(tally)
             return
         now = Tally()
         with self._lock:
@@ -234,7 +234,7 @@ class Worker:
                     self._tally.add(run_id, n)
         if now.counts:
             try:
-                self.adv.flush(now)
+                self.executor.flush(now)
             except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
                 log.warning("count failed: %s", exc)
 
@@ -279,11 +279,11 @@ class Worker:
                 self._oldest_ack = float("inf")
         for (run_id, join), (ndeps, deps) in joins.items():
             try:
-                self.adv.satisfy_many(run_id, join, deps, ndeps)
+                self.executor.satisfy_many(run_id, join, deps, ndeps)
             except OrchestratorError as exc:  # the sweeper promotes the join if lost
                 log.warning("join %s/%s: count failed: %s", run_id, join, exc)
         try:
-            self.adv.flush(tally)
+            self.executor.flush(tally)
         except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
             log.warning("count flush failed: %s", exc)
         self._renew(now)
@@ -324,7 +324,7 @@ class Worker:
         with self._lock:
             ctx: RunContext | None = self._contexts.get(run_id)
         if ctx is not None and fresh:
-            stopping = self.store.run_stopping(run_id, self.clock())
+            stopping = self.store.runs.run_stopping(run_id, self.clock())
             if stopping is None:
                 return None
             if stopping != ctx.stopping:
@@ -333,7 +333,7 @@ class Worker:
                     self._contexts.put(run_id, ctx)
             return ctx
         if ctx is None:
-            run = self.store.get_run(run_id, self.clock())
+            run = self.store.runs.get_run(run_id, self.clock())
             if run is None:
                 return None
             ctx = RunContext.of(run)
@@ -354,8 +354,8 @@ class Worker:
                 else:
                     out[d] = cached
         if missing:
-            for name, dep in self.store.get_outputs(row.run_id, missing).items():
-                out[name] = self.adv.load_output(dep)
+            for name, dep in self.store.steps.get_outputs(row.run_id, missing).items():
+                out[name] = self.executor.load_output(dep)
         return {d: out.get(d) for d in row.deps}
 
     def execute(self, row: StepRecord, tally: Tally) -> StepRecord | None:
@@ -367,9 +367,9 @@ class Worker:
         # over the rows. The attempt is given up as if its claim had been refused.
         ctx = self.context(row.run_id, fresh=True)
         if ctx is not None and ctx.stopping:
-            gone = self.store.abandon(row.run_id, row.step, row.attempt, row.lease_owner or "",
-                                      "run stopped before the step started", self.clock(),
-                                      unstart=row)
+            gone = self.store.steps.abandon(
+                row.run_id, row.step, row.attempt, row.lease_owner or "",
+                "run stopped before the step started", self.clock(), unstart=row)
             if gone is not None and gone.counted:
                 tally.add(row.run_id)
             return None
@@ -408,7 +408,7 @@ class Worker:
         ctx = ctx or RunContext.missing(row.run_id)
         if isinstance(decision, Succeed):
             try:
-                output_json, output_ref = self.adv.store_output(row, raw)
+                output_json, output_ref = self.executor.store_output(row, raw)
             except StoreError as exc:
                 # The function answered, but its output could not be kept: the engine
                 # decides this attempt like any other retryable failure.
@@ -425,7 +425,7 @@ class Worker:
 
             # The last dependant runs next on this thread, if it fits in its deadline.
             keep = self.lease() if self._room_for(ctx, row.dependants[-1:]) else None
-            res = self.adv.succeed(
+            res = self.executor.succeed(
                 row, ctx, output_json, output_ref, len(raw), tally, keep_one=keep,
                 on_recorded=remember, fold=self._fold if self._batching else None,
             )
@@ -435,9 +435,9 @@ class Worker:
 
     def apply(self, row: StepRecord, ctx: RunContext, decision: Retry | Fail, tally: Tally) -> None:
         if isinstance(decision, Retry):
-            self.adv.retry(row, decision, tally)
+            self.executor.retry(row, decision, tally)
         else:
-            self.adv.fail(row, ctx, decision, tally)
+            self.executor.fail(row, ctx, decision, tally)
 
     # ---- the loop ----------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ async def journal(request: Request) -> JSONResponse:
                    and trigger.source == "event" else None)
         return {"run_id": run_id, "workflow": run.definition.durable,
                 "input": run.input, "started_at": run.started_at or run.created_at,
-                "subject": subject, "journal": rt.store.read_journal(run_id)}
+                "subject": subject, "journal": rt.store.journal.read_journal(run_id)}
 
     return JSONResponse(await run_in_threadpool(read))
 
@@ -60,7 +60,7 @@ async def children(request: Request) -> JSONResponse:
     def read() -> dict[str, Any]:
         run_or_404(rt, run_id)
         ids = rt.children.of(run_id)
-        found = rt.store.get_runs(ids, rt.clock()) if ids else {}
+        found = rt.store.runs.get_runs(ids, rt.clock()) if ids else {}
         return {"run_id": run_id, "children": [summary(found[i]) for i in ids if i in found]}
 
     return JSONResponse(await run_in_threadpool(read))
@@ -73,7 +73,7 @@ async def parent(request: Request) -> JSONResponse:
     def read() -> dict[str, Any]:
         run = run_or_404(rt, run_id)
         pid = rt.children.parent_of(run)
-        up = rt.store.get_run(pid, rt.clock()) if pid else None
+        up = rt.store.runs.get_run(pid, rt.clock()) if pid else None
         return {"run_id": run_id, "parent_run_id": pid,
                 "parent": None if up is None else summary(up)}
 

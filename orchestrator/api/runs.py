@@ -154,7 +154,7 @@ async def run_events(request: Request) -> JSONResponse:
     rt = api_state(request).rt
     run_id = request.path_params["run_id"]
     events = await run_in_threadpool(rt.runs.history, run_id)
-    custom = await run_in_threadpool(rt.store.run_events, run_id)
+    custom = await run_in_threadpool(rt.store.journal.run_events, run_id)
     return JSONResponse({"run_id": run_id, "events": events, "custom": custom})
 
 
@@ -166,8 +166,8 @@ async def add_run_event(request: Request) -> JSONResponse:
 
     def add() -> dict[str, Any]:
         run_or_404(rt, run_id)
-        return rt.store.add_run_event(run_id, req.event_type, req.payload,
-                                      uuid.uuid4().hex, rt.clock())
+        return rt.store.journal.add_run_event(run_id, req.event_type, req.payload,
+                                              uuid.uuid4().hex, rt.clock())
 
     return JSONResponse(await run_in_threadpool(add), status_code=201)
 
@@ -187,8 +187,8 @@ async def list_runs(request: Request) -> JSONResponse:
     limit = max(1, min(limit, 100))
     start = _uncursor(q.get("cursor"))
     runs, last = await run_in_threadpool(
-        lambda: rt.store.list_runs(workflow, rt.clock(), status=status, limit=limit,
-                                   start=start)
+        lambda: rt.store.runs.list_runs(workflow, rt.clock(), status=status, limit=limit,
+                                        start=start)
     )
     return JSONResponse({"runs": [summary(r) for r in runs], "next_cursor": _cursor(last)})
 

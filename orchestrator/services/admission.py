@@ -74,7 +74,7 @@ class Admission:
                 return self._refuse(run, Code.THROTTLED, f"over the rate of {throttle.limit}"
                                     f" per {throttle.period:g}s for key {throttle.key!r}")
             try:
-                self.store.set_admit_at(run.run_id, slot)
+                self.store.runs.set_admit_at(run.run_id, slot)
             except ConditionFailed:
                 return self._reread(run)
             run = replace(run, admit_at=slot)
@@ -100,7 +100,7 @@ class Admission:
 
     def due(self, run_id: str) -> None:
         """A throttle timer fired: carry the run on."""
-        run = self.store.get_run(run_id, self.clock())
+        run = self.store.runs.get_run(run_id, self.clock())
         if run is not None and run.status is RunStatus.QUEUED:
             self.arrive(run)
 
@@ -169,7 +169,7 @@ class Admission:
         if item is None:
             return None
         holder = str(item["holder"]["S"])
-        run = self.store.get_run(holder, now)
+        run = self.store.runs.get_run(holder, now)
         if run is None or run.status.terminal:
             self.control.release_lock(f"lock#{gid}", holder)
             log.info("group %s: broke the lock of finished run %s", gid, holder)
@@ -183,7 +183,7 @@ class Admission:
             if not items:
                 return None
             for item in items:
-                run = self.store.get_run(item["run_id"]["S"], now)
+                run = self.store.runs.get_run(item["run_id"]["S"], now)
                 if run is not None and run.status is RunStatus.QUEUED:
                     return run
                 self.control.delete(f"waiting#{gid}", item["sk"]["S"])
@@ -201,7 +201,7 @@ class Admission:
 
     def _admit(self, run: RunRecord, detail: dict[str, Any]) -> RunRecord:
         try:
-            admitted = self.store.admit_run(run.run_id, self.clock(), detail)
+            admitted = self.store.runs.admit_run(run.run_id, self.clock(), detail)
         except ConditionFailed:
             return self._reread(run)
         self.launch(admitted)
@@ -213,7 +213,7 @@ class Admission:
     def _refuse(self, run: RunRecord, code: Code, message: str) -> RunRecord:
         now = self.clock()
         try:
-            return self.store.finish_queued(
+            return self.store.runs.finish_queued(
                 run.run_id, RunStatus.SKIPPED, error_doc(code, message), now,
                 now + self.ttl,
             )
@@ -221,7 +221,7 @@ class Admission:
             return self._reread(run)
 
     def _reread(self, run: RunRecord) -> RunRecord:
-        return self.store.get_run(run.run_id, self.clock()) or run
+        return self.store.runs.get_run(run.run_id, self.clock()) or run
 
 
 def _waiting_sk(run: RunRecord) -> str:

@@ -82,7 +82,7 @@ class Children:
         self._wake(str(trigger.detail["parent_run_id"]), str(trigger.detail["row"]))
 
     def require(self, run_id: str) -> RunRecord:
-        run = self.store.get_run(run_id, self.clock())
+        run = self.store.runs.get_run(run_id, self.clock())
         if run is None:
             raise NotFound(f"run {run_id!r} not found (or expired)")
         return run

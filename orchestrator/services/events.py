@@ -88,7 +88,7 @@ class EventService:
         trigger = {"source": "event", "event": name, "id": eid, **({"key": key} if key else {})}
         for wf_name in workflows:
             run_id = event_run_id(wf_name, name, eid)
-            if first or (repair and self.runs.store.get_run(run_id, now) is None):
+            if first or (repair and self.runs.store.runs.get_run(run_id, now) is None):
                 run, created = self.runs.start(wf_name, event, run_id, trigger=trigger)
                 run_id = run.run_id
             else:

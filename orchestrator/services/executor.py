@@ -135,16 +135,16 @@ class Executor:
         keep_wake = bool(row.dependants) and now < (row.lease_until or 0.0)
         try:
             # Most rows carry no flag: the row as its claim answered it, moved on, is
-            # put whole (store.put_success). A flagged row (its run is stopping or
+            # put whole (store.steps.put_success). A flagged row (its run is stopping or
             # failing) fails that guard and takes the full write, which reads the flags
             # back.
-            done = self.store.put_success(row, output_json=output_json, output_ref=output_ref,
-                                          size=size, now=now, keep_wake=keep_wake)
+            done = self.store.steps.put_success(row, output_json=output_json, output_ref=output_ref,
+                                                size=size, now=now, keep_wake=keep_wake)
         except ConditionFailed:
             pass
         if done is None:
             try:
-                done = self.store.record_success(
+                done = self.store.steps.record_success(
                     *_attempt_of(row),
                     output_json=output_json,
                     output_ref=output_ref,
@@ -182,7 +182,7 @@ class Executor:
         row decides: a step that is not a success, or that landed in a stopping run,
         promotes nothing; in a run stopped since, the stop pass's skips make each
         promotion's guard fail. Promoting twice is harmless."""
-        done = self.store.get_step(msg.run_id, msg.step)
+        done = self.store.steps.get_step(msg.run_id, msg.step)
         if done is None or done.status is not StepStatus.SUCCESS or done.stopping:
             return
         _, sends = self.promote_dependants(done, ctx, None, fold, lo=msg.lo, hi=msg.hi)
@@ -219,8 +219,8 @@ class Executor:
             else:
                 # Stamp each promotion with its own time: a wide fan-out takes a while,
                 # and the sweeper reads ready_at as "when was this message due to be sent".
-                promoted = self.store.satisfy(done.run_id, dep, done.step, ndeps, lease,
-                                              self.clock(), plan=ctx.plan(dep))
+                promoted = self.store.steps.satisfy(done.run_id, dep, done.step, ndeps, lease,
+                                                    self.clock(), plan=ctx.plan(dep))
                 if promoted is None:
                     continue
                 if promoted.status is StepStatus.DISPATCHED:
@@ -235,7 +235,7 @@ class Executor:
     def satisfy_many(self, run_id: str, step: str, deps: Collection[str], ndeps: int) -> bool:
         """Count several successes towards one wide join (folded by a worker) and
         dispatch the join if that completed it. True if it did."""
-        promoted = self.store.satisfy_many(run_id, step, list(deps), ndeps, self.clock())
+        promoted = self.store.steps.satisfy_many(run_id, step, list(deps), ndeps, self.clock())
         if promoted is None:
             return False
         self.queues.dispatch([Dispatch(run_id=run_id, step=step, attempt=1)])
@@ -253,7 +253,7 @@ class Executor:
         run (flagged `stopping` while this attempt ran) is skipped instead."""
         now = self.clock()
         try:
-            waiting = self.store.record_retry(
+            waiting = self.store.steps.record_retry(
                 *_attempt_of(row),
                 next_attempt=decision.next_attempt,
                 due_at=decision.due_at,
@@ -290,7 +290,7 @@ class Executor:
         `halt` the failure's write is the run's stop instant too (`stop_run`): the pass
         that skips the rest may come late (this process may die first), no start will."""
         try:
-            failed = self.store.record_failure(
+            failed = self.store.steps.record_failure(
                 *_attempt_of(row),
                 error=decision.error,
                 now=self.clock(),
@@ -314,7 +314,7 @@ class Executor:
         """`ctx` if it knows the run's definition, else one read afresh."""
         if ctx is not None and ctx.definition is not None:
             return ctx
-        run = self.store.get_run(run_id, self.clock())
+        run = self.store.runs.get_run(run_id, self.clock())
         return RunContext.of(run) if run is not None else RunContext.missing(run_id)
 
     def skip_branch(self, run_id: str, cmd: SkipBranch, tally: Tally,
@@ -329,8 +329,8 @@ class Executor:
             if name in seen:
                 continue
             seen.add(name)
-            skipped = self.store.skip(run_id, name, (StepStatus.BLOCKED,), cmd.reason, now,
-                                      plan=ctx.plan(name))
+            skipped = self.store.steps.skip(run_id, name, (StepStatus.BLOCKED,), cmd.reason, now,
+                                            plan=ctx.plan(name))
             if skipped is not None:
                 if skipped.counted:
                     tally.add(run_id)
@@ -342,14 +342,14 @@ class Executor:
         starts after the run's `run.halted` entry."""
         self.stop(run_id, cmd.reason, tally, ctx)
         try:
-            self.store.mark_halted(run_id, cmd.error, self.clock())
+            self.store.runs.mark_halted(run_id, cmd.error, self.clock())
         except ConditionFailed:
             pass  # halted by another failure already, killed, or finished
 
     def kill(self, run_id: str, reason: str) -> RunRecord:
         """Cancel a running run: the request is recorded first (the sweeper carries on
         from it if this process dies), then the run is stopped."""
-        run = self.store.request_kill(run_id, reason, self.clock())
+        run = self.store.runs.request_kill(run_id, reason, self.clock())
         tally = Tally()
         self.stop(run_id, f"run killed: {reason}", tally, RunContext.of(run))
         self.flush(tally)
@@ -361,8 +361,8 @@ class Executor:
         (those its start left out included), flag every step in flight; in-flight ones
         land."""
         ctx = self.context(run_id, ctx)
-        for cmd in stop_pass(ctx.rows(self.store.query_steps(run_id, states_only=True)),
-                             reason):
+        for cmd in stop_pass(ctx.rows(self.store.steps.query_steps(run_id, states_only=True)),
+                                   reason):
             self.apply_stop(run_id, cmd, tally, ctx)
 
     def apply_stop(self, run_id: str, cmd: SkipStep | StopInFlight, tally: Tally,
@@ -383,15 +383,15 @@ class Executor:
         for _ in range(4):
             if not in_flight:
                 plan = ctx.plan(step) if ctx is not None else None
-                skipped = self.store.skip(run_id, step, NOT_STARTED, reason or "run stopped", now,
-                                          plan=plan)
+                skipped = self.store.steps.skip(run_id, step, NOT_STARTED,
+                                                reason or "run stopped", now, plan=plan)
                 if skipped is not None:
                     if skipped.counted:
                         tally.add(run_id)
                     return
-            if self.store.mark_stopping(run_id, step, now):
+            if self.store.steps.mark_stopping(run_id, step, now):
                 return
-            row = self.store.get_step(run_id, step)
+            row = self.store.steps.get_step(run_id, step)
             if row is None and (ctx is None or ctx.definition is None):
                 # Perhaps a row its start left out: skipped as planned, from the run.
                 ctx = self.context(run_id)
@@ -418,8 +418,8 @@ class Executor:
         # start: the run expires no later than its first row (see transitions.finish).
         expires = min(now + ttl, ctx.started_at + self.store.step_retention)
         try:
-            self.store.finish_run(done.run_id, RunStatus.SUCCESS, None, now, expires,
-                                  unstopped=True)
+            self.store.runs.finish_run(done.run_id, RunStatus.SUCCESS, None, now, expires,
+                                       unstopped=True)
         except ConditionFailed:
             return False
         return True
@@ -427,22 +427,22 @@ class Executor:
     def flush(self, tally: Tally) -> None:
         counts, tally.counts = tally.counts, {}
         for run_id, n in counts.items():
-            left = self.store.decrement_remaining(run_id, n, self.clock())
+            left = self.store.runs.decrement_remaining(run_id, n, self.clock())
             if left is not None and left <= 0:
                 self.finish_if_done(run_id)
 
     def finish_if_done(self, run_id: str) -> RunStatus | None:
         """Verify against the rows (the counter is only a hint) and terminalize."""
         for _ in range(FINISH_TRIES):
-            run = self.store.get_run(run_id, self.clock())
+            run = self.store.runs.get_run(run_id, self.clock())
             if run is None or run.status.terminal:
                 return None
             # States are all a finish reads, but for a failed step's error (shown on the
             # run): the rows' payloads, outputs and histories are left out unless one failed.
             ctx = RunContext.of(run)
-            steps = ctx.rows(self.store.query_steps(run_id, states_only=True))
+            steps = ctx.rows(self.store.steps.query_steps(run_id, states_only=True))
             if any(s.status is StepStatus.FAILED for s in steps):
-                steps = ctx.rows(self.store.query_steps(run_id))
+                steps = ctx.rows(self.store.steps.query_steps(run_id))
             # The finish's time is taken after its reads: a process that stalls between
             # the two must not stamp the run finished before a step the rows show started.
             now = self.clock()
@@ -456,10 +456,10 @@ class Executor:
             # flight (their branches below were skipped). Make those steps count too,
             # so the last of them to land finishes the run.
             moving = [s.step for s in steps if not s.status.terminal]
-            flagged = sum(self.store.flag_counted(run_id, name, plan=ctx.plan(name))
-                          for name in moving)
+            flagged = sum(self.store.steps.flag_counted(run_id, name, plan=ctx.plan(name))
+                                for name in moving)
             if flagged:
-                self.store.decrement_remaining(run_id, -flagged, now)
+                self.store.runs.decrement_remaining(run_id, -flagged, now)
             if flagged == len(moving):
                 return None
             # A step landed between the read and its flag, uncounted: it may have been
@@ -471,20 +471,20 @@ class Executor:
         # Step rows stamped their own expiry when they finished; only rows that would
         # expire before their run are written again (see engine.transitions.finish).
         for name in done.restamp:
-            self.store.stamp_expiry(run_id, name, done.expires_at)
+            self.store.steps.stamp_expiry(run_id, name, done.expires_at)
         # A halting run whose in-flight steps all landed before its halter recorded the
         # halt (its stop pass was slow) records the halt in its finish: one history
         # either way.
         halted_too = (done.status is RunStatus.FAILED and run.on_failure is OnFailure.HALT
                       and not run.halted and not run.kill_requested)
         try:
-            self.store.finish_run(run_id, done.status, done.error, now, done.expires_at,
-                                  halted=halted_too)
+            self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at,
+                                       halted=halted_too)
         except ConditionFailed:
             if not halted_too:
                 return None
             try:  # the halter recorded its halt meanwhile: finish without another
-                self.store.finish_run(run_id, done.status, done.error, now, done.expires_at)
+                self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at)
             except ConditionFailed:
                 return None
         try:

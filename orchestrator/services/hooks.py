@@ -102,7 +102,7 @@ class Hooks:
     def create_for(self, run_id: str, signal: str, metadata: Any, ttl: float | None,
                    token: str | None = None) -> dict[str, Any]:
         """A hook created from outside the workflow (POST /hooks)."""
-        run = self.store.get_run(run_id, self.clock())
+        run = self.store.runs.get_run(run_id, self.clock())
         if run is None:
             raise NotFound(f"run {run_id!r} not found (or expired)")
         if run.definition.durable is None:
@@ -139,7 +139,7 @@ class Hooks:
             raise Gone("this hook has expired")
         check_value("the hook's signal payload (the body with the hook's metadata merged"
                     " over it)", payload)
-        run = self.store.get_run(run_id, now)
+        run = self.store.runs.get_run(run_id, now)
         if run is None or run.status.terminal:
             # Refused before it is used up: a finished run reads no signal.
             raise Conflict(Code.RUN_FINISHED, f"the hook's run {run_id} has already"

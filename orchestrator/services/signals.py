@@ -40,7 +40,7 @@ class Signals:
         that fails queues nothing (`duplicate` true, as for a resent key)."""
         name = checked_name("signal name", name)
         check_value("a signal's payload", payload)
-        run = self.store.get_run(run_id, self.clock())
+        run = self.store.runs.get_run(run_id, self.clock())
         if run is None:
             raise NotFound(f"run {run_id!r} not found")
         if run.definition.durable is None:
@@ -49,14 +49,14 @@ class Signals:
         sid = (hashlib.sha256(key.encode()).hexdigest()[:32] if key is not None
                else uuid.uuid4().hex)
         if run.status.terminal:
-            if key is not None and self.store.signal_sent(run_id, name, sid):
+            if key is not None and self.store.signals.signal_sent(run_id, name, sid):
                 # A resend of a signal delivered before the run ended.
                 return {"run_id": run_id, "signal": name, "id": sid, "duplicate": True}
             raise Conflict(Code.RUN_FINISHED, f"run {run_id!r} has already finished "
                            f"({run.status.value}): the signal would never be read")
         now = self.clock()
-        created = self.store.queue_signal(run_id, name, payload, sid, now, also=also)
-        for row in self.store.drivers(run_id):
+        created = self.store.signals.queue_signal(run_id, name, payload, sid, now, also=also)
+        for row in self.store.drivers.all(run_id):
             # The scopes that may take it: those waiting for it, and those being
             # advanced (their holder sees the poke before it waits).
             waits = row.waiting or {}
@@ -69,6 +69,6 @@ class Signals:
     def wake(self, run_id: str, step: str = DRIVER) -> None:
         """Tell a durable run's driver (its top's, or a branch's) to look again at what
         it waits for: a dispatch if nobody holds it, a poke its holder sees otherwise."""
-        poked = self.store.poke_driver(run_id, self.clock(), step)
+        poked = self.store.drivers.poke_driver(run_id, self.clock(), step)
         if poked is not None:
             self.queues.dispatch([Dispatch(run_id=run_id, step=step, attempt=poked.attempt)])

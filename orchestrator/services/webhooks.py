@@ -86,7 +86,7 @@ class WebhookService:
                 doc={}, expires_at=now + self.retention,
             )
             if not claim.first:
-                if claim.recent and self.runs.store.get_run(run_id, now) is None:
+                if claim.recent and self.runs.store.runs.get_run(run_id, now) is None:
                     # The first delivery was taken but its process died before the run
                     # was created: this redelivery completes it.
                     self.runs.start(hook.workflow, input, run_id, trigger=trigger)

@@ -701,7 +701,7 @@ class Model(RuleBasedStateMachine):
             self.resume(self.paused.pop(0), kill=False)
         self.check(everything=True)
         for run_id, wf in self.runs.items():  # a client sends a lost start again
-            if self.rt.store.get_run(run_id, self.clock.now) is None:
+            if self.rt.store.runs.get_run(run_id, self.clock.now) is None:
                 self.act(f"start {run_id} again", functools.partial(
                     self.rt.runs.start, wf, None, run_id), None)
         for _ in range(ROUNDS):

@@ -52,7 +52,7 @@ def assert_no_start_after_the_stop(h: Harness, run_id: str) -> float:
     stop = stop_instant(history)
     late = [e for e in history if e["type"] == "step.started" and e["at"] > stop]
     assert late == [], late
-    run = h.rt.store.get_run(run_id, time.time())
+    run = h.rt.store.runs.get_run(run_id, time.time())
     assert run is not None and run.stop_at == stop
     return stop
 
@@ -171,7 +171,7 @@ def test_a_cancel_is_the_stop_instant_of_a_step_claimed_before_it(
     h, other, _sent = setup(harness_factory)
     run_id = h.start("w")
     row = claim(other, run_id, "slow", "w2")
-    other.store.request_kill(run_id, "stop it", time.time())  # its pass never runs
+    other.store.runs.request_kill(run_id, "stop it", time.time())  # its pass never runs
     other.worker(worker_id="w2").execute(row, Tally())
     assert recorder.for_step(run_id, "slow") == []
     assert [e["type"] for e in entries(h, run_id, "slow")] == ["step.ready", "step.skipped"]
@@ -186,7 +186,7 @@ def test_continue_independent_sets_no_stop_instant(
     w = h.rt.worker()
     w.handle(Dispatch(run_id=run_id, step="boom", attempt=1))
     w.handle(Dispatch(run_id=run_id, step="side", attempt=1))
-    run = h.rt.store.get_run(run_id, time.time())
+    run = h.rt.store.runs.get_run(run_id, time.time())
     assert run is not None and run.stop_at is None
     assert len(recorder.for_step(run_id, "side")) == 1
     view = h.rt.runs.view(run_id)

@@ -107,7 +107,7 @@ def halted_at(history: list[dict[str, Any]]) -> float:
 
 def claim(rt: Runtime, run_id: str, step: str, owner: str) -> StepRecord:
     now = time.time()
-    return rt.store.claim(run_id, step, 1, Lease(owner, now + rt.settings.lease_margin), now)
+    return rt.store.steps.claim(run_id, step, 1, Lease(owner, now + rt.settings.lease_margin), now)
 
 
 def retried(sent: list[Any], step: str) -> bool:
@@ -178,10 +178,10 @@ def test_a_promotion_racing_the_halt_pass_starts_before_the_halt_or_not_at_all(
     h, other, sent = setup(harness_factory)
     run_id = h.start("chain")
     a = claim(other, run_id, "a", "w2")
-    done = other.store.record_success(
+    done = other.store.steps.record_success(
         run_id, "a", 1, "w2", output_json="{}", output_ref=None, size=2, now=time.time()
     )
-    run = other.store.get_run(run_id, time.time())
+    run = other.store.runs.get_run(run_id, time.time())
     assert run is not None and a.claimed
     inline: list[StepRecord | None] = []
     # The halter has read the rows (x: blocked) when a's worker promotes x into its lease.
@@ -208,7 +208,7 @@ def test_a_dead_workers_step_is_not_retried_after_the_halt(
     run_id = h.start("w")
     claim(other, run_id, "slow", "dead-worker")  # ... and the worker dies
     h.rt.worker().handle(Dispatch(run_id=run_id, step="boom", attempt=1))
-    assert h.rt.store.get_step(run_id, "slow").stopping  # type: ignore[union-attr]
+    assert h.rt.store.steps.get_step(run_id, "slow").stopping  # type: ignore[union-attr]
     later = h.rt.sweeper(clock=lambda: time.time() + 3600)
     later.sweep()  # the lease has expired: that attempt failed, and it is not retried
     assert not retried(sent, "slow")
@@ -223,8 +223,8 @@ def test_the_sweeper_halts_a_run_whose_failing_worker_died(
     run_id = h.start("w")
     row = claim(other, run_id, "boom", "dead-worker")
     # The failure is recorded, then the worker dies before halting the run.
-    other.store.record_failure(run_id, "boom", 1, "dead-worker", error={"code": "http_error"},
-                               now=time.time())
+    other.store.steps.record_failure(run_id, "boom", 1, "dead-worker", error={"code": "http_error"},
+                                     now=time.time())
     later = h.rt.sweeper(clock=lambda: time.time() + 60)
     later.sweep()
     assert row.claimed
@@ -254,8 +254,8 @@ def test_a_run_whose_halter_died_after_its_stop_pass_ends_at_the_sweep_that_halt
     w = h.rt.worker()
     w.handle(Dispatch(run_id=run_id, step="slow", attempt=1))  # it lands before boom fails
     claim(other, run_id, "boom", "dead-worker")
-    failed = other.store.record_failure(run_id, "boom", 1, "dead-worker",
-                                        error={"code": "http_error"}, now=time.time())
+    failed = other.store.steps.record_failure(run_id, "boom", 1, "dead-worker",
+                                              error={"code": "http_error"}, now=time.time())
     # Its stop pass runs, but its tally is never flushed, nor the halt recorded.
     other.executor.stop(run_id, "run halted: step boom failed", Tally())
     assert h.rt.runs.view(run_id)["status"] == "running"
@@ -267,7 +267,7 @@ def test_a_run_whose_halter_died_after_its_stop_pass_ends_at_the_sweep_that_halt
     assert report.finished == 1
     view = ends(h, run_id, "failed", skipped=("flaky",))
     assert view["error"]["step"] == "boom"
-    assert h.rt.store.get_run(run_id, time.time()).halted  # type: ignore[union-attr]
+    assert h.rt.store.runs.get_run(run_id, time.time()).halted  # type: ignore[union-attr]
 
 
 def test_a_claim_racing_a_cancel_is_not_retried_and_nothing_starts_after_it(
@@ -314,7 +314,7 @@ def test_cancel_running_stops_the_replaced_run_retries_included(
 def cancel_the_wide_run(other: Runtime, killed: list[str]) -> Callable[[], None]:
     """A cancel of the one `wide` run, made by the other process; its run id noted."""
     def cancel() -> None:
-        (run_id,) = [r.run_id for r in other.store.list_runs("wide", time.time())[0]]
+        (run_id,) = [r.run_id for r in other.store.runs.list_runs("wide", time.time())[0]]
         other.runs.cancel(run_id, "changed my mind")
         killed.append(run_id)
 
@@ -373,14 +373,14 @@ def test_a_cancel_whose_canceller_died_before_its_pass_starts_nothing(
     run_id = h.start("wide")
     dispatched = [m for m in sent if m.run_id == run_id]
     assert len(dispatched) == 30
-    other.store.request_kill(run_id, "changed my mind", time.time())  # then it died
+    other.store.runs.request_kill(run_id, "changed my mind", time.time())  # then it died
     w = h.rt.worker()
     for m in dispatched:
         w.handle(m)
     assert all(recorder.for_step(run_id, f"s{i:02d}") == [] for i in range(30))
     history = h.rt.runs.history(run_id)
     assert [e for e in history if e["type"] == "step.started"] == []
-    rows = {r.step: r for r in h.rt.store.query_steps(run_id)}
+    rows = {r.step: r for r in h.rt.store.steps.query_steps(run_id)}
     assert {r.status.value for r in rows.values()} == {"skipped"}
     assert all(r.started_at is None for r in rows.values())
 
@@ -444,9 +444,9 @@ def halting_with_two_in_flight(
     slow = claim(other, run_id, "slow", "other-worker")
     flaky = claim(other, run_id, "flaky", "other-worker")
     boom = claim(h.rt, run_id, "boom", "halter")
-    failed = h.rt.store.record_failure(run_id, "boom", 1, "halter",
-                                       error={"code": "http_error", "message": "422"},
-                                       now=time.time())
+    failed = h.rt.store.steps.record_failure(run_id, "boom", 1, "halter",
+                                             error={"code": "http_error", "message": "422"},
+                                             now=time.time())
     tally = Tally()
     tally.add(run_id)  # boom's count (a sink)
     h.rt.executor.stop(run_id, "run halted: step boom failed", tally)  # flags both
@@ -457,8 +457,8 @@ def halting_with_two_in_flight(
 def land(other: Runtime, run_id: str, row: StepRecord) -> None:
     """The step in flight under `other` succeeds."""
     t = Tally()
-    other.executor.succeed(row, RunContext.of(other.store.get_run(run_id, time.time())),  # type: ignore[arg-type]
-                           '{"ok": 1}', None, 9, t, keep_one=None)
+    other.executor.succeed(row, RunContext.of(other.store.runs.get_run(run_id, time.time())),  # type: ignore[arg-type]
+                                '{"ok": 1}', None, 9, t, keep_one=None)
     other.executor.flush(t)
 
 
@@ -473,9 +473,9 @@ def test_a_halt_still_being_recorded_when_the_run_finished_is_in_its_history(
     slow, flaky, boom, failed = halting_with_two_in_flight(h, other, run_id)
     for row in (flaky, slow):  # the steps in flight land, before the halter goes on
         land(other, run_id, row)
-    assert h.rt.store.get_run(run_id, time.time()).status.value == "failed"  # type: ignore[union-attr]
+    assert h.rt.store.runs.get_run(run_id, time.time()).status.value == "failed"  # type: ignore[union-attr]
     h.rt.executor.halt(run_id, after_failure(OnFailure.HALT, failed), Tally())  # too late
-    run = h.rt.store.get_run(run_id, time.time())
+    run = h.rt.store.runs.get_run(run_id, time.time())
     assert run is not None and run.halted
     kinds = [e["type"] for e in run.history]
     assert kinds.count("run.halted") == 1 and kinds.index("run.halted") < kinds.index("run.failed")
@@ -496,12 +496,12 @@ def test_a_halt_recorded_while_the_run_finishes_is_in_its_history_once(
     def halt_now(**_: Any) -> None:  # right after the finisher read the rows
         if not halts:
             halts.append(True)
-            h.rt.store.mark_halted(run_id, after_failure(OnFailure.HALT, failed).error,  # type: ignore[union-attr]
-                                   time.time())
+            h.rt.store.runs.mark_halted(run_id, after_failure(OnFailure.HALT, failed).error,  # type: ignore[union-attr]
+                                        time.time())
 
     other.clients.dynamodb.meta.events.register("after-call.dynamodb.Query", halt_now)
     land(other, run_id, flaky)
-    run = h.rt.store.get_run(run_id, time.time())
+    run = h.rt.store.runs.get_run(run_id, time.time())
     assert halts and run is not None and run.status.value == "failed" and run.halted
     kinds = [e["type"] for e in run.history]
     assert kinds.count("run.halted") == 1 and kinds.index("run.halted") < kinds.index("run.failed")
@@ -518,11 +518,11 @@ def test_a_step_landing_while_its_finishing_run_reads_the_rows_still_finishes_it
     def land_side() -> None:
         # The finisher has read the rows (report skipped, side in flight) when side's
         # worker records its success, before the finisher flags side to count.
-        report = other.store.get_step(run_id, "report")
+        report = other.store.steps.get_step(run_id, "report")
         if landed or report is None or report.status.value != "skipped":
             return
-        other.store.put_success(side, output_json="{}", output_ref=None, size=2,
-                                now=time.time())
+        other.store.steps.put_success(side, output_json="{}", output_ref=None, size=2,
+                                      now=time.time())
         landed.append(True)
 
     h.rt.clients.dynamodb.meta.events.register("after-call.dynamodb.Query",

@@ -38,7 +38,7 @@ def test_runs_spread_over_partitions_list_newest_first_page_after_page(
     seen: list[Any] = []
     cursor = None
     for _ in range(20):
-        page, cursor = rt.store.list_runs(None, time.time(), limit=7, start=cursor)
+        page, cursor = rt.store.runs.list_runs(None, time.time(), limit=7, start=cursor)
         assert len(page) <= 7
         seen += page
         if cursor is None:
@@ -61,8 +61,8 @@ def test_a_status_filter_pages_across_partitions(harness_factory: Any) -> None:
     seen: list[str] = []
     cursor = None
     for _ in range(20):
-        page, cursor = rt.store.list_runs(None, time.time(), status="killed", limit=2,
-                                          start=cursor)
+        page, cursor = rt.store.runs.list_runs(None, time.time(), status="killed", limit=2,
+                                               start=cursor)
         seen += [r.run_id for r in page]
         if cursor is None:
             break

@@ -135,7 +135,7 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
     held = h.start("held")
     h.rt.queues.tamper = None
     now = time.time()
-    row = h.rt.store.claim(held, "only", 1, Lease("w-held", now + 30), now)
+    row = h.rt.store.steps.claim(held, "only", 1, Lease("w-held", now + 30), now)
     h.rt.runs.kill(held, "before the call")
     h.rt.worker(worker_id="w-held").execute(row, Tally())
     h.rt.executor.finish_if_done(held)
@@ -296,7 +296,7 @@ def test_every_write_of_a_durable_run_is_a_move_of_the_transition_table(
 def wait_for_signal(h: Harness, run_id: str) -> None:
     deadline = time.monotonic() + 15
     while True:
-        row = h.rt.store.get_driver(run_id)
+        row = h.rt.store.drivers.get_driver(run_id)
         if row is not None and row.waiting and row.waiting.get("kind") == "signal" \
                 and row.lease_owner is None:
             return

@@ -74,7 +74,7 @@ def until(check: Callable[[], Any], timeout: float = 20.0) -> Any:
 
 def waiting(h: Harness, run_id: str, kind: str = "signal") -> dict[str, Any]:
     def check() -> Any:
-        row = h.rt.store.get_driver(run_id)
+        row = h.rt.store.drivers.get_driver(run_id)
         w = None if row is None or row.lease_owner else row.waiting
         return w if w and w["kind"] == kind else None
     got: dict[str, Any] = until(check)
@@ -113,7 +113,7 @@ def test_a_signal_payload_past_the_cap_is_a_400_and_one_at_the_cap_arrives_intac
     for _ in range(2):
         refused_for_size(httpx.post(signals, json=sized(450_000)))
     refused_for_size(httpx.post(signals, json=sized(CAP + 1)))
-    assert h.rt.store.signal_ids(run_id, "approve") == set()
+    assert h.rt.store.signals.signal_ids(run_id, "approve") == set()
     at_cap = sized(CAP, "é")
     sent = httpx.post(signals, json=at_cap)
     assert sent.status_code == 202, sent.text
@@ -138,7 +138,7 @@ def test_a_hook_refused_for_its_payloads_size_is_not_used_up(
     assert made.status_code == 201, made.text
     hook = url + made.json()["url"]
     refused_for_size(httpx.post(hook, json=sized(450_000)))
-    assert h.rt.store.signal_ids(run_id, "approve") == set()
+    assert h.rt.store.signals.signal_ids(run_id, "approve") == set()
     # Not used up: another request is the first execution.
     small = httpx.post(hook, json={"ok": 1})
     assert small.status_code == 202, small.text
@@ -205,7 +205,7 @@ def test_a_hook_executed_by_racing_requests_delivers_once(
             codes = sorted(pool.map(execute, bodies))
         # One delivery; the rest are the same request again (200) or another one (410).
         assert codes == ([200] * 5 + [202] if same else [202] + [410] * 5), (same, codes)
-        assert len(h.rt.store.signal_ids(run_id, "approve")) == 1
+        assert len(h.rt.store.signals.signal_ids(run_id, "approve")) == 1
 
 
 def test_hook_metadata_up_to_the_cap_is_usable_and_past_it_refused(
@@ -370,6 +370,6 @@ def test_the_orchestrator_refuses_an_unchecked_operation_where_it_is_awaited(
         view = h.wait(run_id)
         assert view["status"] == "failed", (input, view)
         assert view["error"]["code"] == code, (input, view["error"])
-        entry = h.rt.store.read_journal(run_id)[-1]
+        entry = h.rt.store.journal.read_journal(run_id)[-1]
         assert entry["status"] == "error" and entry["error"]["code"] == code, entry
         assert h.rt.children.of(run_id) == []

@@ -33,7 +33,7 @@ from orchestrator.engine.wakes import resend_wake
 from orchestrator.errors import Code, ConditionFailed, error_doc
 from orchestrator.strict_json import dumps
 
-__all__ = ["Lease", "StepTransitions"]
+__all__ = ["Lease", "StepWrites"]
 
 
 def _unstarted(history: Sequence[dict[str, Any]], attempt: int) -> list[dict[str, Any]]:
@@ -104,7 +104,7 @@ def _attempt_guard(values: dict[str, Any], move: Move, attempt: int, owner: str,
     return values, cond
 
 
-class StepTransitions(Tables):
+class StepWrites(Tables):
     """Conditional state changes of step rows."""
 
     def _guarded(self, what: str, **request: Any) -> Item | None:

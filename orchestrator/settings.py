@@ -42,6 +42,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "environment",
+    "set_environment",
 ]
 
 
@@ -67,6 +68,18 @@ DEFAULT_API_URL = "http://127.0.0.1:8080"
 def environment() -> Mapping[str, str]:
     """The process environment: the one place it is read."""
     return os.environ
+
+
+def set_environment(key: str, value: str | None) -> str | None:
+    """Set (or, with None, remove) a variable of this process, for parts that read their
+    settings from it (`dev --lambda` runs the Lambda handlers in-process); the value it
+    had, to put back."""
+    old = os.environ.get(key)
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
+    return old
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import importlib
 import inspect
-import os
 import secrets
 import shlex
 import sys
@@ -34,6 +33,7 @@ from orchestrator.settings import (
     SERVICE_ENDPOINT_VARIABLES,
     Settings,
     environment,
+    set_environment,
 )
 
 __all__ = ["LocalStack", "StackOptions", "emulator_facts", "endpoints", "load_factory"]
@@ -289,8 +289,8 @@ class LocalStack:
 
     def _setenv(self, key: str, value: str) -> None:
         """Set a variable of this process for the handlers; `stop` puts it back."""
-        self._saved_env.setdefault(key, os.environ.get(key))
-        os.environ[key] = value
+        old = set_environment(key, value)
+        self._saved_env.setdefault(key, old)
 
     def _lambda_api(self) -> Any:
         from infra.lambda_local import EventFront
@@ -375,8 +375,5 @@ class LocalStack:
             sys.setswitchinterval(self._switch)
             self._switch = None
         for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+            set_environment(key, value)
         self._saved_env.clear()

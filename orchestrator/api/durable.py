@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from orchestrator.api.models import CreateHook, ResetRun, ResumeRun
+from orchestrator.api.models import NAME_CHARS, CreateHook, ResetRun, ResumeRun
 from orchestrator.api.operations import BODY_ERRORS, body, errors, op, path_param, run_id_param
 from orchestrator.api.requests import read_json, read_object, validated
 from orchestrator.api.runs import summary
@@ -17,6 +17,7 @@ from orchestrator.api.schemas import Schema, ref
 from orchestrator.api.schemas import json_body as _json
 from orchestrator.api.state import api_state, run_or_404
 from orchestrator.errors import Code, Conflict
+from orchestrator.services.values import MAX_VALUE_BYTES, NAME_RULE
 
 __all__ = [
     "children", "create_hook", "execute_hook", "journal", "parent", "paths", "reset_run",
@@ -123,10 +124,13 @@ def paths() -> dict[str, Schema]:
                 "sendSignal", "Send a signal to a durable run.", tag="runs",
                 description="Signals queue per run and name until a wait consumes them (first"
                 " in, first out): one sent before the run waits is not lost. The body is the"
-                " payload (a JSON object; empty: `{}`). With an `Idempotency-Key`, a resend"
-                " queues nothing (200, `duplicate: true`).",
-                parameters=[run_id, path_param("name", "The signal's name.", {
-                    "type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"}),
+                f" payload (a JSON object, at most {MAX_VALUE_BYTES} bytes; empty: `{{}}`)."
+                " With an `Idempotency-Key`, a resend queues nothing (200, `duplicate:"
+                " true`).",
+                parameters=[run_id, path_param(
+                    "name", f"The signal's name: {NAME_RULE} (compared in Unicode NFC;"
+                    " percent-encoded in the path).",
+                    {"type": "string", "minLength": 1, "maxLength": NAME_CHARS}),
                     {"name": "Idempotency-Key", "in": "header", "required": False,
                      "description": "The same key sends the signal once.",
                      "schema": {"type": "string", "minLength": 1, "maxLength": 255}}],
@@ -135,6 +139,8 @@ def paths() -> dict[str, Schema]:
                     "202": _json(ref("SignalResult"), "Queued; the run is woken"),
                     "200": _json(ref("SignalResult"), "Sent before with this key"),
                     **errors(*BODY_ERRORS, "404", "409", "503", notes={
+                        "400": "Malformed JSON, a payload over the cap (value_too_large), or"
+                        " a name that breaks the rule (invalid_name)",
                         "404": "No such run",
                         "409": "The run finished (run_finished) or is not durable (conflict)",
                         "422": "The payload is not a JSON object",
@@ -173,6 +179,9 @@ def paths() -> dict[str, Schema]:
                 body=body("CreateHook", required=True),
                 responses={"201": _json(ref("HookCreated"), "Created"),
                            **errors(*BODY_ERRORS, "404", "409", "503", notes={
+                               "400": "Malformed JSON, metadata over the cap"
+                               " (value_too_large), or a signal name that breaks the rule"
+                               " (invalid_name)",
                                "404": "No such run",
                                "409": "The run finished (run_finished) or is not durable",
                            })},
@@ -186,13 +195,17 @@ def paths() -> dict[str, Schema]:
                 " object; empty: `{}`) is the signal's payload, with the hook's metadata"
                 " merged over it. The same request sent again is answered 200 (duplicate);"
                 " any other request to a used or expired hook is a 410, to an unknown token a"
-                " 404, and neither changes anything.",
+                " 404, and neither changes anything. The hook is used up only with the signal"
+                " it sends: a refused or failed request leaves it unused.",
                 parameters=[path_param("token", "The hook's secret token.")],
                 body=body("SignalPayload", required=False),
                 responses={
                     "202": _json(ref("HookResult"), "Delivered"),
                     "200": _json(ref("HookResult"), "This very request, delivered before"),
                     **errors(*BODY_ERRORS, "404", "409", "410", "503", notes={
+                        "400": "Malformed JSON, or a payload that, merged with the hook's"
+                        " metadata, is over the cap (value_too_large): the hook stays"
+                        " unused",
                         "404": "No such hook",
                         "409": "The hook's run has finished (run_finished)",
                         "422": "The payload is not a JSON object",

@@ -32,8 +32,9 @@ from orchestrator.api.operations import op
 from orchestrator.api.requests import MAX_BODY
 from orchestrator.api.schemas import Schema, ref, response_schemas
 from orchestrator.api.schemas import json_body as _json
-from orchestrator.services.events import ID_RE, MAX_EVENT_BYTES, NAME_RE
-from orchestrator.services.runs import MAX_INPUT_BYTES, RUN_ID_RE
+from orchestrator.services.events import ID_RE
+from orchestrator.services.runs import RUN_ID_RE
+from orchestrator.services.values import EVENT_NAME_RULE, MAX_VALUE_BYTES, NAME_RULE
 from orchestrator.strict_json import MAX_DEPTH
 
 __all__ = ["BODY_MODELS", "openapi_document"]
@@ -48,16 +49,23 @@ BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitE
 _PATTERNS: dict[tuple[str, str], re.Pattern[str]] = {
     ("StartRun", "run_id"): RUN_ID_RE,
     ("RerunRun", "run_id"): RUN_ID_RE,
-    ("EmitEvent", "name"): NAME_RE,
     ("EmitEvent", "id"): ID_RE,
 }
+# A value over its cap is a 400 `value_too_large`; a name that breaks the rule a 400
+# `invalid_name` (services/values.py).
+_VALUE = f"Any JSON value, at most {MAX_VALUE_BYTES} bytes as compact UTF-8 JSON"
 _FIELD_NOTES: dict[tuple[str, str], str] = {
-    ("StartRun", "input"): f"Any JSON value, at most {MAX_INPUT_BYTES} bytes serialized.",
-    ("RerunRun", "input"): f"Any JSON value, at most {MAX_INPUT_BYTES} bytes serialized;"
-    " leave it out to keep the old run's input.",
+    ("StartRun", "input"): f"{_VALUE}.",
+    ("RerunRun", "input"): f"{_VALUE}; leave it out to keep the old run's input.",
     ("StartRun", "run_id"): "Choose the run id; a run id that exists already returns that run"
     " (200, created false).",
-    ("EmitEvent", "data"): f"Any JSON value, at most {MAX_EVENT_BYTES} bytes serialized.",
+    ("EmitEvent", "data"): f"{_VALUE}.",
+    ("EmitEvent", "name"): f"The event's name: {EVENT_NAME_RULE} (compared in Unicode NFC).",
+    ("CreateHook", "signal"): f"The signal the hook delivers to the run: {NAME_RULE}"
+    " (compared in Unicode NFC).",
+    ("CreateHook", "metadata"): f"Merged over the payload it is executed with (a JSON"
+    f" object); at most {MAX_VALUE_BYTES} bytes, and so is the payload merged with it.",
+    ("RunEvent", "payload"): f"{_VALUE}.",
     ("EmitEvent", "id"): "The event id; an id seen before under the same name is a duplicate"
     " (200) and starts nothing new.",
 }

@@ -30,8 +30,8 @@ from orchestrator.api.schemas import json_body as _json
 from orchestrator.api.state import api_state, run_or_404
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import UsageError
-from orchestrator.services.events import MAX_EVENT_BYTES
 from orchestrator.services.idempotency import KEY_RE
+from orchestrator.services.values import check_value
 
 __all__ = [
     "add_run_event", "cancel_run", "get_run", "list_runs", "paths", "rerun_run",
@@ -161,8 +161,7 @@ async def add_run_event(request: Request) -> JSONResponse:
     rt = api_state(request).rt
     req = validated(RunEvent, await read_json(request))
     run_id = request.path_params["run_id"]
-    if len(json.dumps(req.payload)) > MAX_EVENT_BYTES:
-        raise UsageError(f"payload: larger than {MAX_EVENT_BYTES} bytes")
+    check_value("payload (a custom event's)", req.payload)
 
     def add() -> dict[str, Any]:
         run_or_404(rt, run_id)

@@ -389,6 +389,10 @@ def _capped(until: float | None, deadline: float | None) -> float | None:
     return deadline if until is None else min(until, deadline)
 
 
+# The waits whose lookup can be refused (a name, a value the workflow sent).
+REFUSABLE = frozenset({"signal", "event", "hook", "call", "spawn"})
+
+
 def wait_entry(waiting: Waiting, now: float, *, status: str = "ok", value: Any = None,
                **extra: Any) -> dict[str, Any]:
     """The journal entry that ends `waiting`."""
@@ -407,8 +411,12 @@ def resolve(waiting: Waiting, now: float, found: Mapping[str, Any] | None = None
             ) -> Resolved | None:
     """Whether `waiting` is over at `now`, given what it waits for if it came: the
     oldest signal queued for it, or the earliest event in its window. None: it still
-    waits."""
+    waits. A lookup the orchestrator refused (`found["refused"]`: the error, a name
+    that breaks the rule or a value over the cap) ends the wait as failed: the workflow
+    gets the error where it awaited the operation, as a step's failure."""
     due = waiting.until is not None and now >= waiting.until
+    if found is not None and found.get("refused") is not None and waiting.kind in REFUSABLE:
+        return Resolved(wait_entry(waiting, now, status="error", error=dict(found["refused"])))
     if waiting.kind == "retry":
         return Resolved(None) if due else None
     if waiting.kind == "next":

@@ -68,12 +68,13 @@ from orchestrator.engine.durable_moves import (
 )
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
-from orchestrator.errors import Code, ConditionFailed, error_doc
+from orchestrator.errors import Code, ConditionFailed, InvalidName, ValueTooLarge, error_doc
 from orchestrator.services.checkpoints import END, IDLE, Exchange, Item, Lines
 from orchestrator.services.children import Children, child_run_id
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import Executor, Tally
 from orchestrator.services.hooks import Hooks
+from orchestrator.services.values import check_value, checked_name
 from orchestrator.strict_json import dumps
 
 __all__ = ["Durable", "Target"]
@@ -147,6 +148,8 @@ class Durable:
                 found = None
                 for look in look_for(waiting, fresh_wait):
                     found = self._look(look, row, ctx, waiting, view, now, carried)
+                    if isinstance(found, dict) and "refused" in found:
+                        break  # resolved as failed: nothing more to look up
                 if waiting.kind in (WaitKind.CALL, WaitKind.SPAWN):
                     # Started: the row keeps no copy of the child's input.
                     waiting = replace(waiting, detail={k: v for k, v in waiting.detail.items()
@@ -233,22 +236,36 @@ class Durable:
 
     def _look(self, look: Look, row: StepRecord, ctx: RunContext, waiting: Waiting,
               view: JournalView, now: float, carried: dict[str, Waiting]) -> Any:
-        """Carry out one lookup `look_for` asked for; what it found (None: nothing)."""
+        """Carry out one lookup `look_for` asked for; what it found (None: nothing, or
+        `{"refused": error}`: a name or a value of the wait the orchestrator refuses,
+        which an SDK that checks them never sends)."""
+        try:
+            return self._lookup(look, row, ctx, waiting, view, now, carried)
+        except (InvalidName, ValueTooLarge) as exc:
+            return {"refused": exc.to_dict()}
+
+    def _lookup(self, look: Look, row: StepRecord, ctx: RunContext, waiting: Waiting,
+                view: JournalView, now: float, carried: dict[str, Waiting]) -> Any:
         run_id = row.run_id
+        d = waiting.detail
         if look is Look.TAKE_SIGNAL:
-            return self.store.signals.take_signal(run_id, waiting.name,
+            name = checked_name("signal name", waiting.name)
+            return self.store.signals.take_signal(run_id, name,
                                                   f"{waiting.scope}#{waiting.pos}")
         if look is Look.REGISTER_EVENT and self.events is not None:
+            checked_name("event name", str(d["event"]), event=True)
             # Register first, then look: an event landing in between finds the
             # registration and pokes this run.
             self.events.register(run_id, waiting)
         elif look is Look.FIND_EVENT and self.events is not None:
+            checked_name("event name", str(d["event"]), event=True)
             return self.events.find(waiting)
         elif look is Look.CREATE_HOOK and self.hooks is not None:
-            d = waiting.detail
             return self.hooks.create(run_id, waiting.id, str(d["signal"]), d.get("metadata"),
                                      d.get("ttl"))
         elif look in (Look.START_CHILD, Look.CHILD) and self.children is not None:
+            if look is Look.START_CHILD:
+                check_value(f"input (of child run of {d.get('workflow')!r})", d.get("input"))
             return self._child(row, waiting, start=look is Look.START_CHILD)
         elif look is Look.OPEN_PARALLEL:
             self._open_parallel(row, ctx, waiting, view, now, carried)

@@ -25,15 +25,16 @@ from orchestrator.errors import UsageError
 from orchestrator.expressions import compile_expression
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.runs import RunService
-from orchestrator.strict_json import dumps
+from orchestrator.services.values import EVENT_NAME, MAX_VALUE_BYTES, check_value, checked_name
 
 __all__ = ["EventService", "event_run_id"]
 
 log = logging.getLogger(__name__)
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
+# The rule of every name (services/values.py), with `/`.
+NAME_RE = EVENT_NAME
 ID_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
-MAX_EVENT_BYTES = 256 * 1024
+MAX_EVENT_BYTES = MAX_VALUE_BYTES
 
 
 def event_run_id(workflow: str, name: str, event_id: str) -> str:
@@ -55,16 +56,12 @@ class EventService:
     def emit(
         self, name: str, data: Any = None, *, key: str | None = None, event_id: str | None = None
     ) -> dict[str, Any]:
-        if not NAME_RE.fullmatch(name):
-            raise UsageError(
-                f"name {name!r}: 1-128 of A-Z a-z 0-9 _ . : / -, starting with a letter or digit"
-            )
+        name = checked_name("event name", name, event=True)
         if event_id is not None and not ID_RE.fullmatch(event_id):
             raise UsageError("id: 1-200 printable ASCII characters without spaces")
         if key is not None and len(key) > 512:
             raise UsageError("key: longer than 512 characters")
-        if len(dumps(data).encode()) > MAX_EVENT_BYTES:
-            raise UsageError(f"data: larger than {MAX_EVENT_BYTES} bytes")
+        check_value("data (an event's)", data)
         now = self.clock()
         eid = event_id or uuid.uuid4().hex
         event = {"name": name, "key": key, "id": eid, "data": data, "received_at": now}
@@ -124,8 +121,7 @@ class EventService:
 
     def recent(self, name: str, limit: int = 20) -> list[dict[str, Any]]:
         """The newest stored events of a name, newest first."""
-        if not NAME_RE.fullmatch(name):
-            raise UsageError(f"name {name[:200]!r}: not an event name")
+        name = checked_name("event name", name, event=True)
         items = self.control.query(
             event_key(name), now=self.clock(), limit=limit, newest_first=True
         )

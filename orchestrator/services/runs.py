@@ -25,13 +25,13 @@ from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
 from orchestrator.services.executor import Executor
 from orchestrator.services.journal_follow import JournalFollower
 from orchestrator.services.step_follow import StepFollower
+from orchestrator.services.values import MAX_VALUE_BYTES, check_value
 from orchestrator.services.views import entry_step, render, run_view, view_json
-from orchestrator.strict_json import dumps
 
 __all__ = ["MAX_INPUT_BYTES", "RUN_ID_RE", "RunService"]
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
-MAX_INPUT_BYTES = 256 * 1024
+MAX_INPUT_BYTES = MAX_VALUE_BYTES
 
 
 class _Keep:
@@ -116,11 +116,12 @@ class RunService:
         trigger: Trigger,
         gate: Gate | None,
         rerun_of: str | None = None,
+        kept_input: bool = False,
     ) -> tuple[RunRecord, bool]:
         if run_id is not None and not RUN_ID_RE.fullmatch(run_id):
             raise UsageError(f"run_id {run_id!r}: use 1-200 of A-Z a-z 0-9 _ . : -")
-        if len(dumps(input).encode()) > MAX_INPUT_BYTES:
-            raise UsageError(f"input: larger than {MAX_INPUT_BYTES} bytes")
+        if not kept_input:  # a rerun's kept input passed this check when it was sent
+            check_value(*_sent(input, trigger))
         now = self.executor.clock()
         rid = run_id or self.new_run_id(workflow, now)
         reused = set(definition.reused)
@@ -298,7 +299,17 @@ class RunService:
         return self.create(
             old.workflow, definition, new_input, new_run_id,
             trigger=Trigger("rerun", {"run_id": run_id}), gate=gate, rerun_of=run_id,
+            kept_input=input is _KEEP,
         )
+
+
+def _sent(input: Any, trigger: Trigger) -> tuple[str, Any]:
+    """What of a run's input was sent, and so is capped: all of it, but of an event's
+    run (its input is the event) the event's data; the name, key and id around it are
+    capped by their own rules."""
+    if trigger.source == "event" and isinstance(input, dict):
+        return "data (an event's)", input.get("data")
+    return "input", input
 
 
 # Same-instant history entries read best in this order.

@@ -21,6 +21,7 @@ from orchestrator.adapters.store.control import Control, delivery_key
 from orchestrator.errors import NotFound, OrchestratorError, Unauthorized, UsageError
 from orchestrator.expressions import ExpressionError, compile_expression
 from orchestrator.services.runs import RunService
+from orchestrator.services.values import check_value
 from orchestrator.strict_json import parse_json
 from orchestrator.webhook_signing import SignatureError, verify
 
@@ -72,6 +73,8 @@ class WebhookService:
             log.warning("webhook %s accepts unsigned deliveries (verify.scheme: none)", name)
         document = {"body": _body_of(body, headers), "headers": _selected(hook, headers)}
         input = self.input_of(name, hook, document)
+        # Refused before the delivery id is taken: a redelivery is judged afresh.
+        check_value("input (the run's, from the delivery)", input)
         did = delivery.delivery_id
         run_id = delivery_run_id(hook.workflow, name, did) if did is not None else None
         trigger = {"source": "webhook", "webhook": name, "delivery_id": did}

@@ -49,9 +49,10 @@ from functions.sdk.protocol import (
     SleepOp,
     SpawnOp,
 )
+from functions.sdk.protocol.values import MAX_VALUE_BYTES, name_problem, normal_name, value_bytes
 
-__all__ = ["RESULT_POS", "Call", "Place", "Scope", "branch_scope", "current", "op_id",
-           "roundtrip"]
+__all__ = ["RESULT_POS", "Call", "Place", "Scope", "branch_scope", "current", "named", "op_id",
+           "roundtrip", "sent"]
 
 # A parallel branch's result is recorded in its scope at this position (after any
 # operation the branch can have).
@@ -72,6 +73,31 @@ def op_id(scope: str, name: str, n: int) -> str:
 def branch_scope(parent: str, pos: int, index: int) -> str:
     """The scope of branch `index` of the parallel operation at `pos` of `parent`."""
     return f"{parent}/{pos}:{index}" if parent else f"{pos}:{index}"
+
+
+def sent(value: Any, what: str) -> Any:
+    """A value the workflow sends to the orchestrator (a hook's metadata, a child run's
+    input) as `roundtrip` gives it back; WorkflowError (code value_too_large) naming
+    `what` and the cap if it is past MAX_VALUE_BYTES, which the orchestrator would
+    refuse."""
+    out = roundtrip(value, what)
+    size = value_bytes(out)
+    if size > MAX_VALUE_BYTES:
+        raise WorkflowError(f"{what} is {size} bytes, over the {MAX_VALUE_BYTES}-byte"
+                            f" ({MAX_VALUE_BYTES // 1024} KiB) cap on a value sent to the"
+                            " orchestrator: keep large data elsewhere and pass its key",
+                            code=DurableCode.VALUE_TOO_LARGE)
+    return out
+
+
+def named(name: Any, what: str, *, event: bool = False) -> str:
+    """A signal's or an event's name as the orchestrator keeps it (Unicode NFC);
+    WorkflowError (code invalid_name) naming the rule if it breaks it: nothing could
+    ever send it."""
+    problem = name_problem(name, event=event)
+    if problem is not None:
+        raise WorkflowError(f"{what} {name!r}: {problem}", code=DurableCode.INVALID_NAME)
+    return normal_name(name)
 
 
 def roundtrip(value: Any, what: str, limit: int | None = None) -> Any:

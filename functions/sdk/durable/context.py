@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from functions.sdk.durable.call import Call, current, roundtrip
+from functions.sdk.durable.call import Call, current, named, sent
 from functions.sdk.durable.durations import Duration, seconds
 from functions.sdk.durable.errors import WorkflowError
 from functions.sdk.durable.parallel import run_parallel
@@ -154,7 +154,11 @@ class Context:
 
     async def wait_for_signal(self, name: str, *, timeout: Duration | None = None) -> Any:
         """The payload of the next signal `name` sent to this run (signals sent earlier
-        wait in a queue, first in first out); None if `timeout` passes first."""
+        wait in a queue, first in first out); None if `timeout` passes first. `name`
+        follows the rule of names (functions.sdk.protocol.values: letters and digits of
+        any script and `_ . : -`, at most 128), or this raises WorkflowError
+        (invalid_name): nothing could ever send it."""
+        name = named(name, "wait_for_signal: signal name")
         limit = None if timeout is None else seconds(timeout, f"signal {name!r} timeout")
         return await self._wait("signal", name, timeout=limit)
 
@@ -165,7 +169,9 @@ class Context:
         subject of the event that started the run; events without a subject match too)
         emitted since the operation before this wait started, less `lookback`: one that
         arrived before the wait registered is seen. None if `timeout` passes first. The
-        event: {name, key, id, data, received_at}."""
+        event: {name, key, id, data, received_at}. `name` follows the rule of names (an
+        event's may hold `/`), or this raises WorkflowError (invalid_name)."""
+        name = named(name, "wait_for_event: event name", event=True)
         call, scope = current()
         limit = None if timeout is None else seconds(timeout, f"event {name!r} timeout")
         back = 0.0 if lookback is None else seconds(lookback, f"event {name!r} lookback")
@@ -181,25 +187,31 @@ class Context:
         `metadata` merged over the JSON it is posted. Stored before this returns, so
         its URL can be handed out at once; the same on every replay. Expires after
         `ttl` (default 7 days). Wait for it with `await hook.wait()` or
-        `ctx.wait_for_signal(signal)`."""
+        `ctx.wait_for_signal(signal)`. `signal` follows the rule of names, and
+        `metadata` is at most 256 KiB as JSON (so is the payload it is merged into), or
+        this raises WorkflowError (invalid_name, value_too_large)."""
+        signal = named(signal, "create_hook: signal name")
+        meta = sent(metadata, "create_hook: the hook's metadata")
         limit = None if ttl is None else seconds(ttl, f"hook {signal!r} ttl", allow_zero=False)
-        value = await self._wait("hook", signal, signal=signal,
-                                 metadata=roundtrip(metadata, "hook metadata"), ttl=limit)
+        value = await self._wait("hook", signal, signal=signal, metadata=meta, ttl=limit)
         return Hook(self, str(value.get("token", "")), str(value.get("url", "")), signal,
                     float(value.get("expires_at") or 0.0), value.get("metadata"))
 
     async def call(self, workflow: str, input: Any = None, *, name: str | None = None) -> Any:
         """Start a child run of `workflow` (served by any backend the manifest names) and
         wait for its result; its failure raises StepFailed (code child_failed). The
-        child's id derives from this run and operation: a replay starts nothing new."""
+        child's id derives from this run and operation: a replay starts nothing new.
+        `input` is at most 256 KiB as JSON, or this raises WorkflowError
+        (value_too_large)."""
         return await self._wait("call", name or workflow, workflow=workflow,
-                                input=roundtrip(input, f"the input of child {workflow!r}"))
+                                input=sent(input, f"the input of child {workflow!r}"))
 
     async def spawn(self, workflow: str, input: Any = None, *, name: str | None = None) -> str:
         """Start a child run of `workflow` without waiting for it; returns its run id.
-        Cancelling this run cancels it too, while it runs."""
+        Cancelling this run cancels it too, while it runs. `input` is at most 256 KiB as
+        JSON, or this raises WorkflowError (value_too_large)."""
         value = await self._wait("spawn", name or workflow, workflow=workflow,
-                                 input=roundtrip(input, f"the input of child {workflow!r}"))
+                                 input=sent(input, f"the input of child {workflow!r}"))
         return str((value or {}).get("run_id"))
 
     async def parallel(self, branches: Sequence[Any], *, max_parallel: int | None = None,

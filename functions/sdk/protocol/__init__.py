@@ -7,9 +7,11 @@ parses requests and writes answers with them.
   reports;
 - `durable`: one call of a durable workflow (`DurableRequestBody`, POSTed to
   ``/durable/<name>``) and the operations it is answered with (`DurableOp`), in version 1
-  (one `DurableAnswer`) or 2 (a stream of NDJSON lines ended by an `EndOp`).
+  (one `DurableAnswer`) or 2 (a stream of NDJSON lines ended by an `EndOp`);
+- `values`: the one rule for names (signals, hooks, events) and the cap on a value sent,
+  which the orchestrator enforces and the SDK checks where a workflow declares them.
 
-Every name of both is importable from here (and from the old path `functions.protocol`).
+Every name of the three is importable from here (and from the old path `functions.protocol`).
 """
 
 from functions.sdk.protocol.durable import (
@@ -52,9 +54,20 @@ from functions.sdk.protocol.step import (
     StepRequestBody,
     request_body,
 )
+from functions.sdk.protocol.values import (
+    EVENT_NAME_RULE,
+    MAX_VALUE_BYTES,
+    NAME_RULE,
+    name_problem,
+    normal_name,
+    value_bytes,
+)
 
 __all__ = [
     "DURABLE_PREFIX",
+    "EVENT_NAME_RULE",
+    "MAX_VALUE_BYTES",
+    "NAME_RULE",
     "NDJSON",
     "PROTOCOLS",
     "PROTOCOL_HEADER",
@@ -88,6 +101,9 @@ __all__ = [
     "StepRequestBody",
     "WaitKind",
     "WaitOp",
+    "name_problem",
+    "normal_name",
     "parse_op",
     "request_body",
+    "value_bytes",
 ]

@@ -163,6 +163,10 @@ class DurableCode(StrEnum):
     BRANCH_FAILED = "branch_failed"
     JOURNAL_INCOMPLETE = "journal_incomplete"
     OUTSIDE_WORKFLOW = "outside_workflow"
+    # The operation sends a value past MAX_VALUE_BYTES, or names a signal or event
+    # against the rule (protocol/values.py): raised where the workflow declares it.
+    VALUE_TOO_LARGE = "value_too_large"
+    INVALID_NAME = "invalid_name"
 
 
 EntryStatus = Literal["ok", "error", "timeout"]

@@ -21,7 +21,7 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `waiting#<group>#<key>`     | `<ms>#<run id>`         | runs queued for a group, in order   |
 | `throttle#<workflow>#<key>` | `-`                     | a throttle budget (its next slot)   |
 | `apikey#<sha256>`           | `-`                     | an API key, stored hashed           |
-| `hook#<sha256>`             | `-`                     | a durable run's hook, by token hash |
+| `hook#<sha256>`             | `-`                     | a hook, by token hash (`used`: spent) |
 | `secret#hooks`              | `-`                     | the key hook tokens are made with   |
 | `children#<parent run>`     | `<child run id>`        | a child run of a run                |
 | `sweep#wake`                | `<shard>`               | a wake shard's sweeper and cursors  |
@@ -53,7 +53,7 @@ __all__ = [
     "Control", "Item", "Pk", "Schedule", "Sk", "WaitingRun", "apikey_key", "child_sk",
     "children_key", "delivery_key", "doc_of", "event_id_key", "event_key", "event_sk",
     "event_wait_event", "event_wait_events_after", "event_wait_keys", "event_wait_sk",
-    "hook_key", "idempotency_key", "lock_key", "ms_key", "schedule_key", "sk_of",
+    "hook_key", "hook_used", "idempotency_key", "lock_key", "ms_key", "schedule_key", "sk_of",
     "throttle_key", "wait_event_keys", "waiting_key", "waiting_sk",
 ]
 
@@ -202,6 +202,12 @@ def doc_of(item: Item) -> Any:
     """An item's JSON document (None: it has none, or there is no item)."""
     raw = item.get("doc", {}).get("S")
     return None if raw is None else json.loads(raw)
+
+
+def hook_used(item: Item) -> str | None:
+    """The digest of the request that spent a hook item (its `used`), None if unspent."""
+    used = item.get("used", {}).get("S")
+    return None if used is None else str(used)
 
 
 def sk_of(item: Item) -> Sk:
@@ -406,13 +412,16 @@ class Control:
 
     # ---- named writes of one item kind each ------------------------------------------
 
-    def swap_doc(self, pk: Pk, old: Item | None, doc: Any) -> bool:
-        """Replace the document of item `old` (as read) with `doc`, unless it changed
-        since it was read: False then, or when there was no document."""
-        if old is None or "doc" not in old:
-            return False
-        return self.update_if(pk, "SET doc = :d", {":d": {"S": dumps(doc)}, ":old": old["doc"]},
-                              "doc = :old")
+    def use_hook(self, pk: Pk, digest: str, now: float) -> dict[str, Any]:
+        """The write that spends a hook (`used`: the digest of the request that did),
+        guarded on its being unspent, as one item of a transaction: the hook is spent
+        only if the signal it sends is queued in the same transaction."""
+        return {"Update": {
+            "TableName": self.table, "Key": self.key(pk),
+            "UpdateExpression": "SET used = :d, used_at = :t",
+            "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(used)",
+            "ExpressionAttributeValues": {":d": {"S": digest}, ":t": num(round(now, 3))},
+        }}
 
     def throttle_tat(self, pk: Pk, now: float) -> float | None:
         """A throttle budget's theoretical arrival time (None: no live budget yet)."""

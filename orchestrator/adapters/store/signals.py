@@ -22,10 +22,12 @@ class Signals(Tables):
     """Queue, take and give back a durable run's signals."""
 
     def queue_signal(self, run_id: str, name: str, payload: Any, signal_id: str,
-                     now: float) -> bool:
-        """Queue a signal (False: one with this id was queued already). The signal and
-        a marker of its id are written in one transaction guarded by the marker: the
-        queue is ordered by time, so the id alone cannot be the signal's key."""
+                     now: float, *, also: tuple[dict[str, Any], ...] = ()) -> bool:
+        """Queue a signal (False: one with this id was queued already, or a guard of
+        `also` failed). The signal and a marker of its id are written in one transaction
+        guarded by the marker: the queue is ordered by time, so the id alone cannot be
+        the signal's key. `also`: more writes of the same transaction (a hook's use, on
+        another table): all of them are written, or none."""
         expires = num(now + self.step_retention)
         item = {
             **step_key(run_id, f"{signal_prefix(name)}{ms_key(now)}#{signal_id}"),
@@ -39,6 +41,7 @@ class Signals(Tables):
                     {"Put": {"TableName": self.steps, "Item": marker,
                              "ConditionExpression": "attribute_not_exists(step)"}},
                     {"Put": {"TableName": self.steps, "Item": item}},
+                    *also,
                 ])
         except ConditionFailed:
             return False

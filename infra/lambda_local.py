@@ -1,5 +1,5 @@
 """The deployed stack's Lambda functions, emulated locally (`orchestrator dev --lambda`):
-the very handlers of orchestrator/lambda_handlers.py and functions/lambda_adapter.py,
+the very handlers of orchestrator/lambda_handlers.py and functions/sdk/lambda_adapter.py,
 invoked the way AWS invokes them.
 
 - `EventFront`: an HTTP server whose every request becomes an HTTP API (payload 2.0)

@@ -13,9 +13,10 @@ and lists, keys as the API spells them (`run_id`, `finished_at`, `event_type`). 
 raises `ApiError` (or the subclass of its status) with the API's stable `code`, its
 `message` and the HTTP `status`.
 
-Reference 003's names are aliases of the same methods: `client.workflow` is the client
-itself, so `await client.workflow.trigger(name, [payload], {"runId": ..., "idempotencyKey":
-..., "parentRunId": ...})`, `get_child_workflows` (= `children`), `get_parent_workflow`
+The names some durable-workflow SDKs use are aliases of the same methods (README, "The
+Python client"): `client.workflow` is the client itself, so
+`await client.workflow.trigger(name, [payload], {"runId": ..., "idempotencyKey": ...,
+"parentRunId": ...})`, `get_child_workflows` (= `children`), `get_parent_workflow`
 (= `parent`), `list_runs(params={"workflowName", "status", "limit"})` and
 `hooks.create({"runId", "signalName", "metadata", "token"})` read as there. Statuses are
 the orchestrator's (queued, running, paused, success, failed, killed, skipped).
@@ -177,9 +178,10 @@ def _renamed(given: Mapping[str, Any], names: Mapping[str, str], what: str) -> d
 
 
 def _input(value: Any) -> Any:
-    """The run's input. A list is reference 003's positional arguments: `[payload]` is
-    `payload` and `[]` is None; a workflow takes one payload, so a longer list is refused
-    (pass a list itself wrapped: `[[1, 2]]`)."""
+    """The run's input. A list is the positional arguments of the SDKs that take them
+    (README, "The Python client"): `[payload]` is `payload` and `[]` is None; a workflow
+    takes one payload, so a longer list is refused (pass a list itself wrapped:
+    `[[1, 2]]`)."""
     if not isinstance(value, list):
         return value
     if len(value) > 1:
@@ -245,7 +247,8 @@ class _Methods(Generic[R]):
 
     @property
     def workflow(self) -> Self:
-        """Reference 003's namespace (`client.workflow.trigger(...)`): the client itself."""
+        """The `client.workflow.trigger(...)` namespace other SDKs spell (README, "The Python
+        client"): the client itself."""
         return self
 
     def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
@@ -261,7 +264,7 @@ class _Methods(Generic[R]):
                 idempotency_key: str | None = None, parent_run_id: str | None = None) -> R:
         """Start a run of `workflow`; returns {run_id, workflow, status, created}.
 
-        `input` is the run's input, any JSON value; a list is reference 003's positional
+        `input` is the run's input, any JSON value; a list is the other SDKs' positional
         arguments (`[payload]` means `payload`). `run_id`: choose the id (starting it
         again returns that run, `created` false). `idempotency_key`: a retry with the same
         key and input returns the first run. `parent_run_id`: list the run among that

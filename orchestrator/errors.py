@@ -10,6 +10,7 @@ __all__ = [
     "Code",
     "ConditionFailed",
     "Conflict",
+    "InvalidName",
     "ManifestError",
     "NotFound",
     "OrchestratorError",
@@ -17,6 +18,7 @@ __all__ = [
     "Unauthorized",
     "Unprocessable",
     "UsageError",
+    "ValueTooLarge",
     "error_doc",
 ]
 
@@ -93,6 +95,11 @@ class Code(StrEnum):
     BAD_REQUEST = "bad_request", False, "400: malformed request (JSON, flag, parameter)"
     INVALID_BODY = "invalid_body", False, "422: the body does not fit the request's model"
     BODY_TOO_LARGE = "body_too_large", False, "413: the request body is over 1 MiB"
+    VALUE_TOO_LARGE = ("value_too_large", False, "400: a value sent (run input, signal or"
+                       " hook payload, hook metadata, event data, custom event payload) is"
+                       " over its 256 KiB cap; a durable operation sending one fails with it")
+    INVALID_NAME = ("invalid_name", False, "400: a signal, hook or event name breaks the"
+                    " naming rule; a durable wait declared with one fails with it")
     NOT_FOUND = "not_found", False, "404: no such run, workflow, schedule, webhook or route"
     METHOD_NOT_ALLOWED = "method_not_allowed", False, "405: the route takes another method"
     HTTP = "http", False, "another HTTP refusal of the routing layer"
@@ -148,6 +155,19 @@ class UsageError(OrchestratorError):
     """The caller asked for something malformed (bad flag, bad JSON, bad body)."""
 
     code = Code.BAD_REQUEST
+
+
+class ValueTooLarge(UsageError):
+    """A value sent through the API (or by a durable operation) is over its cap: refused
+    before anything is stored (400)."""
+
+    code = Code.VALUE_TOO_LARGE
+
+
+class InvalidName(UsageError):
+    """A signal, hook or event name that breaks the naming rule (400)."""
+
+    code = Code.INVALID_NAME
 
 
 class NotFound(OrchestratorError):

@@ -34,7 +34,6 @@ right after an idle spell is found within that minute at worst."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -42,13 +41,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.settings import LambdaSettings, Settings, environment
+
 if TYPE_CHECKING:
     from orchestrator.runtime import Runtime
 
 __all__ = ["api", "container", "forget", "sweeper", "worker"]
 
 # How long an invocation keeps back after an attempt's timeout (seconds).
-DEFAULT_MARGIN = 5.0
+DEFAULT_MARGIN = LambdaSettings.margin
 # A batch's records are handled at once: the event source mapping sends at most ten.
 BATCH_THREADS = 10
 
@@ -68,12 +69,10 @@ def container() -> Runtime:
         if "runtime" not in _built:
             from orchestrator.manifest.loader import load_manifest
             from orchestrator.runtime import Runtime
-            from orchestrator.settings import Settings
-
-            root = Path(os.environ.get("LAMBDA_TASK_ROOT", "."))
-            path = root / os.environ.get("ORCH_MANIFEST", "orchestrator.yml")
-            manifest = load_manifest(path, dict(os.environ))
-            _built["runtime"] = Runtime.build(Settings.from_env(), manifest)
+            env = environment()
+            manifest = load_manifest(Path(LambdaSettings.from_env(env).manifest_path),
+                                     dict(env))
+            _built["runtime"] = Runtime.build(Settings.from_env(env), manifest)
         return _built["runtime"]  # type: ignore[no-any-return]
 
 
@@ -98,7 +97,7 @@ def _part(name: str, build: Any) -> Any:
 
 
 def _margin() -> float:
-    return float(os.environ.get("ORCH_LAMBDA_MARGIN", DEFAULT_MARGIN))
+    return LambdaSettings.from_env().margin
 
 
 # ---- API ---------------------------------------------------------------------------------
@@ -207,7 +206,7 @@ def sweeper(event: dict[str, Any], context: Any, *,
         if left - wait < interval + margin:
             break
         quiet = not (report.woken or report.runs or report.queued)
-        if quiet and not _tick_due(rt, time.time() + left) and not rt.store.any_active():
+        if quiet and not _tick_due(rt, time.time() + left) and not rt.store.runs.any_active():
             total["idle"] = 1
             break
         sleep(wait)

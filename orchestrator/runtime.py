@@ -77,7 +77,7 @@ class Runtime:
         store = Store(clients.dynamodb, names, step_retention=retention, wake=wake,
                       blobs=blobs, inline_limit=settings.inline_output_limit)
         queues = Queues(clients.sqs, names)
-        control = Control(clients.dynamodb, names.control_table)
+        control = store.control
         # Admission and runs need each other (a finished run admits the next, which is
         # launched; cancel-running cancels a run): the cycle is closed by these two
         # functions, which call `admission` once it is built just below. Every part is

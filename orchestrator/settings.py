@@ -14,7 +14,9 @@ explicitly (adapters/aws.py); the usual credential variables are boto3's alone.
 | `AWS_ENDPOINT_URL_DYNAMODB` | `Settings.from_env`, `dev` | DynamoDB's, over `AWS_ENDPOINT_URL` |
 | `AWS_ENDPOINT_URL_SQS`, `_S3` | `Settings.from_env`, `dev` | SQS's, S3's, likewise |
 | `AWS_ENDPOINT_URL_CLOUDFORMATION` | `Settings.from_env`, `dev` | CloudFormation's, likewise |
-| `ORCH_MANIFEST` | the CLI | the manifest's path (default `orchestrator.yml`) |
+| `ORCH_MANIFEST` | the CLI, `LambdaSettings` | the manifest's path (default `orchestrator.yml`) |
+| `LAMBDA_TASK_ROOT` | `LambdaSettings` | where a Lambda container's code is (the manifest's root) |
+| `ORCH_LAMBDA_MARGIN` | `LambdaSettings` | seconds a handler keeps free before its timeout (5) |
 | `ORCHESTRATOR_URL` | the CLI | the API's URL (default `http://127.0.0.1:8080`) |
 | `ORCHESTRATOR_API_KEY` | the CLI | the bearer key sent to the API |"""
 
@@ -35,10 +37,12 @@ __all__ = [
     "SERVICE_ENDPOINT_VARIABLES",
     "URL_VARIABLE",
     "ClientDefaults",
+    "LambdaSettings",
     "ResourceNames",
     "Settings",
     "SettingsError",
     "environment",
+    "set_environment",
 ]
 
 
@@ -66,6 +70,18 @@ def environment() -> Mapping[str, str]:
     return os.environ
 
 
+def set_environment(key: str, value: str | None) -> str | None:
+    """Set (or, with None, remove) a variable of this process, for parts that read their
+    settings from it (`dev --lambda` runs the Lambda handlers in-process); the value it
+    had, to put back."""
+    old = os.environ.get(key)
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
+    return old
+
+
 @dataclass(frozen=True)
 class ClientDefaults:
     """What the CLI takes from the environment when a flag is not given."""
@@ -87,6 +103,23 @@ class ClientDefaults:
             api_key=env.get(KEY_VARIABLE) or None,
             endpoint=next((e for e in endpoints if e), None),
         )
+
+
+@dataclass(frozen=True)
+class LambdaSettings:
+    """What a Lambda container reads beside `Settings`: its manifest's path (under the
+    task root) and the margin its handlers keep before the invocation's timeout."""
+
+    manifest_path: str = DEFAULT_MANIFEST
+    margin: float = 5.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> LambdaSettings:
+        env = environment() if environ is None else environ
+        root = env.get("LAMBDA_TASK_ROOT") or "."
+        manifest = env.get(MANIFEST_VARIABLE) or DEFAULT_MANIFEST
+        return cls(manifest_path=os.path.join(root, manifest),
+                   margin=_float(env, "LAMBDA_MARGIN", cls.margin))
 
 
 @dataclass(frozen=True)
@@ -217,7 +250,7 @@ class Settings:
     # journal_too_large and advice): its journal is read and sent whole on every call.
     durable_max_entries: int = 25_000
     # The newest durable protocol version the worker asks functions for
-    # (functions/protocol.py): 2 streams checkpoints; 1 is one step body per call.
+    # (functions/sdk/protocol/durable.py): 2 streams checkpoints; 1 is one step body per call.
     durable_protocol: int = 2
 
     def __post_init__(self) -> None:

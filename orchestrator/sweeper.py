@@ -20,18 +20,19 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.tables import WakeKey
 from orchestrator.engine import commands as do
 from orchestrator.engine.attempts import Retry
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.reconcile import SweepPolicy, reconcile, settle_due
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.engine.wakes import WAKE_SHARDS
 from orchestrator.errors import ConditionFailed, OrchestratorError
-from orchestrator.services.executor import Executor, RunContext, Tally
+from orchestrator.services.executor import Executor, Tally
 
 __all__ = ["SweepReport", "Sweeper"]
 
@@ -83,7 +84,7 @@ class Sweeper:
         self._groups: set[str] = set()
         self.on_finished = on_finished
         self.tasks = tasks
-        self.adv = executor
+        self.executor = executor
         self.store = executor.store
         self.queues = executor.queues
         self.settings = executor.settings
@@ -148,7 +149,7 @@ class Sweeper:
             self._next_full_ask = now + every / 4
             try:
                 if self.control.take_full_sweep(self.id, now, every):
-                    self.sweep_runs(self.store.active_run_ids(), set(), now, report)
+                    self.sweep_runs(self.store.runs.active_run_ids(), set(), now, report)
             except OrchestratorError as exc:
                 log.warning("sweep: the full sweep failed: %s", exc)
         return report
@@ -169,18 +170,20 @@ class Sweeper:
         # the price of reading the keys between them again: bytes, not requests.
         lo, hi = min(w[0] for w in windows), max(w[1] for w in windows)
 
-        def due(key: dict[str, Any]) -> bool:
-            at = float(key["wake_at"]["N"])
-            return any(after < at <= upto for after, upto in windows)
+        def due(key: WakeKey) -> bool:
+            return any(after < key.wake_at <= upto for after, upto in windows)
 
-        run_keys: list[dict[str, Any]] = []
-        step_keys: list[dict[str, Any]] = []
+        run_keys: list[WakeKey] = []
+        step_keys: list[WakeKey] = []
         if hi > lo:
-            run_keys = [k for k in self.store.woken(self.store.runs, shard, lo, hi) if due(k)]
-            step_keys = [k for k in self.store.woken(self.store.steps, shard, lo, hi) if due(k)]
+            names = self.store.names
+            run_keys = [k for k in self.store.runs.woken(names.runs_table, shard, lo, hi)
+                        if due(k)]
+            step_keys = [k for k in self.store.steps.woken(names.steps_table, shard, lo, hi)
+                         if due(k)]
         report.woken += len(run_keys) + len(step_keys)
-        ids = list(dict.fromkeys(k["run_id"]["S"] for k in run_keys + step_keys))
-        self.sweep_runs(ids, {k["run_id"]["S"] for k in run_keys}, now, report)
+        ids = list(dict.fromkeys(k.run_id for k in run_keys + step_keys))
+        self.sweep_runs(ids, {k.run_id for k in run_keys}, now, report)
         return (max(cursors[0], windows[0][1]), max(cursors[1], windows[1][1]))
 
     def sweep_runs(
@@ -191,7 +194,7 @@ class Sweeper:
         repair left for later falls due."""
         if not ids:
             return
-        runs = self.store.get_runs(ids, now)
+        runs = self.store.runs.get_runs(ids, now)
         policy = self.policy
         for run_id in ids:
             run = runs.get(run_id)
@@ -205,10 +208,10 @@ class Sweeper:
                         self.on_finished(run)  # a release lost with its process
                 else:
                     ctx = RunContext.of(run)
-                    steps = ctx.rows(self.store.query_steps(run_id, states_only=True))
+                    steps = ctx.rows(self.store.steps.query_steps(run_id, states_only=True))
                     self.sweep_run(run, steps, policy, report, now, ctx)
                     due = settle_due(run, steps, now, policy)
-                    if due is not None and self.store.arm_run(run_id, due, now):
+                    if due is not None and self.store.runs.arm_run(run_id, due, now):
                         report.rearmed += 1
             except OrchestratorError as exc:
                 log.warning("sweep of %s failed: %s", run_id, exc)
@@ -259,7 +262,7 @@ class Sweeper:
         for c in cmds:
             if isinstance(c, do.CreateStep):
                 try:
-                    self.store.create_step_if_absent(c.record)
+                    self.store.steps.create_step_if_absent(c.record)
                     report.created += 1
                     if c.record.status is StepStatus.READY:
                         sends.append(Dispatch(run_id=run_id, step=c.record.step, attempt=1))
@@ -267,26 +270,26 @@ class Sweeper:
                     pass
             elif isinstance(c, do.StopInFlight) or (isinstance(c, do.SkipStep) and stopping):
                 # Every skip of a stopping run is its stop pass's, carried on.
-                self.adv.apply_stop(run_id, c, tally, ctx)
+                self.executor.apply_stop(run_id, c, tally, ctx)
                 report.skipped += 1
             elif isinstance(c, do.SkipStep):
-                skipped = self.store.skip(run_id, c.step, c.statuses, c.reason, now,
-                                          plan=ctx.plan(c.step))
+                skipped = self.store.steps.skip(run_id, c.step, c.statuses, c.reason, now,
+                                                plan=ctx.plan(c.step))
                 if skipped is not None:
                     report.skipped += 1
                     if skipped.counted:
                         tally.add(run_id)
             elif isinstance(c, do.Restamp):
-                self.store.stamp_expiry(run_id, c.step, c.expires_at)
+                self.store.steps.stamp_expiry(run_id, c.step, c.expires_at)
             elif isinstance(c, do.HaltRun):
-                self.adv.halt(run_id, c, tally, ctx)
+                self.executor.halt(run_id, c, tally, ctx)
             elif isinstance(c, do.SkipBranch):
-                self.adv.skip_branch(run_id, c, tally, ctx)
+                self.executor.skip_branch(run_id, c, tally, ctx)
             elif isinstance(c, do.Promote):
                 row = by_name[c.step]
                 if (
-                    self.store.promote(run_id, c.step, c.ndeps, None, now, all_deps=list(row.deps),
-                                       plan=ctx.plan(c.step))
+                    self.store.steps.promote(run_id, c.step, c.ndeps, None, now,
+                                             all_deps=list(row.deps), plan=ctx.plan(c.step))
                     is not None
                 ):
                     sends.append(Dispatch(run_id=run_id, step=c.step, attempt=1))
@@ -296,26 +299,26 @@ class Sweeper:
                           run_id, c.step, c.attempt,
                           now - max(by_name[c.step].ready_at or 0, by_name[c.step].due_at or 0),
                           by_name[c.step].resends)
-                if self.store.touch_dispatch(run_id, c.step, c.attempt, now,
-                                             resends=by_name[c.step].resends + 1):
+                if self.store.steps.touch_dispatch(run_id, c.step, c.attempt, now,
+                                                   resends=by_name[c.step].resends + 1):
                     sends.append(Dispatch(run_id=run_id, step=c.step, attempt=c.attempt))
                     report.redispatched += 1
             elif isinstance(c, do.ExpireLease):
                 row = by_name[c.step]
                 if isinstance(c.decision, Retry):
-                    ok = self.adv.retry(row, c.decision, tally, expired_before=now)
+                    ok = self.executor.retry(row, c.decision, tally, expired_before=now)
                 else:
-                    ok = self.adv.fail(row, ctx, c.decision, tally, expired_before=now)
+                    ok = self.executor.fail(row, ctx, c.decision, tally, expired_before=now)
                 report.leases_expired += int(ok)
-            elif isinstance(c, do.Finalize) and self.adv.finish_if_done(run_id) is not None:
+            elif isinstance(c, do.Finalize) and self.executor.finish_if_done(run_id) is not None:
                 report.finished += 1
         if sends:
             log.info("run %s: sending %d dispatches (%s)", run_id, len(sends),
                      ", ".join(sorted({type(c).__name__ for c in cmds})))
             self.queues.dispatch(sends)
-        self.adv.flush(tally)
+        self.executor.flush(tally)
         if any(isinstance(c, do.HaltRun) for c in cmds) \
-                and self.adv.finish_if_done(run_id) is not None:
+                and self.executor.finish_if_done(run_id) is not None:
             # A halt this sweep made may have found nothing left to stop (its first
             # halter died after its stop pass, before its counts landed): no later wake
             # comes before the full sweep, so the run ends here.

@@ -294,7 +294,7 @@ class WorkflowEnv:
     def journal(self, run_id: str) -> list[dict[str, Any]]:
         """The run's journal: one entry per operation (kind, name, status, value or
         error, started, ended), in order."""
-        return self.rt.store.read_journal(run_id)
+        return self.rt.store.journal.read_journal(run_id)
 
     def result(self, run_id: str) -> Any:
         """The workflow's result. RunFailed if the run ended otherwise, RunNotFinished
@@ -351,8 +351,8 @@ class WorkflowEnv:
         due: list[Dispatch] = []
         admitted = False
         next_at: float | None = None
-        for run_id in self.rt.store.active_run_ids():
-            run = self.rt.store.get_run(run_id, now)
+        for run_id in self.rt.store.runs.active_run_ids():
+            run = self.rt.store.runs.get_run(run_id, now)
             if run is None or run.status.terminal:
                 continue
             if run.status is RunStatus.QUEUED:
@@ -365,7 +365,7 @@ class WorkflowEnv:
                     next_at = run.admit_at if next_at is None else min(next_at, run.admit_at)
                 continue
             # The top's driver and each parallel branch's: any may wait on a timer.
-            for driver in self.rt.store.drivers(run_id):
+            for driver in self.rt.store.drivers.all(run_id):
                 if driver.status.terminal:
                     continue
                 if driver.claimed:
@@ -388,8 +388,8 @@ class WorkflowEnv:
     def _going(self) -> str:
         now = self.clock()
         parts = []
-        for run_id in self.rt.store.active_run_ids():
-            driver = self.rt.store.get_driver(run_id)
+        for run_id in self.rt.store.runs.active_run_ids():
+            driver = self.rt.store.drivers.get_driver(run_id)
             waiting = None if driver is None else driver.waiting
             parts.append(f"{run_id} ({_waits(waiting, now)})")
         return "; ".join(parts) or "none"

@@ -26,14 +26,26 @@ from orchestrator.adapters.invoker import Call, Invoker
 from orchestrator.adapters.messages import AdmitRun, AnyMessage, Dispatch, Promote
 from orchestrator.adapters.queue import Received
 from orchestrator.adapters.store import Lease
-from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, Succeed, after_attempt
+from orchestrator.engine.attempts import (
+    Fail,
+    Retry,
+    Succeed,
+    after_attempt,
+    inputs_unavailable,
+    output_not_kept,
+    run_missing,
+    timer_hop,
+    unknown_backend,
+    wait_before,
+)
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import is_driver
 from orchestrator.engine.records import StepRecord
-from orchestrator.errors import Code, ConditionFailed, OrchestratorError, StoreError, error_doc
+from orchestrator.errors import ConditionFailed, OrchestratorError, StoreError
 from orchestrator.services.children import Children
 from orchestrator.services.durable import Durable, Target
 from orchestrator.services.event_waits import EventWaits
-from orchestrator.services.executor import LRU, Executor, RunContext, Tally
+from orchestrator.services.executor import LRU, Executor, Tally
 from orchestrator.services.hooks import Hooks
 
 __all__ = ["BackendRef", "Worker"]
@@ -46,8 +58,6 @@ FLUSH_EVERY = 0.05
 # (there is little to fold, and its finish need not wait for the next flush).
 FLUSH_NOW_SINKS = 4
 DELETE_WITHIN = 1.0
-# A timer message this early is waited out in the worker rather than sent on again.
-EARLY_WAIT = 1.0
 # A received message still waiting for a free thread after this long is handed back to
 # the queue: a worker whose threads are all held up (slow calls) must not keep messages
 # from workers that are idle.
@@ -76,7 +86,7 @@ class Worker:
         hooks: Hooks | None = None,
         children: Children | None = None,
     ) -> None:
-        self.adv = executor
+        self.executor = executor
         self.store = executor.store
         self.queues = executor.queues
         self.settings = executor.settings
@@ -144,7 +154,7 @@ class Worker:
 
     def _fits(self, msg: Dispatch, deadline: float, margin: float) -> bool:
         now = self.clock()
-        if msg.due_at is not None and msg.due_at > now + EARLY_WAIT:
+        if timer_hop(msg.due_at, now):
             return True  # only sent on as a timer hop: no attempt starts
         ctx = self.context(msg.run_id)
         if ctx is None:
@@ -166,13 +176,13 @@ class Worker:
     def handle(self, msg: AnyMessage, receipt: Received | None = None) -> None:
         """Claim the attempt the message names and run it (and its inline successors)."""
         now = self.clock()
-        if msg.due_at is not None and msg.due_at > now + EARLY_WAIT:
-            # A timer hop (SQS delays at most 15 minutes): send it on for the rest.
-            self.queues.timer(msg, now)
+        if timer_hop(msg.due_at, now):
+            self.queues.timer(msg, now)  # sent on for the rest of its wait
             self._ack(receipt)
             return
-        if msg.due_at is not None and msg.due_at > now:
-            self.sleep(msg.due_at - now)  # at most EARLY_WAIT: SQS delays are whole seconds
+        wait = wait_before(msg.due_at, now)
+        if wait > 0:
+            self.sleep(wait)
             now = self.clock()  # the attempt starts now, not when its message came
         if isinstance(msg, AdmitRun):
             if self.admit is not None:
@@ -182,7 +192,7 @@ class Worker:
         if isinstance(msg, Promote):
             ctx = self.context(msg.run_id)
             if ctx is not None:
-                self.adv.promote_slice(msg, ctx, self._fold if self._batching else None)
+                self.executor.promote_slice(msg, ctx, self._fold if self._batching else None)
             self._ack(receipt)
             return
         row: StepRecord | None = None
@@ -192,21 +202,19 @@ class Worker:
             # The row may not be written yet (its start leaves such steps out): the
             # plan in the run's context creates it in the same write.
             ctx = self.context(msg.run_id)
-            row = self.store.satisfy(msg.run_id, msg.step, msg.after, 1, self.lease(), now,
-                                     ready_at=msg.ready_at,
-                                     plan=ctx.plan(msg.step) if ctx is not None else None)
+            row = self.store.steps.satisfy(msg.run_id, msg.step, msg.after, 1, self.lease(), now,
+                                           ready_at=msg.ready_at,
+                                           plan=ctx.plan(msg.step) if ctx is not None else None)
         if row is None:
             try:
-                row = self.store.claim(msg.run_id, msg.step, msg.attempt, self.lease(), now)
+                row = self.store.steps.claim(msg.run_id, msg.step, msg.attempt, self.lease(), now)
             except ConditionFailed:
                 row = None  # a duplicate, a late message, or a step already taken
         self._ack(receipt)
         tally = Tally()
-        launched = msg.launched and msg.attempt == 1
         try:
             while row is not None:
-                row = self.execute(row, tally, launched=launched)
-                launched = False
+                row = self.execute(row, tally)
         finally:
             self._count(tally)
 
@@ -215,7 +223,7 @@ class Worker:
         next flush, except for runs with few sinks (written now: one of them may finish
         the run, and folding would only make it wait)."""
         if not self._batching:
-            self.adv.flush(tally)
+            self.executor.flush(tally)
             return
         now = Tally()
         with self._lock:
@@ -227,7 +235,7 @@ class Worker:
                     self._tally.add(run_id, n)
         if now.counts:
             try:
-                self.adv.flush(now)
+                self.executor.flush(now)
             except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
                 log.warning("count failed: %s", exc)
 
@@ -284,11 +292,11 @@ class Worker:
                 self._oldest_ack = float("inf")
         for (run_id, join), (ndeps, deps) in joins.items():
             try:
-                self.adv.satisfy_many(run_id, join, deps, ndeps, self.context(run_id))
+                self.executor.satisfy_many(run_id, join, deps, ndeps, self.context(run_id))
             except OrchestratorError as exc:  # the sweeper promotes the join if lost
                 log.warning("join %s/%s: count failed: %s", run_id, join, exc)
         try:
-            self.adv.flush(tally)
+            self.executor.flush(tally)
         except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
             log.warning("count flush failed: %s", exc)
         self._renew(now)
@@ -329,7 +337,7 @@ class Worker:
         with self._lock:
             ctx: RunContext | None = self._contexts.get(run_id)
         if ctx is not None and fresh:
-            stopping = self.store.run_stopping(run_id, self.clock())
+            stopping = self.store.runs.run_stopping(run_id, self.clock())
             if stopping is None:
                 return None
             if stopping != ctx.stopping:
@@ -338,7 +346,7 @@ class Worker:
                     self._contexts.put(run_id, ctx)
             return ctx
         if ctx is None:
-            run = self.store.get_run(run_id, self.clock())
+            run = self.store.runs.get_run(run_id, self.clock())
             if run is None:
                 return None
             ctx = RunContext.of(run)
@@ -359,24 +367,22 @@ class Worker:
                 else:
                     out[d] = cached
         if missing:
-            for name, dep in self.store.get_outputs(row.run_id, missing).items():
-                out[name] = self.adv.load_output(dep)
+            for name, dep in self.store.steps.get_outputs(row.run_id, missing).items():
+                out[name] = self.executor.load_output(dep)
         return {d: out.get(d) for d in row.deps}
 
-    def execute(
-        self, row: StepRecord, tally: Tally, *, launched: bool = False
-    ) -> StepRecord | None:
-        """Run one claimed attempt; return the next row to run inline, if any.
-        `launched`: claimed from the launch's own dispatch (Dispatch.launched)."""
-        # A step that was ready at launch may have been written after a cancel's stop
-        # pass read the rows: its claim reads the run afresh (for a run's first step the
-        # cache is empty anyway) and gives the attempt up if the run is stopping. Not
-        # when its launch read the flags, unset, after writing it: a stop pass after
-        # that read flags the row, and the claim's guard refuses a flagged row.
-        ctx = self.context(row.run_id, fresh=row.at_launch and not launched)
-        if ctx is not None and ctx.stopping and row.at_launch:
-            gone = self.store.abandon(row.run_id, row.step, row.attempt, row.lease_owner or "",
-                                      "run stopped before the step started", self.clock())
+    def execute(self, row: StepRecord, tally: Tally) -> StepRecord | None:
+        """Run one claimed attempt; return the next row to run inline, if any."""
+        # The start check (DESIGN.md, invariant 5): with the lease taken, right before
+        # the call, one strongly consistent read of the run's stop flags. A halt's
+        # failure and a cancel set them in the write that commits them, so a step whose
+        # check comes after that instant is never called, however late the stop's pass
+        # over the rows. The attempt is given up as if its claim had been refused.
+        ctx = self.context(row.run_id, fresh=True)
+        if ctx is not None and ctx.stopping:
+            gone = self.store.steps.abandon(
+                row.run_id, row.step, row.attempt, row.lease_owner or "",
+                "run stopped before the step started", self.clock(), unstart=row)
             if gone is not None and gone.counted:
                 tally.add(row.run_id)
             return None
@@ -388,25 +394,14 @@ class Worker:
             return None
         raw = b""
         if ctx is None:
-            outcome = Outcome(
-                OutcomeKind.PERMANENT,
-                error=error_doc(Code.RUN_MISSING, f"run {row.run_id} is gone"),
-            )
+            outcome = run_missing(row.run_id)
         elif backend is None:
-            outcome = Outcome(
-                OutcomeKind.PERMANENT,
-                error=error_doc(
-                    Code.UNKNOWN_BACKEND,
-                    f"step {row.step}: backend {row.backend!r} is not configured",
-                ),
-            )
+            outcome = unknown_backend(row.step, row.backend)
         else:
             try:
                 steps = self.dep_outputs(row)
             except (OrchestratorError, ValueError) as exc:
-                outcome = Outcome(
-                    OutcomeKind.RETRYABLE, error=error_doc(Code.INPUTS_UNAVAILABLE, str(exc))
-                )
+                outcome = inputs_unavailable(str(exc))
             else:
                 call = Call(
                     url=backend.url.rstrip("/") + row.route,
@@ -426,15 +421,11 @@ class Worker:
         ctx = ctx or RunContext.missing(row.run_id)
         if isinstance(decision, Succeed):
             try:
-                output_json, output_ref = self.adv.store_output(row, raw)
+                output_json, output_ref = self.executor.store_output(row, raw)
             except StoreError as exc:
                 # The function answered, but its output could not be kept: the engine
                 # decides this attempt like any other retryable failure.
-                lost = Outcome(
-                    OutcomeKind.RETRYABLE,
-                    error=error_doc(Code.OUTPUT_STORE_FAILED, str(exc)),
-                    retry_after=1.0,
-                )
+                lost = output_not_kept(str(exc))
                 retry_or_fail = after_attempt(row, lost, self.clock(), self.rand())
                 assert not isinstance(retry_or_fail, Succeed)
                 self.apply(row, ctx, retry_or_fail, tally)
@@ -447,7 +438,7 @@ class Worker:
 
             # The last dependant runs next on this thread, if it fits in its deadline.
             keep = self.lease() if self._room_for(ctx, row.dependants[-1:]) else None
-            res = self.adv.succeed(
+            res = self.executor.succeed(
                 row, ctx, output_json, output_ref, len(raw), tally, keep_one=keep,
                 on_recorded=remember, fold=self._fold if self._batching else None,
             )
@@ -457,9 +448,9 @@ class Worker:
 
     def apply(self, row: StepRecord, ctx: RunContext, decision: Retry | Fail, tally: Tally) -> None:
         if isinstance(decision, Retry):
-            self.adv.retry(row, decision, tally)
+            self.executor.retry(row, decision, tally)
         else:
-            self.adv.fail(row, ctx, decision, tally)
+            self.executor.fail(row, ctx, decision, tally)
 
     # ---- the loop ----------------------------------------------------------------------
 

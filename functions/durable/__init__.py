@@ -1,26 +1,43 @@
-"""Durable workflows written as Python: memoized steps, sleeps of any length, signals.
+"""The old import path of `functions.sdk.durable`, and the one the README shows: the same
+names, the very same objects.
 
     from functions.durable import Context, step, workflow
 
-    @step("fetch-user", retries=3, backoff="exponential")
-    async def fetch_user(user_id: str) -> dict: ...
+Each old submodule (`functions.durable.call`, `.context`, `.steps`, ...) is likewise the
+module of the same name in `functions.sdk.durable` (see their shims)."""
 
-    @workflow("send-welcome-email", max_steps=100, execution_timeout="1h")
-    async def send_welcome_email(ctx: Context, payload: dict) -> dict:
-        user = await fetch_user(payload["userId"])
-        await ctx.sleep("3d")
-        return {"sent": True}
+# The old package had these submodules loaded, so bound as its attributes; load them first,
+# as it did, so that `workflow` ends up the decorator below and not the module of that name.
+import functions.durable.call
+import functions.durable.context
+import functions.durable.durations
+import functions.durable.errors
+import functions.durable.parallel
+import functions.durable.steps
+import functions.durable.stubs
+import functions.durable.workflow
+from functions.sdk.durable import (
+    Context,
+    Hook,
+    ReplayMismatch,
+    RetryableError,
+    StepCall,
+    StepFailed,
+    StepFunction,
+    StepInfo,
+    Suspend,
+    TerminalError,
+    Workflow,
+    WorkflowError,
+    advance,
+    current_step,
+    registered,
+    seconds,
+    step,
+    workflow,
+)
 
-    app = FunctionApp(secret=...)
-    app.workflow(send_welcome_email)     # POST /durable/send-welcome-email
-"""
-
-from functions.durable.context import Context, Hook
-from functions.durable.durations import seconds
-from functions.durable.errors import ReplayMismatch, StepFailed, Suspend, WorkflowError
-from functions.durable.steps import StepCall, StepFunction, StepInfo, current_step, step
-from functions.durable.workflow import Workflow, advance, registered, workflow
-from functions.failures import RetryableError, TerminalError
+del functions  # bound by the imports above, not a name of this package
 
 __all__ = [
     "Context",

@@ -1,50 +1,12 @@
-"""Golden journals: replay a run's recorded journal against the current code, running
-nothing, to learn before a deploy whether runs in flight would pause on it.
+"""The old import path of `functions.sdk.durable.golden`: importing it gives that very module.
 
-    golden = httpx.get(f"{api}/runs/{run_id}/journal").json()   # or `orchestrator journal export`
-    report = check(send_welcome_email, golden)                  # in process
-    assert report["ok"], report["mismatch"]
+Kept so code written against `functions.durable.golden` goes on working unchanged."""
 
-`orchestrator journal check FILE --url ENDPOINT` does the same against a deployed
-endpoint (the call's `mode: check`)."""
+import importlib
+import sys
 
-from __future__ import annotations
+from functions.sdk.durable.golden import *  # noqa: F403  (the names type checkers see here)
 
-from collections.abc import Mapping
-from typing import Any
-
-from functions.durable.workflow import Workflow, advance
-
-__all__ = ["check", "check_body", "read_report"]
-
-
-def check_body(golden: Mapping[str, Any]) -> dict[str, Any]:
-    """The call that replays `golden` (an exported journal) in check mode."""
-    return {
-        "run": {"run_id": golden.get("run_id") or "golden", "workflow": golden.get("workflow"),
-                "started_at": golden.get("started_at") or 0.0,
-                "now": golden.get("started_at") or 0.0, "subject": golden.get("subject")},
-        "input": golden.get("input"),
-        "journal": list(golden.get("journal") or ()),
-        "mode": "check",
-    }
-
-
-def read_report(answer: Mapping[str, Any], golden: Mapping[str, Any]) -> dict[str, Any]:
-    """What a check call's answer says: ok, or the mismatch (both operations)."""
-    ops = list(answer.get("ops") or ())
-    mismatch = next((op for op in ops if op.get("op") == "mismatch"), None)
-    failed = next((op for op in ops if op.get("op") == "fail"), None)
-    ended = next((op for op in ops if op.get("op") == "complete"), None)
-    return {
-        "ok": mismatch is None and failed is None,
-        "entries": len(golden.get("journal") or ()),
-        "mismatch": mismatch,
-        "failure": None if failed is None else failed.get("error"),
-        "reached": "end" if ended is not None else "frontier",
-    }
-
-
-async def check(wf: Workflow, golden: Mapping[str, Any]) -> dict[str, Any]:
-    """Replay `golden` against `wf` in this process (runs no step body)."""
-    return read_report(await advance(wf, check_body(golden)), golden)
+# The module itself, by name: `import ... as` would read its package's attribute, and
+# `functions.sdk.durable.workflow` there is the decorator.
+sys.modules[__name__] = importlib.import_module("functions.sdk.durable.golden")

@@ -72,7 +72,7 @@ class Invoker:
 
     def body(self, call: Call) -> bytes:
         """The request body, built by the one definition of the wire contract that the
-        SDK parses (functions/protocol.py)."""
+        SDK parses (functions/sdk/protocol/)."""
         run = RunInfo(run_id=call.run_id, workflow=call.workflow, step=call.step,
                       attempt=call.attempt)
         return dumps(

@@ -27,9 +27,8 @@ class Dispatch(BaseModel):
     # it in one write (a wide fan-out costs no promotion write per step).
     after: str | None = None
     ready_at: float | None = None
-    # Sent by the run's launch once every row it wrote was written and the run's stop
-    # flags, read after that, were unset: a stop pass that begins later reads this row
-    # and flags it, so its claim needs no fresh read of the run (see Worker.execute).
+    # No longer read: every claim makes its own start check (Worker.execute). Kept so
+    # that a message sent before an upgrade is still understood.
     launched: bool = False
 
 

@@ -52,8 +52,13 @@ class RerunRun(_Body):
     run_id: str | None = Field(default=None, min_length=1, max_length=200)
 
 
+# A name's rule (services/values.py) holds for its NFC form, at most 128 characters; the
+# model only bounds what is read (a decomposed name is longer).
+NAME_CHARS = 512
+
+
 class EmitEvent(_Body):
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=NAME_CHARS)
     key: str | None = Field(default=None, max_length=512)
     id: str | None = Field(default=None, min_length=1, max_length=200)
     data: Any = None
@@ -63,7 +68,7 @@ class CreateHook(_Body):
     """A hook for a durable run, created from outside its workflow."""
 
     run_id: str = Field(min_length=1, max_length=200)
-    signal: str = Field(min_length=1, max_length=128,
+    signal: str = Field(min_length=1, max_length=NAME_CHARS,
                         description="The signal the hook delivers to the run.")
     metadata: Any = Field(default=None, description="Merged over the payload it is executed"
                           " with (a JSON object).")

@@ -1,5 +1,5 @@
 """The pieces the OpenAPI document is built of (openapi.py): small schema builders, the
-shared types, and the schemas of every response body (mirroring what app.py and
+shared types, and the schemas of every response body (mirroring what the handlers and
 services.views build)."""
 
 from __future__ import annotations

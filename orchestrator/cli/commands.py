@@ -276,7 +276,7 @@ def dev(
 ) -> None:
     """Start the whole stack locally: emulator, tables and queues, functions, API,
     workers and sweeper. Ctrl-C stops everything."""
-    from infra.local import LocalStack, StackOptions
+    from orchestrator.cli.dev import LocalStack, StackOptions
 
     opts = StackOptions(
         manifest=Path(manifest_path),

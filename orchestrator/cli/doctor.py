@@ -58,13 +58,13 @@ class Check:
 # ---- versions and speed-ups (also `orchestrator --version`) -----------------------------
 
 def versions() -> dict[str, str]:
-    from infra.capabilities import versions as of_install
+    from infra.emulator.capabilities import versions as of_install
 
     return of_install()
 
 
 def speedups_summary(verdicts: list[Any]) -> str:
-    """`12 of 13 on; off: json-request (why)`, from `infra.capabilities.report()`."""
+    """`12 of 13 on; off: json-request (why)`, from `infra.emulator.capabilities.report()`."""
     speedups = [v for v in verdicts if v.name.startswith("speedup:")]
     if not speedups:
         return "none reported"
@@ -94,9 +94,9 @@ def version_lines() -> list[str]:
     lines = [f"{name}: {found[name]}" for name in ("python", "moto", "boto3", "botocore",
                                                    "werkzeug") if name in found]
     try:
-        from infra import capabilities, moto_speedups
+        from infra.emulator import capabilities, speedups
 
-        moto_speedups.install()
+        speedups.install()
         summary = speedups_summary(capabilities.report())
     except Exception as exc:  # a broken moto install is itself what the report needs
         summary = f"unknown ({type(exc).__name__}: {exc})"

@@ -17,6 +17,7 @@ from orchestrator.manifest.workflows import retry_delay
 from orchestrator.strict_json import dumps
 
 __all__ = [
+    "EARLY_WAIT",
     "MAX_RETRY_AFTER",
     "RETRYABLE_4XX",
     "Decision",
@@ -28,7 +29,13 @@ __all__ = [
     "after_attempt",
     "backoff",
     "classify_response",
+    "inputs_unavailable",
+    "output_not_kept",
     "parse_retry_after",
+    "run_missing",
+    "timer_hop",
+    "unknown_backend",
+    "wait_before",
 ]
 
 # Status codes in 4xx that mean "try again later", not "your request is wrong".
@@ -36,6 +43,10 @@ RETRYABLE_4XX = frozenset({408, 409, 425, 429})
 
 
 MAX_RETRY_AFTER = 24 * 3600.0
+
+# A timer message due this soon is waited out by the worker that received it; one due
+# later is sent on (SQS delays at most 15 minutes, in whole seconds).
+EARLY_WAIT = 1.0
 
 
 class OutcomeKind(StrEnum):
@@ -155,3 +166,39 @@ def after_attempt(step: StepRecord, outcome: Outcome, now: float, rand: float) -
     if outcome.kind is OutcomeKind.RETRYABLE:
         error["exhausted"] = True
     return Fail(error)
+
+
+def timer_hop(due_at: float | None, now: float) -> bool:
+    """Whether a message due at `due_at` is sent on as a timer rather than handled now
+    (a long timer hops from delayed message to delayed message; see wait_before)."""
+    return due_at is not None and due_at > now + EARLY_WAIT
+
+
+def wait_before(due_at: float | None, now: float) -> float:
+    """How long a worker waits for a message due within EARLY_WAIT: its attempt starts
+    at its due time, not when its message came (0 for one due already)."""
+    return 0.0 if due_at is None or due_at <= now else min(due_at - now, EARLY_WAIT)
+
+
+# The outcomes of attempts the worker decides without a call.
+
+def run_missing(run_id: str) -> Outcome:
+    return Outcome(OutcomeKind.PERMANENT,
+                   error=error_doc(Code.RUN_MISSING, f"run {run_id} is gone"))
+
+
+def unknown_backend(step: str, backend: str) -> Outcome:
+    return Outcome(OutcomeKind.PERMANENT, error=error_doc(
+        Code.UNKNOWN_BACKEND, f"step {step}: backend {backend!r} is not configured"))
+
+
+def inputs_unavailable(why: str) -> Outcome:
+    """Its dependencies' outputs could not be read (the blob store failed): try again."""
+    return Outcome(OutcomeKind.RETRYABLE, error=error_doc(Code.INPUTS_UNAVAILABLE, why))
+
+
+def output_not_kept(why: str) -> Outcome:
+    """The function answered, but its output could not be kept: tried again, as any
+    retryable failure."""
+    return Outcome(OutcomeKind.RETRYABLE, error=error_doc(Code.OUTPUT_STORE_FAILED, why),
+                   retry_after=1.0)

@@ -14,12 +14,14 @@ from functools import cached_property
 from typing import Any
 
 from functions.protocol import DURABLE_PREFIX
-from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.policies import GroupPolicy, OnFailure, ThrottlePolicy
 from orchestrator.manifest.workflows import topological_order
 
-__all__ = ["CALL_RETRIES", "DURABLE_PREFIX", "Definition", "Gate", "StepSpec", "Throttle",
+__all__ = ["CALL_RETRIES", "DRIVER", "DURABLE_PREFIX", "Definition", "Gate", "StepSpec", "Throttle",
            "Trigger"]
+
+# A durable run's one step: the row that drives it (engine/durable.py).
+DRIVER = "$run"
 
 # How many times a durable workflow's call is retried in a row when it fails (the
 # endpoint down, a 5xx): with the backoff doubling up to 5 minutes, about an hour.

@@ -3,7 +3,7 @@
 A durable run has one step row, the *driver* (`DRIVER`): it carries the lease of
 whoever advances the run, its retries when a call fails, and what the run waits for
 (`Waiting`) while nobody holds it. The journal is one write-once item per operation
-(adapters/store/journal.py). A call's answer is a list of operations (functions/durable);
+(adapters/store/journal.py). A call's answer is a list of operations (functions/sdk/durable);
 `read_answer` turns it into the entries to commit and one `Next` move, and
 `resolve` decides whether a wait is over. Pure: no I/O.
 
@@ -40,6 +40,7 @@ from functions.protocol import (
     WaitOp,
     parse_op,
 )
+from orchestrator.engine.definition import DRIVER
 from orchestrator.errors import Code
 
 if TYPE_CHECKING:  # records.py imports this module
@@ -75,10 +76,8 @@ __all__ = [
     "wait_of",
 ]
 
-DRIVER = "$run"
-# A parallel branch's result sits in its scope at this position (functions/durable).
+# A parallel branch's result sits in its scope at this position (functions/sdk/durable).
 RESULT_POS = 99_999_999
-WAIT_KINDS = tuple(k.value for k in WaitKind)
 
 
 def is_driver(step: str) -> bool:
@@ -390,6 +389,10 @@ def _capped(until: float | None, deadline: float | None) -> float | None:
     return deadline if until is None else min(until, deadline)
 
 
+# The waits whose lookup can be refused (a name, a value the workflow sent).
+REFUSABLE = frozenset({"signal", "event", "hook", "call", "spawn"})
+
+
 def wait_entry(waiting: Waiting, now: float, *, status: str = "ok", value: Any = None,
                **extra: Any) -> dict[str, Any]:
     """The journal entry that ends `waiting`."""
@@ -408,8 +411,12 @@ def resolve(waiting: Waiting, now: float, found: Mapping[str, Any] | None = None
             ) -> Resolved | None:
     """Whether `waiting` is over at `now`, given what it waits for if it came: the
     oldest signal queued for it, or the earliest event in its window. None: it still
-    waits."""
+    waits. A lookup the orchestrator refused (`found["refused"]`: the error, a name
+    that breaks the rule or a value over the cap) ends the wait as failed: the workflow
+    gets the error where it awaited the operation, as a step's failure."""
     due = waiting.until is not None and now >= waiting.until
+    if found is not None and found.get("refused") is not None and waiting.kind in REFUSABLE:
+        return Resolved(wait_entry(waiting, now, status="error", error=dict(found["refused"])))
     if waiting.kind == "retry":
         return Resolved(None) if due else None
     if waiting.kind == "next":

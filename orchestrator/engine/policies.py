@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from orchestrator.manifest.triggers import Overlap
+
 __all__ = ["GroupPolicy", "OnFailure", "Overlap", "ThrottlePolicy"]
 
 
@@ -24,9 +26,3 @@ class GroupPolicy(StrEnum):
 class ThrottlePolicy(StrEnum):
     QUEUE = "queue"  # wait for the next slot
     DROP = "drop"  # refuse a run that would have to wait
-
-
-class Overlap(StrEnum):
-    SKIP = "skip"
-    ALLOW = "allow"
-    REPLACE = "replace"

@@ -94,6 +94,9 @@ class RunRecord:
     kill_requested: bool = False
     kill_reason: str | None = None
     halted: bool = False
+    # The run's stop instant: when a step's final failure under `halt`, or a cancel, was
+    # committed (with the same write). No step whose start check reads it set is called.
+    stop_at: float | None = None
     error: dict[str, Any] | None = None
     finished_at: float | None = None
     expires_at: float | None = None
@@ -111,6 +114,11 @@ class RunRecord:
     # in the state machine and shown as `paused` until resumed, reset or cancelled.
     paused: dict[str, Any] | None = None
     history: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def stopping(self) -> bool:
+        """Cancelled, halted, or halting: no step of it starts any more."""
+        return self.kill_requested or self.halted or self.stop_at is not None
 
     @property
     def shown_status(self) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -191,7 +192,14 @@ class Throttle(ManifestModel):
     policy: Literal["queue", "drop"] = "queue"
 
 
-Overlap = Literal["skip", "allow", "replace"]
+class Overlap(StrEnum):
+    """What a run does while another of its workflow is going (a workflow's
+    `concurrency` as one word, and a schedule fire's): the one definition, which the
+    engine's policies use too."""
+
+    SKIP = "skip"
+    ALLOW = "allow"
+    REPLACE = "replace"
 
 
 def _concurrency_form(value: Any) -> str:

@@ -34,6 +34,7 @@ from orchestrator.manifest.triggers import (
     Concurrency,
     ConcurrencyGroup,
     EventTrigger,
+    Overlap,
     Schedule,
     Throttle,
     one_or_list,
@@ -205,7 +206,7 @@ class Workflow(ManifestModel):
     on_failure: Literal["halt", "continue-independent"] = "halt"
     schedule: Schedule | None = None
     for_each: ForEach | None = None
-    concurrency: Concurrency = "skip"
+    concurrency: Concurrency = Overlap.SKIP
     throttle: Throttle | None = None
     on: Annotated[list[EventTrigger], BeforeValidator(one_or_list)] = Field(
         default_factory=list
@@ -213,13 +214,13 @@ class Workflow(ManifestModel):
     description: str | None = None
 
     @property
-    def overlap(self) -> Literal["skip", "allow", "replace", "queue"]:
+    def overlap(self) -> str:
         """What a new run does while an earlier one it collides with is still going:
         the string form of `concurrency` as written, or for a group its policy as
         `queue`, `skip` or `replace` (= `cancel-running`)."""
         if isinstance(self.concurrency, ConcurrencyGroup):
             return _GROUP_OVERLAP[self.concurrency.policy]
-        return self.concurrency
+        return self.concurrency.value
 
     @property
     def group(self) -> ConcurrencyGroup | None:

@@ -1,4 +1,4 @@
-"""Admission: when a queued run may start (semantics of reference 002's run admission).
+"""Admission: when a queued run may start (README, "Flow control").
 
 A run of a workflow with a `throttle:` or a concurrency group is created `queued` and
 admitted here; one without either starts at once and never comes here.
@@ -30,7 +30,14 @@ from typing import Any
 from orchestrator.adapters.messages import AdmitRun
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
-from orchestrator.adapters.store.control import Control, ms_key
+from orchestrator.adapters.store.control import (
+    Control,
+    Sk,
+    lock_key,
+    throttle_key,
+    waiting_key,
+    waiting_sk,
+)
 from orchestrator.engine.admission import throttle_slot
 from orchestrator.engine.definition import Gate, Throttle
 from orchestrator.engine.policies import GroupPolicy, ThrottlePolicy
@@ -74,7 +81,7 @@ class Admission:
                 return self._refuse(run, Code.THROTTLED, f"over the rate of {throttle.limit}"
                                     f" per {throttle.period:g}s for key {throttle.key!r}")
             try:
-                self.store.set_admit_at(run.run_id, slot)
+                self.store.runs.set_admit_at(run.run_id, slot)
             except ConditionFailed:
                 return self._reread(run)
             run = replace(run, admit_at=slot)
@@ -91,16 +98,14 @@ class Admission:
     def _arrive_group(self, run: RunRecord, gate: Gate, now: float) -> RunRecord:
         gid = gate.group_id
         if gate.policy is not GroupPolicy.SKIP:
-            self.control.put_new(
-                f"waiting#{gid}", _waiting_sk(run), now=now, attrs={"run_id": {"S": run.run_id}}
-            )
+            self.control.wait_in_line(waiting_key(gid), _waiting_sk(run), run.run_id, now)
         if gate.policy is GroupPolicy.CANCEL_RUNNING:
             self._replace_others(run, gid)
         return self.try_admit(run)
 
     def due(self, run_id: str) -> None:
         """A throttle timer fired: carry the run on."""
-        run = self.store.get_run(run_id, self.clock())
+        run = self.store.runs.get_run(run_id, self.clock())
         if run is not None and run.status is RunStatus.QUEUED:
             self.arrive(run)
 
@@ -123,7 +128,7 @@ class Admission:
             if head is not None and head.run_id != run.run_id:
                 self.try_admit(head)  # the head is queued and due: let it go first
                 return self._reread(run)
-        if not self.control.take_lock(f"lock#{gid}", run.run_id, now):
+        if not self.control.take_lock(lock_key(gid), run.run_id, now):
             if gate.policy is GroupPolicy.SKIP:
                 return self.try_admit(run)  # re-read the holder to report it
             return run
@@ -138,7 +143,7 @@ class Admission:
             return
         gid = gate.group_id
         now = self.clock()
-        self.control.release_lock(f"lock#{gid}", run.run_id)
+        self.control.release_lock(lock_key(gid), run.run_id)
         # Its waiting entry went when it was admitted (or _head drops it as finished).
         head = self._head(gid, now)
         if head is not None and head.status is RunStatus.QUEUED:
@@ -148,7 +153,7 @@ class Admission:
 
     def reserve(self, workflow: str, spec: Throttle, now: float) -> float | None:
         """Take the next throttle slot for this key (None: policy drop and none free)."""
-        pk = f"throttle#{workflow}#{spec.key}"
+        pk = throttle_key(workflow, spec.key)
         for _ in range(50):
             tat = self.control.throttle_tat(pk, now)
             start, new_tat = throttle_slot(
@@ -165,13 +170,12 @@ class Admission:
 
     def _holder(self, gid: str, now: float) -> str | None:
         """The run holding the group, after breaking a lock whose holder has finished."""
-        item = self.control.get(f"lock#{gid}", now=now)
-        if item is None:
+        holder = self.control.lock_holder(lock_key(gid), now)
+        if holder is None:
             return None
-        holder = str(item["holder"]["S"])
-        run = self.store.get_run(holder, now)
+        run = self.store.runs.get_run(holder, now)
         if run is None or run.status.terminal:
-            self.control.release_lock(f"lock#{gid}", holder)
+            self.control.release_lock(lock_key(gid), holder)
             log.info("group %s: broke the lock of finished run %s", gid, holder)
             return self._holder(gid, now)  # None, unless another run took it meanwhile
         return holder
@@ -179,14 +183,14 @@ class Admission:
     def _head(self, gid: str, now: float) -> RunRecord | None:
         """The oldest waiting run still queued (finished ones are removed on the way)."""
         while True:
-            items = self.control.query(f"waiting#{gid}", now=now, limit=10)
-            if not items:
+            waiting = self.control.waiting_runs(waiting_key(gid), now, limit=10)
+            if not waiting:
                 return None
-            for item in items:
-                run = self.store.get_run(item["run_id"]["S"], now)
+            for w in waiting:
+                run = self.store.runs.get_run(w.run_id, now)
                 if run is not None and run.status is RunStatus.QUEUED:
                     return run
-                self.control.delete(f"waiting#{gid}", item["sk"]["S"])
+                self.control.delete(waiting_key(gid), w.sk)
 
     def _replace_others(self, run: RunRecord, gid: str) -> None:
         now = self.clock()
@@ -194,26 +198,25 @@ class Admission:
         reason = f"replaced by run {run.run_id}"
         if holder is not None and holder != run.run_id:
             self.cancel(holder, reason)
-        for item in self.control.query(f"waiting#{gid}", now=now, limit=100):
-            other = item["run_id"]["S"]
-            if other != run.run_id and item["sk"]["S"] < _waiting_sk(run):
-                self.cancel(other, reason)
+        for w in self.control.waiting_runs(waiting_key(gid), now, limit=100):
+            if w.run_id != run.run_id and w.sk < _waiting_sk(run):
+                self.cancel(w.run_id, reason)
 
     def _admit(self, run: RunRecord, detail: dict[str, Any]) -> RunRecord:
         try:
-            admitted = self.store.admit_run(run.run_id, self.clock(), detail)
+            admitted = self.store.runs.admit_run(run.run_id, self.clock(), detail)
         except ConditionFailed:
             return self._reread(run)
         self.launch(admitted)
         gid = (run.gate or Gate()).group_id
         if gid:
-            self.control.delete(f"waiting#{gid}", _waiting_sk(run))
+            self.control.delete(waiting_key(gid), _waiting_sk(run))
         return admitted
 
     def _refuse(self, run: RunRecord, code: Code, message: str) -> RunRecord:
         now = self.clock()
         try:
-            return self.store.finish_queued(
+            return self.store.runs.finish_queued(
                 run.run_id, RunStatus.SKIPPED, error_doc(code, message), now,
                 now + self.ttl,
             )
@@ -221,9 +224,9 @@ class Admission:
             return self._reread(run)
 
     def _reread(self, run: RunRecord) -> RunRecord:
-        return self.store.get_run(run.run_id, self.clock()) or run
+        return self.store.runs.get_run(run.run_id, self.clock()) or run
 
 
-def _waiting_sk(run: RunRecord) -> str:
-    """A waiting run's sort key: arrival order, ties broken by run id."""
-    return f"{ms_key(run.created_at)}#{run.run_id}"
+def _waiting_sk(run: RunRecord) -> Sk:
+    """A waiting run's place in line: arrival order, ties broken by run id."""
+    return waiting_sk(run.created_at, run.run_id)

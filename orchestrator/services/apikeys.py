@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from orchestrator.adapters.store.control import Control, doc_of
+from orchestrator.adapters.store.control import Control, apikey_key, doc_of
 
 __all__ = ["ApiKeys", "hash_key"]
 
@@ -27,7 +27,7 @@ class ApiKeys:
     def create(self, name: str, now: float) -> str:
         key = PREFIX + secrets.token_urlsafe(32)
         self.control.put_new(
-            f"apikey#{hash_key(key)}", now=now,
+            apikey_key(hash_key(key)), now=now,
             doc={"name": name, "created_at": now, "hint": key[:7]},
         )
         return key
@@ -36,7 +36,7 @@ class ApiKeys:
         """The key's name if it is valid, else None."""
         if not key.startswith(PREFIX) or len(key) > 200:
             return None
-        item = self.control.get(f"apikey#{hash_key(key)}", now=now)
+        item = self.control.get(apikey_key(hash_key(key)), now=now)
         if item is None:
             return None
         return str((doc_of(item) or {}).get("name", ""))

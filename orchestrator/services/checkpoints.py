@@ -1,5 +1,5 @@
 """A durable call's answer as it arrives: version 2 streams checkpoints (NDJSON lines,
-functions/protocol.py) that the worker commits while the call goes on.
+functions/sdk/protocol/durable.py) that the worker commits while the call goes on.
 
 The call runs in a reader thread of its own, which holds the HTTP answer open and hands
 over what arrives: the lines received so far (several at once when they came while the

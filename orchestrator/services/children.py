@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.store import Store
-from orchestrator.adapters.store.control import Control, doc_of
+from orchestrator.adapters.store.control import Control, Sk, child_sk, children_key, sk_of
 from orchestrator.engine.records import RunRecord
 from orchestrator.errors import NotFound
 
@@ -52,20 +52,20 @@ class Children:
 
     def link(self, parent: str, child: str, workflow: str) -> None:
         now = self.clock()
-        self.control.put_new(f"children#{parent}", child, now=now,
+        self.control.put_new(children_key(parent), child_sk(child), now=now,
                              doc={"workflow": workflow, "at": round(now, 3)},
                              expires_at=now + LINK_LIFE)
 
     def of(self, parent: str) -> list[str]:
         """The children of a run, oldest link first."""
         out: list[str] = []
-        after: str | None = None
+        after: Sk | None = None
         while True:
-            items = self.control.query(f"children#{parent}", now=self.clock(), after=after)
-            out.extend(i["sk"]["S"] for i in items)
+            items = self.control.query(children_key(parent), now=self.clock(), after=after)
+            out.extend(sk_of(i) for i in items)
             if len(items) < 100:
                 return out
-            after = items[-1]["sk"]["S"]
+            after = sk_of(items[-1])
 
     def parent_of(self, run: RunRecord) -> str | None:
         trigger = run.trigger
@@ -82,11 +82,7 @@ class Children:
         self._wake(str(trigger.detail["parent_run_id"]), str(trigger.detail["row"]))
 
     def require(self, run_id: str) -> RunRecord:
-        run = self.store.get_run(run_id, self.clock())
+        run = self.store.runs.get_run(run_id, self.clock())
         if run is None:
             raise NotFound(f"run {run_id!r} not found (or expired)")
         return run
-
-    def links(self, parent: str) -> list[dict[str, Any]]:
-        items = self.control.query(f"children#{parent}", now=self.clock(), limit=1000)
-        return [{"run_id": i["sk"]["S"], **(doc_of(i) or {})} for i in items]

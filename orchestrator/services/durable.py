@@ -24,7 +24,15 @@ from typing import Any
 from functions.protocol import DurableOp, EndOp, RecordOp, RetryOp, WaitKind
 from orchestrator.adapters.invoker import Call, Invoker, Result, StreamCut
 from orchestrator.adapters.messages import Dispatch
-from orchestrator.engine.attempts import Fail, Outcome, OutcomeKind, Retry, after_attempt
+from orchestrator.engine.attempts import (
+    Fail,
+    Outcome,
+    OutcomeKind,
+    Retry,
+    after_attempt,
+    output_not_kept,
+)
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import (
     DRIVER,
     BadAnswer,
@@ -60,12 +68,13 @@ from orchestrator.engine.durable_moves import (
 )
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
-from orchestrator.errors import Code, ConditionFailed, error_doc
+from orchestrator.errors import Code, ConditionFailed, InvalidName, ValueTooLarge, error_doc
 from orchestrator.services.checkpoints import END, IDLE, Exchange, Item, Lines
 from orchestrator.services.children import Children, child_run_id
 from orchestrator.services.event_waits import EventWaits
-from orchestrator.services.executor import Executor, RunContext, Tally
+from orchestrator.services.executor import Executor, Tally
 from orchestrator.services.hooks import Hooks
+from orchestrator.services.values import check_value, checked_name
 from orchestrator.strict_json import dumps
 
 __all__ = ["Durable", "Target"]
@@ -91,7 +100,7 @@ class Durable:
                  clock: Callable[[], float], rand: Callable[[], float],
                  events: EventWaits | None = None, hooks: Hooks | None = None,
                  children: Children | None = None) -> None:
-        self.adv = executor
+        self.executor = executor
         self.children = children
         self.events = events
         self.hooks = hooks
@@ -111,7 +120,7 @@ class Durable:
         run_id = row.run_id
         scope = scope_of(row.step)
         view = JournalView([] if first_holder(row)
-                           else self.store.read_journal(run_id, self.clock()))
+                           else self.store.journal.read_journal(run_id, self.clock()))
         waiting = Waiting.from_json(row.waiting) if row.waiting else None
         pokes = row.pokes
         attempts: dict[str, int] = {}
@@ -139,6 +148,8 @@ class Durable:
                 found = None
                 for look in look_for(waiting, fresh_wait):
                     found = self._look(look, row, ctx, waiting, view, now, carried)
+                    if isinstance(found, dict) and "refused" in found:
+                        break  # resolved as failed: nothing more to look up
                 if waiting.kind in (WaitKind.CALL, WaitKind.SPAWN):
                     # Started: the row keeps no copy of the child's input.
                     waiting = replace(waiting, detail={k: v for k, v in waiting.detail.items()
@@ -151,24 +162,24 @@ class Durable:
                     left = self._suspend(row, pokes, waiting, now, tally)
                     if left != "poked":
                         return
-                    fresh = self.store.get_driver(run_id, row.step)
+                    fresh = self.store.drivers.get_driver(run_id, row.step)
                     pokes = fresh.pokes if fresh is not None else pokes + 1
                     continue
                 if done.entry is not None:
-                    stored = self.store.put_entry(run_id, done.entry, now)
+                    stored = self.store.journal.put_entry(run_id, done.entry, now)
                     if waiting.kind == "signal" and found is not None \
                             and stored.get("signal") != found.get("id"):
                         # Another outcome won (a timeout written by a stalled holder):
                         # the signal goes back to the queue for the next wait.
-                        self.store.untake_signal(run_id, str(found["key"]),
-                                                 f"{waiting.scope}#{waiting.pos}")
+                        self.store.signals.untake_signal(run_id, str(found["key"]),
+                                                         f"{waiting.scope}#{waiting.pos}")
                     view.add(stored)
                 if waiting.kind == "event" and self.events is not None:
                     self.events.forget(run_id, waiting)
                 waiting = None
             error = over_cap(len(view), self.settings.durable_max_entries)
             if error is not None:
-                self.adv.fail(row, ctx, Fail(error), tally)
+                self.executor.fail(row, ctx, Fail(error), tally)
                 return
             if scope and scope in view.ended:
                 # The branch's result was committed by a holder that died before counting
@@ -212,7 +223,7 @@ class Durable:
                 self._branch_done(row, ctx, scope, tally)
                 return
             if isinstance(after, WorkflowFail):
-                self.adv.fail(row, ctx, Fail(dict(after.error)), tally)
+                self.executor.fail(row, ctx, Fail(dict(after.error)), tally)
                 return
             assert isinstance(after, Pause)
             self._pause(row, pokes, after, tally)
@@ -220,31 +231,46 @@ class Durable:
 
     def _stopped(self, row: StepRecord) -> bool:
         """Whether the run is being cancelled, or the lease was lost (one read)."""
-        fresh = self.store.get_driver(row.run_id, row.step)
+        fresh = self.store.drivers.get_driver(row.run_id, row.step)
         return fresh is None or fresh.lease_owner != row.lease_owner or bool(fresh.stopping)
 
     def _look(self, look: Look, row: StepRecord, ctx: RunContext, waiting: Waiting,
               view: JournalView, now: float, carried: dict[str, Waiting]) -> Any:
-        """Carry out one lookup `look_for` asked for; what it found (None: nothing)."""
+        """Carry out one lookup `look_for` asked for; what it found (None: nothing, or
+        `{"refused": error}`: a name or a value of the wait the orchestrator refuses,
+        which an SDK that checks them never sends)."""
+        try:
+            return self._lookup(look, row, ctx, waiting, view, now, carried)
+        except (InvalidName, ValueTooLarge) as exc:
+            return {"refused": exc.to_dict()}
+
+    def _lookup(self, look: Look, row: StepRecord, ctx: RunContext, waiting: Waiting,
+                view: JournalView, now: float, carried: dict[str, Waiting]) -> Any:
         run_id = row.run_id
+        d = waiting.detail
         if look is Look.TAKE_SIGNAL:
-            return self.store.take_signal(run_id, waiting.name, f"{waiting.scope}#{waiting.pos}")
+            name = checked_name("signal name", waiting.name)
+            return self.store.signals.take_signal(run_id, name,
+                                                  f"{waiting.scope}#{waiting.pos}")
         if look is Look.REGISTER_EVENT and self.events is not None:
+            checked_name("event name", str(d["event"]), event=True)
             # Register first, then look: an event landing in between finds the
             # registration and pokes this run.
             self.events.register(run_id, waiting)
         elif look is Look.FIND_EVENT and self.events is not None:
+            checked_name("event name", str(d["event"]), event=True)
             return self.events.find(waiting)
         elif look is Look.CREATE_HOOK and self.hooks is not None:
-            d = waiting.detail
             return self.hooks.create(run_id, waiting.id, str(d["signal"]), d.get("metadata"),
                                      d.get("ttl"))
         elif look in (Look.START_CHILD, Look.CHILD) and self.children is not None:
+            if look is Look.START_CHILD:
+                check_value(f"input (of child run of {d.get('workflow')!r})", d.get("input"))
             return self._child(row, waiting, start=look is Look.START_CHILD)
         elif look is Look.OPEN_PARALLEL:
             self._open_parallel(row, ctx, waiting, view, now, carried)
         elif look is Look.PARALLEL:
-            return self.store.get_parallel(run_id, waiting.scope, waiting.pos, now)
+            return self.store.drivers.get_parallel(run_id, waiting.scope, waiting.pos, now)
         return None
 
     def _body(self, row: StepRecord, ctx: RunContext, view: JournalView,
@@ -308,7 +334,7 @@ class Durable:
             return Turn(failure=_bad(f"workflow {row.run_id}: {exc}"))
         committed = 0
         for entry in entries:
-            stored = self.store.put_entry(row.run_id, entry, self.clock())
+            stored = self.store.journal.put_entry(row.run_id, entry, self.clock())
             if stored.get("id") != entry.get("id"):
                 after = _conflict(entry, stored, now)
                 break
@@ -354,7 +380,7 @@ class Durable:
                         else:
                             ops.append(op)
                     entries, clash = new_entries(view, entries)
-                    stored = self.store.commit_entries(row.run_id, entries, self.clock())
+                    stored = self.store.journal.commit_entries(row.run_id, entries, self.clock())
                     if clash is not None and len(stored) == len(entries) \
                             and stored == entries:
                         # The call sent another entry for a place it sent before: the
@@ -393,9 +419,9 @@ class Durable:
         """The call's body with its journal in the blob store, fetched by a presigned
         URL (good for 15 minutes)."""
         key = f"calls/{row.run_id}/{uuid.uuid4().hex}.json"
-        self.adv.blobs.put(key, dumps(body["journal"]).encode())
+        self.executor.blobs.put(key, dumps(body["journal"]).encode())
         lean = {k: v for k, v in body.items() if k != "journal"}
-        return dumps({**lean, "journal_ref": {"url": self.adv.blobs.url(key)}}).encode()
+        return dumps({**lean, "journal_ref": {"url": self.executor.blobs.url(key)}}).encode()
 
     def _shown(self, run_id: str, entry: dict[str, Any]) -> dict[str, Any]:
         """An entry as the workflow gets it: a hook's with its token and URL, which the
@@ -412,9 +438,9 @@ class Durable:
         again with backoff, like a step's attempt; a 4xx fails the run."""
         decision = after_attempt(row, outcome, self.clock(), self.rand())
         if isinstance(decision, Retry):
-            self.adv.retry(row, decision, tally)
+            self.executor.retry(row, decision, tally)
         elif isinstance(decision, Fail):
-            self.adv.fail(row, ctx, decision, tally)
+            self.executor.fail(row, ctx, decision, tally)
 
     def _keep_lease(self, row: StepRecord, ctx: RunContext) -> StepRecord | None:
         """The row, with a lease that outlasts one more call (renewed if need be)."""
@@ -424,8 +450,8 @@ class Durable:
         if (row.lease_until or 0.0) - now >= row.timeout + self.settings.lease_margin / 2:
             return row
         until = now + row.timeout + self.settings.lease_margin
-        if not self.store.renew_driver(row.run_id, row.lease_owner or "", row.attempt, until,
-                                       row.step):
+        if not self.store.drivers.renew_driver(row.run_id, row.lease_owner or "", row.attempt,
+                                               until, row.step):
             return None
         return replace(row, lease_until=until)
 
@@ -438,17 +464,17 @@ class Durable:
             left = self._release(row, pokes, waiting, now, tally, send=send)
             if left != "poked" or not settle:
                 return left
-            fresh = self.store.get_driver(row.run_id, row.step)
+            fresh = self.store.drivers.get_driver(row.run_id, row.step)
             pokes = fresh.pokes if fresh is not None else pokes + 1
         return left
 
     def _release(self, row: StepRecord, pokes: int, waiting: Waiting, now: float,
                  tally: Tally, *, send: bool = False) -> str:
-        out = release_of(waiting, now, redispatch_after=self.adv.store.wake.redispatch_after,
-                         send=send)
-        left = self.store.suspend_driver(row.run_id, row.lease_owner or "", row.attempt, pokes,
-                                         waiting.to_json(), out.due, out.wake, now,
-                                         reset_attempt=row.attempt > 1, step=row.step)
+        out = release_of(waiting, now, redispatch_after=self.executor.store.wake.redispatch_after,
+                              send=send)
+        left = self.store.drivers.suspend_driver(
+            row.run_id, row.lease_owner or "", row.attempt, pokes, waiting.to_json(), out.due,
+            out.wake, now, reset_attempt=row.attempt > 1, step=row.step)
         if left == "stopping":
             # The run is being cancelled and the lease is still ours: end the driver.
             self._give_up(row, tally, now)
@@ -474,8 +500,8 @@ class Durable:
         first, cursor = first_branches(total, limit, done)
         # Only those before the cursor count as done now: one past it is counted when the
         # cursor reaches it and its row finds its result, passing its slot on.
-        self.store.open_parallel(row.run_id, waiting.scope, waiting.pos, total, limit,
-                                 {i for i in done if i < cursor}, cursor, now)
+        self.store.drivers.open_parallel(row.run_id, waiting.scope, waiting.pos, total, limit,
+                                         {i for i in done if i < cursor}, cursor, now)
         self._start_branches(row, ctx, [branch_scope(waiting.scope, waiting.pos, i)
                                         for i in first], now, carried)
 
@@ -499,7 +525,7 @@ class Durable:
                 waiting=None if wait is None else wait.to_json(),
             )
             try:
-                self.store.create_step_if_absent(branch)
+                self.store.steps.create_step_if_absent(branch)
             except ConditionFailed:
                 continue  # started before (a repeated call); its dispatch went then
             sends.append(Dispatch(run_id=row.run_id, step=branch.step, attempt=1))
@@ -513,15 +539,16 @@ class Durable:
         parent goes on first, it ends the row itself (`_settle_branches`)."""
         parent, _, last = scope.rpartition("/")
         pos, index = (int(x) for x in last.split(":", 1))
-        agg = self.store.branch_done(row.run_id, parent, pos, index)
+        agg = self.store.drivers.branch_done(row.run_id, parent, pos, index)
         now = self.clock()
         if agg["start"] is not None:
             self._start_branches(row, ctx, [branch_scope(parent, pos, agg["start"])], now)
         if len(agg["done"]) >= agg["total"]:
             self.wake(row.run_id, row_of(parent))
         try:
-            self.store.record_success(row.run_id, row.step, row.attempt, row.lease_owner or "",
-                                      output_json="null", output_ref=None, size=0, now=now)
+            self.store.steps.record_success(
+                row.run_id, row.step, row.attempt, row.lease_owner or "",
+                output_json="null", output_ref=None, size=0, now=now)
         except ConditionFailed:
             pass  # the lease was lost: its next holder finds the branch done and ends it
 
@@ -537,7 +564,7 @@ class Durable:
             if waiting.kind is WaitKind.SPAWN:
                 return {"run_id": child_id}
             return None
-        child = self.store.get_run(child_id, self.clock())
+        child = self.store.runs.get_run(child_id, self.clock())
         if child is None:
             return {"run_id": child_id, "status": "failed",
                     "error": {"code": Code.RUN_MISSING, "message": "the child run is gone"}}
@@ -546,9 +573,9 @@ class Durable:
         out: dict[str, Any] = {"run_id": child_id, "status": child.status.value,
                                "error": child.error}
         if child.definition.durable is not None:
-            driver = self.store.get_driver(child_id)
+            driver = self.store.drivers.get_driver(child_id)
             if driver is not None and driver.status is StepStatus.SUCCESS:
-                out["output"] = self.adv.load_output(driver)
+                out["output"] = self.executor.load_output(driver)
         else:
             out["output"] = {"run_id": child_id, "status": child.status.value}
         return out
@@ -558,37 +585,36 @@ class Durable:
         holder died between counting it and ending it (one query), so no row of the run
         stays in flight once the parent goes on."""
         prefix = row_of(branch_scope(waiting.scope, waiting.pos, 0))[:-1]
-        for branch in self.store.drivers(run_id):
+        for branch in self.store.drivers.all(run_id):
             if branch.step.startswith(prefix) and "/" not in branch.step[len(prefix):] \
                     and not branch.status.terminal:
-                self.store.settle_branch(run_id, branch.step, now)
+                self.store.drivers.settle_branch(run_id, branch.step, now)
 
     def wake(self, run_id: str, step: str) -> None:
         """Poke a driver row; dispatch it if nobody holds it."""
-        poked = self.store.poke_driver(run_id, self.clock(), step)
+        poked = self.store.drivers.poke_driver(run_id, self.clock(), step)
         if poked is not None:
             self.queues.dispatch([Dispatch(run_id=run_id, step=step, attempt=poked.attempt)])
 
     def _give_up(self, row: StepRecord, tally: Tally, now: float) -> None:
         """End the driver of a run being cancelled (a no-op if the lease is lost)."""
-        gone = self.store.abandon(row.run_id, row.step, row.attempt, row.lease_owner or "",
-                                  "run stopped", now)
+        gone = self.store.steps.abandon(row.run_id, row.step, row.attempt, row.lease_owner or "",
+                                        "run stopped", now)
         if gone is not None and gone.counted:
             tally.add(row.run_id)
 
     def _complete(self, row: StepRecord, ctx: RunContext, value: Any, tally: Tally) -> None:
         raw = dumps(value).encode()
         try:
-            output_json, output_ref = self.adv.store_output(row, raw)
+            output_json, output_ref = self.executor.store_output(row, raw)
         except Exception as exc:  # the blob store failed: try the call again later
-            self._call_failed(row, ctx, Outcome(OutcomeKind.RETRYABLE, error=error_doc(
-                Code.OUTPUT_STORE_FAILED, str(exc)), retry_after=1.0), tally)
+            self._call_failed(row, ctx, output_not_kept(str(exc)), tally)
             return
-        self.adv.succeed(row, ctx, output_json, output_ref, len(raw), tally, keep_one=None)
+        self.executor.succeed(row, ctx, output_json, output_ref, len(raw), tally, keep_one=None)
 
     def _pause(self, row: StepRecord, pokes: int, pause: Pause, tally: Tally) -> None:
         now = self.clock()
-        self.store.pause_run(row.run_id, pause.error, now)
+        self.store.runs.pause_run(row.run_id, pause.error, now)
         self._suspend(row, pokes, pause.waiting, now, tally, settle=True)
 
 

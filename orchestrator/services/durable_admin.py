@@ -40,7 +40,7 @@ class DurableAdmin:
         self.sleep = sleep
 
     def _durable_run(self, run_id: str) -> RunRecord:
-        run = self.store.get_run(run_id, self.clock())
+        run = self.store.runs.get_run(run_id, self.clock())
         if run is None:
             raise NotFound(f"run {run_id!r} not found (or expired)")
         if run.definition.durable is None:
@@ -55,7 +55,7 @@ class DurableAdmin:
         """Call a paused run's workflow again (the code was fixed). A run that is not
         paused is only woken: harmless."""
         run = self._durable_run(run_id)
-        self._restart(run_id, "resume", lambda: self.store.unpause_run(
+        self._restart(run_id, "resume", lambda: self.store.runs.unpause_run(
             run_id, self.clock(), how="resume"))
         return {"run_id": run_id, "resumed": True, "was_paused": run.paused is not None}
 
@@ -71,25 +71,25 @@ class DurableAdmin:
         deleted: list[int] = []
 
         def forget() -> None:
-            deleted.append(self.store.delete_entries(run_id, "", to))
-            if not self.store.unpause_run(run_id, self.clock(), how="reset", to=to):
+            deleted.append(self.store.journal.delete_entries(run_id, "", to))
+            if not self.store.runs.unpause_run(run_id, self.clock(), how="reset", to=to):
                 # Not paused: the reset is in the run's history all the same (followers
                 # drop the journal they kept on seeing it).
-                self.store.note_run(run_id, self.clock(), "run.reset", to=to)
+                self.store.runs.note_run(run_id, self.clock(), "run.reset", to=to)
 
         self._restart(run_id, "reset", forget)
         return {"run_id": run_id, "reset_to": to, "forgotten": deleted[0] if deleted else 0,
                 "was_paused": run.paused is not None}
 
     def _held_by_another(self, run_id: str) -> bool:
-        driver = self.store.get_driver(run_id)
+        driver = self.store.drivers.get_driver(run_id)
         return (driver is not None and driver.lease_owner is not None
                 and not driver.status.terminal)
 
     def _restart(self, run_id: str, why: str, meanwhile: Callable[[], object]) -> None:
         owner = f"{why}:{uuid.uuid4().hex[:12]}"
         now = self.clock()
-        held = self.store.hold_driver(run_id, owner, now + HOLD_FOR)
+        held = self.store.drivers.hold_driver(run_id, owner, now + HOLD_FOR)
         tries = int(HOLD_WAIT / HOLD_RETRY)
         free = False  # the last refusal found nobody holding the driver
         while held is None and tries > 0:
@@ -103,17 +103,17 @@ class DurableAdmin:
                 # Nobody holds it now: its holder let go after the refusal (the worker
                 # that paused the run releases it right after the pause). Try at once.
                 free = True
-            held = self.store.hold_driver(run_id, owner, now + HOLD_FOR)
+            held = self.store.drivers.hold_driver(run_id, owner, now + HOLD_FOR)
         if held is None:
             raise Conflict(Code.CONFLICT, f"run {run_id!r} is being advanced right now (or "
                            "has not started): try again once it waits")
         meanwhile()
         nxt = Waiting(WaitKind.NEXT, since=now).to_json()
-        left = self.store.suspend_driver(run_id, owner, held.attempt, held.pokes, nxt,
-                                         now, now + self.store.wake.redispatch_after, now)
+        left = self.store.drivers.suspend_driver(run_id, owner, held.attempt, held.pokes, nxt,
+                                                 now, now + self.store.wake.redispatch_after, now)
         if left != "ok":  # a poke landed: the holder is still us; release plainly
-            fresh = self.store.get_driver(run_id)
+            fresh = self.store.drivers.get_driver(run_id)
             if fresh is not None and fresh.lease_owner == owner:
-                self.store.suspend_driver(run_id, owner, fresh.attempt, fresh.pokes, nxt,
-                                          now, now + self.store.wake.redispatch_after, now)
+                self.store.drivers.suspend_driver(run_id, owner, fresh.attempt, fresh.pokes, nxt,
+                                                  now, now + self.store.wake.redispatch_after, now)
         self.queues.dispatch([Dispatch(run_id=run_id, step=DRIVER, attempt=held.attempt)])

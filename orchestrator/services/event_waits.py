@@ -13,32 +13,32 @@ consistent on AWS, and the race would pass on the emulator and fail in productio
 An event with subject K is written under K and `*`; one without a subject under `` and
 `*`. A wait for subject S registers under S and `` (an event without a subject matches
 every wait); a wait for any subject registers under `*`. Each matching pair meets in
-one partition. The event side pokes each waiting run it finds; the run's worker picks
-the earliest event in the wait's window (from the start of the operation before the
-wait, less its lookback) and records it: first resolution wins, a later event or the
-timeout changes nothing."""
+one partition (its keys are built in adapters/store/control.py). The event side pokes
+each waiting run it finds; the run's worker picks the earliest event in the wait's
+window (from the start of the operation before the wait, less its lookback) and records
+it: first resolution wins, a later event or the timeout changes nothing."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.adapters.store.control import Control, doc_of, ms_key
+from orchestrator.adapters.store.control import (
+    EVENT_WAITS_FROM,
+    Control,
+    Sk,
+    doc_of,
+    event_wait_event,
+    event_wait_event_sk,
+    event_wait_events_after,
+    event_wait_keys,
+    event_wait_sk,
+    sk_of,
+    wait_event_keys,
+)
 from orchestrator.engine.durable import DRIVER, Waiting, row_of
 
 __all__ = ["EventWaits"]
-
-ANY = "*"
-
-
-def _partitions_of_event(name: str, key: str | None) -> list[str]:
-    return [f"evw#{name}#{key or ''}", f"evw#{name}#{ANY}"]
-
-
-def _partitions_of_wait(name: str, subject: str | None) -> list[str]:
-    if subject is None:
-        return [f"evw#{name}#{ANY}"]
-    return list(dict.fromkeys([f"evw#{name}#{subject}", f"evw#{name}#"]))
 
 
 class EventWaits:
@@ -53,14 +53,14 @@ class EventWaits:
         """Write the event where waits look, then read who waits: the (run, driver row)
         pairs to poke."""
         at = float(event["received_at"])
-        parts = _partitions_of_event(str(event["name"]), event.get("key"))
+        parts = event_wait_keys(str(event["name"]), event.get("key"))
         for pk in parts:
-            self.control.put_new(pk, f"e#{ms_key(at)}#{event['id']}", now=at, doc=event,
+            self.control.put_new(pk, event_wait_event_sk(at, event["id"]), now=at, doc=event,
                                  expires_at=at + self.retention)
         runs: set[tuple[str, str]] = set()
         now = self.clock()
         for pk in parts:
-            after = "w#"
+            after = EVENT_WAITS_FROM
             while True:  # every waiting run, a page at a time
                 items = self.control.query(pk, now=now, after=after, limit=1000)
                 for item in items:
@@ -69,7 +69,7 @@ class EventWaits:
                         runs.add((str(doc["run_id"]), str(doc.get("row") or DRIVER)))
                 if len(items) < 1000:
                     break
-                after = items[-1]["sk"]["S"]
+                after = sk_of(items[-1])
         return runs
 
     # ---- the waiting side --------------------------------------------------------------
@@ -79,7 +79,7 @@ class EventWaits:
         # Kept until the wait's own end; one without a timeout may last as long as the
         # run (a year here: a run that outlives it is woken by its hourly look).
         end = waiting.until or (self.clock() + 365 * 24 * 3600.0)
-        for pk in _partitions_of_wait(str(detail["event"]), detail.get("subject")):
+        for pk in wait_event_keys(str(detail["event"]), detail.get("subject")):
             self.control.put_new(pk, self._wait_key(run_id, waiting), now=self.clock(),
                                  doc={"run_id": run_id, "row": row_of(waiting.scope)},
                                  expires_at=end + self.retention)
@@ -90,9 +90,10 @@ class EventWaits:
         after = float(detail.get("after") or 0.0)
         found: list[dict[str, Any]] = []
         now = self.clock()
-        for pk in _partitions_of_wait(str(detail["event"]), detail.get("subject")):
-            for item in self.control.query(pk, now=now, after=f"e#{ms_key(after)}", limit=100):
-                doc = doc_of(item) if item["sk"]["S"].startswith("e#") else None
+        for pk in wait_event_keys(str(detail["event"]), detail.get("subject")):
+            for item in self.control.query(pk, now=now, after=event_wait_events_after(after),
+                                           limit=100):
+                doc = event_wait_event(item)
                 if doc is not None and float(doc.get("received_at", 0.0)) >= after:
                     found.append(doc)
                     break  # the earliest of this partition
@@ -102,9 +103,9 @@ class EventWaits:
 
     def forget(self, run_id: str, waiting: Waiting) -> None:
         detail = waiting.detail
-        for pk in _partitions_of_wait(str(detail["event"]), detail.get("subject")):
+        for pk in wait_event_keys(str(detail["event"]), detail.get("subject")):
             self.control.delete(pk, self._wait_key(run_id, waiting))
 
     @staticmethod
-    def _wait_key(run_id: str, waiting: Waiting) -> str:
-        return f"w#{run_id}#{waiting.scope}#{waiting.pos}"
+    def _wait_key(run_id: str, waiting: Waiting) -> Sk:
+        return event_wait_sk(run_id, waiting.scope, waiting.pos)

@@ -20,20 +20,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.adapters.store.control import Control, doc_of, ms_key
+from orchestrator.adapters.store.control import Control, doc_of, event_id_key, event_key, event_sk
 from orchestrator.errors import UsageError
 from orchestrator.expressions import compile_expression
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.runs import RunService
-from orchestrator.strict_json import dumps
+from orchestrator.services.values import EVENT_NAME, MAX_VALUE_BYTES, check_value, checked_name
 
 __all__ = ["EventService", "event_run_id"]
 
 log = logging.getLogger(__name__)
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$")
+# The rule of every name (services/values.py), with `/`.
+NAME_RE = EVENT_NAME
 ID_RE = re.compile(r"^[\x21-\x7e]{1,200}$")
-MAX_EVENT_BYTES = 256 * 1024
+MAX_EVENT_BYTES = MAX_VALUE_BYTES
 
 
 def event_run_id(workflow: str, name: str, event_id: str) -> str:
@@ -55,16 +56,12 @@ class EventService:
     def emit(
         self, name: str, data: Any = None, *, key: str | None = None, event_id: str | None = None
     ) -> dict[str, Any]:
-        if not NAME_RE.fullmatch(name):
-            raise UsageError(
-                f"name {name!r}: 1-128 of A-Z a-z 0-9 _ . : / -, starting with a letter or digit"
-            )
+        name = checked_name("event name", name, event=True)
         if event_id is not None and not ID_RE.fullmatch(event_id):
             raise UsageError("id: 1-200 printable ASCII characters without spaces")
         if key is not None and len(key) > 512:
             raise UsageError("key: longer than 512 characters")
-        if len(dumps(data).encode()) > MAX_EVENT_BYTES:
-            raise UsageError(f"data: larger than {MAX_EVENT_BYTES} bytes")
+        check_value("data (an event's)", data)
         now = self.clock()
         eid = event_id or uuid.uuid4().hex
         event = {"name": name, "key": key, "id": eid, "data": data, "received_at": now}
@@ -72,7 +69,7 @@ class EventService:
         # The id is claimed with the workflows the event matched: a duplicate is answered
         # from the first delivery (its runs), whatever data it carries this time.
         claim = self.control.claim(
-            f"eventid#{name}#{eid}", now=now, doc={"workflows": workflows},
+            event_id_key(name, eid), now=now, doc={"workflows": workflows},
             expires_at=now + self.retention,
         )
         first, repair = claim.first, claim.recent
@@ -91,7 +88,7 @@ class EventService:
         trigger = {"source": "event", "event": name, "id": eid, **({"key": key} if key else {})}
         for wf_name in workflows:
             run_id = event_run_id(wf_name, name, eid)
-            if first or (repair and self.runs.store.get_run(run_id, now) is None):
+            if first or (repair and self.runs.store.runs.get_run(run_id, now) is None):
                 run, created = self.runs.start(wf_name, event, run_id, trigger=trigger)
                 run_id = run.run_id
             else:
@@ -104,7 +101,7 @@ class EventService:
         # Keyed by arrival time and id, written only if absent: a crash repair completes
         # the first delivery and never overwrites what it stored.
         self.control.put_new(
-            f"event#{event['name']}", f"{ms_key(received)}#{event['id']}", now=received,
+            event_key(event["name"]), event_sk(received, event["id"]), now=received,
             doc=event, expires_at=received + self.retention,
         )
 
@@ -124,9 +121,8 @@ class EventService:
 
     def recent(self, name: str, limit: int = 20) -> list[dict[str, Any]]:
         """The newest stored events of a name, newest first."""
-        if not NAME_RE.fullmatch(name):
-            raise UsageError(f"name {name[:200]!r}: not an event name")
+        name = checked_name("event name", name, event=True)
         items = self.control.query(
-            f"event#{name}", now=self.clock(), limit=limit, newest_first=True
+            event_key(name), now=self.clock(), limit=limit, newest_first=True
         )
         return [doc_of(i) for i in items]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
@@ -22,8 +22,7 @@ from orchestrator.adapters.store import Lease, Store
 from orchestrator.adapters.store.join_counts import WIDE_JOIN
 from orchestrator.engine.attempts import Fail, Retry
 from orchestrator.engine.commands import Finish, HaltRun, SkipBranch, SkipStep, StopInFlight
-from orchestrator.engine.definition import Definition
-from orchestrator.engine.plan import plan_row, with_unwritten
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
@@ -51,89 +50,6 @@ __all__ = ["FOLD_FROM", "LRU", "Executor", "Fold", "RunContext", "Tally"]
 
 # (run, join, the dependency that succeeded, the join's in-degree): see promote_dependants.
 Fold = Callable[[str, str, str, int], None]
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """The immutable facts of a run a worker needs on every step (cached per process)."""
-
-    run_id: str
-    workflow: str
-    input: Any
-    on_failure: OnFailure
-    ndeps: dict[str, int]
-    # Cancelled or halted when it was read (only a fresh read is worth acting on).
-    stopping: bool = False
-    # Steps nothing depends on: only their terminal transitions count towards the finish.
-    sinks: int = 0
-    # The run's one sink, when its success alone finishes the run (see Executor.end_with).
-    ends_with: str | None = None
-    started_at: float = 0.0
-    # Each step's timeout: how long an attempt may take (a Lambda invocation checks it
-    # against its remaining time before it starts one).
-    timeouts: Mapping[str, float] = field(default_factory=dict)
-    # What the run runs: the planned rows of the steps its start left out come from it.
-    definition: Definition | None = field(default=None, compare=False, repr=False)
-    # The subject of the event that started the run, if one did (durable event waits
-    # default to it).
-    subject: str | None = None
-
-    @property
-    def served(self) -> str:
-        """A durable run's workflow name at its backend (else the workflow's name)."""
-        durable = self.definition.durable if self.definition is not None else None
-        return durable or self.workflow
-
-    def plan(self, step: str) -> StepRecord | None:
-        """The planned row of a step blocked on one dependency, which its start leaves
-        out (engine.plan): the write that first moves it creates it. None for any other
-        step, whose row the start wrote."""
-        if self.definition is None or self.ndeps.get(step) != 1:
-            return None
-        return plan_row(self.run_id, self.definition, step)
-
-    def rows(self, read: list[StepRecord]) -> list[StepRecord]:
-        """The run's rows as read, with the ones its start left out, as planned."""
-        if self.definition is None:
-            return read
-        return with_unwritten(read, self.run_id, self.definition)
-
-    @classmethod
-    def of(cls, run: RunRecord) -> RunContext:
-        sinks = run.definition.sinks
-        # With one sink, every other step is one of its dependencies (each step leads to
-        # a sink), so once it succeeds every step has. Not for a run holding a group's
-        # lock (its release reads the run) or reusing rows of another run (their
-        # expiry is the finish's to check).
-        alone = (len(sinks) == 1 and not run.definition.reused
-                 and not (run.gate is not None and run.gate.group))
-        return cls(
-            run_id=run.run_id,
-            workflow=run.workflow,
-            input=run.input,
-            on_failure=run.on_failure,
-            ndeps=run.definition.ndeps,
-            stopping=run.kill_requested or run.halted,
-            sinks=len(sinks),
-            ends_with=next(iter(sinks)) if alone else None,
-            started_at=run.started_at or run.created_at,
-            timeouts={st.name: st.timeout for st in run.definition.steps},
-            definition=run.definition,
-            subject=_subject(run),
-        )
-
-    @classmethod
-    def missing(cls, run_id: str) -> RunContext:
-        """For a step whose run row is gone: its failure stops nothing else."""
-        return cls(run_id, "", None, OnFailure.HALT, {})
-
-
-def _subject(run: RunRecord) -> str | None:
-    trigger = run.trigger
-    if trigger is None or trigger.source != "event":
-        return None
-    key = trigger.detail.get("key")
-    return None if key is None else str(key)
 
 
 class LRU(OrderedDict[Any, Any]):
@@ -222,16 +138,16 @@ class Executor:
         keep_wake = bool(row.dependants) and now < (row.lease_until or 0.0)
         try:
             # Most rows carry no flag: the row as its claim answered it, moved on, is
-            # put whole (store.put_success). A flagged row (its run is stopping or
+            # put whole (store.steps.put_success). A flagged row (its run is stopping or
             # failing) fails that guard and takes the full write, which reads the flags
             # back.
-            done = self.store.put_success(row, output_json=output_json, output_ref=output_ref,
-                                          size=size, now=now, keep_wake=keep_wake)
+            done = self.store.steps.put_success(row, output_json=output_json, output_ref=output_ref,
+                                                size=size, now=now, keep_wake=keep_wake)
         except ConditionFailed:
             pass
         if done is None:
             try:
-                done = self.store.record_success(
+                done = self.store.steps.record_success(
                     *_attempt_of(row),
                     output_json=output_json,
                     output_ref=output_ref,
@@ -269,7 +185,7 @@ class Executor:
         row decides: a step that is not a success, or that landed in a stopping run,
         promotes nothing; in a run stopped since, the stop pass's skips make each
         promotion's guard fail. Promoting twice is harmless."""
-        done = self.store.get_step(msg.run_id, msg.step)
+        done = self.store.steps.get_step(msg.run_id, msg.step)
         if done is None or done.status is not StepStatus.SUCCESS or done.stopping:
             return
         _, sends = self.promote_dependants(done, ctx, None, fold, lo=msg.lo, hi=msg.hi)
@@ -312,8 +228,8 @@ class Executor:
             else:
                 # Stamp each promotion with its own time: a wide fan-out takes a while,
                 # and the sweeper reads ready_at as "when was this message due to be sent".
-                promoted = self.store.satisfy(done.run_id, dep, done.step, ndeps, lease,
-                                              self.clock(), plan=ctx.plan(dep))
+                promoted = self.store.steps.satisfy(done.run_id, dep, done.step, ndeps, lease,
+                                                    self.clock(), plan=ctx.plan(dep))
                 if promoted is None:
                     continue
                 if promoted.status is StepStatus.DISPATCHED:
@@ -346,7 +262,8 @@ class Executor:
         known = [places[d] for d in deps if d in places]
         if not known:
             return None
-        return self.store.satisfy_many(run_id, step, known, ndeps, self.clock(), lease=lease)
+        return self.store.steps.satisfy_many(run_id, step, known, ndeps, self.clock(),
+                                             lease=lease)
 
     def retry(
         self,
@@ -360,7 +277,7 @@ class Executor:
         run (flagged `stopping` while this attempt ran) is skipped instead."""
         now = self.clock()
         try:
-            waiting = self.store.record_retry(
+            waiting = self.store.steps.record_retry(
                 *_attempt_of(row),
                 next_attempt=decision.next_attempt,
                 due_at=decision.due_at,
@@ -393,13 +310,16 @@ class Executor:
         *,
         expired_before: float | None = None,
     ) -> bool:
-        """Record a step's failure, then what the engine says it does to its run."""
+        """Record a step's failure, then what the engine says it does to its run. Under
+        `halt` the failure's write is the run's stop instant too (`stop_run`): the pass
+        that skips the rest may come late (this process may die first), no start will."""
         try:
-            failed = self.store.record_failure(
+            failed = self.store.steps.record_failure(
                 *_attempt_of(row),
                 error=decision.error,
                 now=self.clock(),
                 expired_before=expired_before,
+                stop_run=ctx.definition is not None and ctx.on_failure is OnFailure.HALT,
             )
         except ConditionFailed:
             return False
@@ -418,7 +338,7 @@ class Executor:
         """`ctx` if it knows the run's definition, else one read afresh."""
         if ctx is not None and ctx.definition is not None:
             return ctx
-        run = self.store.get_run(run_id, self.clock())
+        run = self.store.runs.get_run(run_id, self.clock())
         return RunContext.of(run) if run is not None else RunContext.missing(run_id)
 
     def skip_branch(self, run_id: str, cmd: SkipBranch, tally: Tally,
@@ -433,8 +353,8 @@ class Executor:
             if name in seen:
                 continue
             seen.add(name)
-            skipped = self.store.skip(run_id, name, (StepStatus.BLOCKED,), cmd.reason, now,
-                                      plan=ctx.plan(name))
+            skipped = self.store.steps.skip(run_id, name, (StepStatus.BLOCKED,), cmd.reason, now,
+                                            plan=ctx.plan(name))
             if skipped is not None:
                 if skipped.counted:
                     tally.add(run_id)
@@ -446,14 +366,14 @@ class Executor:
         starts after the run's `run.halted` entry."""
         self.stop(run_id, cmd.reason, tally, ctx)
         try:
-            self.store.mark_halted(run_id, cmd.error, self.clock())
+            self.store.runs.mark_halted(run_id, cmd.error, self.clock())
         except ConditionFailed:
             pass  # halted by another failure already, killed, or finished
 
     def kill(self, run_id: str, reason: str) -> RunRecord:
         """Cancel a running run: the request is recorded first (the sweeper carries on
         from it if this process dies), then the run is stopped."""
-        run = self.store.request_kill(run_id, reason, self.clock())
+        run = self.store.runs.request_kill(run_id, reason, self.clock())
         tally = Tally()
         self.stop(run_id, f"run killed: {reason}", tally, RunContext.of(run))
         self.flush(tally)
@@ -465,8 +385,8 @@ class Executor:
         (those its start left out included), flag every step in flight; in-flight ones
         land."""
         ctx = self.context(run_id, ctx)
-        for cmd in stop_pass(ctx.rows(self.store.query_steps(run_id, states_only=True)),
-                             reason):
+        for cmd in stop_pass(ctx.rows(self.store.steps.query_steps(run_id, states_only=True)),
+                                   reason):
             self.apply_stop(run_id, cmd, tally, ctx)
 
     def apply_stop(self, run_id: str, cmd: SkipStep | StopInFlight, tally: Tally,
@@ -487,15 +407,15 @@ class Executor:
         for _ in range(4):
             if not in_flight:
                 plan = ctx.plan(step) if ctx is not None else None
-                skipped = self.store.skip(run_id, step, NOT_STARTED, reason or "run stopped", now,
-                                          plan=plan)
+                skipped = self.store.steps.skip(run_id, step, NOT_STARTED,
+                                                reason or "run stopped", now, plan=plan)
                 if skipped is not None:
                     if skipped.counted:
                         tally.add(run_id)
                     return
-            if self.store.mark_stopping(run_id, step, now):
+            if self.store.steps.mark_stopping(run_id, step, now):
                 return
-            row = self.store.get_step(run_id, step)
+            row = self.store.steps.get_step(run_id, step)
             if row is None and (ctx is None or ctx.definition is None):
                 # Perhaps a row its start left out: skipped as planned, from the run.
                 ctx = self.context(run_id)
@@ -522,8 +442,8 @@ class Executor:
         # start: the run expires no later than its first row (see transitions.finish).
         expires = min(now + ttl, ctx.started_at + self.store.step_retention)
         try:
-            self.store.finish_run(done.run_id, RunStatus.SUCCESS, None, now, expires,
-                                  unstopped=True)
+            self.store.runs.finish_run(done.run_id, RunStatus.SUCCESS, None, now, expires,
+                                       unstopped=True)
         except ConditionFailed:
             return False
         return True
@@ -531,22 +451,22 @@ class Executor:
     def flush(self, tally: Tally) -> None:
         counts, tally.counts = tally.counts, {}
         for run_id, n in counts.items():
-            left = self.store.decrement_remaining(run_id, n, self.clock())
+            left = self.store.runs.decrement_remaining(run_id, n, self.clock())
             if left is not None and left <= 0:
                 self.finish_if_done(run_id)
 
     def finish_if_done(self, run_id: str) -> RunStatus | None:
         """Verify against the rows (the counter is only a hint) and terminalize."""
         for _ in range(FINISH_TRIES):
-            run = self.store.get_run(run_id, self.clock())
+            run = self.store.runs.get_run(run_id, self.clock())
             if run is None or run.status.terminal:
                 return None
             # States are all a finish reads, but for a failed step's error (shown on the
             # run): the rows' payloads, outputs and histories are left out unless one failed.
             ctx = RunContext.of(run)
-            steps = ctx.rows(self.store.query_steps(run_id, states_only=True))
+            steps = ctx.rows(self.store.steps.query_steps(run_id, states_only=True))
             if any(s.status is StepStatus.FAILED for s in steps):
-                steps = ctx.rows(self.store.query_steps(run_id))
+                steps = ctx.rows(self.store.steps.query_steps(run_id))
             # The finish's time is taken after its reads: a process that stalls between
             # the two must not stamp the run finished before a step the rows show started.
             now = self.clock()
@@ -560,10 +480,10 @@ class Executor:
             # flight (their branches below were skipped). Make those steps count too,
             # so the last of them to land finishes the run.
             moving = [s.step for s in steps if not s.status.terminal]
-            flagged = sum(self.store.flag_counted(run_id, name, plan=ctx.plan(name))
-                          for name in moving)
+            flagged = sum(self.store.steps.flag_counted(run_id, name, plan=ctx.plan(name))
+                                for name in moving)
             if flagged:
-                self.store.decrement_remaining(run_id, -flagged, now)
+                self.store.runs.decrement_remaining(run_id, -flagged, now)
             if flagged == len(moving):
                 return None
             # A step landed between the read and its flag, uncounted: it may have been
@@ -575,20 +495,20 @@ class Executor:
         # Step rows stamped their own expiry when they finished; only rows that would
         # expire before their run are written again (see engine.transitions.finish).
         for name in done.restamp:
-            self.store.stamp_expiry(run_id, name, done.expires_at)
+            self.store.steps.stamp_expiry(run_id, name, done.expires_at)
         # A halting run whose in-flight steps all landed before its halter recorded the
         # halt (its stop pass was slow) records the halt in its finish: one history
         # either way.
         halted_too = (done.status is RunStatus.FAILED and run.on_failure is OnFailure.HALT
                       and not run.halted and not run.kill_requested)
         try:
-            self.store.finish_run(run_id, done.status, done.error, now, done.expires_at,
-                                  halted=halted_too)
+            self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at,
+                                       halted=halted_too)
         except ConditionFailed:
             if not halted_too:
                 return None
             try:  # the halter recorded its halt meanwhile: finish without another
-                self.store.finish_run(run_id, done.status, done.error, now, done.expires_at)
+                self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at)
             except ConditionFailed:
                 return None
         try:

@@ -9,9 +9,14 @@ out the same URL, and the hook is stored before the workflow can hand it out.
 `POST /hooks/{token}` with a JSON object sends the hook's signal with the metadata
 merged over the body (the workflow's metadata wins). A token is single-use: executed
 once it answers 410 (so does an expired one); an unknown one 404; neither changes
-anything. The delivery is marked first, with the payload's hash: the same request sent
-again (its answer lost) sends the same signal again, which the signal's idempotency
-key makes a no-op."""
+anything. The hook is spent in the transaction that queues its signal (`used`, the
+payload's hash, on the hook's item): a refusal (a payload over the cap, a finished run)
+or a failed write leaves it unspent, so nothing is used up unless the signal is stored.
+The same request sent again (its answer lost) is a duplicate: it sends the same signal
+again, which the signal's idempotency key makes a no-op (and wakes the run again).
+
+Metadata, like any value sent, is at most MAX_VALUE_BYTES; so is the payload it is
+merged into (services/values.py)."""
 
 from __future__ import annotations
 
@@ -23,14 +28,21 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.store import Store
-from orchestrator.adapters.store.control import Control, doc_of
+from orchestrator.adapters.store.control import (
+    HOOK_SECRET,
+    Control,
+    doc_of,
+    hook_key,
+    hook_used,
+)
 from orchestrator.errors import Code, Conflict, NotFound, OrchestratorError, UsageError
-from orchestrator.services.signals import SIGNAL_NAME, Signals
+from orchestrator.services.signals import Signals
+from orchestrator.services.values import check_value, checked_name
 from orchestrator.strict_json import dumps
 
 __all__ = ["Gone", "Hooks"]
 
-KEY_ITEM = "secret#hooks"
+KEY_ITEM = HOOK_SECRET
 MAX_TTL = 365 * 24 * 3600.0
 DEFAULT_TTL = 7 * 24 * 3600.0
 
@@ -77,17 +89,17 @@ class Hooks:
                *, token: str | None = None) -> dict[str, Any]:
         """Store the hook of operation `op_id` of a run (again: a no-op). Returns what
         the journal keeps (no token) with the token and URL."""
-        if not SIGNAL_NAME.fullmatch(signal):
-            raise UsageError(f"signal {signal!r}: not a signal name")
+        signal = checked_name("signal name", signal)
+        check_value("a hook's metadata", metadata)
         life = DEFAULT_TTL if ttl is None else min(max(float(ttl), 1.0), MAX_TTL)
         now = self.clock()
         tok = token or self.token_for(run_id, op_id)
         sha = _sha(tok)
         doc = {"run_id": run_id, "signal": signal, "metadata": metadata,
                "expires_at": round(now + life, 3), "op_id": op_id}
-        if not self.control.put_new(f"hook#{sha}", now=now, doc=doc,
+        if not self.control.put_new(hook_key(sha), now=now, doc=doc,
                                     expires_at=now + life + DEFAULT_TTL):
-            stored = doc_of(self.control.get(f"hook#{sha}", now=now) or {}) or doc
+            stored = doc_of(self.control.get(hook_key(sha), now=now) or {}) or doc
             doc = stored
         return {"signal": doc["signal"], "expires_at": doc["expires_at"],
                 "metadata": doc.get("metadata"), "hook": sha[:16], "token": tok,
@@ -96,7 +108,7 @@ class Hooks:
     def create_for(self, run_id: str, signal: str, metadata: Any, ttl: float | None,
                    token: str | None = None) -> dict[str, Any]:
         """A hook created from outside the workflow (POST /hooks)."""
-        run = self.store.get_run(run_id, self.clock())
+        run = self.store.runs.get_run(run_id, self.clock())
         if run is None:
             raise NotFound(f"run {run_id!r} not found (or expired)")
         if run.definition.durable is None:
@@ -111,30 +123,48 @@ class Hooks:
             raise UsageError("body: a hook's payload is a JSON object")
         now = self.clock()
         sha = _sha(token)
-        item = self.control.get(f"hook#{sha}", now=now)
+        pk = hook_key(sha)
+        item = self.control.get(pk, now=now)
         doc = doc_of(item or {})
         if doc is None:
             raise NotFound("no such hook (unknown token)")
         digest = hashlib.sha256(dumps(body).encode()).hexdigest()
-        used = doc.get("used")
+        used = _used(item or {}, doc)
         if used is not None and used != digest:
             raise Gone("this hook was executed already: a hook is single-use")
-        if used is None:
-            if now >= float(doc["expires_at"]):
-                raise Gone("this hook has expired")
-            run = self.store.get_run(str(doc["run_id"]), now)
-            if run is None or run.status.terminal:
-                # Refused before it is used up: a finished run reads no signal.
-                raise Conflict(Code.RUN_FINISHED, f"the hook's run {doc['run_id']} has already"
-                               " finished: its signal would never be read")
-            marked = {**doc, "used": digest, "used_at": round(now, 3)}
-            if not self.control.update_if(
-                    f"hook#{sha}", "SET doc = :d", {":d": {"S": dumps(marked)},
-                                                    ":old": item["doc"]},  # type: ignore[index]
-                    "doc = :old"):
-                raise Gone("this hook was executed already: a hook is single-use")
         metadata = doc.get("metadata")
         payload = {**body, **(metadata if isinstance(metadata, dict) else {})}
-        sent = self.signals.send(doc["run_id"], doc["signal"], payload, key=f"hook:{sha}")
-        return {"run_id": doc["run_id"], "signal": doc["signal"], "duplicate": used is not None,
+        run_id, signal, key = str(doc["run_id"]), str(doc["signal"]), f"hook:{sha}"
+        if used is not None:
+            # This very request again (its answer lost): the signal's key makes it a
+            # no-op, and the run is woken again.
+            sent = self.signals.send(run_id, signal, payload, key=key)
+            return {"run_id": run_id, "signal": signal, "duplicate": True,
+                    "signal_id": sent["id"]}
+        if now >= float(doc["expires_at"]):
+            raise Gone("this hook has expired")
+        check_value("the hook's signal payload (the body with the hook's metadata merged"
+                    " over it)", payload)
+        run = self.store.runs.get_run(run_id, now)
+        if run is None or run.status.terminal:
+            # Refused before it is used up: a finished run reads no signal.
+            raise Conflict(Code.RUN_FINISHED, f"the hook's run {run_id} has already"
+                           " finished: its signal would never be read")
+        # Spent with the signal's queueing, in one transaction: both or neither.
+        sent = self.signals.send(run_id, signal, payload, key=key,
+                                 also=(self.control.use_hook(pk, digest, now),))
+        if sent["duplicate"]:
+            # A guard failed: another request spent the hook first (this one, sent twice
+            # at once, is a duplicate; any other finds it gone).
+            again = self.control.get(pk, now=self.clock())
+            if again is None or _used(again, doc_of(again) or {}) != digest:
+                raise Gone("this hook was executed already: a hook is single-use")
+        return {"run_id": run_id, "signal": signal, "duplicate": bool(sent["duplicate"]),
                 "signal_id": sent["id"]}
+
+
+def _used(item: dict[str, Any], doc: dict[str, Any]) -> str | None:
+    """The digest of the request that spent a hook (None: unspent). Hooks spent before
+    `used` was an attribute of their item kept it in their document."""
+    used = hook_used(item) or doc.get("used")
+    return None if used is None else str(used)

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control import Control, idempotency_key
 from orchestrator.errors import Unprocessable, UsageError
 
 __all__ = ["IdempotencyKeys", "fingerprint"]
@@ -41,7 +41,7 @@ class IdempotencyKeys:
             )
         fp = fingerprint(document)
         claim = self.control.claim(
-            f"idem#{key}", now=now, doc={"fp": fp, "run_id": run_id},
+            idempotency_key(key), now=now, doc={"fp": fp, "run_id": run_id},
             expires_at=now + self.retention,
         )
         first_run = str(claim.doc["run_id"])

@@ -14,6 +14,7 @@ from typing import Any
 
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.engine.admission import gate_of
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.definition import Definition, Gate, Trigger
 from orchestrator.engine.plan import plan_steps, unwritten
 from orchestrator.engine.records import RunRecord, StepRecord
@@ -21,16 +22,16 @@ from orchestrator.engine.rerun import with_reused
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.engine.transitions import killed_error
 from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
-from orchestrator.services.executor import Executor, RunContext
+from orchestrator.services.executor import Executor
 from orchestrator.services.journal_follow import JournalFollower
 from orchestrator.services.step_follow import StepFollower
+from orchestrator.services.values import MAX_VALUE_BYTES, check_value
 from orchestrator.services.views import entry_step, render, run_view, view_json
-from orchestrator.strict_json import dumps
 
 __all__ = ["MAX_INPUT_BYTES", "RUN_ID_RE", "RunService"]
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
-MAX_INPUT_BYTES = 256 * 1024
+MAX_INPUT_BYTES = MAX_VALUE_BYTES
 
 
 class _Keep:
@@ -53,16 +54,16 @@ class RunService:
     ) -> None:
         # `arrive` and `release` are admission's: a gated run waits for its group and
         # throttle; a cancelled queued run gives its place up.
-        self.adv = executor
+        self.executor = executor
         # Durable runs' journals as followers read them: what changed since the last look.
-        self.follow = JournalFollower(executor.store.read_entries,
-                                      lambda e: render(entry_step(e)))
+        self.follow = JournalFollower(executor.store.journal.read_entries,
+                                              lambda e: render(entry_step(e)))
         # A DAG run's step rows as followers read them: what can have changed since.
         store = executor.store
         self.follow_steps = StepFollower(
-            lambda run_id, span: store.query_steps(run_id, shown=True, live=span is not None,
-                                                   span=span),
-            store.get_shown)
+            lambda run_id, span: store.steps.query_steps(run_id, shown=True, live=span is not None,
+                                                         span=span),
+            store.steps.get_shown)
         self.store = executor.store
         self.manifest = manifest
         self.default_timeout = default_timeout
@@ -115,12 +116,13 @@ class RunService:
         trigger: Trigger,
         gate: Gate | None,
         rerun_of: str | None = None,
+        kept_input: bool = False,
     ) -> tuple[RunRecord, bool]:
         if run_id is not None and not RUN_ID_RE.fullmatch(run_id):
             raise UsageError(f"run_id {run_id!r}: use 1-200 of A-Z a-z 0-9 _ . : -")
-        if len(dumps(input).encode()) > MAX_INPUT_BYTES:
-            raise UsageError(f"input: larger than {MAX_INPUT_BYTES} bytes")
-        now = self.adv.clock()
+        if not kept_input:  # a rerun's kept input passed this check when it was sent
+            check_value(*_sent(input, trigger))
+        now = self.executor.clock()
         rid = run_id or self.new_run_id(workflow, now)
         reused = set(definition.reused)
         status = RunStatus.QUEUED if gate else RunStatus.RUNNING
@@ -149,9 +151,9 @@ class RunService:
         # Order matters for crash safety: the run row first (the sweeper can rebuild
         # missing step rows from its definition), then the steps, then the roots' dispatch.
         try:
-            self.store.create_run(run)
+            self.store.runs.create_run(run)
         except ConditionFailed:
-            existing = self.store.get_run(rid, now)
+            existing = self.store.runs.get_run(rid, now)
             if existing is None:
                 raise UsageError(f"run_id {rid!r} was used by a run that has expired") from None
             return existing, False
@@ -163,7 +165,7 @@ class RunService:
     def rows_for(self, run: RunRecord) -> list[StepRecord]:
         """The step rows a run starts with: planned from its definition, with the steps
         a rerun reuses already successful (their outputs copied from the old run)."""
-        now = self.adv.clock()
+        now = self.executor.clock()
         rows = plan_steps(run.run_id, run.definition.steps, now)
         reused = run.definition.reused
         if not reused:
@@ -171,7 +173,7 @@ class RunService:
         old: dict[str, StepRecord] = {}
         for source in set(reused.values()):
             names = [n for n, src in reused.items() if src == source]
-            old.update(self.store.get_outputs(source, names))
+            old.update(self.store.steps.get_outputs(source, names))
         return with_reused(rows, reused, old, now)
 
     def launch(self, run: RunRecord) -> None:
@@ -183,29 +185,21 @@ class RunService:
         began = run.started_at or run.created_at
         # A step blocked on one dependency is left out: its promotion creates its row
         # (not in a rerun, whose reused steps the plan does not know).
-        clean = self.store.put_steps(
+        self.store.steps.put_steps(
             [r for r in rows if run.definition.reused or not unwritten(r)],
-            fence=began + self.store.wake.settle / 2, clock=self.adv.clock)
+            fence=began + self.store.wake.settle / 2, clock=self.executor.clock)
         ready = [r.step for r in rows if r.status is StepStatus.READY]
-        # Read after every row is written: a cancel or halt flagged later has its stop
-        # pass read those rows, and flag them, after this. If unset, the claims of these
-        # dispatches need not read the run again (one read here, not one per root). With
-        # one root that read is the claim's own. Not if a batch was sent twice or met the
-        # fence: a copy still on the wire could land after a stop pass and write its
-        # row back unflagged (then each claim reads the flags, as before).
-        launched = (clean and len(ready) > 1
-                    and self.store.run_stopping(run.run_id, self.adv.clock()) is False)
-        self.adv.queues.dispatch([
-            Dispatch(run_id=run.run_id, step=step, attempt=1, launched=launched)
-            for step in ready
+        # Each claim makes its own start check (Worker.execute): the launch reads nothing.
+        self.executor.queues.dispatch([
+            Dispatch(run_id=run.run_id, step=step, attempt=1) for step in ready
         ])
         if not ready and all(r.status.terminal for r in rows):
-            self.adv.finish_if_done(run.run_id)
+            self.executor.finish_if_done(run.run_id)
 
     def get(self, run_id: str) -> RunRecord:
         if not RUN_ID_RE.fullmatch(run_id):  # no run can have it; spare DynamoDB the key
             raise NotFound(f"run {run_id[:200]!r} not found (not a run id)")
-        run = self.store.get_run(run_id, self.adv.clock())
+        run = self.store.runs.get_run(run_id, self.executor.clock())
         if run is None:
             raise NotFound(f"run {run_id!r} not found (or expired)")
         return run
@@ -216,7 +210,7 @@ class RunService:
         rows = self._rows(run) if steps else None
         journal = (self.follow.read(run_id, _version(run))
                    if steps and run.definition.durable is not None else None)
-        return run_view(run, rows, self.adv.load_output, journal)
+        return run_view(run, rows, self.executor.load_output, journal)
 
     def view_body(self, run_id: str, *, steps: bool = True) -> bytes:
         """`view` as the API sends it (JSON). A durable run's top-scope operations come
@@ -225,10 +219,10 @@ class RunService:
         run = self.get(run_id)
         if not steps or run.definition.durable is None:
             return view_json(run_view(run, self._rows(run) if steps else None,
-                                      self.adv.load_output), [])
+                                      self.executor.load_output), [])
         look = self.follow.look(run_id, _version(run))
-        return view_json(run_view(run, self._rows(run), self.adv.load_output, look.rest,
-                                  look.shown), look.head)
+        return view_json(run_view(run, self._rows(run), self.executor.load_output, look.rest,
+                                       look.shown), look.head)
 
     def _rows(self, run: RunRecord) -> list[StepRecord]:
         return self.follow_steps.read(run, lambda r, read: RunContext.of(r).rows(read))
@@ -237,7 +231,8 @@ class RunService:
         """Every transition of the run and its steps, oldest first."""
         run = self.get(run_id)
         rows = [[dict(e) for e in run.history]]
-        rows += [[{**e, "step": s.step} for e in s.history] for s in self.store.query_steps(run_id)]
+        rows += [[{**e, "step": s.step} for e in s.history]
+                 for s in self.store.steps.query_steps(run_id)]
         # Merged by time, each row's own entries kept in the order they were written: a
         # write that landed late (its process stalled after reading the clock) carries
         # an earlier time than the entry before it, and must not be shown before it.
@@ -256,22 +251,22 @@ class RunService:
 
     def cancel(self, run_id: str, reason: str) -> bool:
         """Cancel a queued or running run; False if it had already finished."""
-        now = self.adv.clock()
-        run = self.store.get_run(run_id, now)
+        now = self.executor.clock()
+        run = self.store.runs.get_run(run_id, now)
         if run is None or run.status.terminal:
             return False
         if run.status is RunStatus.QUEUED:
             try:
-                done = self.store.finish_queued(
+                done = self.store.runs.finish_queued(
                     run_id, RunStatus.KILLED, killed_error(reason), now,
-                    now + self.adv.settings.ttl_failed, kill_reason=reason,
+                    now + self.executor.settings.ttl_failed, kill_reason=reason,
                 )
             except ConditionFailed:
                 return self.cancel(run_id, reason)  # it was admitted meanwhile
             self.release(done)
             return True
         try:
-            self.adv.kill(run_id, reason)
+            self.executor.kill(run_id, reason)
         except ConditionFailed:
             return False
         if self.children_of is not None and run.definition.durable is not None:
@@ -291,7 +286,7 @@ class RunService:
         if old.status is RunStatus.SUCCESS:
             raise Conflict("nothing_to_rerun", f"run {run_id} succeeded: every step has its"
                            " output; start a new run instead")
-        steps = self.store.query_steps(run_id, states_only=True)
+        steps = self.store.steps.query_steps(run_id, states_only=True)
         # A durable run starts again from the top (its journal is not carried over:
         # `reset` replays part of a run instead).
         definition = old.definition.reusing(
@@ -304,7 +299,17 @@ class RunService:
         return self.create(
             old.workflow, definition, new_input, new_run_id,
             trigger=Trigger("rerun", {"run_id": run_id}), gate=gate, rerun_of=run_id,
+            kept_input=input is _KEEP,
         )
+
+
+def _sent(input: Any, trigger: Trigger) -> tuple[str, Any]:
+    """What of a run's input was sent, and so is capped: all of it, but of an event's
+    run (its input is the event) the event's data; the name, key and id around it are
+    capped by their own rules."""
+    if trigger.source == "event" and isinstance(input, dict):
+        return "data (an event's)", input.get("data")
+    return "input", input
 
 
 # Same-instant history entries read best in this order.

@@ -28,7 +28,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from orchestrator.adapters.invoker import Call, Invoker
-from orchestrator.adapters.store.control import Control, doc_of
+from orchestrator.adapters.store.control import Control, schedule_key
 from orchestrator.engine.attempts import OutcomeKind
 from orchestrator.engine.ticks import describe, next_tick, ticks_between
 from orchestrator.errors import Code, NotFound, OrchestratorError, UsageError
@@ -186,14 +186,14 @@ class Scheduler:
     def pause(self, name: str) -> dict[str, Any]:
         wf = self._workflow(name)
         self._state(name, wf, self.clock())
-        self.control.pause_schedule(f"schedule#{name}")
+        self.control.pause_schedule(schedule_key(name))
         return self.show(name)
 
     def resume(self, name: str) -> dict[str, Any]:
         wf = self._workflow(name)
         now = self.clock()
         self._state(name, wf, now)
-        self.control.resume_schedule(f"schedule#{name}", next_tick(wf.schedule, now))
+        self.control.resume_schedule(schedule_key(name), next_tick(wf.schedule, now))
         return self.show(name)
 
     def trigger(self, name: str) -> dict[str, Any]:
@@ -207,19 +207,16 @@ class Scheduler:
     def _state(self, name: str, wf: Any, now: float) -> dict[str, Any]:
         """The schedule's item, created (or reset after a change of cadence) first."""
         spec = describe(wf.schedule)
-        pk = f"schedule#{name}"
-        item = self.control.get(pk, now=now)
-        if item is None or item.get("spec", {}).get("S") != spec:
-            old = None if item is None else str(item["spec"]["S"])
+        pk = schedule_key(name)
+        cursor = self.control.schedule(pk, now)
+        if cursor is None or cursor.spec != spec:
+            old = None if cursor is None else cursor.spec
             # False: another scheduler set it up first; read theirs.
             self.control.reset_schedule(pk, spec, next_tick(wf.schedule, now), old_spec=old)
-            item = self.control.get(pk, now=now) or {}
-        doc = doc_of(item) or {}
-        return {
-            "next_fire": float(item.get("next_fire", {}).get("N", "inf")),
-            "paused": bool(item.get("paused", {}).get("BOOL", False)),
-            **doc,
-        }
+            cursor = self.control.schedule(pk, now)
+        if cursor is None:  # expired or deleted at once: as an empty item reads
+            return {"next_fire": float("inf"), "paused": False}
+        return {"next_fire": cursor.next_fire, "paused": cursor.paused, **cursor.doc}
 
     def _advance(
         self, name: str, state: dict[str, Any], following: float, *, missed: int,
@@ -234,12 +231,12 @@ class Scheduler:
             "last_error": None,
         }
         # False: another scheduler moved it on; the runs were the same ones.
-        self.control.advance_schedule(f"schedule#{name}", due, following, doc)
+        self.control.advance_schedule(schedule_key(name), due, following, doc)
 
     def _record_error(self, name: str, state: dict[str, Any], error: str) -> None:
         doc = {k: v for k, v in state.items() if k not in ("next_fire", "paused")}
         doc["last_error"] = {"tick": state["next_fire"], "message": error[:500]}
-        self.control.record_schedule(f"schedule#{name}", doc)
+        self.control.record_schedule(schedule_key(name), doc)
 
 
 def _overlap(wf: Any) -> str:

@@ -61,7 +61,7 @@ class StepFollower:
         if created != run.created_at:
             kept = None
         whole = ((run.status.terminal and run.status is not RunStatus.SUCCESS)
-                 or run.kill_requested or run.halted
+                 or run.stopping
                  or run.definition.durable is not None or bool(run.definition.reused))
         if whole or kept is None or not self._refresh(run, kept):
             kept = {r.step: r for r in planned(run, self.query(run_id, None))}

@@ -17,10 +17,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control import Control, delivery_key
 from orchestrator.errors import NotFound, OrchestratorError, Unauthorized, UsageError
 from orchestrator.expressions import ExpressionError, compile_expression
 from orchestrator.services.runs import RunService
+from orchestrator.services.values import check_value
 from orchestrator.strict_json import parse_json
 from orchestrator.webhook_signing import SignatureError, verify
 
@@ -72,6 +73,8 @@ class WebhookService:
             log.warning("webhook %s accepts unsigned deliveries (verify.scheme: none)", name)
         document = {"body": _body_of(body, headers), "headers": _selected(hook, headers)}
         input = self.input_of(name, hook, document)
+        # Refused before the delivery id is taken: a redelivery is judged afresh.
+        check_value("input (the run's, from the delivery)", input)
         did = delivery.delivery_id
         run_id = delivery_run_id(hook.workflow, name, did) if did is not None else None
         trigger = {"source": "webhook", "webhook": name, "delivery_id": did}
@@ -79,11 +82,11 @@ class WebhookService:
             # Claim the delivery id first: one conditional put tells a redelivery apart,
             # and it outlives the run's own retention (a replay days later is refused).
             claim = self.control.claim(
-                f"delivery#{name}#{hashlib.sha256(did.encode()).hexdigest()}", now=now,
+                delivery_key(name, did), now=now,
                 doc={}, expires_at=now + self.retention,
             )
             if not claim.first:
-                if claim.recent and self.runs.store.get_run(run_id, now) is None:
+                if claim.recent and self.runs.store.runs.get_run(run_id, now) is None:
                     # The first delivery was taken but its process died before the run
                     # was created: this redelivery completes it.
                     self.runs.start(hook.workflow, input, run_id, trigger=trigger)

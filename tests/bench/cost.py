@@ -90,11 +90,11 @@ from functions.serving import BackgroundServer  # noqa: E402
 from infra.emulator import calm_collector  # noqa: E402
 from infra.lambda_events import Context  # noqa: E402
 from infra.lambda_local import EventFront, QueueMapping  # noqa: E402
-from infra.local import LAMBDA_WORKER_TIMEOUT  # noqa: E402
 from infra.stack import deploy_data_stack  # noqa: E402
 from infra.template import load_template  # noqa: E402
 from orchestrator import lambda_handlers  # noqa: E402
 from orchestrator.adapters.aws import make_clients  # noqa: E402
+from orchestrator.cli.dev import LAMBDA_WORKER_TIMEOUT  # noqa: E402
 from orchestrator.manifest.loader import manifest_from_text  # noqa: E402
 from orchestrator.runtime import Runtime  # noqa: E402
 from orchestrator.settings import Settings  # noqa: E402

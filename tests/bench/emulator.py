@@ -1,5 +1,5 @@
 """The embedded emulator's cost per request, moto as shipped against moto memoized
-(infra/moto_speedups.py), in one process, interleaved: figures, not pass/fail timing.
+(infra/emulator/speedups/), in one process, interleaved: figures, not pass/fail timing.
 
   update   a step claim as the store sends it (7 SET actions with arithmetic, if_not_exists
            and list_append, a REMOVE, a 4-clause guard) on a fresh 25-attribute step row
@@ -26,8 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from infra import moto_speedups  # noqa: E402
-from infra.emulator import Emulator  # noqa: E402
+from infra.emulator import Emulator, speedups  # noqa: E402
 from infra.stack import deploy_data_stack  # noqa: E402
 from orchestrator.adapters.aws import make_clients  # noqa: E402
 from orchestrator.settings import Settings  # noqa: E402
@@ -123,14 +122,14 @@ def main(argv: list[str] | None = None) -> int:
         for turn in range(2):  # interleaved: stock, memoized, stock, memoized
             for name in ("stock", "memoized"):
                 if name == "stock":
-                    moto_speedups.uninstall()
-                elif not moto_speedups.install():
+                    speedups.uninstall()
+                elif not speedups.install():
                     raise SystemExit("the memo does not apply to this moto version")
                 got = measure(ddb, table, f"{name}{turn}", args.rounds)
                 mine = figures.setdefault(name, {})
                 for k, v in got.items():
                     mine[k] = min(mine.get(k, float("inf")), v)
-        moto_speedups.install()
+        speedups.install()
     if args.json:
         print(json.dumps({k: {m: round(v, 2) for m, v in f.items()}
                           for k, f in figures.items()}, indent=2))

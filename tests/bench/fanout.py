@@ -116,7 +116,7 @@ def dispatch_time(n: int, workers: int, threads: int, spread: bool, emu_url: str
             time.sleep(2.0)  # the workers import and start polling (bench pacing only)
             run = rt.runs.start(f"fan{n}", {})[0]
             end = wait_all(rt, [run.run_id], timeout=1200)
-            rows = {s.step: s for s in rt.store.query_steps(run.run_id)}
+            rows = {s.step: s for s in rt.store.steps.query_steps(run.run_id)}
         finally:
             for p in procs:
                 p.terminate()

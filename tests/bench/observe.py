@@ -53,7 +53,7 @@ def main() -> None:
             client = ApiClient(api.url)
 
             def duration(run_id: str) -> tuple[float, float]:
-                row = observer.store.get_run(run_id, time.time())
+                row = observer.store.runs.get_run(run_id, time.time())
                 assert row is not None and row.finished_at is not None, run_id
                 return row.finished_at - row.created_at, row.finished_at
 

@@ -54,9 +54,13 @@ sys.path.insert(0, str(ROOT))
 
 from functions.examples.noop import create_app as noop_app  # noqa: E402
 from functions.serving import BackgroundServer  # noqa: E402
-from infra import moto_speedups  # noqa: E402
-from infra.capabilities import versions  # noqa: E402
-from infra.emulator import Emulator, calm_collector, keep_to_one_core  # noqa: E402
+from infra.emulator import (  # noqa: E402
+    Emulator,
+    calm_collector,
+    keep_to_one_core,
+    speedups,
+)
+from infra.emulator.capabilities import versions  # noqa: E402
 from infra.stack import deploy_data_stack  # noqa: E402
 from orchestrator.adapters.aws import Clients, make_clients  # noqa: E402
 from orchestrator.manifest.loader import manifest_from_text  # noqa: E402
@@ -463,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
                             api_auth=False)
         TRANSPORT["emulator"] = emu if args.transport == "in-process" else None
         results["moto"] = {"version": moto_version(),
-                           "speedups_active": list(moto_speedups.active())}
+                           "speedups_active": list(speedups.active())}
         with stack(settings, text, fn.url, stamp_fn.url, args.workers, args.threads) as (
                 rt, obs, counter):
             say("floor …")

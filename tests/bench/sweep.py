@@ -73,7 +73,7 @@ def measure(url: str, healthy: int, broken: int, passes: int) -> dict[str, Any]:
         # A live worker holds each step; the last `broken` ones die: their leases end
         # 300 s from now (the step's 1 h timeout plus a negative margin).
         base = -3600 + 300 if i >= healthy else 0.0
-        rt.store.claim(run_id, "work", 1, Lease("bench-worker", t0 + base), t0)
+        rt.store.steps.claim(run_id, "work", 1, Lease("bench-worker", t0 + base), t0)
     rt.clients.sqs.purge_queue(QueueUrl=rt.queues.dispatch_url)
     offset = [30.0]  # past every run's start follow-up (started + settle)
     sweeper = make_sweeper(rt, lambda: time.time() + offset[0])

@@ -21,6 +21,10 @@ the API, the ledger), and the figures of a seed. Each violation names its check:
   due no sooner than its policy (or `Retry-After`) says, called no sooner than due;
 - `halt-*`, `independent-*`, `run-status`: `onFailure` exactly as documented, and the
   run's status follows from its steps;
+- `stop-*`: a run's stop instant (the commit of its first final failure under `halt`, or
+  of its cancel) is on its row (`stop_at`), and no step starts after it: no
+  `step.started` later, and no call of an attempt not started by then, whatever
+  `run.halted` says (DESIGN.md, invariant 5);
 - `item-size`: no item over 400 KB;
 - `error-format`, `view`: every error is a JSON object with a stable `code`
   (orchestrator.errors.Code) and a text `message`, never a printout (issue 8, section
@@ -438,6 +442,7 @@ class _Check:
             if late:
                 self.bad("started-after-finish", f"started {late[0] - ended[0]:.3f}s after "
                          f"its run finished", rid, n, late[0])
+        self.stop_instant(run, rows, failed)
         if run.on_failure is OnFailure.HALT:
             if failed and not halted and run.status.terminal:
                 self.bad("halt-missing", f"steps {sorted(failed)} failed, the run ended "
@@ -477,6 +482,42 @@ class _Check:
                 elif r.status is S.SKIPPED:
                     self.bad("independent-skipped", f"skipped, not below a failed step "
                              f"({sorted(failed)})", rid, n)
+
+    def stop_instant(self, run: RunRecord, rows: dict[str, StepRecord],
+                     failed: set[str]) -> None:
+        """The stop instant: the run's `stop_at` is the first final failure's (under
+        halt) or the first cancel's time, and nothing starts after it."""
+        rid = run.run_id
+        stops = [float(e["at"]) for e in run.history if e.get("type") == "run.cancel_requested"]
+        if run.on_failure is OnFailure.HALT:
+            stops += [float(e["at"]) for n in failed for e in rows[n].history
+                      if e.get("type") == "step.failed"]
+        if not stops:
+            if getattr(run, "stop_at", None) is not None:
+                self.bad("stop-unexplained", f"stop_at {run.stop_at} with no failure under "
+                         "halt and no cancel", rid)
+            return
+        # The instant as the histories tell it, whatever the row says.
+        stop = min(stops)
+        stop_at = getattr(run, "stop_at", None)
+        if stop_at is None or abs(stop_at - stop) > TOL:
+            self.bad("stop-missing", f"stop_at {stop_at}, first stop {stop:.3f}", rid)
+        for n, r in rows.items():
+            self.findings["attempts given up at their start check (run stopping)"] += sum(
+                e.get("type") == "step.skipped"
+                and e.get("reason") == "run stopped before the step started"
+                for e in r.history)
+            started = {int(e.get("attempt") or 0): float(e["at"]) for e in r.history
+                       if e.get("type") == "step.started"}
+            late = sorted(t for t in started.values() if t > stop + TOL)
+            if late:
+                self.bad("stop-started-after", f"started {late[0] - stop:.3f}s after the "
+                         "run's stop instant", rid, n, late[0])
+            for c in self.calls.get((rid, n), []):
+                if c.t > stop + TOL and started.get(c.attempt, float("inf")) > stop + TOL:
+                    self.bad("stop-called-after", f"attempt {c.attempt} called "
+                             f"{c.t - stop:.3f}s after the stop instant, not started before",
+                             rid, n, c.t)
 
     # ---- the API ---------------------------------------------------------------------
 

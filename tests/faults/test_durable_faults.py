@@ -45,7 +45,8 @@ def build(build_harness: Any, app_url: str, tmp_path: Path, **settings: Any) -> 
 
 
 def committed_once(h: Harness, run_id: str) -> Counter[tuple[str, int]]:
-    places = Counter((e.get("scope", ""), e["pos"]) for e in h.rt.store.read_journal(run_id))
+    places = Counter((e.get("scope", ""), e["pos"])
+                     for e in h.rt.store.journal.read_journal(run_id))
     assert all(n == 1 for n in places.values()), places
     return places
 
@@ -87,8 +88,8 @@ def test_a_lost_dispatch_of_a_waiting_run_is_repaired_by_the_sweep(
         for m in msgs:
             # The dispatch a signal sends a waiting run: lost (the poke's wake stays).
             if m.step == "$run" and m.due_at is None and m.attempt == 1 and not dropped \
-                    and h.rt.store.get_driver(m.run_id) is not None \
-                    and (h.rt.store.get_driver(m.run_id).waiting or {}).get("kind") == "signal":
+                    and (driver := h.rt.store.drivers.get_driver(m.run_id)) is not None \
+                    and (driver.waiting or {}).get("kind") == "signal":
                 dropped.append(m)
                 continue
             keep.append(m)
@@ -99,7 +100,7 @@ def test_a_lost_dispatch_of_a_waiting_run_is_repaired_by_the_sweep(
     try:
         run_id = h.start("approval", {})
         deadline = time.monotonic() + 15
-        while not (h.rt.store.get_driver(run_id) or _Nothing()).waiting:
+        while not (h.rt.store.drivers.get_driver(run_id) or _Nothing()).waiting:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         h.rt.queues.tamper = drop_wakes
@@ -226,7 +227,7 @@ def test_a_branch_row_its_holder_left_in_flight_is_ended_before_the_run(
         assert view["status"] == "success", view
         assert fault.fired == 1
         assert view["output"] == output
-        rows = h.rt.store.drivers(run_id)
+        rows = h.rt.store.drivers.all(run_id)
         assert rows and all(r.status.terminal for r in rows), [(r.step, r.status) for r in rows]
     finally:
         h.close()
@@ -295,7 +296,7 @@ def test_a_worker_sigkilled_mid_stream_leaves_a_prefix_the_run_goes_on_from(
     try:
         run_id = h.start("slowchain", {"steps": 60})
         deadline = time.monotonic() + 30
-        while len(h.rt.store.read_journal(run_id)) < 10:
+        while len(h.rt.store.journal.read_journal(run_id)) < 10:
             assert time.monotonic() < deadline, "the subprocess worker committed nothing"
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.02)
@@ -304,7 +305,7 @@ def test_a_worker_sigkilled_mid_stream_leaves_a_prefix_the_run_goes_on_from(
     finally:
         if proc.poll() is None:
             proc.kill()
-    at_kill = len(h.rt.store.read_journal(run_id))
+    at_kill = len(h.rt.store.journal.read_journal(run_id))
     h.start_workers()
     h.start_sweeper()
     try:
@@ -334,17 +335,17 @@ def test_a_branch_row_never_taken_is_settled_through_dispatched(
                          backend="app", route="/", dependants=("$run",), attempt=1,
                          max_attempts=3, timeout=2.0, ready_at=now, wake_at=now + 60,
                          history=({"at": round(now, 3), "type": "step.ready"},))
-        h.rt.store.create_step_if_absent(row)
-        h.rt.store.settle_branch(run_id, "$run/9:0", time.time())
-        settled = h.rt.store.get_driver(run_id, "$run/9:0")
+        h.rt.store.steps.create_step_if_absent(row)
+        h.rt.store.drivers.settle_branch(run_id, "$run/9:0", time.time())
+        settled = h.rt.store.drivers.get_driver(run_id, "$run/9:0")
         assert settled is not None and settled.status is StepStatus.SUCCESS
         kinds = [e["type"] for e in settled.history]
         assert kinds == ["step.ready", "step.started", "step.succeeded"], kinds
         statuses = [StepStatus.READY, StepStatus.DISPATCHED, StepStatus.SUCCESS]
         assert all(b in STEP_TRANSITIONS[a] for a, b in itertools.pairwise(statuses))
         # Settling again changes nothing.
-        h.rt.store.settle_branch(run_id, "$run/9:0", time.time())
-        again = h.rt.store.get_driver(run_id, "$run/9:0")
+        h.rt.store.drivers.settle_branch(run_id, "$run/9:0", time.time())
+        again = h.rt.store.drivers.get_driver(run_id, "$run/9:0")
         assert again is not None and len(again.history) == 3
     finally:
         h.close()

@@ -189,7 +189,7 @@ def test_claims_are_exclusive_under_a_32_way_race(harness_factory: Any) -> None:
     def claim(i: int) -> None:
         barrier.wait()
         try:
-            h.rt.store.claim(run_id, "root", 1, Lease(f"w{i}", time.time() + 30), time.time())
+            h.rt.store.steps.claim(run_id, "root", 1, Lease(f"w{i}", time.time() + 30), time.time())
             wins.append(f"w{i}")
         except Exception:
             pass
@@ -210,19 +210,19 @@ def test_duplicated_completion_promotes_the_join_once(
     h.rt.queues.tamper = lambda msgs: sent.extend(msgs) or []
     run_id = h.start("fan")
     store, adv, now = h.rt.store, h.rt.executor, time.time()
-    run = store.get_run(run_id, now)
+    run = store.runs.get_run(run_id, now)
     assert run is not None
     ctx = RunContext.of(run)
     # Drive every step to success by hand, then replay each completion 3 times at once.
     for name in ["root", "a", "b", "c", "d", "e"]:
         lease = Lease("w", now + 30)
-        row = store.get_step(run_id, name) or ctx.plan(name)  # a row the start left out
+        row = store.steps.get_step(run_id, name) or ctx.plan(name)  # a row the start left out
         assert row is not None
         if row.status is StepStatus.BLOCKED:
-            store.promote(run_id, name, len(row.deps), None, now, all_deps=list(row.deps),
-                          plan=ctx.plan(name))
-        store.claim(run_id, name, 1, lease, now)
-        done = store.record_success(
+            store.steps.promote(run_id, name, len(row.deps), None, now, all_deps=list(row.deps),
+                                plan=ctx.plan(name))
+        store.steps.claim(run_id, name, 1, lease, now)
+        done = store.steps.record_success(
             run_id, name, 1, "w", output_json='{"ok":1}', output_ref=None, size=8, now=now
         )
         if name == "root":
@@ -241,7 +241,7 @@ def test_duplicated_completion_promotes_the_join_once(
             t.join()
         promoted = [d for _, sends in results for d in sends]
         assert len(promoted) == (1 if name == "e" else 0), (name, promoted)
-    join = store.get_step(run_id, "join")
+    join = store.steps.get_step(run_id, "join")
     assert join is not None and join.status is StepStatus.READY
     assert join.satisfied == {"a", "b", "c", "d", "e"}
 
@@ -308,7 +308,7 @@ def test_a_start_that_died_after_the_run_row_is_completed_by_the_sweep(
     wf = rt.manifest.workflows["fan"]
     definition = Definition.of(wf, rt.manifest.backends, rt.settings.default_step_timeout)
     now = time.time()
-    rt.store.create_run(RunRecord(
+    rt.store.runs.create_run(RunRecord(
         run_id="orphan-1", workflow="fan", status=RunStatus.RUNNING, input={"n": 1},
         definition=definition, created_at=now, total=len(wf.steps), remaining=1,
         started_at=now,
@@ -345,11 +345,11 @@ def test_a_commit_that_landed_after_its_own_wake_is_still_followed_up(
     rt = h.rt
     run_id = h.start("chain")
     t0 = time.time()
-    rt.store.claim(run_id, "one", 1, Lease("stalled", t0 + 60), t0)
+    rt.store.steps.claim(run_id, "one", 1, Lease("stalled", t0 + 60), t0)
     h.rt.sweeper().sweep()  # the prompt read passes t0
     stalled_at = t0 - 0.5  # when the worker read its clock, before the cursor
-    rt.store.record_success(run_id, "one", 1, "stalled", output_json='{"ok": 1}',
-                            output_ref=None, size=9, now=stalled_at)
+    rt.store.steps.record_success(run_id, "one", 1, "stalled", output_json='{"ok": 1}',
+                                  output_ref=None, size=9, now=stalled_at)
     sweeper = h.rt.sweeper()
     assert sweeper.sweep().promoted == 0  # the prompt read is past it: unseen
     h.start_workers()
@@ -442,16 +442,16 @@ def test_a_finisher_that_stalls_before_its_reads_stamps_the_finish_after_them(
     h = harness_factory(CHAIN)
     rt = h.rt
     run_id = h.start("chain")
-    run = rt.store.get_run(run_id, time.time())
+    run = rt.store.runs.get_run(run_id, time.time())
     assert run is not None
     t0 = time.time()
     for i, step in enumerate(("one", "two")):
         if step == "two":  # its row is created by its promotion (the start left it out)
-            rt.store.promote(run_id, "two", 1, None, t0 + i, all_deps=["one"],
-                             plan=RunContext.of(run).plan("two"))
-        rt.store.claim(run_id, step, 1, Lease("w", t0 + 60), t0 + i)
-        rt.store.record_success(run_id, step, 1, "w", output_json="{}", output_ref=None,
-                                size=2, now=t0 + i + 0.5)
+            rt.store.steps.promote(run_id, "two", 1, None, t0 + i, all_deps=["one"],
+                                   plan=RunContext.of(run).plan("two"))
+        rt.store.steps.claim(run_id, step, 1, Lease("w", t0 + 60), t0 + i)
+        rt.store.steps.record_success(run_id, step, 1, "w", output_json="{}", output_ref=None,
+                                      size=2, now=t0 + i + 0.5)
     times = iter([t0 + 0.2, t0 + 3.0, t0 + 3.0, t0 + 3.0])  # stale first, then late
     stalling = dataclasses.replace(rt.executor, clock=lambda: next(times))
     assert stalling.finish_if_done(run_id) is RunStatus.SUCCESS
@@ -469,20 +469,20 @@ def test_a_start_past_its_fence_keeps_the_rows_a_sweep_rebuilt(
     h = harness_factory(CHAIN)
     rt = h.rt
     run_id = h.start("chain")
-    rows = rt.store.query_steps(run_id)
+    rows = rt.store.steps.query_steps(run_id)
     t0 = time.time()
-    rt.store.claim(run_id, "one", 1, Lease("w", t0 + 60), t0)  # moved on meanwhile
+    rt.store.steps.claim(run_id, "one", 1, Lease("w", t0 + 60), t0)  # moved on meanwhile
     # What the start writes: every planned row but those it leaves out (engine.plan).
-    stale = [r for r in rt.runs.rows_for(rt.store.get_run(run_id, t0))  # type: ignore[arg-type]
-             if not unwritten(r)]
+    stale = [r for r in rt.runs.rows_for(rt.store.runs.get_run(run_id, t0))  # type: ignore[arg-type]
+                  if not unwritten(r)]
     assert {r.step for r in stale} == {r.step for r in rows}
     # Past its fence: nothing overwritten (and the start is told it was not clean).
-    assert rt.store.put_steps(stale, fence=t0 - 1) is False
-    one = rt.store.get_step(run_id, "one")
+    assert rt.store.steps.put_steps(stale, fence=t0 - 1) is False
+    one = rt.store.steps.get_step(run_id, "one")
     assert one is not None and one.claimed and one.lease_owner == "w"
     # Within it: the batch, as always, answered at its first sending.
-    assert rt.store.put_steps(stale, fence=time.time() + 60) is True
-    one = rt.store.get_step(run_id, "one")
+    assert rt.store.steps.put_steps(stale, fence=time.time() + 60) is True
+    one = rt.store.steps.get_step(run_id, "one")
     assert one is not None and not one.claimed  # (which is why the fence exists)
 
 

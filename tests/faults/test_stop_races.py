@@ -94,6 +94,12 @@ def started_after(history: list[dict[str, Any]], moment: float) -> list[dict[str
     return [e for e in history if e["type"] == "step.started" and e["at"] > moment]
 
 
+def stop_instant(history: list[dict[str, Any]]) -> float:
+    """The run's stop instant: its first final failure or cancel request."""
+    return min(float(e["at"]) for e in history
+               if e["type"] in ("step.failed", "run.cancel_requested"))
+
+
 def halted_at(history: list[dict[str, Any]]) -> float:
     (entry,) = [e for e in history if e["type"] == "run.halted"]
     return float(entry["at"])
@@ -101,7 +107,7 @@ def halted_at(history: list[dict[str, Any]]) -> float:
 
 def claim(rt: Runtime, run_id: str, step: str, owner: str) -> StepRecord:
     now = time.time()
-    return rt.store.claim(run_id, step, 1, Lease(owner, now + rt.settings.lease_margin), now)
+    return rt.store.steps.claim(run_id, step, 1, Lease(owner, now + rt.settings.lease_margin), now)
 
 
 def retried(sent: list[Any], step: str) -> bool:
@@ -172,10 +178,10 @@ def test_a_promotion_racing_the_halt_pass_starts_before_the_halt_or_not_at_all(
     h, other, sent = setup(harness_factory)
     run_id = h.start("chain")
     a = claim(other, run_id, "a", "w2")
-    done = other.store.record_success(
+    done = other.store.steps.record_success(
         run_id, "a", 1, "w2", output_json="{}", output_ref=None, size=2, now=time.time()
     )
-    run = other.store.get_run(run_id, time.time())
+    run = other.store.runs.get_run(run_id, time.time())
     assert run is not None and a.claimed
     inline: list[StepRecord | None] = []
     # The halter has read the rows (x: blocked) when a's worker promotes x into its lease.
@@ -183,12 +189,14 @@ def test_a_promotion_racing_the_halt_pass_starts_before_the_halt_or_not_at_all(
         done, RunContext.of(run), Lease("w2", time.time() + 30))[0]))
     h.rt.worker().handle(Dispatch(run_id=run_id, step="boom", attempt=1))
     assert inline and inline[0] is not None and inline[0].step == "x"
-    history = h.rt.runs.history(run_id)
-    assert started_after(history, halted_at(history)) == []
-    # x runs (it started before the halt), fails with a 503, and is not tried again.
+    # x was promoted into a's worker's lease after boom's failure committed: its start
+    # check finds the run stopping, so it is never called, and its history shows no start.
     other.worker(worker_id="w2").execute(inline[0], Tally())
-    assert len(recorder.for_step(run_id, "x")) == 1
+    assert recorder.for_step(run_id, "x") == []
     assert not retried(sent, "x")
+    history = h.rt.runs.history(run_id)
+    assert started_after(history, stop_instant(history)) == []
+    assert [e["type"] for e in history if e.get("step") == "x"][-1:] == ["step.skipped"]
     other.executor.finish_if_done(run_id)
     ends(h, run_id, "failed", skipped=("x",))
 
@@ -200,7 +208,7 @@ def test_a_dead_workers_step_is_not_retried_after_the_halt(
     run_id = h.start("w")
     claim(other, run_id, "slow", "dead-worker")  # ... and the worker dies
     h.rt.worker().handle(Dispatch(run_id=run_id, step="boom", attempt=1))
-    assert h.rt.store.get_step(run_id, "slow").stopping  # type: ignore[union-attr]
+    assert h.rt.store.steps.get_step(run_id, "slow").stopping  # type: ignore[union-attr]
     later = h.rt.sweeper(clock=lambda: time.time() + 3600)
     later.sweep()  # the lease has expired: that attempt failed, and it is not retried
     assert not retried(sent, "slow")
@@ -215,8 +223,8 @@ def test_the_sweeper_halts_a_run_whose_failing_worker_died(
     run_id = h.start("w")
     row = claim(other, run_id, "boom", "dead-worker")
     # The failure is recorded, then the worker dies before halting the run.
-    other.store.record_failure(run_id, "boom", 1, "dead-worker", error={"code": "http_error"},
-                               now=time.time())
+    other.store.steps.record_failure(run_id, "boom", 1, "dead-worker", error={"code": "http_error"},
+                                     now=time.time())
     later = h.rt.sweeper(clock=lambda: time.time() + 60)
     later.sweep()
     assert row.claimed
@@ -246,8 +254,8 @@ def test_a_run_whose_halter_died_after_its_stop_pass_ends_at_the_sweep_that_halt
     w = h.rt.worker()
     w.handle(Dispatch(run_id=run_id, step="slow", attempt=1))  # it lands before boom fails
     claim(other, run_id, "boom", "dead-worker")
-    failed = other.store.record_failure(run_id, "boom", 1, "dead-worker",
-                                        error={"code": "http_error"}, now=time.time())
+    failed = other.store.steps.record_failure(run_id, "boom", 1, "dead-worker",
+                                              error={"code": "http_error"}, now=time.time())
     # Its stop pass runs, but its tally is never flushed, nor the halt recorded.
     other.executor.stop(run_id, "run halted: step boom failed", Tally())
     assert h.rt.runs.view(run_id)["status"] == "running"
@@ -259,7 +267,7 @@ def test_a_run_whose_halter_died_after_its_stop_pass_ends_at_the_sweep_that_halt
     assert report.finished == 1
     view = ends(h, run_id, "failed", skipped=("flaky",))
     assert view["error"]["step"] == "boom"
-    assert h.rt.store.get_run(run_id, time.time()).halted  # type: ignore[union-attr]
+    assert h.rt.store.runs.get_run(run_id, time.time()).halted  # type: ignore[union-attr]
 
 
 def test_a_claim_racing_a_cancel_is_not_retried_and_nothing_starts_after_it(
@@ -306,7 +314,7 @@ def test_cancel_running_stops_the_replaced_run_retries_included(
 def cancel_the_wide_run(other: Runtime, killed: list[str]) -> Callable[[], None]:
     """A cancel of the one `wide` run, made by the other process; its run id noted."""
     def cancel() -> None:
-        (run_id,) = [r.run_id for r in other.store.list_runs("wide", time.time())[0]]
+        (run_id,) = [r.run_id for r in other.store.runs.list_runs("wide", time.time())[0]]
         other.runs.cancel(run_id, "changed my mind")
         killed.append(run_id)
 
@@ -317,8 +325,8 @@ def test_a_cancel_whose_pass_runs_while_the_launch_writes_rows_starts_nothing(
     harness_factory: Any, recorder: Recorder
 ) -> None:
     """30 roots are written 25 to a request: the cancel's pass, made between the two,
-    cannot see the last 5. They are dispatched, claimed, read the run afresh and give
-    the attempt up: no function is called."""
+    cannot see the last 5. They are dispatched, claimed, and their start checks find
+    the run stopping: no function is called, and no start is recorded."""
     h, other, sent = setup(harness_factory)
     killed: list[str] = []
     cancel = cancel_the_wide_run(other, killed)
@@ -332,10 +340,12 @@ def test_a_cancel_whose_pass_runs_while_the_launch_writes_rows_starts_nothing(
         w.handle(m)
     assert all(recorder.for_step(run_id, f"s{i:02d}") == [] for i in range(30))
     # The 25 the pass saw were skipped by it; the 5 it could not see were claimed, and
-    # their claims gave the attempt up before calling anything.
+    # their start checks gave the attempt up before calling anything.
     history = h.rt.runs.history(run_id)
-    claimed = {e["step"] for e in history if e["type"] == "step.started"}
-    assert claimed == {f"s{i:02d}" for i in range(25, 30)}
+    assert [e for e in history if e["type"] == "step.started"] == []
+    given_up = {e["step"] for e in history if e["type"] == "step.skipped"
+                and e.get("reason") == "run stopped before the step started"}
+    assert given_up == {f"s{i:02d}" for i in range(25, 30)}
     view = h.rt.runs.view(run_id)
     assert view["status"] == "killed"
     assert {s["status"] for s in view["steps"]} == {"skipped"}
@@ -346,58 +356,51 @@ def stop_flag_reads(h: Harness) -> list[str]:
     reads: list[str] = []
 
     def hook(params: dict[str, Any], **_: Any) -> None:
-        if params.get("ProjectionExpression") == "kill_requested, halted, expires_at":
+        if str(params.get("ProjectionExpression", "")).startswith("kill_requested"):
             reads.append(params["Key"]["run_id"]["S"])
 
     h.rt.clients.dynamodb.meta.events.register("before-parameter-build.dynamodb.GetItem", hook)
     return reads
 
 
-def test_a_cancel_right_after_the_launch_read_the_flags_starts_nothing(
+def test_a_cancel_whose_canceller_died_before_its_pass_starts_nothing(
     harness_factory: Any, recorder: Recorder
 ) -> None:
-    """The launch wrote its 30 roots, read the run's flags (unset) and marks its
-    dispatches `launched`: their claims read the run no more. A cancel made between that
-    read and the dispatch has its pass read all 30 rows and flag them: every claim is
-    refused, no function is called."""
+    """The cancel request is committed, and its process dies before its pass: no row is
+    flagged. Every root's claim is taken, and its start check finds the request: no
+    function is called, and the history shows no start."""
     h, other, sent = setup(harness_factory)
-    reads = stop_flag_reads(h)
-    killed: list[str] = []
-    cancel = cancel_the_wide_run(other, killed)
-    once_after(h, "GetItem", cancel)
     run_id = h.start("wide")
-    assert killed == [run_id] and reads == [run_id]  # the launch's own read, then the cancel
     dispatched = [m for m in sent if m.run_id == run_id]
-    assert len(dispatched) == 30 and all(m.launched for m in dispatched)
+    assert len(dispatched) == 30
+    other.store.runs.request_kill(run_id, "changed my mind", time.time())  # then it died
     w = h.rt.worker()
     for m in dispatched:
         w.handle(m)
-    assert reads == [run_id]  # no claim read the run's flags
     assert all(recorder.for_step(run_id, f"s{i:02d}") == [] for i in range(30))
     history = h.rt.runs.history(run_id)
     assert [e for e in history if e["type"] == "step.started"] == []
-    view = h.rt.runs.view(run_id)
-    assert view["status"] == "killed"
-    assert {s["status"] for s in view["steps"]} == {"skipped"}
+    rows = {r.step: r for r in h.rt.store.steps.query_steps(run_id)}
+    assert {r.status.value for r in rows.values()} == {"skipped"}
+    assert all(r.started_at is None for r in rows.values())
 
 
-def test_a_launch_reads_the_flags_once_for_its_roots_and_a_redispatch_reads_them_again(
+def test_every_claim_reads_the_run_once_and_the_launch_reads_nothing(
     harness_factory: Any, recorder: Recorder
 ) -> None:
-    """30 roots launched: one read of the run's flags (the launch's), none by the 30
-    claims. A root's dispatch sent again by anyone else (a sweep) is not `launched`:
-    its claim reads the run afresh, as every claim of a step ready at launch did."""
+    """30 roots launched: the launch reads no flag; each claim makes one start check,
+    the first a whole read of the run (the worker has no context for it yet), each later
+    one a read of its stop flags."""
     h, _, sent = setup(harness_factory)
     reads = stop_flag_reads(h)
     run_id = h.start("wide")
+    assert reads == []
     dispatched = [m for m in sent if m.run_id == run_id]
-    assert len(dispatched) == 30 and all(m.launched for m in dispatched)
+    assert len(dispatched) == 30
     w = h.rt.worker()
-    for m in dispatched[:29]:
+    for m in dispatched:
         w.handle(m)
-    assert reads == [run_id]
-    w.handle(Dispatch(run_id=run_id, step=dispatched[29].step, attempt=1))  # a sweep's
-    assert reads == [run_id, run_id]
+    assert reads == [run_id] * 29
     assert all(len(recorder.for_step(run_id, f"s{i:02d}")) == 1 for i in range(30))
     assert h.rt.runs.view(run_id)["status"] == "success"
 
@@ -441,9 +444,9 @@ def halting_with_two_in_flight(
     slow = claim(other, run_id, "slow", "other-worker")
     flaky = claim(other, run_id, "flaky", "other-worker")
     boom = claim(h.rt, run_id, "boom", "halter")
-    failed = h.rt.store.record_failure(run_id, "boom", 1, "halter",
-                                       error={"code": "http_error", "message": "422"},
-                                       now=time.time())
+    failed = h.rt.store.steps.record_failure(run_id, "boom", 1, "halter",
+                                             error={"code": "http_error", "message": "422"},
+                                             now=time.time())
     tally = Tally()
     tally.add(run_id)  # boom's count (a sink)
     h.rt.executor.stop(run_id, "run halted: step boom failed", tally)  # flags both
@@ -454,8 +457,8 @@ def halting_with_two_in_flight(
 def land(other: Runtime, run_id: str, row: StepRecord) -> None:
     """The step in flight under `other` succeeds."""
     t = Tally()
-    other.executor.succeed(row, RunContext.of(other.store.get_run(run_id, time.time())),  # type: ignore[arg-type]
-                           '{"ok": 1}', None, 9, t, keep_one=None)
+    other.executor.succeed(row, RunContext.of(other.store.runs.get_run(run_id, time.time())),  # type: ignore[arg-type]
+                                '{"ok": 1}', None, 9, t, keep_one=None)
     other.executor.flush(t)
 
 
@@ -470,9 +473,9 @@ def test_a_halt_still_being_recorded_when_the_run_finished_is_in_its_history(
     slow, flaky, boom, failed = halting_with_two_in_flight(h, other, run_id)
     for row in (flaky, slow):  # the steps in flight land, before the halter goes on
         land(other, run_id, row)
-    assert h.rt.store.get_run(run_id, time.time()).status.value == "failed"  # type: ignore[union-attr]
+    assert h.rt.store.runs.get_run(run_id, time.time()).status.value == "failed"  # type: ignore[union-attr]
     h.rt.executor.halt(run_id, after_failure(OnFailure.HALT, failed), Tally())  # too late
-    run = h.rt.store.get_run(run_id, time.time())
+    run = h.rt.store.runs.get_run(run_id, time.time())
     assert run is not None and run.halted
     kinds = [e["type"] for e in run.history]
     assert kinds.count("run.halted") == 1 and kinds.index("run.halted") < kinds.index("run.failed")
@@ -493,12 +496,12 @@ def test_a_halt_recorded_while_the_run_finishes_is_in_its_history_once(
     def halt_now(**_: Any) -> None:  # right after the finisher read the rows
         if not halts:
             halts.append(True)
-            h.rt.store.mark_halted(run_id, after_failure(OnFailure.HALT, failed).error,  # type: ignore[union-attr]
-                                   time.time())
+            h.rt.store.runs.mark_halted(run_id, after_failure(OnFailure.HALT, failed).error,  # type: ignore[union-attr]
+                                        time.time())
 
     other.clients.dynamodb.meta.events.register("after-call.dynamodb.Query", halt_now)
     land(other, run_id, flaky)
-    run = h.rt.store.get_run(run_id, time.time())
+    run = h.rt.store.runs.get_run(run_id, time.time())
     assert halts and run is not None and run.status.value == "failed" and run.halted
     kinds = [e["type"] for e in run.history]
     assert kinds.count("run.halted") == 1 and kinds.index("run.halted") < kinds.index("run.failed")
@@ -515,11 +518,11 @@ def test_a_step_landing_while_its_finishing_run_reads_the_rows_still_finishes_it
     def land_side() -> None:
         # The finisher has read the rows (report skipped, side in flight) when side's
         # worker records its success, before the finisher flags side to count.
-        report = other.store.get_step(run_id, "report")
+        report = other.store.steps.get_step(run_id, "report")
         if landed or report is None or report.status.value != "skipped":
             return
-        other.store.put_success(side, output_json="{}", output_ref=None, size=2,
-                                now=time.time())
+        other.store.steps.put_success(side, output_json="{}", output_ref=None, size=2,
+                                      now=time.time())
         landed.append(True)
 
     h.rt.clients.dynamodb.meta.events.register("after-call.dynamodb.Query",

@@ -7,9 +7,12 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.responses import JSONResponse
 
 from functions.serving import BackgroundServer
+from orchestrator import __version__
 from orchestrator.api.app import create_app
+from orchestrator.api.openapi import openapi_document
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -110,8 +113,12 @@ def test_unknown_run_cancel_finished_and_bad_cursor(api: tuple[Harness, httpx.Cl
 def test_openapi_document_is_served_and_valid(api: tuple[Harness, httpx.Client]) -> None:
     from openapi_spec_validator import validate
 
-    _, c = api
-    spec = c.get("/openapi.json").json()
+    h, c = api
+    served = c.get("/openapi.json")
+    # Served as built (its pinned form: tests/unit/test_openapi_document.py).
+    assert served.content == JSONResponse(openapi_document(
+        __version__, idempotency_retention=h.rt.settings.idempotency_retention)).body
+    spec = served.json()
     validate(spec)
     assert set(spec["paths"]) >= {"/runs", "/runs/{run_id}", "/runs/{run_id}/cancel"}
     assert spec["components"]["schemas"]["StartRun"]["required"] == ["workflow"]

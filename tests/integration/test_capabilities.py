@@ -1,5 +1,5 @@
 """Each place the emulator reaches inside moto or botocore is checked at start-up, and a
-moto that changed it costs that piece alone (infra/capabilities.py): every speed-up, the
+moto that changed it costs that piece alone (infra/emulator/capabilities.py): every speed-up, the
 in-process path and the unsigned requests, each switched off here by changing moto the
 way a release might, in a process of its own (tests/support/capability_probe.py). The
 emulator then answers exactly as it did with everything on, one log line names what was
@@ -18,9 +18,9 @@ from typing import Any
 import moto
 import pytest
 
-from infra import moto_speedups
-from infra.capabilities import Capability, Reach, check, fingerprint, resolve
 from infra.emulator import CAPABILITIES as EMULATOR_CAPABILITIES
+from infra.emulator import speedups
+from infra.emulator.capabilities import Capability, Reach, check, fingerprint, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every piece applies to each moto release checked (a speed-up has a variant per shape).
@@ -49,28 +49,28 @@ def switched_off(stderr: str) -> list[str]:
 def test_every_piece_is_on_for_a_moto_release_checked() -> None:
     if os.environ.get("ORCH_MOTO_STOCK"):
         pytest.skip("ORCH_MOTO_STOCK=1: the speed-ups are off on purpose")
-    assert moto.__version__ in moto_speedups.CHECKED_MOTO
+    assert moto.__version__ in speedups.CHECKED_MOTO
     out, stderr = baseline()
     off = {name for name, v in out["verdicts"].items() if not v["active"]}
     assert off == NOT_FOR_THIS_MOTO, out["verdicts"]
-    names = {c.name for c in (*moto_speedups.CAPABILITIES, *EMULATOR_CAPABILITIES)}
+    names = {c.name for c in (*speedups.CAPABILITIES, *EMULATOR_CAPABILITIES)}
     assert set(out["verdicts"]) == names
     assert out["after_stop"] == "answered"  # the in-process path needs no socket
     assert len(switched_off(stderr)) == len(NOT_FOR_THIS_MOTO)
 
 
-@pytest.mark.parametrize("speedup", sorted({s.capability.name for s in moto_speedups.SPEEDUPS}))
+@pytest.mark.parametrize("speedup", sorted({s.capability.name for s in speedups.SPEEDUPS}))
 def test_a_speedup_whose_moto_code_changed_is_switched_off_alone(speedup: str) -> None:
     # The variant that applies to this moto (checked on moto as shipped, as install()
     # does: this process may have installed them); its first patched attribute is changed.
-    was_installed = moto_speedups.installed()
-    moto_speedups.uninstall()
+    was_installed = speedups.installed()
+    speedups.uninstall()
     try:
-        target = next(s for s in moto_speedups.SPEEDUPS
+        target = next(s for s in speedups.SPEEDUPS
                       if s.capability.name == speedup and check(s.capability) is None)
     finally:
         if was_installed:
-            moto_speedups.install()
+            speedups.install()
     path = target.patches[0].path
     out, stderr = probe(f"changed:{path}")
     verdicts = out["verdicts"]

@@ -62,7 +62,7 @@ def until(check: Any, timeout: float = 15.0) -> Any:
 def waiting_for_signal(h: Harness, run_id: str, name: str) -> None:
     """Until the run's workflow waits for signal `name`, its driver held by nobody."""
     def check() -> bool:
-        row = h.rt.store.get_driver(run_id)
+        row = h.rt.store.drivers.get_driver(run_id)
         w = None if row is None or row.lease_owner else row.waiting
         return bool(w and w["kind"] == "signal" and w["name"] == name)
     until(check)
@@ -138,7 +138,7 @@ def test_signal_refusals_name_what_was_wrong(api: tuple[Harness, str]) -> None:
     res = cli("signal", dag, "approve", "--url", url)
     assert res.exit_code == 2 and "only durable workflows take signals" in res.stderr
     # nothing reached the run
-    assert h.rt.store.signal_ids(run_id, "approve") == set()
+    assert h.rt.store.signals.signal_ids(run_id, "approve") == set()
     unreachable = cli("signal", run_id, "approve", "--url", "http://127.0.0.1:9")
     assert unreachable.exit_code == 3 and "cannot reach the orchestrator" in unreachable.stderr
 
@@ -311,7 +311,7 @@ def test_the_durable_commands_send_the_api_key(api: tuple[Harness, str]) -> None
             refused = cli(*args, "--url", url, "--api-key", key[:-1])
             assert refused.exit_code == 5, (args, refused.output)
             assert "authentication failed" in refused.stderr
-        assert h.rt.store.signal_ids(run_id, "approve") == set()
+        assert h.rt.store.signals.signal_ids(run_id, "approve") == set()
         for args in calls[2:4]:
             assert cli(*args, "--url", url, "--api-key", key).exit_code == 0, args
         token = cli("hooks", "create", run_id, "approve", "--url", url,

@@ -35,7 +35,7 @@ def test_a_golden_journal_is_exported_and_checked_against_an_endpoint(
         api: tuple[Harness, str], app_url: str, tmp_path: Path) -> None:
     h, url = api
     run_id = h.start("versioned", {})
-    until(lambda: len(h.rt.store.read_journal(run_id)) == 2)
+    until(lambda: len(h.rt.store.journal.read_journal(run_id)) == 2)
     golden = tmp_path / "golden.json"
     res = cli("journal", "export", run_id, "-o", str(golden), "--url", url)
     assert res.exit_code == 0, res.output
@@ -62,7 +62,7 @@ def test_show_lists_a_durable_runs_operations_and_what_it_waits_for(
         api: tuple[Harness, str]) -> None:
     h, url = api
     run_id = h.start("versioned", {})
-    until(lambda: (h.rt.store.get_driver(run_id) or _Nothing()).waiting)
+    until(lambda: (h.rt.store.drivers.get_driver(run_id) or _Nothing()).waiting)
     res = cli("show", run_id, "--url", url, "--ascii")
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()

@@ -82,7 +82,7 @@ def until(check: Any, timeout: float = 15.0) -> Any:
 def waiting_for_signal(h: Harness, run_id: str, name: str) -> None:
     """Until the run's workflow waits for signal `name`, its driver held by nobody."""
     def check() -> bool:
-        row = h.rt.store.get_driver(run_id)
+        row = h.rt.store.drivers.get_driver(run_id)
         w = None if row is None or row.lease_owner else row.waiting
         return bool(w and w["kind"] == "signal" and w["name"] == name)
     until(check)

@@ -67,13 +67,13 @@ def test_a_chain_runs_each_step_once_and_ends_with_the_workflows_result(h: Harne
     assert view["status"] == "success", view
     assert view["output"] == {"total": 10}
     assert LEDGER.bodies(run_id) == [f"add-{i}" for i in range(5)]
-    journal = h.rt.store.read_journal(run_id)
+    journal = h.rt.store.journal.read_journal(run_id)
     assert [e["name"] for e in journal] == [f"add-{i}" for i in range(5)]
 
 
 def test_a_runs_first_call_reads_no_journal_and_a_call_after_a_wait_reads_it(
         h: Harness) -> None:
-    # The journal's whole read (store.read_journal): run id and the journal's prefix.
+    # The journal's whole read (store.journal.read_journal): run id and the journal's prefix.
     reads: list[str] = []
 
     def seen(params: dict[str, Any], **_: Any) -> None:
@@ -94,13 +94,13 @@ def test_a_runs_first_call_reads_no_journal_and_a_call_after_a_wait_reads_it(
 
 def test_a_sleep_holds_nothing_and_the_run_resumes_after_it(h: Harness) -> None:
     run_id = h.start("sleeper", {"sleep": "1s"})
-    waiting = until(lambda: (h.rt.store.get_driver(run_id) or None)
-                    if (h.rt.store.get_driver(run_id) or _none()).waiting else None)
+    waiting = until(lambda: (h.rt.store.drivers.get_driver(run_id) or None)
+                            if (h.rt.store.drivers.get_driver(run_id) or _none()).waiting else None)
     assert waiting.lease_owner is None and waiting.waiting["kind"] == "sleep"
     view = h.wait(run_id)
     assert view["status"] == "success"
     assert LEDGER.bodies(run_id) == ["before", "after"]
-    sleep = next(e for e in h.rt.store.read_journal(run_id) if e["kind"] == "sleep")
+    sleep = next(e for e in h.rt.store.journal.read_journal(run_id) if e["kind"] == "sleep")
     assert sleep["ended"] - sleep["started"] >= 1.0
 
 
@@ -121,7 +121,7 @@ def test_a_signal_sent_before_the_wait_is_not_lost(h: Harness) -> None:
 
 def test_a_signal_wakes_a_waiting_run(h: Harness) -> None:
     run_id = h.start("approval", {})
-    until(lambda: (h.rt.store.get_driver(run_id) or _none()).waiting)
+    until(lambda: (h.rt.store.drivers.get_driver(run_id) or _none()).waiting)
     h.rt.signals.send(run_id, "approve", {"approved": True})
     assert h.wait(run_id)["output"] == {"decision": {"approved": True}}
 
@@ -136,7 +136,7 @@ def test_retries_back_off_and_keep_one_idempotency_key(h: Harness) -> None:
     view = h.wait(run_id)
     assert view["output"] == "ok after 3"
     assert len(LEDGER.keys(run_id, "flaky")) == 1
-    [entry] = h.rt.store.read_journal(run_id)
+    [entry] = h.rt.store.journal.read_journal(run_id)
     assert entry["attempts"] == 3
 
 
@@ -171,7 +171,7 @@ def test_signals_over_http(h: Harness) -> None:
 def waiting_for(h: Harness, run_id: str, kind: str, name: str | None = None
                 ) -> dict[str, Any]:
     def check() -> Any:
-        row = h.rt.store.get_driver(run_id)
+        row = h.rt.store.drivers.get_driver(run_id)
         w = None if row is None or row.lease_owner else row.waiting
         return w if w and w["kind"] == kind and name in (None, w["name"]) else None
     got: dict[str, Any] = until(check)
@@ -225,21 +225,21 @@ def test_cancelling_a_run_mid_chain_stops_its_calls(h: Harness) -> None:
     assert h.wait(run_id)["status"] == "killed"
     ran = len(LEDGER.bodies(run_id))
     assert ran < 100
-    journal = h.rt.store.read_journal(run_id)
+    journal = h.rt.store.journal.read_journal(run_id)
     assert len(journal) <= ran
 
 
 def test_the_sweeper_leaves_a_run_waiting_for_a_signal_alone(h: Harness) -> None:
     run_id = h.start("approval", {})
     waiting_for(h, run_id, "signal")
-    row = h.rt.store.get_driver(run_id)
+    row = h.rt.store.drivers.get_driver(run_id)
     # Its poke wakes it; its wake, an hour out, only repairs a poke lost with its process.
     assert row is not None and row.wake_at is not None
     assert 3500 < row.wake_at - time.time() <= 3600
     later = time.time() + 1800
     for _ in range(3):
         h.rt.sweeper(clock=lambda: later).sweep_runs([run_id], set(), later, SweepReport())
-    after = h.rt.store.get_driver(run_id)
+    after = h.rt.store.drivers.get_driver(run_id)
     assert after is not None and after.resends == 0 and after.pokes == row.pokes
 
 
@@ -303,7 +303,7 @@ def test_a_hook_delivers_its_signal_once_with_its_metadata(h: Harness) -> None:
         assert len(set(urls)) == 1 and len(urls) >= 2  # a replay gets the same URL
         # Only the token's hash is stored: neither the journal nor the control table
         # holds the token.
-        journal = json.dumps(h.rt.store.read_journal(run_id))
+        journal = json.dumps(h.rt.store.journal.read_journal(run_id))
         items = h.rt.clients.dynamodb.scan(TableName=h.rt.settings.names.control_table)
         assert token not in journal and token not in json.dumps(items["Items"])
 
@@ -318,7 +318,7 @@ def test_an_expired_hook_is_gone_and_changes_nothing(h: Harness) -> None:
         until(lambda: time.time() > made.json()["expires_at"])
         late = httpx.post(server.url + made.json()["url"], json={"approved": True})
         assert late.status_code == 410
-        assert h.rt.store.signal_ids(run_id, "approve") == set()
+        assert h.rt.store.signals.signal_ids(run_id, "approve") == set()
         fresh = httpx.post(server.url + "/hooks", json={
             "run_id": run_id, "signal": "approve", "metadata": {"via": "hook"}}).json()
         assert httpx.post(server.url + fresh["url"], json={"ok": 1}).status_code == 202
@@ -475,7 +475,7 @@ def test_a_run_past_its_journal_cap_fails_with_advice(
         view = harness.wait(harness.start("chain", {"steps": 20}))
         assert view["status"] == "failed"
         assert view["error"]["code"] in ("journal_too_large", "step_failed")
-        driver = harness.rt.store.get_driver(view["run_id"])
+        driver = harness.rt.store.drivers.get_driver(view["run_id"])
         assert driver is not None and driver.error["code"] == "journal_too_large"
         assert "child runs" in driver.error["message"]
     finally:
@@ -493,10 +493,11 @@ def test_racing_resolutions_of_one_wait_record_one_outcome(h: Harness) -> None:
     outcomes = [{**place, "status": "timeout", "value": None},
                 *({**place, "status": "ok", "value": {"n": i}} for i in range(7))]
     with ThreadPoolExecutor(8) as pool:
-        stored = list(pool.map(lambda e: h.rt.store.put_entry(f"{run_id}-race", e, time.time()),
-                               outcomes))
+        stored = list(pool.map(
+            lambda e: h.rt.store.journal.put_entry(f"{run_id}-race", e, time.time()),
+            outcomes))
     assert len({json.dumps(s, sort_keys=True) for s in stored}) == 1
-    assert h.rt.store.read_journal(f"{run_id}-race") == [stored[0]]
+    assert h.rt.store.journal.read_journal(f"{run_id}-race") == [stored[0]]
 
 
 def test_a_cancel_racing_a_signal_ends_the_run_killed_once(h: Harness) -> None:
@@ -533,14 +534,14 @@ def test_a_cancel_racing_a_signal_ends_the_run_killed_once(h: Harness) -> None:
 
 def test_a_branch_counted_twice_starts_the_same_next_branch(h: Harness) -> None:
     store, run_id = h.rt.store, "agg-run"
-    store.open_parallel(run_id, "", 3, total=4, limit=2, done=set(), cursor=2,
-                        now=time.time())
-    first = store.branch_done(run_id, "", 3, 1)
-    again = store.branch_done(run_id, "", 3, 1)  # a repeat after a crash
+    store.drivers.open_parallel(run_id, "", 3, total=4, limit=2, done=set(), cursor=2,
+                                now=time.time())
+    first = store.drivers.branch_done(run_id, "", 3, 1)
+    again = store.drivers.branch_done(run_id, "", 3, 1)  # a repeat after a crash
     assert first["start"] == again["start"] == 2
-    assert store.branch_done(run_id, "", 3, 0)["start"] == 3
-    assert store.branch_done(run_id, "", 3, 2)["start"] is None
-    last = store.branch_done(run_id, "", 3, 3)
+    assert store.drivers.branch_done(run_id, "", 3, 0)["start"] == 3
+    assert store.drivers.branch_done(run_id, "", 3, 2)["start"] is None
+    last = store.drivers.branch_done(run_id, "", 3, 3)
     assert last["done"] == {0, 1, 2, 3} and last["start"] is None
 
 
@@ -550,7 +551,7 @@ def test_a_driver_keeps_only_its_last_wait_in_its_history(h: Harness) -> None:
         waiting_for(h, run_id, "signal")
         h.rt.signals.send(run_id, "approve", {"n": n})
     h.wait(run_id)
-    driver = h.rt.store.get_driver(run_id)
+    driver = h.rt.store.drivers.get_driver(run_id)
     assert driver is not None
     waits = [e for e in driver.history if e["type"] == "run.waiting"]
     assert len(waits) <= 1 and len(driver.history) <= 4, driver.history

@@ -5,11 +5,14 @@ anyone else."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +22,7 @@ from infra.emulator import Emulator
 from orchestrator.adapters.aws import Clients, make_clients
 from orchestrator.settings import Settings
 
+ROOT = Path(__file__).resolve().parents[2]
 # Without the DynamoDB lock, about one round in ten has two winners (measured: 5 of 50),
 # so 50 rounds miss a broken emulator with odds below 1 in 100. Each race is 1,600 boto3
 # calls, CPU-bound at ~8 ms a call on a 2-core box: ~15-20 s, hence `slow`.
@@ -282,3 +286,38 @@ def test_a_client_stalled_mid_request_freezes_no_one_elses_dynamodb(
         assert worst < 2.0, worst
     finally:
         stalled.close()
+
+
+def test_the_standalone_command_serves_over_http() -> None:
+    # `python -m infra.emulator` (README: other endpoints; the chaos cluster; the bench).
+    proc = subprocess.Popen([sys.executable, "-m", "infra.emulator", "--port", "0"],
+                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()  # "" if it died before serving
+        assert url.startswith("http://127.0.0.1:"), url
+        clients = make_clients(Settings(endpoint_url=url))
+        assert "TableNames" in clients.dynamodb.list_tables(Limit=1)
+        assert "QueueUrls" not in clients.sqs.list_queues(QueueNamePrefix="none-such")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def test_the_old_import_paths_name_the_same_objects() -> None:
+    # The emulator was modules of infra/ before it was the package infra/emulator/.
+    from infra import capabilities, emulator_process, moto_speedups
+    from infra.emulator import capabilities as now_capabilities
+    from infra.emulator import process, speedups, tuning
+
+    assert moto_speedups.install is speedups.install
+    assert moto_speedups.SPEEDUPS is speedups.SPEEDUPS
+    assert capabilities.report is now_capabilities.report
+    assert capabilities.resolve is now_capabilities.resolve
+    assert emulator_process.EmulatorProcess is process.EmulatorProcess
+    assert emulator_process.spare_core is tuning.spare_core
+    for module in (capabilities, emulator_process, moto_speedups):
+        assert all(hasattr(module, name) for name in module.__all__), module

@@ -29,9 +29,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from infra.emulator import Emulator
-from infra.emulator_process import SOCKET_PATH_MAX, EmulatorProcess, unavailable
-from infra.local import LocalStack, StackOptions
+from infra.emulator.process import SOCKET_PATH_MAX, EmulatorProcess, unavailable
 from orchestrator.adapters.aws import Clients, make_clients
+from orchestrator.cli.dev import LocalStack, StackOptions
 from orchestrator.errors import OrchestratorError
 from orchestrator.settings import Settings
 
@@ -215,7 +215,7 @@ def test_signals_to_the_group_leave_its_end_to_the_parent() -> None:
 
 PARENT = """
 import sys, time
-from infra.emulator_process import EmulatorProcess
+from infra.emulator.process import EmulatorProcess
 emulator = EmulatorProcess().start()
 print(emulator.pid, emulator.url, flush=True)
 time.sleep(600)
@@ -249,7 +249,7 @@ def test_a_request_moto_fails_on_is_answered_500_and_the_connection_goes_on(
     from botocore.awsrequest import AWSPreparedRequest
     from botocore.compat import HTTPHeaders
 
-    from infra.emulator_process import Remote
+    from infra.emulator.process import Remote
 
     remote = Remote(emulator.address, emulator._authkey, emulator.url, "dynamodb",
                     "us-east-1")
@@ -308,7 +308,7 @@ def test_under_a_long_tmpdir_its_socket_goes_to_a_short_private_directory(
 def test_where_no_directory_is_short_enough_for_its_socket_none_is_chosen(
     tmp_path: Path
 ) -> None:
-    from infra.emulator_process import _socket_parent
+    from infra.emulator.process import _socket_parent
 
     long = tmp_path / ("t" * SOCKET_PATH_MAX)
     long.mkdir()

@@ -272,4 +272,4 @@ def test_a_duplicate_event_is_answered_from_the_first(harness_factory: Any) -> N
     now[0] += 3 * 24 * 3600
     late = rt.events.emit("order.paid", big, event_id="dup-1")
     assert late["duplicate"] and all(r["created"] is False for r in late["runs"])
-    assert all(rt.store.get_run(r["run_id"], now[0]) is None for r in late["runs"])
+    assert all(rt.store.runs.get_run(r["run_id"], now[0]) is None for r in late["runs"])

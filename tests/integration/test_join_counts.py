@@ -54,7 +54,7 @@ def test_a_join_wider_than_a_chunk_is_promoted_once_by_split_and_copied_counts(
     harness_factory: Any,
 ) -> None:
     h = harness_factory(MANIFEST)
-    store = h.rt.store
+    store = h.rt.store.steps
     run_id = h.start("wide")  # no worker: the counts are given here
     writes = count_writes(h)
     rng = random.Random(22)
@@ -85,7 +85,7 @@ def test_a_count_cut_short_between_its_writes_is_finished_by_a_copy(
     harness_factory: Any,
 ) -> None:
     h = harness_factory(MANIFEST)
-    store = h.rt.store
+    store = h.rt.store.steps
     run_id = h.start("wide")
     # Every dependency counted, but the write marking the first chunk complete was
     # lost with its worker: the head names the other two only.
@@ -108,7 +108,7 @@ def test_a_count_cut_short_between_its_writes_is_finished_by_a_copy(
 
 def test_a_reruns_reused_dependencies_count_from_its_start(harness_factory: Any) -> None:
     h = harness_factory(MANIFEST)
-    store = h.rt.store
+    store = h.rt.store.steps
     run_id = h.start("wide")
     join = store.get_step(run_id, "join")
     assert join is not None and join.status is StepStatus.BLOCKED

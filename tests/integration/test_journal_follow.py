@@ -57,7 +57,7 @@ def steps_of(h: Harness, run_id: str) -> list[dict[str, Any]]:
 
 def whole(h: Harness, run_id: str, reads: Reads | None = None) -> list[dict[str, Any]]:
     """The steps a read of the whole journal shows (its reads not counted)."""
-    got = durable_steps(h.rt.store.read_journal(run_id), None)
+    got = durable_steps(h.rt.store.journal.read_journal(run_id), None)
     if reads is not None:
         reads.take()
     return got
@@ -74,19 +74,19 @@ def test_a_look_reads_what_changed_and_shows_what_a_whole_read_would(h: Harness)
     run_id = h.start("wf", {})
     reads = Reads(h)
     store, now = h.rt.store, time.time()
-    store.commit_entries(run_id, [entry("", i) for i in range(300)], now)
+    store.journal.commit_entries(run_id, [entry("", i) for i in range(300)], now)
     shown, read = look(h, run_id, reads)
     assert shown == whole(h, run_id, reads) and read == 300  # the first look: all of it
     shown, read = look(h, run_id, reads)
     assert len(shown) == 300 and read == 0  # nothing changed: nothing read
     # A parallel at position 300, running: its branches' entries land (nested ones too).
-    store.commit_entries(run_id, [entry("300:0", 0), entry("300:1", 0),
-                                  entry("300:1/0:0", 0)], now)
+    store.journal.commit_entries(run_id, [entry("300:0", 0), entry("300:1", 0),
+                                          entry("300:1/0:0", 0)], now)
     shown, read = look(h, run_id, reads)
     assert shown == whole(h, run_id, reads) and read == 3  # the running parallel's
     # It ends (its last branch entry, then its own), and the chain goes on.
-    store.commit_entries(run_id, [entry("300:2", 0), entry("", 300, "parallel"),
-                                  *[entry("", i) for i in range(301, 306)]], now)
+    store.journal.commit_entries(run_id, [entry("300:2", 0), entry("", 300, "parallel"),
+                                          *[entry("", i) for i in range(301, 306)]], now)
     shown, read = look(h, run_id, reads)
     assert shown == whole(h, run_id, reads)
     assert read == 6 + 4  # the new top entries, then the ended parallel's branches, once
@@ -97,11 +97,11 @@ def test_a_look_reads_what_changed_and_shows_what_a_whole_read_would(h: Harness)
 def test_a_reset_drops_what_a_follower_kept(h: Harness) -> None:
     run_id = h.start("wf", {})
     store, now = h.rt.store, time.time()
-    store.commit_entries(run_id, [entry("", i) for i in range(6)], now)
+    store.journal.commit_entries(run_id, [entry("", i) for i in range(6)], now)
     assert len(steps_of(h, run_id)) == 6
-    store.delete_entries(run_id, "", 2)
-    assert store.note_run(run_id, time.time(), "run.reset", to=2)
-    store.commit_entries(run_id, [{**entry("", 2), "value": "again"}], now)
+    store.journal.delete_entries(run_id, "", 2)
+    assert store.runs.note_run(run_id, time.time(), "run.reset", to=2)
+    store.journal.commit_entries(run_id, [{**entry("", 2), "value": "again"}], now)
     shown = steps_of(h, run_id)
     assert shown == whole(h, run_id)
     assert [s["position"] for s in shown] == [0, 1, 2] and shown[2]["output"] == "again"

@@ -150,7 +150,7 @@ def test_a_record_that_cannot_end_in_time_is_not_started_and_comes_back(
     out = run_worker(lam, [msg], timeout=12.0)
     assert out == {"batchItemFailures": [{"itemIdentifier": msg["MessageId"]}]}
     assert recorder.for_step(run_id, "nap") == []
-    row = lam.rt.store.get_step(run_id, "nap")
+    row = lam.rt.store.steps.get_step(run_id, "nap")
     assert row is not None and not row.claimed
     (again,) = receive(lam, 1)  # handed back visible at once, not after the timeout
     assert again["MessageId"] == msg["MessageId"]
@@ -173,7 +173,7 @@ def test_a_chain_goes_on_inline_only_while_its_next_step_fits(
     # Room for `one` (10 s timeout + 5 s margin) but not for `two` (100 s) after it.
     assert run_worker(lam, [msg], timeout=60.0) == {"batchItemFailures": []}
     # Not promoted: its row, which the start left out, is still unwritten.
-    assert lam.rt.store.get_step(tight, "two") is None
+    assert lam.rt.store.steps.get_step(tight, "two") is None
     two = steps_of(lam.rt.runs.view(tight))["two"]
     assert two["status"] == "blocked"
     assert recorder.for_step(tight, "two") == []
@@ -251,7 +251,7 @@ def test_a_sweeper_stays_for_a_schedule_tick_due_before_its_end(
     # Kept sweeping for the tick (every 0.5 s until one interval and the margin are left)
     # and fired it; an idle stack would have stopped after one pass.
     assert out["passes"] >= 2 and "idle" not in out, out
-    runs, _ = lam.rt.store.list_runs("ticking", time.time())
+    runs, _ = lam.rt.store.runs.list_runs("ticking", time.time())
     assert runs, "the schedule's tick did not fire"
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from infra.local import LocalStack, StackOptions
 from orchestrator import lambda_handlers as L
+from orchestrator.cli.dev import LocalStack, StackOptions
 from orchestrator.webhook_signing import sign
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,7 +135,7 @@ def test_a_schedule_tick_fires_through_the_scheduled_sweeper(stack: LocalStack) 
     rt = stack.runtime
     deadline = time.monotonic() + 30
     while True:
-        runs, _ = rt.store.list_runs("ticking", time.time())
+        runs, _ = rt.store.runs.list_runs("ticking", time.time())
         done = [r for r in runs if r.status.value == "success"]
         if done:
             assert done[0].trigger is not None and done[0].trigger.source == "schedule"

@@ -1,4 +1,4 @@
-"""The emulator's memo of moto's DynamoDB expression work (infra/moto_speedups.py) answers
+"""The emulator's memo of moto's DynamoDB expression work (infra/emulator/speedups/) answers
 exactly as moto does: the same items, the same errors, also when one expression text comes
 back with other names or values that make it invalid."""
 
@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from infra import moto_speedups
-from infra.emulator import Emulator
+from infra.emulator import Emulator, speedups
 from orchestrator.adapters.aws import make_clients
 from orchestrator.settings import Settings
 
@@ -136,11 +135,11 @@ def paged(ddb: Any, **query: Any) -> list[Any]:
 
 def on_stock_moto(play: Any, ddb: Any) -> Any:
     """`play` run on moto as shipped (the memo is put back after)."""
-    moto_speedups.uninstall()
+    speedups.uninstall()
     try:
         return play(ddb)
     finally:
-        assert moto_speedups.install()
+        assert speedups.install()
 
 
 def new_table(ddb: Any, **index: Any) -> str:
@@ -203,7 +202,7 @@ stock_moto = pytest.mark.skipif(bool(os.environ.get("ORCH_MOTO_STOCK")),
 
 @stock_moto
 def test_the_memo_is_installed_on_the_pinned_moto(ddb: Any) -> None:
-    assert moto_speedups.installed(), "Emulator.start installs the memo on moto 5.2"
+    assert speedups.installed(), "Emulator.start installs the memo on moto 5.2"
 
 
 @stock_moto
@@ -310,7 +309,7 @@ def play_table_queries(ddb: Any) -> list[Any]:
 
 @stock_moto
 def test_table_queries_answer_exactly_as_stock_moto(ddb: Any) -> None:
-    assert {"query-copy", "type-size"} <= set(moto_speedups.active())
+    assert {"query-copy", "type-size"} <= set(speedups.active())
     stock = on_stock_moto(play_table_queries, ddb)
     assert play_table_queries(ddb) == stock
     first = stock[0]
@@ -392,14 +391,14 @@ def test_a_value_sized_with_its_type_read_once_is_moto_s_size() -> None:
     odd = DynamoType({"M": {"a": {"L": [{"S": "x"}]}, "b": {"M": {"c": {"L": []}}}}})
     odd.value["a"].value.append({"S": "yy"})
     odd.value["b"].value["c"].value.append({"M": {"d": {"N": "12"}}})
-    moto_speedups.install()  # this test starts no emulator: it may run before any does
-    assert "type-size" in moto_speedups.active()
+    speedups.install()  # this test starts no emulator: it may run before any does
+    assert "type-size" in speedups.active()
     sped = [DynamoType(v).size() for v in samples] + [odd.size()]
-    moto_speedups.uninstall()
+    speedups.uninstall()
     try:
         stock = [DynamoType(v).size() for v in samples] + [odd.size()]
     finally:
-        assert moto_speedups.install()
+        assert speedups.install()
     assert sped == stock
     assert all(size > 0 for size in stock[:6])
 
@@ -565,9 +564,9 @@ def _request_facts(request: Any) -> dict[str, Any]:
 
 @stock_moto
 def test_requests_built_from_their_environ_are_the_requests_moto_builds(ddb: Any) -> None:
-    from infra.capabilities import resolve
+    from infra.emulator.capabilities import resolve
 
-    if "json-request" not in moto_speedups.active():
+    if "json-request" not in speedups.active():
         pytest.skip("json-request is off on this moto")
     try:
         resolve("moto.core.request:Request.from_primitives")
@@ -593,11 +592,11 @@ def test_requests_built_from_their_environ_are_the_requests_moto_builds(ddb: Any
         ]
 
     built = [_request_facts(moto_request.normalize_request(r)) for r in requests()]
-    moto_speedups.uninstall()
+    speedups.uninstall()
     try:
         stock = [_request_facts(moto_request.normalize_request(r)) for r in requests()]
     finally:
-        assert moto_speedups.install()
+        assert speedups.install()
     assert built == stock
 
 
@@ -669,7 +668,7 @@ def test_transactions_answer_and_roll_back_exactly_as_stock_moto(ddb: Any) -> No
     answers = stock[0::2]
     assert [a[0] for a in answers].count("ok") == 3, answers
     assert [a[0] for a in answers].count("error") == 7, answers
-    assert "transact-undo" in moto_speedups.active()
+    assert "transact-undo" in speedups.active()
 
 
 # Every kind of attribute value, nested, with the edge cases of each (empty string, empty
@@ -724,7 +723,7 @@ def play_values(ddb: Any) -> list[Any]:
 @stock_moto
 def test_answers_of_every_attribute_value_are_stock_motos(ddb: Any) -> None:
     stock = on_stock_moto(play_values, ddb)
-    assert "answer-values" in moto_speedups.active()
+    assert "answer-values" in speedups.active()
     assert play_values(ddb) == stock
     assert len(stock) == 10 and stock[-1] is not None  # the refused put carried the row
 
@@ -760,7 +759,7 @@ def play_sizes(ddb: Any) -> list[Any]:
 @stock_moto
 def test_items_at_the_size_limit_answer_exactly_as_stock_moto(ddb: Any) -> None:
     stock = on_stock_moto(play_sizes, ddb)
-    assert "item-size" in moto_speedups.active()
+    assert "item-size" in speedups.active()
     assert play_sizes(ddb) == stock
     assert stock[1] == ("ok", 405_027) and stock[2][0] == "error"  # the limit, to the byte
     assert stock[5] != "grown"  # an update past the limit is refused too

@@ -74,11 +74,11 @@ class StandIn:
     @classmethod
     def take(cls, env: WorkflowEnv, run_id: str) -> StandIn:
         store, now = env.rt.store, env.clock()
-        driver = store.get_driver(run_id)
+        driver = store.drivers.get_driver(run_id)
         assert driver is not None and driver.lease_owner is None, driver
         assert driver.waiting is not None and driver.waiting["kind"] == "mismatch", driver
-        row = store.claim(run_id, DRIVER, driver.attempt,
-                          Lease(STAND_IN, now + env.rt.settings.lease_margin), now)
+        row = store.steps.claim(run_id, DRIVER, driver.attempt,
+                                Lease(STAND_IN, now + env.rt.settings.lease_margin), now)
         assert row.lease_owner == STAND_IN and not row.status.terminal, row
         return cls(env, run_id, row)
 
@@ -91,9 +91,9 @@ class StandIn:
         out = release_of(Waiting.from_json(row.waiting), now,
                          redispatch_after=store.wake.redispatch_after)
         assert not (out.dispatch or out.timer), out
-        left = store.suspend_driver(self.run_id, STAND_IN, row.attempt, row.pokes,
-                                    row.waiting, out.due, out.wake, now,
-                                    reset_attempt=row.attempt > 1)
+        left = store.drivers.suspend_driver(self.run_id, STAND_IN, row.attempt, row.pokes,
+                                            row.waiting, out.due, out.wake, now,
+                                            reset_attempt=row.attempt > 1)
         self.released.append(left)
         assert left == "ok", left
 
@@ -135,7 +135,7 @@ def test_a_resume_waits_for_the_pausing_worker_to_let_go(env: WorkflowEnv) -> No
 
     def let_go() -> None:
         # While the resume waits: the pause is written and the stand-in holds the driver.
-        driver = env.rt.store.get_driver(run_id)
+        driver = env.rt.store.drivers.get_driver(run_id)
         seen.append((env.status(run_id), driver.lease_owner if driver else None))
         stand_in.release()
 
@@ -146,7 +146,7 @@ def test_a_resume_waits_for_the_pausing_worker_to_let_go(env: WorkflowEnv) -> No
     assert stand_in.released == ["ok"]
     # Refused once, waited once, held on the next try.
     assert sleep.calls == [HOLD_RETRY]
-    driver = env.rt.store.get_driver(run_id)
+    driver = env.rt.store.drivers.get_driver(run_id)
     assert driver is not None and driver.lease_owner is None, driver
     assert driver.waiting is not None and driver.waiting["kind"] == "next", driver
     assert env.status(run_id) == "running"
@@ -168,7 +168,7 @@ def test_a_resume_answers_409_when_the_holder_never_lets_go(env: WorkflowEnv) ->
     assert took < HOLD_WAIT, took
     # Nothing was touched: still paused, still the stand-in's.
     assert env.status(run_id) == "paused"
-    driver = env.rt.store.get_driver(run_id)
+    driver = env.rt.store.drivers.get_driver(run_id)
     assert driver is not None and driver.lease_owner == STAND_IN, driver
     assert pause_and_resume(env, run_id) == ["run.paused"]
     # Tried again once the run waits, the resume goes through at once.
@@ -221,7 +221,7 @@ def test_a_release_right_after_the_refused_hold_is_not_a_409(env: WorkflowEnv) -
         # The resume's first hold was refused while the stand-in held the driver, the
         # stand-in let go right then, and the driver is free: a 409 now is the race's.
         assert holds[:1] == [True] and stand_in.released == ["ok"]
-        driver = env.rt.store.get_driver(run_id)
+        driver = env.rt.store.drivers.get_driver(run_id)
         assert driver is not None and driver.lease_owner is None, driver
     assert out["was_paused"] is True
     assert_finishes_after_the_fix(env, run_id)

@@ -43,7 +43,7 @@ def test_runs_spread_over_partitions_list_newest_first_page_after_page(
     seen: list[Any] = []
     cursor = None
     for _ in range(20):
-        page, cursor = rt.store.list_runs(None, time.time(), limit=7, start=cursor)
+        page, cursor = rt.store.runs.list_runs(None, time.time(), limit=7, start=cursor)
         assert len(page) <= 7
         seen += page
         if cursor is None:
@@ -66,8 +66,8 @@ def test_a_status_filter_pages_across_partitions(harness_factory: Any) -> None:
     seen: list[str] = []
     cursor = None
     for _ in range(20):
-        page, cursor = rt.store.list_runs(None, time.time(), status="killed", limit=2,
-                                          start=cursor)
+        page, cursor = rt.store.runs.list_runs(None, time.time(), status="killed", limit=2,
+                                               start=cursor)
         seen += [r.run_id for r in page]
         if cursor is None:
             break
@@ -82,7 +82,7 @@ def _listings(rt: Any) -> dict[str, list[tuple[str, str]]]:
         seen: list[tuple[str, str]] = []
         cursor = None
         for _ in range(30):
-            page, cursor = rt.store.list_runs(workflow, time.time(), status=status, limit=3,
+            page, cursor = rt.store.runs.list_runs(workflow, time.time(), status=status, limit=3,
                                               start=cursor)
             seen += [(r.run_id, r.shown_status) for r in page]
             if cursor is None:

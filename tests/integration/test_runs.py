@@ -223,7 +223,7 @@ def test_large_output_goes_to_blob_store_and_arrives_intact(harness_factory: Any
     assert view["status"] == "success"
     assert steps["consume"]["output"]["blob_sizes"] == {"produce": 300000}
     assert len(steps["produce"]["output"]["blob"]) == 300000
-    row = h.rt.store.get_step(run_id, "produce")
+    row = h.rt.store.steps.get_step(run_id, "produce")
     assert row is not None and row.output_ref is not None  # not in the row
 
 
@@ -287,18 +287,18 @@ def test_finished_runs_carry_a_ttl(harness_factory: Any) -> None:
     del writes[:]
     h.start_workers()
     h.wait(run_id)
-    run = h.rt.store.get_run(run_id, h.rt.clock())
+    run = h.rt.store.runs.get_run(run_id, h.rt.clock())
     assert run is not None and run.expires_at is not None
     assert 23 * 3600 < run.expires_at - run.finished_at <= 24 * 3600 + 1
     # Each step row stamped its expiry in its own terminal write: the longest retention,
     # so no row of a run expires before the run does.
-    steps = h.rt.store.query_steps(run_id)
+    steps = h.rt.store.steps.query_steps(run_id)
     assert all(s.expires_at is not None and s.expires_at >= run.expires_at for s in steps)
     assert not [w for w in writes if w.startswith(("BatchWriteItem", "PutItem"))
                 and w.endswith(" None")], writes
     assert [w for w in writes if w.startswith("PutItem")]  # the moves above
     # readers ignore a row past its expiry even before DynamoDB deletes it
-    assert h.rt.store.get_run(run_id, run.expires_at + 1) is None
+    assert h.rt.store.runs.get_run(run_id, run.expires_at + 1) is None
 
 
 def test_a_failed_run_expires_with_its_first_step_row(harness_factory: Any) -> None:
@@ -306,9 +306,9 @@ def test_a_failed_run_expires_with_its_first_step_row(harness_factory: Any) -> N
     h.start_workers()
     run_id = h.start("nightly")
     h.wait(run_id)
-    run = h.rt.store.get_run(run_id, h.rt.clock())
+    run = h.rt.store.runs.get_run(run_id, h.rt.clock())
     assert run is not None and run.expires_at is not None and run.finished_at is not None
-    steps = h.rt.store.query_steps(run_id)
+    steps = h.rt.store.steps.query_steps(run_id)
     ttl = h.rt.settings.ttl_failed
     # Kept ttl_failed, less the few seconds it ran: never past one of its rows.
     assert run.expires_at == min(s.expires_at or 0.0 for s in steps)

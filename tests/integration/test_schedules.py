@@ -64,7 +64,7 @@ def clocked(h: Harness, start: float) -> tuple[Runtime, list[float], Callable[[f
 
 
 def runs_of(rt: Runtime, workflow: str) -> list[Any]:
-    runs, _ = rt.store.list_runs(workflow, rt.clock(), limit=100)
+    runs, _ = rt.store.runs.list_runs(workflow, rt.clock(), limit=100)
     return runs
 
 
@@ -134,7 +134,7 @@ def test_pause_resume_and_trigger(harness_factory: Any) -> None:
     assert resumed["paused"] is False and resumed["next_fire"] == at("2026-06-01T13:00:00")
     manual = rt.scheduler.trigger("hourly")["runs"]
     assert len(manual) == 1 and "manual" in manual[0]
-    assert rt.store.get_run(manual[0], now[0]).trigger["source"] == "manual"
+    assert rt.store.runs.get_run(manual[0], now[0]).trigger["source"] == "manual"
     assert rt.scheduler.show("hourly")["next_fire"] == at("2026-06-01T13:00:00")
     # Over the API.
     with BackgroundServer(create_app(rt)) as server, httpx.Client(base_url=server.url) as c:

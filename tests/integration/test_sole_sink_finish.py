@@ -92,16 +92,16 @@ def sink_done(h: Harness, run_id: str) -> tuple[Any, RunContext]:
     rt = h.rt
     t0 = time.time()
     done: Any = None
-    run = rt.store.get_run(run_id, t0)
+    run = rt.store.runs.get_run(run_id, t0)
     assert run is not None
     for step, dep in (("one", None), ("two", "one"), ("three", "two")):
         if dep is not None:  # the start left its row out: the promotion creates it
-            rt.store.promote(run_id, step, 1, None, t0, all_deps=[dep],
-                             plan=RunContext.of(run).plan(step))
-        rt.store.claim(run_id, step, 1, Lease("w", t0 + 60), t0)
-        done = rt.store.record_success(run_id, step, 1, "w", output_json="{}",
-                                       output_ref=None, size=2, now=time.time())
-    run = rt.store.get_run(run_id, time.time())
+            rt.store.steps.promote(run_id, step, 1, None, t0, all_deps=[dep],
+                                   plan=RunContext.of(run).plan(step))
+        rt.store.steps.claim(run_id, step, 1, Lease("w", t0 + 60), t0)
+        done = rt.store.steps.record_success(run_id, step, 1, "w", output_json="{}",
+                                             output_ref=None, size=2, now=time.time())
+    run = rt.store.runs.get_run(run_id, time.time())
     assert run is not None
     return done, RunContext.of(run)
 
@@ -114,7 +114,7 @@ def test_a_cancel_between_the_sinks_success_and_the_finish_wins(
     run_id = h.start("chain")
     done, ctx = sink_done(h, run_id)
     assert ctx.ends_with == "three"
-    rt.store.request_kill(run_id, "changed my mind", time.time())
+    rt.store.runs.request_kill(run_id, "changed my mind", time.time())
     assert not rt.executor.end_with(done, ctx)  # guarded: the cancel is flagged
     tally = Tally()
     tally.add(run_id)
@@ -133,9 +133,9 @@ def test_a_run_older_than_its_rows_expiry_allows_is_finished_by_the_verified_pat
     assert not rt.executor.end_with(done, old)
     assert rt.runs.view(run_id)["status"] == "running"
     assert rt.executor.end_with(done, ctx)
-    run = rt.store.get_run(run_id, time.time())
+    run = rt.store.runs.get_run(run_id, time.time())
     assert run is not None and run.status is RunStatus.SUCCESS
     # It expires no later than its first row (each stamped at its finish + 100 s).
-    rows = rt.store.query_steps(run_id)
+    rows = rt.store.steps.query_steps(run_id)
     assert run.expires_at is not None and all(r.expires_at is not None for r in rows)
     assert run.expires_at <= min(r.expires_at or 0.0 for r in rows)

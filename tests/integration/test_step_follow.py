@@ -59,9 +59,9 @@ class Asked:
 
 def whole(h: Harness, run_id: str) -> list[dict[str, Any]]:
     """The view's steps from a whole read, by a service that never looked before."""
-    run = h.rt.store.get_run(run_id, time.time())
+    run = h.rt.store.runs.get_run(run_id, time.time())
     assert run is not None
-    rows = RunContext.of(run).rows(h.rt.store.query_steps(run_id, shown=True))
+    rows = RunContext.of(run).rows(h.rt.store.steps.query_steps(run_id, shown=True))
     from orchestrator.services.views import run_view
 
     return run_view(run, rows, h.rt.executor.load_output)["steps"]  # type: ignore[no-any-return]
@@ -76,19 +76,19 @@ def look(h: Harness, run_id: str) -> list[dict[str, Any]]:
 def succeed(h: Harness, run_id: str, step: str, dependant: str | None, now: float) -> None:
     """What a worker does: record `step`'s success, then promote and claim its dependant
     (created from the plan: the start left it out)."""
-    h.rt.store.record_success(run_id, step, 1, "w", output_json=f'{{"{step}": 1}}',
-                              output_ref=None, size=9, now=now)
+    h.rt.store.steps.record_success(run_id, step, 1, "w", output_json=f'{{"{step}": 1}}',
+                                    output_ref=None, size=9, now=now)
     if dependant is not None:
         ctx = h.rt.executor.context(run_id)
-        assert h.rt.store.satisfy(run_id, dependant, step, 1, Lease("w", 30.0), now,
-                                  plan=ctx.plan(dependant)) is not None
+        assert h.rt.store.steps.satisfy(run_id, dependant, step, 1, Lease("w", 30.0), now,
+                                        plan=ctx.plan(dependant)) is not None
 
 
 def run_the_chain(h: Harness, run_id: str, *, look_before_the_last: bool = False) -> None:
     """Every step of the chain succeeds, each promoting and claiming the next; the run
     is finished. `look_before_the_last`: a look while the last step is in flight."""
     now = time.time()
-    h.rt.store.claim(run_id, "s00", 1, Lease("w", 30.0), now)
+    h.rt.store.steps.claim(run_id, "s00", 1, Lease("w", 30.0), now)
     for i in range(N - 1):
         succeed(h, run_id, f"s{i:02d}", f"s{i + 1:02d}", now)
     if look_before_the_last:
@@ -106,7 +106,7 @@ def test_a_chain_look_reads_the_step_in_flight_and_the_ones_that_ended(
     now = time.time()
     look(h, run_id)
     asked.take()
-    h.rt.store.claim(run_id, "s00", 1, Lease("w", 30.0), now)
+    h.rt.store.steps.claim(run_id, "s00", 1, Lease("w", 30.0), now)
     for i in range(N - 1):
         succeed(h, run_id, f"s{i:02d}", f"s{i + 1:02d}", now)
         if i % 3:
@@ -157,29 +157,29 @@ def test_skips_below_a_failure_and_a_join_are_seen_as_a_whole_read_sees_them(
     run_id = h.start("branches")
     now = time.time()
     look(h, run_id)
-    h.rt.store.claim(run_id, "root", 1, Lease("w", 30.0), now)
+    h.rt.store.steps.claim(run_id, "root", 1, Lease("w", 30.0), now)
     look(h, run_id)
     ctx = h.rt.executor.context(run_id)
-    h.rt.store.record_success(run_id, "root", 1, "w", output_json="1", output_ref=None,
-                              size=1, now=now)
+    h.rt.store.steps.record_success(run_id, "root", 1, "w", output_json="1", output_ref=None,
+                                    size=1, now=now)
     for step in ("bad", "good"):
-        h.rt.store.satisfy(run_id, step, "root", 1, Lease("w", 30.0), now,
-                           plan=ctx.plan(step))
+        h.rt.store.steps.satisfy(run_id, step, "root", 1, Lease("w", 30.0), now,
+                                 plan=ctx.plan(step))
     look(h, run_id)
-    h.rt.store.record_failure(run_id, "bad", 1, "w", error={"code": "http_error",
-                                                            "message": "no"}, now=now)
+    h.rt.store.steps.record_failure(run_id, "bad", 1, "w", error={"code": "http_error",
+                                                                  "message": "no"}, now=now)
     look(h, run_id)
     # The failure's branch is skipped below it (the row the start left out is created
     # skipped), and the join with it.
     for step, statuses in (("below", (StepStatus.BLOCKED,)), ("join", (StepStatus.BLOCKED,))):
-        h.rt.store.skip(run_id, step, statuses, "dependency did not succeed", now,
-                        plan=ctx.plan(step))
+        h.rt.store.steps.skip(run_id, step, statuses, "dependency did not succeed", now,
+                              plan=ctx.plan(step))
     steps = look(h, run_id)
     assert {s["step"]: s["status"] for s in steps} == {
         "root": "success", "bad": "failed", "below": "skipped", "good": "dispatched",
         "join": "skipped"}
-    h.rt.store.record_success(run_id, "good", 1, "w", output_json="2", output_ref=None,
-                              size=1, now=now)
+    h.rt.store.steps.record_success(run_id, "good", 1, "w", output_json="2", output_ref=None,
+                                    size=1, now=now)
     steps = look(h, run_id)
     assert {s["step"]: s["status"] for s in steps}["good"] == "success"
 
@@ -205,10 +205,10 @@ def test_a_run_id_used_again_after_its_run_expired_is_read_afresh(
     assert {s["status"] for s in look(h, run_id)} == {"success"}
     # Expired: DynamoDB's TTL deleted the run's row and its step rows.
     ddb, store = h.rt.clients.dynamodb, h.rt.store
-    ddb.delete_item(TableName=store.runs, Key={"run_id": {"S": run_id}})
-    for row in store.query_steps(run_id):
-        ddb.delete_item(TableName=store.steps,
-                        Key={"run_id": {"S": run_id}, "step": {"S": row.step}})
+    ddb.delete_item(TableName=store.names.runs_table, Key={"run_id": {"S": run_id}})
+    for row in store.steps.query_steps(run_id):
+        ddb.delete_item(TableName=store.names.steps_table,
+                                    Key={"run_id": {"S": run_id}, "step": {"S": row.step}})
     (again, created) = h.rt.runs.start("chain", None, "reused-id")
     assert created and again.created_at != run.created_at
     steps = look(h, run_id)  # equal to a whole read of the new run's rows

@@ -365,8 +365,8 @@ def test_wake_index_reads_a_window_of_one_shard(clients: Clients, names: Resourc
             | extra,
         )
     def window(shard: int, after: float, upto: float) -> list[str]:
-        keys = store.woken(names.steps_table, shard, after, upto)
-        return sorted(k["step"]["S"] for k in keys)
+        keys = store.steps.woken(names.steps_table, shard, after, upto)
+        return sorted(str(k.step) for k in keys)
 
     assert window(0, 0, 1000) == ["early", "late"]  # the blocked row has no wake
     assert window(0, 100, 200) == ["late"]  # (after, upto]: 100 was read last time

@@ -34,14 +34,14 @@ def test_a_timer_beyond_15_minutes_is_redelayed_not_run(harness_factory: Any) ->
     worker.clock = lambda: now[0]
     due = now[0] + 3600  # an hour away: four hops of at most 900 s
     worker.handle(Dispatch(run_id=run_id, step="only", attempt=1, due_at=due))
-    row = h.rt.store.get_step(run_id, "only")
+    row = h.rt.store.steps.get_step(run_id, "only")
     assert row is not None and row.status is StepStatus.READY  # not claimed early
     assert delayed(h) == 1  # sent on, delayed
 
     now[0] = due + 1  # the due time has come: the same message now runs the step
     worker.clock = lambda: now[0]
     worker.handle(Dispatch(run_id=run_id, step="only", attempt=1, due_at=due))
-    row = h.rt.store.get_step(run_id, "only")
+    row = h.rt.store.steps.get_step(run_id, "only")
     assert row is not None and row.status is StepStatus.SUCCESS
 
 

@@ -135,7 +135,7 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
     held = h.start("held")
     h.rt.queues.tamper = None
     now = time.time()
-    row = h.rt.store.claim(held, "only", 1, Lease("w-held", now + 30), now)
+    row = h.rt.store.steps.claim(held, "only", 1, Lease("w-held", now + 30), now)
     h.rt.runs.kill(held, "before the call")
     h.rt.worker(worker_id="w-held").execute(row, Tally())
     h.rt.executor.finish_if_done(held)
@@ -185,9 +185,10 @@ def check(seen: list[tuple[str, frozenset[str], str | None]], steps: str) -> set
 
 def capture_into(h: Harness, seen: list[tuple[str, frozenset[str], str | None]]) -> str:
     """Capture every status-guarded UpdateItem on the runs and steps tables into `seen`
-    (a botocore event: the real request), and every guarded PutItem of a step row: the
-    first write of a row the start left out, which moves it from its planned status
-    (blocked), or a whole row put under its status guard; the steps table's name."""
+    (a botocore event: the real request; alone or in a transaction), and every guarded
+    PutItem of a step row: the first write of a row the start left out, which moves it
+    from its planned status (blocked), or a whole row put under its status guard; the
+    steps table's name."""
     steps, runs = h.rt.settings.names.steps_table, h.rt.settings.names.runs_table
 
     def capture(params: dict[str, Any], **_: Any) -> None:
@@ -208,8 +209,15 @@ def capture_into(h: Harness, seen: list[tuple[str, frozenset[str], str | None]])
                 sources, _ = walk({**params, "UpdateExpression": ""})
                 seen.append((steps, sources, target))
 
+    def capture_transaction(params: dict[str, Any], **_: Any) -> None:
+        # A halting failure is written with its run's stop instant, in one transaction.
+        for item in params["TransactItems"]:
+            if "Update" in item:
+                capture(item["Update"])
+
     events = h.rt.clients.dynamodb.meta.events
     events.register("before-parameter-build.dynamodb.UpdateItem", capture)
+    events.register("before-parameter-build.dynamodb.TransactWriteItems", capture_transaction)
     events.register("before-parameter-build.dynamodb.PutItem", capture_put)
     return steps
 
@@ -288,7 +296,7 @@ def test_every_write_of_a_durable_run_is_a_move_of_the_transition_table(
 def wait_for_signal(h: Harness, run_id: str) -> None:
     deadline = time.monotonic() + 15
     while True:
-        row = h.rt.store.get_driver(run_id)
+        row = h.rt.store.drivers.get_driver(run_id)
         if row is not None and row.waiting and row.waiting.get("kind") == "signal" \
                 and row.lease_owner is None:
             return

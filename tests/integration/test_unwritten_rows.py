@@ -42,7 +42,7 @@ workflows:
 
 
 def written(h: Any, run_id: str) -> set[str]:
-    return {r.step for r in h.rt.store.query_steps(run_id)}
+    return {r.step for r in h.rt.store.steps.query_steps(run_id)}
 
 
 def test_the_start_writes_the_roots_and_joins_and_a_view_shows_every_step(
@@ -148,9 +148,9 @@ def test_a_first_write_puts_the_row_as_planned_and_a_written_row_is_promoted_by_
     ctx = h.rt.executor.context(run_id)
     now = time.time()
     lease = Lease("w1", 30.0)
-    x = h.rt.store.satisfy(run_id, "x", "root", 1, lease, now, plan=ctx.plan("x"))
+    x = h.rt.store.steps.satisfy(run_id, "x", "root", 1, lease, now, plan=ctx.plan("x"))
     assert x is not None and x.status.value == "dispatched" and x.lease_owner == "w1"
-    read = h.rt.store.get_step(run_id, "x")
+    read = h.rt.store.steps.get_step(run_id, "x")
     assert read == x  # what the put answers is what was written
     planned = ctx.plan("x")
     assert planned is not None
@@ -160,29 +160,29 @@ def test_a_first_write_puts_the_row_as_planned_and_a_written_row_is_promoted_by_
     assert read.lease_until == 30.0 + planned.timeout and read.satisfied == {"root"}
     assert [e["type"] for e in read.history] == ["step.ready", "step.started"]
     # Again (a duplicate message): the row exists and is no longer blocked.
-    assert h.rt.store.satisfy(run_id, "x", "root", 1, Lease("w2", 30.0), now,
-                              plan=ctx.plan("x")) is None
+    assert h.rt.store.steps.satisfy(run_id, "x", "root", 1, Lease("w2", 30.0), now,
+                                    plan=ctx.plan("x")) is None
     # y's row written by a repair, as planned (blocked): the update promotes it.
     y_plan = ctx.plan("y")
     assert y_plan is not None
-    h.rt.store.create_step_if_absent(y_plan)
-    y = h.rt.store.satisfy(run_id, "y", "root", 1, None, now, plan=y_plan)
+    h.rt.store.steps.create_step_if_absent(y_plan)
+    y = h.rt.store.steps.satisfy(run_id, "y", "root", 1, None, now, plan=y_plan)
     assert y is not None and y.status.value == "ready"
-    assert h.rt.store.get_step(run_id, "y").satisfied == {"root"}  # type: ignore[union-attr]
+    assert h.rt.store.steps.get_step(run_id, "y").satisfied == {"root"}  # type: ignore[union-attr]
 
 
 def test_a_success_put_whole_writes_what_the_full_update_writes(harness_factory: Any) -> None:
-    """A plain success is one put of the claimed row moved on (store.put_success): the row
+    """A plain success is one put of the claimed row moved on (store.steps.put_success): the row
     it leaves is the row the full update leaves, attribute for attribute; a flagged
     row refuses it (the caller then makes the full write)."""
     h = harness_factory(MANIFEST)
     runs = [h.start("fan") for _ in range(3)]
     now = time.time()
-    rows = [h.rt.store.claim(r, "root", 1, Lease("w", 30.0), now - 1) for r in runs]
-    put = h.rt.store.put_success(rows[0], output_json='{"a": 1,  "b": [1, 2]}',
-                                 output_ref=None, size=22, now=now, keep_wake=True)
-    h.rt.store.record_success(runs[1], "root", 1, "w", output_json='{"a": 1,  "b": [1, 2]}',
-                              output_ref=None, size=22, now=now, keep_wake=True)
+    rows = [h.rt.store.steps.claim(r, "root", 1, Lease("w", 30.0), now - 1) for r in runs]
+    put = h.rt.store.steps.put_success(rows[0], output_json='{"a": 1,  "b": [1, 2]}',
+                                       output_ref=None, size=22, now=now, keep_wake=True)
+    h.rt.store.steps.record_success(runs[1], "root", 1, "w", output_json='{"a": 1,  "b": [1, 2]}',
+                                    output_ref=None, size=22, now=now, keep_wake=True)
     table = h.rt.settings.names.steps_table
 
     def item(run_id: str) -> dict[str, Any]:
@@ -196,8 +196,8 @@ def test_a_success_put_whole_writes_what_the_full_update_writes(harness_factory:
 
     assert item(runs[0]) == item(runs[1])
     assert put.status.value == "success" and put.lease_owner is None
-    assert h.rt.store.get_step(runs[0], "root").output == {"a": 1, "b": [1, 2]}  # type: ignore[union-attr]
+    assert h.rt.store.steps.get_step(runs[0], "root").output == {"a": 1, "b": [1, 2]}  # type: ignore[union-attr]
     # A row flagged meanwhile (its run is stopping) refuses the put.
-    assert h.rt.store.mark_stopping(runs[2], "root", now)
+    assert h.rt.store.steps.mark_stopping(runs[2], "root", now)
     with pytest.raises(ConditionFailed):
-        h.rt.store.put_success(rows[2], output_json="1", output_ref=None, size=1, now=now)
+        h.rt.store.steps.put_success(rows[2], output_json="1", output_ref=None, size=1, now=now)

@@ -81,15 +81,15 @@ def by_hand_up_to_the_join(h: Harness, run_id: str, fold: Any) -> None:
     """Run root and every child through the executor, handing the join's counts to
     `fold` (a worker's fold)."""
     rt = h.rt
-    run = rt.store.get_run(run_id, time.time())
+    run = rt.store.runs.get_run(run_id, time.time())
     assert run is not None
     ctx = RunContext.of(run)
     now = time.time()
-    root = rt.store.claim(run_id, "root", 1, Lease("w#1", now + 60), now)
+    root = rt.store.steps.claim(run_id, "root", 1, Lease("w#1", now + 60), now)
     rt.executor.succeed(root, ctx, "{}", None, 2, Tally(), keep_one=None)
     for i, child in enumerate(CHILDREN):
-        row = rt.store.satisfy(run_id, child, "root", 1, Lease(f"w#{i + 2}", now + 60),
-                               time.time(), plan=ctx.plan(child))
+        row = rt.store.steps.satisfy(run_id, child, "root", 1, Lease(f"w#{i + 2}", now + 60),
+                                     time.time(), plan=ctx.plan(child))
         assert row is not None and row.status is StepStatus.DISPATCHED
         rt.executor.succeed(row, ctx, "{}", None, 2, Tally(), keep_one=None, fold=fold)
 
@@ -106,7 +106,7 @@ def test_counts_given_twice_or_split_promote_the_join_once(harness_factory: Any)
     assert not rt.executor.satisfy_many(run_id, "join", CHILDREN[:2], WIDTH)  # copies
     assert rt.executor.satisfy_many(run_id, "join", CHILDREN[half - 1:], WIDTH)
     assert not rt.executor.satisfy_many(run_id, "join", CHILDREN[-2:], WIDTH)  # late copy
-    join = rt.store.get_step(run_id, "join")
+    join = rt.store.steps.get_step(run_id, "join")
     assert join is not None and join.status is StepStatus.READY
     assert counted(h, run_id) == CHILDREN
     assert join.satisfied == frozenset()  # the row holds no count
@@ -120,10 +120,10 @@ def test_folding_scopes_that_overlap_fold_until_the_last_one_ends(
     h = harness_factory(MANIFEST.replace("/slow, payload: { seconds: 0.3 }", "/echo"))
     rt = h.rt
     run_id = h.start("wide")
-    run = rt.store.get_run(run_id, time.time())
+    run = rt.store.runs.get_run(run_id, time.time())
     assert run is not None
     now = time.time()
-    root = rt.store.claim(run_id, "root", 1, Lease("w#1", now + 60), now)
+    root = rt.store.steps.claim(run_id, "root", 1, Lease("w#1", now + 60), now)
     rt.executor.succeed(root, RunContext.of(run), "{}", None, 2, Tally(), keep_one=None)
     counts = join_counts(h)
     w = rt.worker()
@@ -135,7 +135,7 @@ def test_folding_scopes_that_overlap_fold_until_the_last_one_ends(
                               ready_at=now))
         assert counts == []  # folded, not written yet
     assert len(counts) == 1 and sorted(counts[0]) == CHILDREN
-    join = rt.store.get_step(run_id, "join")
+    join = rt.store.steps.get_step(run_id, "join")
     assert join is not None and join.status is StepStatus.READY
 
 
@@ -147,7 +147,7 @@ def test_folds_lost_with_their_worker_are_repaired_by_the_sweeper(
     lost: list[Any] = []
     by_hand_up_to_the_join(h, run_id, lambda *a: lost.append(a))  # never flushed
     assert len(lost) == WIDTH
-    join = h.rt.store.get_step(run_id, "join")
+    join = h.rt.store.steps.get_step(run_id, "join")
     assert join is not None and join.status is StepStatus.BLOCKED
     h.start_sweeper()
     h.start_workers()

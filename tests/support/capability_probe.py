@@ -23,8 +23,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from infra.capabilities import report, resolve
 from infra.emulator import Emulator
+from infra.emulator.capabilities import report, resolve
 from orchestrator.adapters.aws import make_clients
 from orchestrator.settings import Settings
 

@@ -4,6 +4,8 @@ idempotency key), so tests assert what the functions actually ran."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -257,11 +259,69 @@ async def slowstep(ctx: Context, payload: dict[str, Any]) -> Any:
     return {"first": first, "after": after}
 
 
+def digest(value: Any) -> str:
+    """A value's fingerprint: a test compares what a run received with what was sent."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@workflow("named")
+async def named(ctx: Context, payload: dict[str, Any]) -> Any:
+    """Waits for the signal named in its input; returns the payload's fingerprint."""
+    got = await ctx.wait_for_signal(payload["name"], timeout=payload.get("timeout"))
+    return {"digest": digest(got), "keys": sorted(got) if isinstance(got, dict) else None}
+
+
+@workflow("bighook")
+async def bighook(ctx: Context, payload: dict[str, Any]) -> Any:
+    """Creates a hook whose metadata is `metadata_chars` characters of padding (built
+    here: the run's input could not carry it), waits for it, returns the fingerprint of
+    what came."""
+    metadata = {"pad": "m" * int(payload.get("metadata_chars", 0))}
+    hook = await ctx.create_hook(payload.get("signal", "approve"), metadata=metadata)
+    HOOK_URLS[ctx.run_id].append(hook.url)
+    got = await hook.wait()
+    return {"digest": digest(got), "metadata": digest(metadata)}
+
+
+@workflow("eventwait")
+async def eventwait(ctx: Context, payload: dict[str, Any]) -> Any:
+    """Waits for the event named in its input (any subject); returns its data."""
+    event = await ctx.wait_for_event(payload["name"], subject=payload.get("subject"),
+                                     timeout=payload.get("timeout"))
+    return None if event is None else {"name": event["name"], "data": event["data"]}
+
+
+@workflow("bigchild")
+async def bigchild(ctx: Context, payload: dict[str, Any]) -> Any:
+    """Starts a child run (`named`, spawned) whose input is padded to `input_chars`."""
+    return await ctx.spawn("named", {"name": "approve", "pad": "i" * payload["input_chars"]})
+
+
+@workflow("unchecked")
+async def unchecked(ctx: Context, payload: dict[str, Any]) -> Any:
+    """Issues one operation as an SDK that checks neither names nor sizes would: through
+    the context's private `_wait`, past the public calls' checks. The orchestrator must
+    refuse it itself (the operation fails where it is awaited)."""
+    kind, name = payload["kind"], payload.get("name", "approve")
+    pad = "p" * int(payload.get("chars", 0))
+    if kind == "signal":
+        return await ctx._wait("signal", name, timeout=None)
+    if kind == "event":
+        return await ctx._wait("event", name, event=name, subject=None, timeout=None,
+                               after=0.0)
+    if kind == "hook":
+        return await ctx._wait("hook", name, signal=name, metadata={"pad": pad}, ttl=None)
+    return await ctx._wait(kind, "child", workflow="named",
+                           input={"name": "approve", "pad": pad})
+
+
 def create_app(protocols: tuple[int, ...] | None = None) -> FunctionApp:
     """The test workflows; `protocols=(1,)` serves them as an SDK that predates version 2
     of the durable protocol would."""
     app = FunctionApp(secret="durable-secret",
                       **({"durable_protocols": protocols} if protocols else {}))
     app.workflow(chain, sleeper, approval, flaky, saga, versioned, slowchain, trial, ships,
-                 docapproval, fanout, branches, parent, slowstep)
+                 docapproval, fanout, branches, parent, slowstep, named, bighook, bigchild,
+                 unchecked, eventwait)
     return app

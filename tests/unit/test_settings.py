@@ -11,7 +11,13 @@ from click.testing import CliRunner
 
 from orchestrator.adapters.aws import make_clients
 from orchestrator.cli.commands import main
-from orchestrator.settings import SERVICE_ENDPOINT_VARIABLES, ClientDefaults, Settings
+from orchestrator.settings import (
+    SERVICE_ENDPOINT_VARIABLES,
+    ClientDefaults,
+    LambdaSettings,
+    Settings,
+    SettingsError,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 MOTO = "http://127.0.0.1:4566"
@@ -104,3 +110,22 @@ def test_a_setting_it_cannot_use_stops_dev_in_one_line_naming_it(
                              env={variable: value})
     assert res.exit_code == 2, res.output
     assert said in res.output and "Traceback" not in res.output
+
+
+def test_a_lambda_container_reads_its_manifest_path_and_margin_through_settings() -> None:
+    assert LambdaSettings.from_env({}) == LambdaSettings("./orchestrator.yml", 5.0)
+    got = LambdaSettings.from_env({"LAMBDA_TASK_ROOT": "/var/task", "ORCH_MANIFEST": "m.yml",
+                                   "ORCH_LAMBDA_MARGIN": "2.5"})
+    assert got == LambdaSettings("/var/task/m.yml", 2.5)
+    with pytest.raises(SettingsError, match="ORCH_LAMBDA_MARGIN='soon' is not a number"):
+        LambdaSettings.from_env({"ORCH_LAMBDA_MARGIN": "soon"})
+
+
+def test_only_settings_reads_the_environment() -> None:
+    """STYLE.md, convention 6: every variable is named in settings.py, the one reader."""
+    readers = [
+        str(p.relative_to(ROOT)) for p in sorted((ROOT / "orchestrator").rglob("*.py"))
+        if p.name != "settings.py"
+        and any(w in p.read_text() for w in ("os.environ", "os.getenv", "getenv("))
+    ]
+    assert readers == []

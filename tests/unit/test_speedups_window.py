@@ -1,11 +1,12 @@
-"""The sort-key range a query's cut finds by bisection (infra/speedups_query.py) is the
-set moto's comparison functions keep, on every pair of keys from a small alphabet."""
+"""The sort-key range a query's cut finds by bisection
+(infra/emulator/speedups/dynamodb_range.py) is the set moto's comparison functions keep, on
+every pair of keys from a small alphabet."""
 
 from __future__ import annotations
 
 import itertools
 
-from infra.speedups_query import _window
+from infra.emulator.speedups.dynamodb_range import _window
 
 KEYS = sorted({"".join(p) for n in range(3) for p in itertools.product("ab~", repeat=n)})
 TESTS = {

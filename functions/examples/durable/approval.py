@@ -1,4 +1,4 @@
-"""`document-approval` (reference 003): ask a person to approve a draft through a hook,
+"""`document-approval` (README, "Durable examples"): ask a person to approve a draft through a hook,
 then publish it, or tell the author why not.
 
     orchestrator trigger document-approval --input '{"documentId": "doc-1"}'

@@ -1,4 +1,4 @@
-"""`batch-process` (reference 003): fan a batch of documents out, at most `maxParallel`
+"""`batch-process` (README, "Durable examples"): fan a batch of documents out, at most `maxParallel`
 at a time, then aggregate the results and close the batch.
 
     orchestrator trigger batch-process --wait --input '{"batchId": "b-1", "maxParallel": 2,

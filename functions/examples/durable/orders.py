@@ -1,4 +1,4 @@
-"""`process-order` (reference 003), with a saga: validate, reserve stock, charge, ship,
+"""`process-order` (README, "Durable examples"), with a saga: validate, reserve stock, charge, ship,
 confirm; when a step after the first effect fails for good, undo what was done, newest
 first, and tell the customer.
 

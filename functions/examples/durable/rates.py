@@ -1,5 +1,5 @@
-"""`fetch-rates` (reference 002's retry with backoff): fetch exchange rates from a feed
-that sometimes fails, waiting longer after each failure, then store them.
+"""`fetch-rates` (a retry with backoff; README, "Durable examples"): fetch exchange rates
+from a feed that sometimes fails, waiting longer after each failure, then store them.
 
     orchestrator trigger fetch-rates --wait --input '{"base": "EUR", "outages": 2}'
 

@@ -1,4 +1,4 @@
-"""`monthly-revenue` (reference 002's fan-out and collect): sum each month's sales side
+"""`monthly-revenue` (fan-out and collect; README, "Durable examples"): sum each month's sales side
 by side, one step per month, and collect the figures in the order they were asked for.
 
     orchestrator trigger monthly-revenue --wait --input '{"months": ["2026-10", "2026-08"]}'

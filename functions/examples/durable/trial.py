@@ -1,4 +1,4 @@
-"""`trial` (reference 002): a 14-day trial that an upgrade can cut short. The manifest
+"""`trial` (README, "Durable examples"): a 14-day trial that an upgrade can cut short. The manifest
 starts one run per `trial.started` event; the event's key is the customer.
 
     orchestrator event emit trial.started --key cust-1 --data '{"email": "ada@example.com"}'

@@ -1,5 +1,5 @@
-"""`book-trip` (reference 002's saga): book a flight, a hotel and a car one by one; when
-a booking fails, cancel the ones made, newest first, and fail the run.
+"""`book-trip` (a saga; README, "Durable examples"): book a flight, a hotel and a car one
+by one; when a booking fails, cancel the ones made, newest first, and fail the run.
 
     orchestrator trigger book-trip --wait --input '{"trip": "t-1",
       "traveller": "ada@example.com", "flight": "LIS", "hotel": "LIS", "car": "LIS"}'

@@ -1,4 +1,5 @@
-"""`send-welcome-email` (reference 003): look the customer up, write the message, send it.
+"""`send-welcome-email` (README, "Durable examples"): look the customer up, write the
+message, send it.
 
     orchestrator trigger send-welcome-email --input '{"userId": "user-123"}' --wait
 

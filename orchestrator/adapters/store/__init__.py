@@ -1,34 +1,73 @@
-"""DynamoDB rows: every read and every conditional write of run state goes through `Store`.
+"""DynamoDB rows: every read and every conditional write of run state goes through `Store`,
+composed by table, so that a call site shows what it touches:
+
+- `store.runs` (`run_rows.RunRows`): run rows (create, read, admit, count down, halt,
+  finish), and their listing (`run_listing.RunListing`: the listing indexes' keys,
+  then the rows);
+- `store.steps` (`Steps`): step rows, as whole items (`step_rows.StepRows`: batch
+  writes, reads, outputs) and by guarded moves (`step_writes.StepWrites`: claim, promote,
+  record an attempt's outcome, skip), with the `Lease` a claim carries; a wide join's
+  count, kept in small items apart from its row (`join_counts.JoinCounts`);
+- `store.journal` (`journal.Journal`): a durable run's journal entries and run events;
+- `store.signals` (`signals.Signals`): a durable run's queued signals;
+- `store.drivers` (`drivers.Drivers`): a durable run's driver rows and parallels;
+- `store.control` (`control.Control`): the control table's items (locks, throttles,
+  schedules, idempotency keys, hooks, deliveries, event waits).
+
+Each part shares `tables.Tables` (the client, the table names, the wake times and
+retention); `codec` holds the item encoding of rows.
 
 Each write names the state it expects (status, attempt, lease owner). A duplicate,
 late or reordered message finds that guard false and the write raises ConditionFailed,
 which callers treat as "already done by someone else". `ClientError` never leaves the
-store.
-
-`Store` is one facade over its row classes, one module each:
-
-- `run_rows.RunRows`: run rows (create, read, admit, count down, halt, finish);
-- `run_listing.RunListing`: runs listed newest first, from the listing indexes' keys;
-- `step_rows.StepRows`: step rows as whole items (batch writes, reads, outputs);
-- `step_writes.StepTransitions`: guarded step moves (claim, promote, record an
-  attempt's outcome, skip), and the `Lease` a claim carries;
-- `join_counts.JoinCounts`: a wide join's count, kept in small items apart from its row;
-- `tables.Tables`: the client and table names they share;
-- `codec`: the item encoding of rows; `control.Control`: the control table's items.
-
-- `journal.JournalRows`: a durable run's journal entries, signals and driver writes."""
+store."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.drivers import Drivers
 from orchestrator.adapters.store.join_counts import JoinCounts
-from orchestrator.adapters.store.journal import JournalRows
-from orchestrator.adapters.store.run_listing import RunListing
+from orchestrator.adapters.store.journal import Journal
 from orchestrator.adapters.store.run_rows import RunRows
+from orchestrator.adapters.store.signals import Signals
 from orchestrator.adapters.store.step_rows import StepRows
 from orchestrator.adapters.store.step_writes import Lease
+from orchestrator.engine.wakes import WakeTimes
+from orchestrator.settings import ResourceNames
 
-__all__ = ["Lease", "Store"]
+__all__ = ["Lease", "Steps", "Store"]
 
 
-class Store(RunRows, RunListing, StepRows, JoinCounts, JournalRows):
-    """Reads and conditional writes of the runs and steps tables (one DynamoDB client)."""
+class Steps(StepRows, JoinCounts):
+    """The step rows of the steps table: whole-item reads and writes, and guarded moves
+    (JoinCounts is StepWrites with a wide join's count)."""
+
+
+class Store:
+    """Reads and conditional writes of the tables (one DynamoDB client), one part a table
+    (or a kind of item in the steps table)."""
+
+    def __init__(
+        self,
+        dynamodb: Any,
+        names: ResourceNames,
+        *,
+        step_retention: float = 30 * 24 * 3600.0,
+        wake: WakeTimes | None = None,
+        blobs: Any = None,
+        inline_limit: int = 32 * 1024,
+    ) -> None:
+        shared: dict[str, Any] = {"step_retention": step_retention, "wake": wake or WakeTimes(),
+                                  "blobs": blobs, "inline_limit": inline_limit}
+        self.runs = RunRows(dynamodb, names, **shared)
+        self.steps = Steps(dynamodb, names, **shared)
+        self.journal = Journal(dynamodb, names, **shared)
+        self.signals = Signals(dynamodb, names, **shared)
+        self.drivers = Drivers(dynamodb, names, **shared)
+        self.control = Control(dynamodb, names.control_table)
+        self.names = names
+        # What every part was built with: a row's retention and the wake times.
+        self.step_retention = step_retention
+        self.wake = self.runs.wake

@@ -10,8 +10,8 @@ import json
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection
+from typing import Any, TypeGuard, TypeVar
 
 from orchestrator.engine.definition import Definition, Gate, Trigger
 from orchestrator.engine.policies import OnFailure
@@ -22,6 +22,7 @@ from orchestrator.strict_json import dumps
 
 __all__ = [
     "history_entry",
+    "is_key",
     "num",
     "run_from_item",
     "run_to_item",
@@ -122,6 +123,14 @@ LISTED_LEGACY = "runs"
 
 def listed_key(run_id: str) -> str:
     return f"runs#{zlib.crc32(run_id.encode()) % LIST_SHARDS}"
+
+
+def is_key(value: Any, names: Collection[str]) -> TypeGuard[dict[str, Any]]:
+    """Is `value` a key as a query's LastEvaluatedKey holds it (a page cursor a client
+    sent back): attributes among `names`, each one string or number value."""
+    return isinstance(value, dict) and set(value) <= set(names) and all(
+        isinstance(v, dict) and len(v) == 1 and set(v) <= {"S", "N"} for v in value.values()
+    )
 
 
 def num(x: float | int) -> dict[str, str]:
@@ -225,6 +234,7 @@ def run_from_item(item: Item) -> RunRecord:
         kill_requested=bool(item.get("kill_requested", {}).get("BOOL", False)),
         kill_reason=_s(item, "kill_reason"),
         halted=bool(item.get("halted", {}).get("BOOL", False)),
+        stop_at=_n(item, "stop_at"),
         paused=_json(item, "paused"),
         error=_json(item, "error"),
         finished_at=_n(item, "finished_at"),
@@ -268,7 +278,7 @@ def run_to_item(r: RunRecord) -> Item:
     if r.error is not None:
         item["error"] = {"S": dumps(r.error)}
     item["wake_shard"] = num(shard_of(r.run_id))
-    for key in ("finished_at", "expires_at", "admit_at", "started_at", "wake_at"):
+    for key in ("finished_at", "expires_at", "admit_at", "started_at", "wake_at", "stop_at"):
         v = getattr(r, key)
         if v is not None:
             item[key] = num(v)

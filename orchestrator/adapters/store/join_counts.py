@@ -37,7 +37,7 @@ from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import num
-from orchestrator.adapters.store.step_writes import Lease, StepTransitions
+from orchestrator.adapters.store.step_writes import Lease, StepWrites
 from orchestrator.adapters.store.tables import Item, step_key
 from orchestrator.engine.records import StepRecord
 
@@ -86,7 +86,7 @@ def count_items(run_id: str, join: str, places: Collection[int], ndeps: int,
     return items
 
 
-class JoinCounts(StepTransitions):
+class JoinCounts(StepWrites):
     """The counts of wide joins, and the promotion they lead to."""
 
     def satisfy_many(

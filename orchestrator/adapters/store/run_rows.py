@@ -10,7 +10,8 @@ from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import history_entry, num, run_from_item, run_to_item
-from orchestrator.adapters.store.tables import Item, Tables, history_clause, short_error
+from orchestrator.adapters.store.run_listing import RunListing
+from orchestrator.adapters.store.tables import Item, history_clause, short_error
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RUN_MOVES, Move, RunStatus, status_guard, status_set
 from orchestrator.engine.wakes import run_wake
@@ -23,8 +24,8 @@ __all__ = ["RunRows"]
 _FINISH = {RunStatus.SUCCESS: "succeed", RunStatus.FAILED: "fail", RunStatus.KILLED: "kill"}
 
 
-class RunRows(Tables):
-    """Reads and conditional writes of the runs table."""
+class RunRows(RunListing):
+    """Reads and conditional writes of the runs table (and its listing: RunListing)."""
 
     def create_run(self, run: RunRecord) -> None:
         with _translate(f"run {run.run_id}: create"):
@@ -50,13 +51,13 @@ class RunRows(Tables):
         return run
 
     def run_stopping(self, run_id: str, now: float) -> bool | None:
-        """Whether the run is cancelled or halted, read now (strongly consistent): its
-        flags alone, not the definition and input a whole read decodes. None if the run
-        is gone (or expired)."""
+        """Whether the run is cancelled, halted or halting, read now (strongly consistent):
+        a step's start check. Its flags alone, not the definition and input a whole read
+        decodes. None if the run is gone (or expired)."""
         with _translate(f"run {run_id}: read its stop flags"):
             resp = self.ddb.get_item(
                 TableName=self.runs, Key={"run_id": {"S": run_id}}, ConsistentRead=True,
-                ProjectionExpression="kill_requested, halted, expires_at",
+                ProjectionExpression="kill_requested, halted, stop_at, expires_at",
             )
         item = resp.get("Item")
         if item is None:
@@ -64,7 +65,8 @@ class RunRows(Tables):
         expires = item.get("expires_at")
         if expires is not None and float(expires["N"]) <= now:
             return None
-        return any(item.get(k, {}).get("BOOL", False) for k in ("kill_requested", "halted"))
+        return "stop_at" in item or any(
+            item.get(k, {}).get("BOOL", False) for k in ("kill_requested", "halted"))
 
     def _update_running(
         self,
@@ -168,8 +170,11 @@ class RunRows(Tables):
         attrs = self._update_running(
             run_id, RUN_MOVES["request-kill"],
             # The first reason stands: a second cancel is recorded in history only.
+            # The run's stop instant is this write's (the first cancel's, or a halt's
+            # before it): no step whose start check follows it is called.
             f"SET kill_requested = :t, kill_reason = if_not_exists(kill_reason, :r),"
-            f" updated_at = :now, wake_at = :wk, {hist}",
+            f" stop_at = if_not_exists(stop_at, :now), updated_at = :now, wake_at = :wk,"
+            f" {hist}",
             values, names={"#h": "history"}, returns="ALL_NEW",
         )
         return run_from_item(attrs)
@@ -249,7 +254,8 @@ class RunRows(Tables):
         """Finish a running run. `halted`: record its halt too, first (a failed step's
         halt that had not been recorded when the last step in flight landed), only if
         no halt is recorded: ConditionFailed if one was meanwhile. `unstopped`: only if
-        neither a cancel nor a halt is recorded (ConditionFailed otherwise)."""
+        neither a cancel nor a halt is recorded, nor a stop instant (ConditionFailed
+        otherwise)."""
         move = RUN_MOVES[_FINISH[status]]
         # `finished_by` names this write apart from a rival finisher's in the same
         # millisecond, so only its own landed copy is taken for its own (tables.landed).
@@ -276,7 +282,7 @@ class RunRows(Tables):
         also = "halted <> :t" if halted else ""
         if unstopped:
             values[":t"] = {"BOOL": True}
-            also = "kill_requested <> :t AND halted <> :t"
+            also = "kill_requested <> :t AND halted <> :t AND attribute_not_exists(stop_at)"
         self._update_running(run_id, move, update + " REMOVE active", values, names=names,
                              also=also,
                              mine={"finished_at": values[":now"], "finished_by": values[":by"]})

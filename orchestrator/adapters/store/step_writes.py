@@ -33,7 +33,18 @@ from orchestrator.engine.wakes import resend_wake
 from orchestrator.errors import Code, ConditionFailed, error_doc
 from orchestrator.strict_json import dumps
 
-__all__ = ["Lease", "StepTransitions"]
+__all__ = ["Lease", "StepWrites"]
+
+
+def _unstarted(history: Sequence[dict[str, Any]], attempt: int) -> list[dict[str, Any]]:
+    """A row's history without the `step.started` entry of `attempt` (its last)."""
+    out = list(history)
+    for i in range(len(out) - 1, -1, -1):
+        e = out[i]
+        if e.get("type") == "step.started" and int(e.get("attempt") or 0) == attempt:
+            del out[i]
+            break
+    return out
 
 
 @dataclass(frozen=True)
@@ -81,7 +92,19 @@ def _returns(lease: Lease | None) -> str:
     return "ALL_NEW" if lease is not None else "UPDATED_NEW"
 
 
-class StepTransitions(Tables):
+def _attempt_guard(values: dict[str, Any], move: Move, attempt: int, owner: str,
+                   expired_before: float | None) -> tuple[dict[str, Any], str]:
+    """The guard of an attempt's outcome: its move's statuses, exactly that attempt, under
+    `owner`'s lease (one that expired before `expired_before`, for a sweep's)."""
+    values = {**values, ":n": num(attempt), ":o": {"S": owner}}
+    cond = f"{status_guard(move, values)} AND attempt = :n AND lease_owner = :o"
+    if expired_before is not None:
+        cond += " AND lease_until < :expired"
+        values[":expired"] = num(expired_before)
+    return values, cond
+
+
+class StepWrites(Tables):
     """Conditional state changes of step rows."""
 
     def _guarded(self, what: str, **request: Any) -> Item | None:
@@ -334,12 +357,8 @@ class StepTransitions(Tables):
         """An attempt's outcome, written by the lease holder of exactly that attempt.
         `mine`: attributes only this write sets, by which a guard that fails on the
         write's own earlier landing knows it (see tables.landed)."""
-        values = {**values, ":n": num(attempt), ":o": {"S": owner}}
-        cond = f"{status_guard(move, values)} AND attempt = :n AND lease_owner = :o"
+        values, cond = _attempt_guard(values, move, attempt, owner, expired_before)
         what = move.name
-        if expired_before is not None:
-            cond += " AND lease_until < :expired"
-            values[":expired"] = num(expired_before)
         try:
             with _translate(f"step {run_id}/{step}: {what} (attempt {attempt})"):
                 resp = self.ddb.update_item(
@@ -484,7 +503,12 @@ class StepTransitions(Tables):
         error: dict[str, Any],
         now: float,
         expired_before: float | None = None,
+        stop_run: bool = False,
     ) -> StepRecord:
+        """A step's final failure. `stop_run` (its run halts on failure): the same
+        transaction sets the run's stop instant (`stop_at`), so that no step whose start
+        check comes after this commit is called, whoever makes the halt's pass and however
+        late (DESIGN.md, invariant 5)."""
         move = STEP_MOVES["fail"]
         values = {
             ":err": {"S": dumps(error)},
@@ -492,20 +516,55 @@ class StepTransitions(Tables):
             ":exp": num(now + self.step_retention),
         }
         hist = history_clause(values, now, "step.failed", attempt=attempt, error=short_error(error))
-        return self._finish_attempt(
-            run_id,
-            step,
-            attempt,
-            owner,
+        update = (
             f"SET {status_set(move, values)}, #err = :err, finished_at = :now, expires_at = :exp,"
             f" wake_at = :now, {hist}"
-            " REMOVE lease_owner, lease_until",
-            values,
-            move,
-            expired_before=expired_before,
-            names={"#err": "error", "#h": "history"},
+            " REMOVE lease_owner, lease_until"
+        )
+        names = {"#err": "error", "#h": "history"}
+        if stop_run:
+            failed = self._fail_and_stop(run_id, step, attempt, owner, update, values, move,
+                                         expired_before, names)
+            if failed is not None:
+                return failed
+        # Not halting, or the transaction's guard failed: the plain write tells this
+        # write's own earlier landing (an answer lost, the request sent again) from a
+        # rival's, and records a failure whose run is gone.
+        return self._finish_attempt(
+            run_id, step, attempt, owner, update, values, move,
+            expired_before=expired_before, names=names,
             mine={"attempt": num(attempt), "finished_at": values[":now"]},
         )
+
+    def _fail_and_stop(self, run_id: str, step: str, attempt: int, owner: str, update: str,
+                       values: dict[str, Any], move: Move, expired_before: float | None,
+                       names: dict[str, str]) -> StepRecord | None:
+        """The failure and the run's stop instant in one transaction; the failed row
+        (read back: a transaction returns nothing), or None if a guard did not hold."""
+        values, cond = _attempt_guard(values, move, attempt, owner, expired_before)
+        key = step_key(run_id, step)
+        try:
+            with _translate(f"step {run_id}/{step}: fail and stop the run (attempt {attempt})"):
+                self.ddb.transact_write_items(TransactItems=[
+                    {"Update": {
+                        "TableName": self.steps, "Key": key, "UpdateExpression": update,
+                        "ConditionExpression": cond,
+                        "ExpressionAttributeNames": {"#s": "status", **names},
+                        "ExpressionAttributeValues": values}},
+                    {"Update": {
+                        "TableName": self.runs, "Key": {"run_id": {"S": run_id}},
+                        "UpdateExpression": "SET stop_at = if_not_exists(stop_at, :now)",
+                        "ConditionExpression": "attribute_exists(run_id)",
+                        "ExpressionAttributeValues": {":now": values[":now"]}}},
+                ])
+        except ConditionFailed:
+            return None
+        with _translate(f"step {run_id}/{step}: read"):
+            item = self.ddb.get_item(TableName=self.steps, Key=key,
+                                     ConsistentRead=True).get("Item")
+        if item is None:  # expired meanwhile: the row as this write left it is enough
+            return None
+        return step_from_item(item)
 
     def skip(
         self,
@@ -616,27 +675,58 @@ class StepTransitions(Tables):
         )
 
     def abandon(self, run_id: str, step: str, attempt: int, owner: str, reason: str,
-                now: float) -> StepRecord | None:
-        """Give up a claimed attempt before calling the function (its run is stopping):
-        the lease holder skips the step. None if the lease is no longer ours."""
+                now: float, *, unstart: StepRecord | None = None) -> StepRecord | None:
+        """Give up a claimed attempt (its run is stopping): the lease holder skips the
+        step. None if the lease is no longer ours.
+
+        `unstart`: the row as its claim left it, when the attempt's start check found the
+        run stopping. The attempt never started, so its `step.started` entry goes, and
+        the history reads as if the claim had been refused (the entries are rewritten,
+        guarded by their count: a stop pass may have flagged the row meanwhile)."""
         move = STEP_MOVES["abandon"]
-        values: dict[str, Any] = {
-            ":why": {"S": dumps(error_doc(Code.SKIPPED, reason))},
-            ":now": num(now),
-            ":exp": num(now + self.step_retention),
-            ":n": num(attempt),
-            ":o": {"S": owner},
-        }
-        guard = status_guard(move, values)
-        hist = history_clause(values, now, "step.skipped", reason=reason[:300])
-        attrs = self._guarded(
-            f"step {run_id}/{step}: abandon",
-            Key=step_key(run_id, step),
-            UpdateExpression=f"SET {status_set(move, values)}, #err = :why, finished_at = :now,"
-            f" expires_at = :exp, wake_at = :now, {hist} REMOVE lease_owner, lease_until",
-            ConditionExpression=f"{guard} AND attempt = :n AND lease_owner = :o",
-            ExpressionAttributeNames={"#s": "status", "#err": "error", "#h": "history"},
-            ExpressionAttributeValues=values,
-            ReturnValues="ALL_NEW",
-        )
-        return None if attrs is None else step_from_item(attrs)
+        for _ in range(3):
+            values: dict[str, Any] = {
+                ":why": {"S": dumps(error_doc(Code.SKIPPED, reason))},
+                ":now": num(now),
+                ":exp": num(now + self.step_retention),
+                ":n": num(attempt),
+                ":o": {"S": owner},
+            }
+            guard = f"{status_guard(move, values)} AND attempt = :n AND lease_owner = :o"
+            hist = history_clause(values, now, "step.skipped", reason=reason[:300])
+            removes = "lease_owner, lease_until"
+            if unstart is not None:
+                kept = _unstarted(unstart.history, attempt)
+                values[":h"]["L"][:0] = [{"S": dumps(e)} for e in kept]
+                values[":len"] = num(len(unstart.history))
+                del values[":nil"]
+                hist = "#h = :h"
+                guard += " AND size(#h) = :len"
+                if unstart.started_at == unstart.attempt_started:  # its claim's stamp
+                    removes += ", started_at"
+            attrs = self._guarded(
+                f"step {run_id}/{step}: abandon",
+                Key=step_key(run_id, step),
+                UpdateExpression=f"SET {status_set(move, values)}, #err = :why,"
+                f" finished_at = :now, expires_at = :exp, wake_at = :now, {hist}"
+                f" REMOVE {removes}",
+                ConditionExpression=guard,
+                ExpressionAttributeNames={"#s": "status", "#err": "error", "#h": "history"},
+                ExpressionAttributeValues=values,
+                ReturnValues="ALL_NEW",
+            )
+            if attrs is not None:
+                return step_from_item(attrs)
+            if unstart is None:
+                return None
+            # The lease is gone, or the history grew (a stop pass flagged the row): read
+            # it again and tell which.
+            with _translate(f"step {run_id}/{step}: read"):
+                item = self.ddb.get_item(TableName=self.steps, Key=step_key(run_id, step),
+                                         ConsistentRead=True).get("Item")
+            if item is None:
+                return None
+            unstart = step_from_item(item)
+            if unstart.attempt != attempt or unstart.lease_owner != owner:
+                return None
+        return None

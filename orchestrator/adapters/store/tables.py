@@ -3,6 +3,7 @@ table names (`Tables`), a step row's key, and the history entry each transition 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -15,7 +16,8 @@ from orchestrator.settings import ResourceNames
 from orchestrator.strict_json import dumps
 
 __all__ = [
-    "HISTORY", "Item", "Tables", "history_clause", "landed", "short_error", "step_key",
+    "HISTORY", "Item", "Tables", "WakeKey", "history_clause", "landed", "short_error",
+    "step_key",
 ]
 
 Item = dict[str, Any]
@@ -64,6 +66,22 @@ def step_key(run_id: str, step: str) -> Item:
     return {"run_id": {"S": run_id}, "step": {"S": step}}
 
 
+@dataclass(frozen=True)
+class WakeKey:
+    """A row whose wake fell in a sweep's window, as the `wake` index gives it: the
+    row's key (`step` None for a run row) and its wake time."""
+
+    run_id: str
+    wake_at: float
+    step: str | None = None
+
+    @classmethod
+    def from_item(cls, item: Item) -> WakeKey:
+        step = item.get("step")
+        return cls(str(item["run_id"]["S"]), float(item["wake_at"]["N"]),
+                   None if step is None else str(step["S"]))
+
+
 class Tables:
     """The DynamoDB client and the names of the runs and steps tables."""
 
@@ -104,10 +122,10 @@ class Tables:
                                           ConsistentRead=True).get("Item")
         return landed(exc, move, mine, found)
 
-    def woken(self, table: str, shard: int, after: float, upto: float) -> list[Item]:
+    def woken(self, table: str, shard: int, after: float, upto: float) -> list[WakeKey]:
         """The keys of the rows of `table` whose wake falls in (after, upto], from the
         sparse `wake` index (eventually consistent: callers re-read what they act on)."""
-        keys: list[Item] = []
+        keys: list[WakeKey] = []
         kwargs: dict[str, Any] = {
             "TableName": table,
             "IndexName": "wake",
@@ -119,7 +137,7 @@ class Tables:
         while True:
             with _translate(f"wakes of {table}"):
                 resp = self.ddb.query(**kwargs)
-            keys.extend(resp.get("Items", []))
+            keys.extend(WakeKey.from_item(i) for i in resp.get("Items", []))
             if "LastEvaluatedKey" not in resp:
                 return keys
             kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import importlib
 import inspect
-import os
 import secrets
 import shlex
 import sys
@@ -27,12 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra.emulator.capabilities import facts as emulator_facts
 from orchestrator.errors import OrchestratorError, UsageError
 from orchestrator.settings import (
     ENDPOINT_VARIABLE,
     SERVICE_ENDPOINT_VARIABLES,
     Settings,
     environment,
+    set_environment,
 )
 
 __all__ = ["LocalStack", "StackOptions", "emulator_facts", "endpoints", "load_factory"]
@@ -54,7 +55,7 @@ class StackOptions:
     workers: int = 1
     sweep_interval: float = 5.0
     prefix: str | None = None
-    # With the embedded emulator, keep the process on one core (infra.emulator.
+    # With the embedded emulator, keep the process on one core (infra.emulator.tuning.
     # keep_to_one_core); False lets its threads run on every core.
     one_core: bool = True
     # With the embedded emulator, run moto in a process of its own (its work on another
@@ -87,30 +88,6 @@ def _one_cloudformation_endpoint(settings: Settings) -> None:
                 f"{service} is at {url or 'AWS'} but CloudFormation at {stack or 'AWS'}"
                 f" ({ENDPOINT_VARIABLE}*): its stack would make the resources where the"
                 " orchestrator does not look; use --provision direct")
-
-
-def emulator_facts() -> str:
-    """One line on the emulator as this process runs it, for a bug report: moto's version,
-    how many speed-ups are on, whether this process's calls skip the socket, and which
-    pieces are off. Read once the clients are attached (`infra.capabilities.report()`)."""
-    from infra.capabilities import report, versions
-
-    verdicts = report()
-    speedups = [v for v in verdicts if v.name.startswith("speedup:")]
-    inprocess = next((v for v in verdicts if v.name == "in-process"), None)
-    # Which pieces are off (each speed-up by name, unless none is on).
-    listed = [v for v in verdicts if not v.name.startswith("speedup:")]
-    if any(v.active for v in speedups):
-        listed += speedups
-    off = [v.name.removeprefix("speedup:") for v in listed if not v.active]
-    facts = [f"moto {versions().get('moto', '?')}"]
-    if speedups:
-        facts.append(f"speed-ups {sum(v.active for v in speedups)}/{len(speedups)} on")
-    if inprocess is not None:
-        facts.append("in-process calls" if inprocess.active else "calls over HTTP")
-    if off:
-        facts.append(f"off: {', '.join(off)} (`orchestrator doctor` says why)")
-    return " · ".join(facts)
 
 
 def load_factory(spec: str) -> Callable[..., Any]:
@@ -255,17 +232,12 @@ class LocalStack:
         self._banner(manifest)
 
     def _start_emulator(self) -> Any:
-        """The embedded emulator: in a process of its own (infra/emulator_process.py),
+        """The embedded emulator: in a process of its own (infra/emulator/process.py),
         unless asked for in this one; in this one too, with one line saying why, where
         this system has no Unix sockets or the process did not start."""
         from infra.emulator import Emulator
-        from infra.emulator_process import (
-            SWITCH_INTERVAL,
-            EmulatorProcess,
-            StartFailed,
-            spare_core,
-            unavailable,
-        )
+        from infra.emulator.process import EmulatorProcess, StartFailed, unavailable
+        from infra.emulator.tuning import SWITCH_INTERVAL, spare_core
 
         host, port = self.opts.host, self.opts.emulator_port
         why = None
@@ -317,8 +289,8 @@ class LocalStack:
 
     def _setenv(self, key: str, value: str) -> None:
         """Set a variable of this process for the handlers; `stop` puts it back."""
-        self._saved_env.setdefault(key, os.environ.get(key))
-        os.environ[key] = value
+        old = set_environment(key, value)
+        self._saved_env.setdefault(key, old)
 
     def _lambda_api(self) -> Any:
         from infra.lambda_local import EventFront
@@ -403,8 +375,5 @@ class LocalStack:
             sys.setswitchinterval(self._switch)
             self._switch = None
         for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+            set_environment(key, value)
         self._saved_env.clear()

@@ -1,5 +1,6 @@
 """The fingerprints of moto's code that the emulator's speed-ups were read against, one
-per moto release that changed it (infra/capabilities.py says how a fingerprint is made).
+per moto release that changed it (infra/emulator/capabilities.py says how a fingerprint is
+made).
 
 A new moto release: install it, run `python -m infra.capabilities` (it marks every reach
 whose code is new), read what changed in each marked function, bring the speed-up to it

@@ -1,4 +1,6 @@
-"""TransactWriteItems without copying whole tables.
+"""moto's TransactWriteItems (moto.dynamodb.models: DynamoDBBackend.transact_write_items)
+without copying whole tables (transact-undo: the speed-ups' registry, `__init__.py`,
+applies it behind its capability check).
 
 moto keeps a backup of every table a transaction names, as a deep copy of the whole
 table, to put back if the transaction is cancelled: each transaction costs as much as
@@ -19,7 +21,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from infra.capabilities import resolve
+from infra.emulator.capabilities import resolve
 
 __all__ = ["READS", "bind", "transact_write_items"]
 

@@ -1,5 +1,5 @@
-"""moto's SQS, without its walks of a whole queue per message (moto_speedups.py registers
-these, each behind its capability check).
+"""moto's SQS (moto.sqs.models), without its walks of a whole queue per message (the
+speed-ups' registry, `__init__.py`, applies these, each behind its capability check).
 
 Receives: before handing out each message, moto's ReceiveMessage asks for the queue's
 retention period through GetQueueAttributes' code, which builds every attribute of the
@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from infra.capabilities import resolve
+from infra.emulator.capabilities import resolve
 
 __all__ = ["attributes", "retained", "send_message"]
 

@@ -1,0 +1,100 @@
+"""A run's context: the immutable facts of a run a worker needs on every step (its
+workflow, input, failure policy, in-degrees, sinks, timeouts, definition), with its stop
+flags as last read. Cached per process by the worker; pure, built from a run row."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.engine.definition import Definition
+from orchestrator.engine.plan import plan_row, with_unwritten
+from orchestrator.engine.policies import OnFailure
+from orchestrator.engine.records import RunRecord, StepRecord
+
+__all__ = ["RunContext"]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """The immutable facts of a run a worker needs on every step (cached per process)."""
+
+    run_id: str
+    workflow: str
+    input: Any
+    on_failure: OnFailure
+    ndeps: dict[str, int]
+    # Cancelled, halted or halting when it was read (only a fresh read is worth acting
+    # on: the worker's start check reads it right before each call).
+    stopping: bool = False
+    # Steps nothing depends on: only their terminal transitions count towards the finish.
+    sinks: int = 0
+    # The run's one sink, when its success alone finishes the run (see Executor.end_with).
+    ends_with: str | None = None
+    started_at: float = 0.0
+    # Each step's timeout: how long an attempt may take (a Lambda invocation checks it
+    # against its remaining time before it starts one).
+    timeouts: Mapping[str, float] = field(default_factory=dict)
+    # What the run runs: the planned rows of the steps its start left out come from it.
+    definition: Definition | None = field(default=None, compare=False, repr=False)
+    # The subject of the event that started the run, if one did (durable event waits
+    # default to it).
+    subject: str | None = None
+
+    @property
+    def served(self) -> str:
+        """A durable run's workflow name at its backend (else the workflow's name)."""
+        durable = self.definition.durable if self.definition is not None else None
+        return durable or self.workflow
+
+    def plan(self, step: str) -> StepRecord | None:
+        """The planned row of a step blocked on one dependency, which its start leaves
+        out (engine.plan): the write that first moves it creates it. None for any other
+        step, whose row the start wrote."""
+        if self.definition is None or self.ndeps.get(step) != 1:
+            return None
+        return plan_row(self.run_id, self.definition, step)
+
+    def rows(self, read: list[StepRecord]) -> list[StepRecord]:
+        """The run's rows as read, with the ones its start left out, as planned."""
+        if self.definition is None:
+            return read
+        return with_unwritten(read, self.run_id, self.definition)
+
+    @classmethod
+    def of(cls, run: RunRecord) -> RunContext:
+        sinks = run.definition.sinks
+        # With one sink, every other step is one of its dependencies (each step leads to
+        # a sink), so once it succeeds every step has. Not for a run holding a group's
+        # lock (its release reads the run) or reusing rows of another run (their
+        # expiry is the finish's to check).
+        alone = (len(sinks) == 1 and not run.definition.reused
+                 and not (run.gate is not None and run.gate.group))
+        return cls(
+            run_id=run.run_id,
+            workflow=run.workflow,
+            input=run.input,
+            on_failure=run.on_failure,
+            ndeps=run.definition.ndeps,
+            stopping=run.stopping,
+            sinks=len(sinks),
+            ends_with=next(iter(sinks)) if alone else None,
+            started_at=run.started_at or run.created_at,
+            timeouts={st.name: st.timeout for st in run.definition.steps},
+            definition=run.definition,
+            subject=_subject(run),
+        )
+
+    @classmethod
+    def missing(cls, run_id: str) -> RunContext:
+        """For a step whose run row is gone: its failure stops nothing else."""
+        return cls(run_id, "", None, OnFailure.HALT, {})
+
+
+def _subject(run: RunRecord) -> str | None:
+    trigger = run.trigger
+    if trigger is None or trigger.source != "event":
+        return None
+    key = trigger.detail.get("key")
+    return None if key is None else str(key)

@@ -41,6 +41,8 @@ class RunContext:
     # The subject of the event that started the run, if one did (durable event waits
     # default to it).
     subject: str | None = None
+    # Its finish has follow-ups (RunRecord.follow_ups): the finish moves its wake.
+    follow_ups: bool = True
 
     @property
     def served(self) -> str:
@@ -84,6 +86,7 @@ class RunContext:
             timeouts={st.name: st.timeout for st in run.definition.steps},
             definition=run.definition,
             subject=_subject(run),
+            follow_ups=run.follow_ups,
         )
 
     @classmethod

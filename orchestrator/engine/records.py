@@ -121,6 +121,15 @@ class RunRecord:
         return self.kill_requested or self.halted or self.stop_at is not None
 
     @property
+    def follow_ups(self) -> bool:
+        """Whether its finish is followed by work another process must redo if the
+        finisher dies: a concurrency group's lock to release, a parent run waiting for
+        it. Only then does the finish move its wake (engine/wakes.py)."""
+        gate, trigger = self.gate, self.trigger
+        return bool(gate is not None and gate.group) or (
+            trigger is not None and trigger.source == "parent" and "row" in trigger.detail)
+
+    @property
     def shown_status(self) -> str:
         """The status as users see it: `paused` for a paused running run."""
         if self.paused is not None and self.status is RunStatus.RUNNING:

@@ -12,15 +12,18 @@ attention, never every running run.
 - a step claimed: its lease's end;
 - a step blocked: none (the step that completes its dependencies moves it);
 - a step terminal: when it finished (its follow-ups, the promotions, the count and a
-  halt, are checked at the next sweep); except a step that succeeded with dependants,
+  halt, are checked at the next sweep); except a success recorded while its lease held,
   which keeps its claim's wake (its lease's end): a crash between its record and its
-  dependants' promotions is then repaired when a crash just before the record would
-  have been, and the record costs no write to the wake index (moving a row in an index
-  is a delete and a put: two of the three index writes a step would cost otherwise).
-  A sink's success, which may finish its run, is checked at the next sweep;
+  follow-ups (its dependants' promotions, or a sink's count and its run's finish) is
+  then repaired when a crash just before the record would have been, and the record
+  costs no write to the wake index (moving a row in an index is a delete and a put: two
+  of the three index writes a step would cost otherwise);
 - a run created, queued, admitted or asked to stop: + `settle` (its rows, admission or
   stop pass are checked);
-- a run finished: when it finished (its concurrency group's release is checked).
+- a run finished with follow-ups (RunRecord.follow_ups: a concurrency group's lock to
+  release, a parent waiting for it): when it finished, for the sweeper to check them.
+  Without any, its wake stays as it was: the sweeper finds it finished there, with
+  nothing to do, and the finish costs no write to the wake index.
 
 Pure: no I/O."""
 
@@ -75,6 +78,8 @@ def resend_wake(resends: int, now: float, times: WakeTimes) -> float:
 def run_wake(run: RunRecord, times: WakeTimes) -> float:
     """The wake of a run row as it stands."""
     if run.status.terminal:
+        if not run.follow_ups and run.wake_at is not None:
+            return run.wake_at
         return run.finished_at or run.created_at
     if run.status is RunStatus.QUEUED:
         return max(run.created_at, run.admit_at or 0.0) + times.settle

@@ -129,13 +129,13 @@ class Executor:
         if our lease was lost (someone else owns the attempt now)."""
         now = self.clock()
         done: StepRecord | None = None
-        # A step with dependants keeps its claim's wake: a crash between this record
-        # and their promotions is repaired at the lease's end, like a crash just before
-        # it, and the record costs no wake-index write. A sink's wake is now: a run's
-        # finish is checked at the next sweep (engine/wakes.py).
+        # A success keeps its claim's wake: a crash between this record and its
+        # follow-ups (its dependants' promotions, a sink's count or its run's finish) is
+        # repaired at the lease's end, like a crash just before it, and the record costs
+        # no wake-index write (engine/wakes.py).
         # Only while the lease holds: a record landing after it (a stalled worker) may
         # find the sweeper past that wake already, and takes the finish time instead.
-        keep_wake = bool(row.dependants) and now < (row.lease_until or 0.0)
+        keep_wake = now < (row.lease_until or 0.0)
         try:
             # Most rows carry no flag: the row as its claim answered it, moved on, is
             # put whole (store.steps.put_success). A flagged row (its run is stopping or
@@ -443,7 +443,7 @@ class Executor:
         expires = min(now + ttl, ctx.started_at + self.store.step_retention)
         try:
             self.store.runs.finish_run(done.run_id, RunStatus.SUCCESS, None, now, expires,
-                                       unstopped=True)
+                                       unstopped=True, wake=ctx.follow_ups)
         except ConditionFailed:
             return False
         return True
@@ -503,12 +503,13 @@ class Executor:
                       and not run.halted and not run.kill_requested)
         try:
             self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at,
-                                       halted=halted_too)
+                                       halted=halted_too, wake=run.follow_ups)
         except ConditionFailed:
             if not halted_too:
                 return None
             try:  # the halter recorded its halt meanwhile: finish without another
-                self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at)
+                self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at,
+                                           wake=run.follow_ups)
             except ConditionFailed:
                 return None
         try:

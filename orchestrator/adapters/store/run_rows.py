@@ -250,12 +250,16 @@ class RunRows(RunListing):
         *,
         halted: bool = False,
         unstopped: bool = False,
+        wake: bool = True,
     ) -> None:
         """Finish a running run. `halted`: record its halt too, first (a failed step's
         halt that had not been recorded when the last step in flight landed), only if
         no halt is recorded: ConditionFailed if one was meanwhile. `unstopped`: only if
         neither a cancel nor a halt is recorded, nor a stop instant (ConditionFailed
-        otherwise)."""
+        otherwise). `wake`: move its wake to now, for the sweeper to check its
+        follow-ups (RunRecord.follow_ups); without any, its wake stays where it is (the
+        sweeper finds it finished there, with nothing to do), which spares the wake
+        index two writes."""
         move = RUN_MOVES[_FINISH[status]]
         # `finished_by` names this write apart from a rival finisher's in the same
         # millisecond, so only its own landed copy is taken for its own (tables.landed).
@@ -265,7 +269,8 @@ class RunRows(RunListing):
         hist = history_clause(values, now, f"run.{status.value}", error=short)
         update = (
             f"SET {status_set(move, values)}, finished_at = :now, updated_at = :now,"
-            f" expires_at = :exp, wake_at = :now, finished_by = :by, {hist}"
+            f" expires_at = :exp,{' wake_at = :now,' if wake else ''} finished_by = :by,"
+            f" {hist}"
         )
         if halted:
             values[":h"]["L"].insert(0, history_entry(now, "run.halted", error=short))

@@ -299,8 +299,12 @@ class Sweeper:
                           run_id, c.step, c.attempt,
                           now - max(by_name[c.step].ready_at or 0, by_name[c.step].due_at or 0),
                           by_name[c.step].resends)
+                # A root its start left out is created by this write (as `steps` shows
+                # it: ready since its run started).
+                root = by_name[c.step] if ctx.plan(c.step) is not None else None
                 if self.store.steps.touch_dispatch(run_id, c.step, c.attempt, now,
-                                                   resends=by_name[c.step].resends + 1):
+                                                   resends=by_name[c.step].resends + 1,
+                                                   plan=root):
                     sends.append(Dispatch(run_id=run_id, step=c.step, attempt=c.attempt))
                     report.redispatched += 1
             elif isinstance(c, do.ExpireLease):

@@ -205,11 +205,18 @@ class Worker:
             row = self.store.steps.satisfy(msg.run_id, msg.step, msg.after, 1, self.lease(), now,
                                            ready_at=msg.ready_at,
                                            plan=ctx.plan(msg.step) if ctx is not None else None)
+        elif msg.planned and msg.attempt == 1:
+            # A root its run's start left out: its claim creates its row. None if the
+            # row exists (a sweep or a stop wrote it): claimed below, as it stands.
+            row = self._claim_planned(msg, now)
         if row is None:
             try:
                 row = self.store.steps.claim(msg.run_id, msg.step, msg.attempt, self.lease(), now)
             except ConditionFailed:
-                row = None  # a duplicate, a late message, or a step already taken
+                # A duplicate, a late message, or a step already taken; or a root its
+                # start left out, named by a message that does not say so (one sent
+                # before an upgrade, or by hand): its claim creates its row.
+                row = None if msg.planned or msg.attempt != 1 else self._claim_planned(msg, now)
         self._ack(receipt)
         tally = Tally()
         try:
@@ -217,6 +224,16 @@ class Worker:
                 row = self.execute(row, tally)
         finally:
             self._count(tally)
+
+    def _claim_planned(self, msg: Dispatch, now: float) -> StepRecord | None:
+        """Claim attempt 1 of a root its run's start left out, creating its row; None if
+        it is not such a root or its row exists."""
+        ctx = self.context(msg.run_id)
+        plan = ctx.plan(msg.step) if ctx is not None else None
+        if ctx is None or plan is None or plan.deps:
+            return None
+        return self.store.steps.claim_planned(plan, self.lease(), now,
+                                              ready_at=msg.ready_at or ctx.started_at)
 
     def _count(self, tally: Tally) -> None:
         """Hand an attempt's terminal counts on: while the poll loop runs, folded into the
@@ -331,20 +348,29 @@ class Worker:
 
     # ---- one attempt -------------------------------------------------------------------
 
-    def context(self, run_id: str, *, fresh: bool = False) -> RunContext | None:
-        """The run's context, cached; `fresh`: with its stop flags as they are now (all
-        else a context holds never changes: only the flags are read again)."""
+    def start_check(self, run_id: str) -> RunContext | None:
+        """The start check (DESIGN.md, invariant 5): the run's context with its stop
+        flags as they are now, read strongly consistent (all else a context holds never
+        changes: only the flags are read again, or the whole run if it is not cached).
+        None if the run is gone."""
         with self._lock:
             ctx: RunContext | None = self._contexts.get(run_id)
-        if ctx is not None and fresh:
-            stopping = self.store.runs.run_stopping(run_id, self.clock())
-            if stopping is None:
-                return None
-            if stopping != ctx.stopping:
-                ctx = replace(ctx, stopping=stopping)
-                with self._lock:
-                    self._contexts.put(run_id, ctx)
-            return ctx
+        if ctx is None:
+            return self.context(run_id)
+        stopping = self.store.runs.run_stopping(run_id, self.clock())
+        if stopping is None:
+            return None
+        if stopping != ctx.stopping:
+            ctx = replace(ctx, stopping=stopping)
+            with self._lock:
+                self._contexts.put(run_id, ctx)
+        return ctx
+
+    def context(self, run_id: str) -> RunContext | None:
+        """The run's context, cached (its stop flags as first read: `start_check` reads
+        them again)."""
+        with self._lock:
+            ctx: RunContext | None = self._contexts.get(run_id)
         if ctx is None:
             run = self.store.runs.get_run(run_id, self.clock())
             if run is None:
@@ -378,7 +404,7 @@ class Worker:
         # failure and a cancel set them in the write that commits them, so a step whose
         # check comes after that instant is never called, however late the stop's pass
         # over the rows. The attempt is given up as if its claim had been refused.
-        ctx = self.context(row.run_id, fresh=True)
+        ctx = self.start_check(row.run_id)
         if ctx is not None and ctx.stopping:
             gone = self.store.steps.abandon(
                 row.run_id, row.step, row.attempt, row.lease_owner or "",

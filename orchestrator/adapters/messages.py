@@ -27,6 +27,9 @@ class Dispatch(BaseModel):
     # it in one write (a wide fan-out costs no promotion write per step).
     after: str | None = None
     ready_at: float | None = None
+    # A root its run's start left out (engine.plan), ready since `ready_at`: the worker
+    # that takes this message creates its row in its claim.
+    planned: bool = False
     # No longer read: every claim makes its own start check (Worker.execute). Kept so
     # that a message sent before an upgrade is still understood.
     launched: bool = False

@@ -43,6 +43,9 @@ class RunContext:
     subject: str | None = None
     # Its finish has follow-ups (RunRecord.follow_ups): the finish moves its wake.
     follow_ups: bool = True
+    # When it was launched (its rows written and its roots dispatched); None while it
+    # waits for admission, or if it never was (refused): its roots are not ready then.
+    launched_at: float | None = None
 
     @property
     def served(self) -> str:
@@ -51,10 +54,10 @@ class RunContext:
         return durable or self.workflow
 
     def plan(self, step: str) -> StepRecord | None:
-        """The planned row of a step blocked on one dependency, which its start leaves
-        out (engine.plan): the write that first moves it creates it. None for any other
-        step, whose row the start wrote."""
-        if self.definition is None or self.ndeps.get(step) != 1:
+        """The planned row of a step its start leaves out (engine.plan: a root, or a
+        step blocked on one dependency): the write that first moves it creates it. None
+        for any other step, whose row the start wrote."""
+        if self.definition is None or self.ndeps.get(step, 2) > 1:
             return None
         return plan_row(self.run_id, self.definition, step)
 
@@ -62,7 +65,7 @@ class RunContext:
         """The run's rows as read, with the ones its start left out, as planned."""
         if self.definition is None:
             return read
-        return with_unwritten(read, self.run_id, self.definition)
+        return with_unwritten(read, self.run_id, self.definition, self.launched_at)
 
     @classmethod
     def of(cls, run: RunRecord) -> RunContext:
@@ -87,6 +90,7 @@ class RunContext:
             definition=run.definition,
             subject=_subject(run),
             follow_ups=run.follow_ups,
+            launched_at=run.started_at,
         )
 
     @classmethod

@@ -1,10 +1,13 @@
 """Planning a run's rows from its definition.
 
-A step blocked on exactly one dependency is *unwritten* at the start (`unwritten`): the
-write that first moves it (its promotion, usually promote-and-claim, or a skip) creates
-its row, so a chain or a fan-out costs no row write per step at the start. Until then
-readers see the row as planned (`with_unwritten`). A rerun's start writes every row: the
-steps it reuses, and those they make ready, are not as planned.
+A root, and a step blocked on exactly one dependency, are *unwritten* at the start
+(`unwritten`): the write that first moves it (a root's claim, a promotion, usually
+promote-and-claim, a redispatch or a skip) creates its row, so a chain or a fan-out costs
+no row write per step at the start, and a root's claim is its first write (a row written
+ready and then claimed costs two more writes to the wake index). Until then readers see
+the row as planned (`with_unwritten`): a root ready since its run started. A rerun's
+start writes every row (the steps it reuses, and those they make ready, are not as
+planned), and so does a durable run's (its driver is there for a signal from the start).
 
 Pure: nothing here does I/O."""
 
@@ -18,6 +21,7 @@ from orchestrator.engine.states import StepStatus
 
 __all__ = [
     "StepSpec",
+    "left_out",
     "plan_row",
     "plan_steps",
     "unwritten",
@@ -43,7 +47,6 @@ def _row(run_id: str, s: StepSpec, dependants: tuple[str, ...], now: float) -> S
         retry_delay=s.retry_delay,
         retry_max_delay=s.retry_max_delay,
         ready_at=now if root else None,
-        at_launch=root,
         history=({"at": round(now, 3), "type": "step.ready"},) if root else (),
     )
 
@@ -59,33 +62,47 @@ def plan_steps(run_id: str, specs: Sequence[StepSpec], now: float) -> list[StepR
     return [_row(run_id, s, tuple(dependants[s.name]), now) for s in specs]
 
 
+def left_out(definition: Definition, spec: StepSpec) -> bool:
+    """Whether the start of a run of `definition` leaves this step's row out: a root or
+    a step with one dependency (a join's row, which counts its dependencies, is written),
+    except in a rerun or a durable run, whose starts write every row."""
+    return not definition.reused and definition.durable is None and len(spec.deps) <= 1
+
+
 def plan_row(run_id: str, definition: Definition, step: str) -> StepRecord | None:
-    """The planned row of one step of `definition` (None: no such step, or a rerun's,
-    whose start writes every row)."""
+    """The planned row of one step its start leaves out (None: no such step, or one
+    whose row the start writes)."""
     spec = definition.specs.get(step)
-    if spec is None or definition.reused:
+    if spec is None or not left_out(definition, spec):
         return None
     return _row(run_id, spec, definition.dependants.get(step, ()), 0.0)
 
 
-def unwritten(row: StepRecord) -> bool:
-    """Whether the start leaves this planned row out: blocked on exactly one dependency
-    (a join's row, which counts its dependencies, and a ready row are written)."""
-    return row.status is StepStatus.BLOCKED and len(row.deps) == 1 and not row.satisfied
+def unwritten(row: StepRecord, definition: Definition) -> bool:
+    """Whether the start leaves this planned row out (`left_out`)."""
+    spec = definition.specs.get(row.step)
+    return spec is not None and left_out(definition, spec) and not row.satisfied
 
 
 def with_unwritten(
-    rows: Sequence[StepRecord], run_id: str, definition: Definition
+    rows: Sequence[StepRecord], run_id: str, definition: Definition,
+    launched_at: float | None = None,
 ) -> list[StepRecord]:
     """A run's rows as read, with the planned rows its start left out and nobody has
-    written since (blocked, as planned), in the order of the rows' keys."""
-    if definition.reused:
-        return list(rows)  # a rerun's start writes every row (see RunService.launch)
+    written since, in the order of the rows' keys: a step with one dependency blocked;
+    a root ready since `launched_at`, when its run was launched (None: it was not, and
+    its roots, like every other step, wait: blocked, with no attempt)."""
     have = {r.step for r in rows}
     extra = []
     for spec in definition.steps:
-        if spec.name not in have and len(spec.deps) == 1:
-            extra.append(_row(run_id, spec, definition.dependants.get(spec.name, ()), 0.0))
+        if spec.name not in have and left_out(definition, spec):
+            if spec.deps:
+                row = _row(run_id, spec, definition.dependants.get(spec.name, ()), 0.0)
+            elif launched_at is not None:
+                row = _row(run_id, spec, definition.dependants.get(spec.name, ()), launched_at)
+            else:
+                continue
+            extra.append(row)
     if not extra:
         return list(rows)
     return sorted([*rows, *extra], key=lambda r: r.step)

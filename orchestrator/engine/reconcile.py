@@ -161,6 +161,6 @@ def settle_due(
 def _skipped(row: StepRecord, now: float, reason: str) -> StepRecord:
     return replace(
         row, status=StepStatus.SKIPPED, attempt=0, ready_at=None, finished_at=now,
-        at_launch=False, error=error_doc(Code.SKIPPED, reason),
+        error=error_doc(Code.SKIPPED, reason),
         history=({"at": round(now, 3), "type": "step.skipped", "reason": reason},),
     )

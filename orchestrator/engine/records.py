@@ -52,9 +52,6 @@ class StepRecord:
     count_me: bool = False
     # Set on an in-flight step of a stopping run: it lands, and is never tried again.
     stopping: bool = False
-    # Ready when its run was launched (a root, or a rerun's step whose dependencies were
-    # all reused): its claim reads the run afresh (see Worker.execute).
-    at_launch: bool = False
     # When a sweep must look at this row if nobody moved it on (engine/wakes.py), and
     # how often its dispatch was sent again.
     wake_at: float | None = None

@@ -36,7 +36,7 @@ def with_reused(
             continue
         met = frozenset(d for d in row.deps if d in done)
         if row.deps and len(met) == len(set(row.deps)):
-            row = replace(row, status=StepStatus.READY, attempt=1, ready_at=now, at_launch=True,
+            row = replace(row, status=StepStatus.READY, attempt=1, ready_at=now,
                           history=({"at": round(now, 3), "type": "step.ready"},))
         out.append(replace(row, satisfied=met))
     return out

@@ -15,8 +15,6 @@ __all__ = [
     "RunStatus",
     "StepStatus",
     "can_move",
-    "status_guard",
-    "status_set",
 ]
 
 
@@ -153,23 +151,3 @@ RUN_MOVES = {
         _run("kill", {R.RUNNING}, R.KILLED),
     )
 }
-
-
-def status_guard(move: Move, values: dict[str, Any], only: Any = None) -> str:
-    """The condition `#s IN (...)` of `move` (narrowed to `only`, which must be among
-    its sources), with its values added to `values`."""
-    sources = move.sources if only is None else frozenset(only)
-    if not sources <= move.sources:
-        raise ValueError(f"move {move.name}: {sorted(sources)} not among its sources")
-    names = []
-    for i, st in enumerate(sorted(sources)):
-        values[f":from{i}"] = {"S": st.value}
-        names.append(f":from{i}")
-    return f"#s = {names[0]}" if len(names) == 1 else f"#s IN ({', '.join(names)})"
-
-
-def status_set(move: Move, values: dict[str, Any]) -> str:
-    """The `#s = :to` assignment of `move`, with its value added to `values`."""
-    assert move.target is not None, move.name
-    values[":to"] = {"S": move.target.value}
-    return "#s = :to"

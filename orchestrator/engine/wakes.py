@@ -17,7 +17,8 @@ attention, never every running run.
   follow-ups (its dependants' promotions, or a sink's count and its run's finish) is
   then repaired when a crash just before the record would have been, and the record
   costs no write to the wake index (moving a row in an index is a delete and a put: two
-  of the three index writes a step would cost otherwise);
+  of the three index writes a step would cost otherwise). A sink of a run whose finish
+  has follow-ups (see below) takes its finish time: others wait for that finish;
 - a run created, queued, admitted or asked to stop: + `settle` (its rows, admission or
   stop pass are checked);
 - a run finished with follow-ups (RunRecord.follow_ups: a concurrency group's lock to

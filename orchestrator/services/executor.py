@@ -132,10 +132,12 @@ class Executor:
         # A success keeps its claim's wake: a crash between this record and its
         # follow-ups (its dependants' promotions, a sink's count or its run's finish) is
         # repaired at the lease's end, like a crash just before it, and the record costs
-        # no wake-index write (engine/wakes.py).
+        # no wake-index write (engine/wakes.py). Not a sink of a run whose finish others
+        # wait for (a group's next run, a parent): its wake is now, for the next sweep.
         # Only while the lease holds: a record landing after it (a stalled worker) may
         # find the sweeper past that wake already, and takes the finish time instead.
-        keep_wake = now < (row.lease_until or 0.0)
+        keep_wake = (now < (row.lease_until or 0.0)
+                     and (bool(row.dependants) or not ctx.follow_ups))
         try:
             # Most rows carry no flag: the row as its claim answered it, moved on, is
             # put whole (store.steps.put_success). A flagged row (its run is stopping or

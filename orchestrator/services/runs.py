@@ -183,17 +183,19 @@ class RunService:
         # a start that stalled (paused, retried) past half of that creates the rest of its
         # rows one by one, each only if absent, rather than overwrite them.
         began = run.started_at or run.created_at
-        # A step blocked on one dependency is left out: its promotion creates its row
-        # (not in a rerun, whose reused steps the plan does not know).
+        # A root and a step blocked on one dependency are left out (engine.plan): the
+        # write that first moves each creates its row (a root's, its claim).
         self.store.steps.put_steps(
-            [r for r in rows if run.definition.reused or not unwritten(r)],
+            [r for r in rows if not unwritten(r, run.definition)],
             fence=began + self.store.wake.settle / 2, clock=self.executor.clock)
-        ready = [r.step for r in rows if r.status is StepStatus.READY]
         # Each claim makes its own start check (Worker.execute): the launch reads nothing.
         self.executor.queues.dispatch([
-            Dispatch(run_id=run.run_id, step=step, attempt=1) for step in ready
+            Dispatch(run_id=run.run_id, step=r.step, attempt=1, planned=True,
+                     ready_at=began) if unwritten(r, run.definition)
+            else Dispatch(run_id=run.run_id, step=r.step, attempt=1)
+            for r in rows if r.status is StepStatus.READY
         ])
-        if not ready and all(r.status.terminal for r in rows):
+        if all(r.status.terminal for r in rows):
             self.executor.finish_if_done(run.run_id)
 
     def get(self, run_id: str) -> RunRecord:

@@ -30,6 +30,7 @@ from orchestrator.adapters.aws import make_clients  # noqa: E402
 from orchestrator.adapters.store import Lease  # noqa: E402
 from orchestrator.manifest.loader import manifest_from_text  # noqa: E402
 from orchestrator.runtime import Runtime  # noqa: E402
+from orchestrator.services.executor import RunContext  # noqa: E402
 from orchestrator.settings import Settings  # noqa: E402
 from tests.bench.run import RequestCounter  # noqa: E402
 
@@ -73,7 +74,14 @@ def measure(url: str, healthy: int, broken: int, passes: int) -> dict[str, Any]:
         # A live worker holds each step; the last `broken` ones die: their leases end
         # 300 s from now (the step's 1 h timeout plus a negative margin).
         base = -3600 + 300 if i >= healthy else 0.0
-        rt.store.steps.claim(run_id, "work", 1, Lease("bench-worker", t0 + base), t0)
+        lease = Lease("bench-worker", t0 + base)
+        run = rt.store.runs.get_run(run_id, t0)
+        assert run is not None
+        # A root its start left out is created by its claim (a plan only since then).
+        root = RunContext.of(run).plan("work")
+        if root is None or root.deps \
+                or rt.store.steps.claim_planned(root, lease, t0, ready_at=None) is None:
+            rt.store.steps.claim(run_id, "work", 1, lease, t0)
     rt.clients.sqs.purge_queue(QueueUrl=rt.queues.dispatch_url)
     offset = [30.0]  # past every run's start follow-up (started + settle)
     sweeper = make_sweeper(rt, lambda: time.time() + offset[0])

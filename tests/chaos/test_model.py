@@ -152,7 +152,8 @@ GIVEN_UP = "run stopped before the step started"
 
 def appended(prev: tuple[dict[str, Any], ...], now: tuple[dict[str, Any], ...]) -> bool:
     """A row's history only grows, but for one rewrite: an attempt given up at its start
-    check (its run was stopping) loses its `step.started` entry, as if never claimed."""
+    check (its run was stopping) loses its `step.started` entry, and a stop pass's
+    `step.stopping` flag after it, as if never claimed."""
     if now[: len(prev)] == prev:
         return True
     if not any(e.get("type") == "step.skipped" and e.get("reason") == GIVEN_UP for e in now):
@@ -160,7 +161,8 @@ def appended(prev: tuple[dict[str, Any], ...], now: tuple[dict[str, Any], ...]) 
     starts = [i for i, e in enumerate(prev) if e.get("type") == "step.started"]
     if not starts:
         return False
-    kept = prev[: starts[-1]] + prev[starts[-1] + 1:]
+    kept = prev[: starts[-1]] + tuple(e for e in prev[starts[-1] + 1:]
+                                      if e.get("type") != "step.stopping")
     return now[: len(kept)] == kept
 
 

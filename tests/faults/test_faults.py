@@ -25,7 +25,7 @@ from orchestrator.engine.plan import unwritten
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.services.executor import RunContext
-from tests.support.harness import steps_of
+from tests.support.harness import claim_step, steps_of
 from tests.support.testfns import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -189,7 +189,7 @@ def test_claims_are_exclusive_under_a_32_way_race(harness_factory: Any) -> None:
     def claim(i: int) -> None:
         barrier.wait()
         try:
-            h.rt.store.steps.claim(run_id, "root", 1, Lease(f"w{i}", time.time() + 30), time.time())
+            claim_step(h.rt, run_id, "root", 1, Lease(f"w{i}", time.time() + 30), time.time())
             wins.append(f"w{i}")
         except Exception:
             pass
@@ -221,7 +221,7 @@ def test_duplicated_completion_promotes_the_join_once(
         if row.status is StepStatus.BLOCKED:
             store.steps.promote(run_id, name, len(row.deps), None, now, all_deps=list(row.deps),
                                 plan=ctx.plan(name))
-        store.steps.claim(run_id, name, 1, lease, now)
+        claim_step(h.rt, run_id, name, 1, lease, now)
         done = store.steps.record_success(
             run_id, name, 1, "w", output_json='{"ok":1}', output_ref=None, size=8, now=now
         )
@@ -345,7 +345,7 @@ def test_a_commit_that_landed_after_its_own_wake_is_still_followed_up(
     rt = h.rt
     run_id = h.start("chain")
     t0 = time.time()
-    rt.store.steps.claim(run_id, "one", 1, Lease("stalled", t0 + 60), t0)
+    claim_step(rt, run_id, "one", 1, Lease("stalled", t0 + 60), t0)
     h.rt.sweeper().sweep()  # the prompt read passes t0
     stalled_at = t0 - 0.5  # when the worker read its clock, before the cursor
     rt.store.steps.record_success(run_id, "one", 1, "stalled", output_json='{"ok": 1}',
@@ -449,7 +449,7 @@ def test_a_finisher_that_stalls_before_its_reads_stamps_the_finish_after_them(
         if step == "two":  # its row is created by its promotion (the start left it out)
             rt.store.steps.promote(run_id, "two", 1, None, t0 + i, all_deps=["one"],
                                    plan=RunContext.of(run).plan("two"))
-        rt.store.steps.claim(run_id, step, 1, Lease("w", t0 + 60), t0 + i)
+        claim_step(rt, run_id, step, 1, Lease("w", t0 + 60), t0 + i)
         rt.store.steps.record_success(run_id, step, 1, "w", output_json="{}", output_ref=None,
                                       size=2, now=t0 + i + 0.5)
     times = iter([t0 + 0.2, t0 + 3.0, t0 + 3.0, t0 + 3.0])  # stale first, then late
@@ -461,29 +461,43 @@ def test_a_finisher_that_stalls_before_its_reads_stamps_the_finish_after_them(
     assert view["finished_at"] >= started
 
 
+JOINED = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  joined:
+    steps:
+      one:  { backend: fn, route: /echo }
+      two:  { backend: fn, route: /echo }
+      both: { backend: fn, route: /echo, dependsOn: [one, two] }
+"""
+
+
 def test_a_start_past_its_fence_keeps_the_rows_a_sweep_rebuilt(
     harness_factory: Any, recorder: Recorder
 ) -> None:
     # The start wrote its run row and stalled; a sweep rebuilt the rows and the run went
     # on. When the start comes back past its fence, it creates only what is missing.
-    h = harness_factory(CHAIN)
+    h = harness_factory(JOINED)
     rt = h.rt
-    run_id = h.start("chain")
+    run_id = h.start("joined")
     rows = rt.store.steps.query_steps(run_id)
     t0 = time.time()
-    rt.store.steps.claim(run_id, "one", 1, Lease("w", t0 + 60), t0)  # moved on meanwhile
-    # What the start writes: every planned row but those it leaves out (engine.plan).
-    stale = [r for r in rt.runs.rows_for(rt.store.runs.get_run(run_id, t0))  # type: ignore[arg-type]
-                  if not unwritten(r)]
-    assert {r.step for r in stale} == {r.step for r in rows}
+    rt.store.steps.satisfy(run_id, "both", "one", 2, None, t0)  # moved on meanwhile
+    # What the start writes: every planned row but those it leaves out (engine.plan):
+    # here the join's, which counts its dependencies.
+    run = rt.store.runs.get_run(run_id, t0)
+    assert run is not None
+    stale = [r for r in rt.runs.rows_for(run) if not unwritten(r, run.definition)]
+    assert {r.step for r in stale} == {r.step for r in rows} == {"both"}
     # Past its fence: nothing overwritten (and the start is told it was not clean).
     assert rt.store.steps.put_steps(stale, fence=t0 - 1) is False
-    one = rt.store.steps.get_step(run_id, "one")
-    assert one is not None and one.claimed and one.lease_owner == "w"
+    both = rt.store.steps.get_step(run_id, "both")
+    assert both is not None and both.satisfied == frozenset({"one"})
     # Within it: the batch, as always, answered at its first sending.
     assert rt.store.steps.put_steps(stale, fence=time.time() + 60) is True
-    one = rt.store.steps.get_step(run_id, "one")
-    assert one is not None and not one.claimed  # (which is why the fence exists)
+    both = rt.store.steps.get_step(run_id, "both")
+    assert both is not None and not both.satisfied  # (which is why the fence exists)
 
 
 HELD_UP = """

@@ -178,6 +178,26 @@ def test_a_cancel_is_the_stop_instant_of_a_step_claimed_before_it(
     assert_no_start_after_the_stop(h, run_id)
 
 
+def test_a_cancel_whose_pass_flags_a_claimed_step_before_its_check_leaves_no_start(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    """A cancel committed between a claim and its check, and its pass made too: the
+    pass flags the claimed row as in flight (`step.stopping`). The check gives the
+    attempt up, and the history reads as if the claim had been refused: neither the
+    start nor the flag of an attempt that never started is left (the chaos harness's
+    seed 101 found the flag left behind, a `step.stopping` of a step only ready)."""
+    h, other, _sent = setup(harness_factory)
+    run_id = h.start("w")
+    row = claim(other, run_id, "slow", "w2")
+    other.runs.cancel(run_id, "stop it")  # its pass flags `slow`, claimed
+    flagged = [e["type"] for e in entries(h, run_id, "slow")]
+    assert flagged == ["step.ready", "step.started", "step.stopping"]
+    other.worker(worker_id="w2").execute(row, Tally())
+    assert recorder.for_step(run_id, "slow") == []
+    assert [e["type"] for e in entries(h, run_id, "slow")] == ["step.ready", "step.skipped"]
+    assert_no_start_after_the_stop(h, run_id)
+
+
 def test_continue_independent_sets_no_stop_instant(
     harness_factory: Any, recorder: Recorder
 ) -> None:

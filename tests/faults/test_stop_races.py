@@ -25,7 +25,7 @@ from orchestrator.engine.transitions import after_failure
 from orchestrator.runtime import Runtime
 from orchestrator.services.executor import RunContext, Tally
 from orchestrator.sweeper import SweepReport
-from tests.support.harness import Harness, steps_of
+from tests.support.harness import Harness, claim_step, steps_of
 from tests.support.testfns import Recorder
 
 WORKFLOWS = """
@@ -107,7 +107,7 @@ def halted_at(history: list[dict[str, Any]]) -> float:
 
 def claim(rt: Runtime, run_id: str, step: str, owner: str) -> StepRecord:
     now = time.time()
-    return rt.store.steps.claim(run_id, step, 1, Lease(owner, now + rt.settings.lease_margin), now)
+    return claim_step(rt, run_id, step, 1, Lease(owner, now + rt.settings.lease_margin), now)
 
 
 def retried(sent: list[Any], step: str) -> bool:
@@ -321,31 +321,31 @@ def cancel_the_wide_run(other: Runtime, killed: list[str]) -> Callable[[], None]
     return cancel
 
 
-def test_a_cancel_whose_pass_runs_while_the_launch_writes_rows_starts_nothing(
+def test_a_cancel_whose_pass_runs_while_the_roots_are_claimed_starts_nothing(
     harness_factory: Any, recorder: Recorder
 ) -> None:
-    """30 roots are written 25 to a request: the cancel's pass, made between the two,
-    cannot see the last 5. They are dispatched, claimed, and their start checks find
-    the run stopping: no function is called, and no start is recorded."""
+    """30 roots, which the start leaves out (engine.plan): each claim creates its row.
+    The cancel comes right after the first claim: its pass sees one row and the 29
+    rows planned, skips those (creating them skipped) and flags the claimed one. The
+    first claim's start check finds the run stopping, and the other 29 claims find
+    their rows skipped: no function is called, and no start is recorded."""
     h, other, sent = setup(harness_factory)
     killed: list[str] = []
-    cancel = cancel_the_wide_run(other, killed)
-    once_after(h, "BatchWriteItem", cancel)
     run_id = h.start("wide")
-    assert killed == [run_id]
     dispatched = [m for m in sent if m.run_id == run_id]
-    assert len(dispatched) == 30  # the launch dispatched every root it wrote
+    assert len(dispatched) == 30 and all(m.planned for m in dispatched)
+    assert h.rt.store.steps.query_steps(run_id) == []  # no row written by the start
+    once_after(h, "PutItem", cancel_the_wide_run(other, killed))  # the first claim
     w = h.rt.worker()
     for m in dispatched:
         w.handle(m)
+    assert killed == [run_id]
     assert all(recorder.for_step(run_id, f"s{i:02d}") == [] for i in range(30))
-    # The 25 the pass saw were skipped by it; the 5 it could not see were claimed, and
-    # their start checks gave the attempt up before calling anything.
     history = h.rt.runs.history(run_id)
     assert [e for e in history if e["type"] == "step.started"] == []
     given_up = {e["step"] for e in history if e["type"] == "step.skipped"
                 and e.get("reason") == "run stopped before the step started"}
-    assert given_up == {f"s{i:02d}" for i in range(25, 30)}
+    assert given_up == {dispatched[0].step}
     view = h.rt.runs.view(run_id)
     assert view["status"] == "killed"
     assert {s["status"] for s in view["steps"]} == {"skipped"}
@@ -388,9 +388,10 @@ def test_a_cancel_whose_canceller_died_before_its_pass_starts_nothing(
 def test_every_claim_reads_the_run_once_and_the_launch_reads_nothing(
     harness_factory: Any, recorder: Recorder
 ) -> None:
-    """30 roots launched: the launch reads no flag; each claim makes one start check,
-    the first a whole read of the run (the worker has no context for it yet), each later
-    one a read of its stop flags."""
+    """30 roots launched: the launch reads no flag; each claim makes one start check, a
+    read of the run's stop flags. (The first claim reads the run whole before it: the
+    worker has no context for it yet, and a root's claim creates its row from the run's
+    plan.)"""
     h, _, sent = setup(harness_factory)
     reads = stop_flag_reads(h)
     run_id = h.start("wide")
@@ -400,7 +401,7 @@ def test_every_claim_reads_the_run_once_and_the_launch_reads_nothing(
     w = h.rt.worker()
     for m in dispatched:
         w.handle(m)
-    assert reads == [run_id] * 29
+    assert reads == [run_id] * 30
     assert all(len(recorder.for_step(run_id, f"s{i:02d}")) == 1 for i in range(30))
     assert h.rt.runs.view(run_id)["status"] == "success"
 
@@ -408,9 +409,10 @@ def test_every_claim_reads_the_run_once_and_the_launch_reads_nothing(
 def test_a_launch_whose_batch_was_sent_twice_leaves_the_read_to_each_claim(
     harness_factory: Any, recorder: Recorder
 ) -> None:
-    """The first sending of the launch's first batch times out (it may yet land, after a
-    stop pass, and write its rows back unflagged): botocore sends it again, and the
-    launch does not mark its dispatches `launched`. Each claim reads the run's flags."""
+    """The first sending of the launch's batch (the join's row: its roots are left out)
+    times out (it may yet land, after a stop pass, and write its row back unflagged):
+    botocore sends it again, and the launch does not mark its dispatches `launched`.
+    Each claim reads the run's flags."""
     h, _, sent = setup(harness_factory)
     reads = stop_flag_reads(h)
     timed_out: list[bool] = []
@@ -422,17 +424,17 @@ def test_a_launch_whose_batch_was_sent_twice_leaves_the_read_to_each_claim(
 
     h.rt.clients.dynamodb.meta.events.register_first(
         "before-send.dynamodb.BatchWriteItem", time_out_once)
-    run_id = h.start("wide")
+    run_id = h.start("joined")
     assert timed_out == [True]
     dispatched = [m for m in sent if m.run_id == run_id]
-    assert len(dispatched) == 30 and not any(m.launched for m in dispatched)
+    assert sorted(m.step for m in dispatched) == ["boom", "side"]
+    assert not any(m.launched for m in dispatched)
     w = h.rt.worker()
-    for m in dispatched[:3]:
+    for m in dispatched:
         w.handle(m)
-    # No read by the launch. The first claim reads the run whole (the worker has no
-    # context for it yet), each later one its flags.
+    # No read by the launch; each claim's start check reads the run's flags.
     assert reads == [run_id] * 2
-    assert [len(recorder.for_step(run_id, m.step)) for m in dispatched[:3]] == [1, 1, 1]
+    assert [len(recorder.for_step(run_id, m.step)) for m in dispatched] == [1, 1]
 
 
 def halting_with_two_in_flight(

@@ -13,6 +13,7 @@ import pytest
 
 from functions.serving import BackgroundServer
 from orchestrator.api.app import create_app
+from orchestrator.engine.context import RunContext
 from orchestrator.runtime import Runtime
 from orchestrator.services.apikeys import ApiKeys
 from tests.support.harness import Harness, steps_of
@@ -251,11 +252,14 @@ def test_history_keeps_each_rows_own_order_when_a_write_landed_late(
     h, c = api
     h.close()  # no worker: the root stays ready, its message aside
     run_id = c.post("/runs", json={"workflow": "chain", "input": {}}).json()["run_id"]
-    ready_at = h.rt.store.steps.get_step(run_id, "one").ready_at  # type: ignore[union-attr]
-    assert ready_at is not None
+    run = h.rt.store.runs.get_run(run_id, time.time())
+    assert run is not None
+    # The root as planned (its start left its row out): ready since the run's launch.
+    (one,) = [r for r in RunContext.of(run).rows([]) if r.step == "one"]
+    assert one.ready_at is not None
     # A sweeper read its clock, stalled, and its redispatch landed after the ready: its
     # entry's time is earlier than the entry before it in the row.
-    assert h.rt.store.steps.touch_dispatch(run_id, "one", 1, ready_at - 5)
+    assert h.rt.store.steps.touch_dispatch(run_id, "one", 1, one.ready_at - 5, plan=one)
     events = c.get(f"/runs/{run_id}/events").json()["events"]
     mine = [e["type"] for e in events if e.get("step") == "one"]
     assert mine == ["step.ready", "step.redispatched"]

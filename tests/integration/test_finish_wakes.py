@@ -68,6 +68,10 @@ def test_a_run_holding_a_group_moves_its_wake_to_its_finish(harness_factory: Any
     assert h.wait(run_id)["status"] == "success"
     run = run_item(h, run_id)
     assert run["wake_at"]["N"] == run["finished_at"]["N"]  # its release is checked there
+    # Its sink's wake is its finish too: a crash before the run's finish (and its
+    # release, which the group's next run waits for) is repaired at the next sweep.
+    one = step_items(h, run_id)["one"]
+    assert one["wake_at"]["N"] == one["finished_at"]["N"]
 
 
 def test_a_finish_lost_after_the_sinks_success_is_made_by_the_sweep(

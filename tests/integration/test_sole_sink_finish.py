@@ -13,7 +13,7 @@ from typing import Any
 from orchestrator.adapters.store import Lease
 from orchestrator.engine.states import RunStatus
 from orchestrator.services.executor import RunContext, Tally
-from tests.support.harness import Harness
+from tests.support.harness import Harness, claim_step
 
 MANIFEST = """
 backends:
@@ -98,7 +98,7 @@ def sink_done(h: Harness, run_id: str) -> tuple[Any, RunContext]:
         if dep is not None:  # the start left its row out: the promotion creates it
             rt.store.steps.promote(run_id, step, 1, None, t0, all_deps=[dep],
                                    plan=RunContext.of(run).plan(step))
-        rt.store.steps.claim(run_id, step, 1, Lease("w", t0 + 60), t0)
+        claim_step(rt, run_id, step, 1, Lease("w", t0 + 60), t0)
         done = rt.store.steps.record_success(run_id, step, 1, "w", output_json="{}",
                                              output_ref=None, size=2, now=time.time())
     run = rt.store.runs.get_run(run_id, time.time())

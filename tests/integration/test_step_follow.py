@@ -13,7 +13,7 @@ from typing import Any
 from orchestrator.adapters.store import Lease
 from orchestrator.engine.states import StepStatus
 from orchestrator.services.executor import RunContext
-from tests.support.harness import Harness
+from tests.support.harness import Harness, claim_step
 
 N = 30
 MANIFEST = """
@@ -88,7 +88,7 @@ def run_the_chain(h: Harness, run_id: str, *, look_before_the_last: bool = False
     """Every step of the chain succeeds, each promoting and claiming the next; the run
     is finished. `look_before_the_last`: a look while the last step is in flight."""
     now = time.time()
-    h.rt.store.steps.claim(run_id, "s00", 1, Lease("w", 30.0), now)
+    claim_step(h.rt, run_id, "s00", 1, Lease("w", 30.0), now)
     for i in range(N - 1):
         succeed(h, run_id, f"s{i:02d}", f"s{i + 1:02d}", now)
     if look_before_the_last:
@@ -106,7 +106,7 @@ def test_a_chain_look_reads_the_step_in_flight_and_the_ones_that_ended(
     now = time.time()
     look(h, run_id)
     asked.take()
-    h.rt.store.steps.claim(run_id, "s00", 1, Lease("w", 30.0), now)
+    claim_step(h.rt, run_id, "s00", 1, Lease("w", 30.0), now)
     for i in range(N - 1):
         succeed(h, run_id, f"s{i:02d}", f"s{i + 1:02d}", now)
         if i % 3:
@@ -157,7 +157,7 @@ def test_skips_below_a_failure_and_a_join_are_seen_as_a_whole_read_sees_them(
     run_id = h.start("branches")
     now = time.time()
     look(h, run_id)
-    h.rt.store.steps.claim(run_id, "root", 1, Lease("w", 30.0), now)
+    claim_step(h.rt, run_id, "root", 1, Lease("w", 30.0), now)
     look(h, run_id)
     ctx = h.rt.executor.context(run_id)
     h.rt.store.steps.record_success(run_id, "root", 1, "w", output_json="1", output_ref=None,

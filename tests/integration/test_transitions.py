@@ -27,7 +27,7 @@ from orchestrator.engine.states import (
 from orchestrator.errors import Code
 from orchestrator.services.executor import Tally
 from tests.support.durable_fns import LEDGER
-from tests.support.harness import Harness
+from tests.support.harness import Harness, claim_step
 
 MANIFEST = """
 backends:
@@ -135,7 +135,7 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
     held = h.start("held")
     h.rt.queues.tamper = None
     now = time.time()
-    row = h.rt.store.steps.claim(held, "only", 1, Lease("w-held", now + 30), now)
+    row = claim_step(h.rt, held, "only", 1, Lease("w-held", now + 30), now)
     h.rt.runs.kill(held, "before the call")
     h.rt.worker(worker_id="w-held").execute(row, Tally())
     h.rt.executor.finish_if_done(held)

@@ -1,7 +1,8 @@
-"""A step blocked on one dependency has no row until something moves it: the start
-writes only the roots and the joins, a promotion (or a skip) creates the row as planned,
-and every reader sees the rows the start left out as planned (blocked). What a run
-shows, how it stops and how it fails are the same as when every row was written."""
+"""A root, and a step blocked on one dependency, have no row until something moves them:
+the start writes only the joins, a root's claim, a promotion, a sweep's redispatch or a
+skip creates the row as planned, and every reader sees the rows the start left out as
+planned (a root ready since its run's launch, any other step blocked). What a run shows,
+how it stops and how it fails are the same as when every row was written."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.store import Lease
 from orchestrator.errors import ConditionFailed
-from tests.support.harness import steps_of
+from tests.support.harness import claim_step, steps_of
 from tests.support.testfns import Recorder
 
 MANIFEST = """
@@ -45,12 +46,12 @@ def written(h: Any, run_id: str) -> set[str]:
     return {r.step for r in h.rt.store.steps.query_steps(run_id)}
 
 
-def test_the_start_writes_the_roots_and_joins_and_a_view_shows_every_step(
+def test_the_start_writes_the_joins_and_a_view_shows_every_step(
     harness_factory: Any, recorder: Recorder,
 ) -> None:
     h = harness_factory(MANIFEST)
     run_id = h.start("chain")  # no worker yet
-    assert written(h, run_id) == {"one", "join"}
+    assert written(h, run_id) == {"join"}
     view = h.rt.runs.view(run_id)
     assert {s["step"]: s["status"] for s in view["steps"]} == {
         "one": "ready", "two": "blocked", "three": "blocked", "join": "blocked"}
@@ -60,9 +61,68 @@ def test_the_start_writes_the_roots_and_joins_and_a_view_shows_every_step(
     assert written(h, run_id) == {"one", "two", "three", "join"}
     assert all(len(recorder.for_step(run_id, s)) == 1 for s in ("one", "two", "three", "join"))
     two = steps_of(view)["two"]
-    assert [e["type"] for e in h.rt.runs.history(run_id) if e.get("step") == "two"] == [
-        "step.ready", "step.started", "step.succeeded"]
+    history = h.rt.runs.history(run_id)
+    for name in ("one", "two"):
+        assert [e["type"] for e in history if e.get("step") == name] == [
+            "step.ready", "step.started", "step.succeeded"]
     assert two["attempts"] == 1
+    # The root was ready when its run was launched, as if its row had been written then.
+    ready = next(e for e in history if e.get("step") == "one" and e["type"] == "step.ready")
+    assert ready["at"] == round(view["started_at"], 3)
+
+
+def test_a_roots_claim_creates_its_row_and_a_second_copy_calls_nothing(
+    harness_factory: Any, recorder: Recorder,
+) -> None:
+    h = harness_factory(MANIFEST)
+    sent: list[Any] = []
+    h.rt.queues.tamper = lambda msgs: sent.extend(msgs) or []
+    run_id = h.start("fan")
+    (msg,) = [m for m in sent if isinstance(m, Dispatch) and m.run_id == run_id]
+    assert msg.step == "root" and msg.planned and msg.ready_at is not None
+    assert written(h, run_id) == set()
+    w = h.rt.worker()
+    w.handle(msg)
+    w.handle(msg)  # delivered twice
+    h.rt.worker().handle(msg)  # and to another worker
+    assert len(recorder.for_step(run_id, "root")) == 1
+    root = h.rt.store.steps.get_step(run_id, "root")
+    assert root is not None and root.status.value == "success"
+    assert [e["type"] for e in root.history] == ["step.ready", "step.started", "step.succeeded"]
+
+
+def test_a_roots_message_that_does_not_say_it_was_left_out_still_claims_it(
+    harness_factory: Any, recorder: Recorder,
+) -> None:
+    """A message sent before an upgrade (or by hand) names the root plainly: the claim
+    finds no row, and creates it as the marked message would."""
+    h = harness_factory(MANIFEST)
+    h.rt.queues.tamper = lambda msgs: []
+    run_id = h.start("fan")
+    h.rt.queues.tamper = None
+    h.rt.worker().handle(Dispatch(run_id=run_id, step="root", attempt=1))
+    assert len(recorder.for_step(run_id, "root")) == 1
+
+
+def test_a_roots_lost_message_is_sent_again_by_the_sweep_which_writes_its_row(
+    harness_factory: Any, recorder: Recorder,
+) -> None:
+    h = harness_factory(MANIFEST, redispatch_after=30.0)
+    h.rt.queues.tamper = lambda msgs: []  # the start's dispatch is lost
+    run_id = h.start("fan")
+    assert written(h, run_id) == set()
+    assert steps_of(h.rt.runs.view(run_id))["root"]["status"] == "ready"
+    h.rt.queues.tamper = None
+    report = h.rt.sweeper(clock=lambda: time.time() + 10).sweep()
+    assert report.redispatched == 0 and written(h, run_id) == set()  # not lost yet
+    report = h.rt.sweeper(clock=lambda: time.time() + 31).sweep(since=0)
+    assert report.redispatched == 1
+    root = h.rt.store.steps.get_step(run_id, "root")
+    assert root is not None and root.status.value == "ready" and root.resends == 1
+    assert [e["type"] for e in root.history] == ["step.ready", "step.redispatched"]
+    h.start_workers()
+    assert h.wait(run_id)["status"] == "success"
+    assert len(recorder.for_step(run_id, "root")) == 1
 
 
 def test_a_cancel_skips_the_rows_the_start_left_out_and_a_late_promotion_creates_nothing(
@@ -178,7 +238,7 @@ def test_a_success_put_whole_writes_what_the_full_update_writes(harness_factory:
     h = harness_factory(MANIFEST)
     runs = [h.start("fan") for _ in range(3)]
     now = time.time()
-    rows = [h.rt.store.steps.claim(r, "root", 1, Lease("w", 30.0), now - 1) for r in runs]
+    rows = [claim_step(h.rt, r, "root", 1, Lease("w", 30.0), now - 1) for r in runs]
     put = h.rt.store.steps.put_success(rows[0], output_json='{"a": 1,  "b": [1, 2]}',
                                        output_ref=None, size=22, now=now, keep_wake=True)
     h.rt.store.steps.record_success(runs[1], "root", 1, "w", output_json='{"a": 1,  "b": [1, 2]}',

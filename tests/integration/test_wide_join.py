@@ -15,7 +15,7 @@ from orchestrator.adapters.store import Lease
 from orchestrator.adapters.store.join_counts import COUNTS
 from orchestrator.engine.states import StepStatus
 from orchestrator.services.executor import FOLD_FROM, RunContext, Tally
-from tests.support.harness import Harness, steps_of
+from tests.support.harness import Harness, claim_step, steps_of
 from tests.support.testfns import Recorder
 
 WIDTH = 12
@@ -85,7 +85,7 @@ def by_hand_up_to_the_join(h: Harness, run_id: str, fold: Any) -> None:
     assert run is not None
     ctx = RunContext.of(run)
     now = time.time()
-    root = rt.store.steps.claim(run_id, "root", 1, Lease("w#1", now + 60), now)
+    root = claim_step(rt, run_id, "root", 1, Lease("w#1", now + 60), now)
     rt.executor.succeed(root, ctx, "{}", None, 2, Tally(), keep_one=None)
     for i, child in enumerate(CHILDREN):
         row = rt.store.steps.satisfy(run_id, child, "root", 1, Lease(f"w#{i + 2}", now + 60),
@@ -123,7 +123,7 @@ def test_folding_scopes_that_overlap_fold_until_the_last_one_ends(
     run = rt.store.runs.get_run(run_id, time.time())
     assert run is not None
     now = time.time()
-    root = rt.store.steps.claim(run_id, "root", 1, Lease("w#1", now + 60), now)
+    root = claim_step(rt, run_id, "root", 1, Lease("w#1", now + 60), now)
     rt.executor.succeed(root, RunContext.of(run), "{}", None, 2, Tally(), keep_one=None)
     counts = join_counts(h)
     w = rt.worker()

@@ -14,6 +14,9 @@ from typing import Any
 
 from infra.stack import deploy_data_stack
 from orchestrator.adapters.aws import Clients, make_clients
+from orchestrator.adapters.store import Lease
+from orchestrator.engine.context import RunContext
+from orchestrator.engine.records import StepRecord
 from orchestrator.manifest.loader import manifest_from_text
 from orchestrator.runtime import Runtime
 from orchestrator.settings import Settings
@@ -106,6 +109,19 @@ class Harness:
         self.stop.set()
         for t in self.threads:
             t.join(timeout=10)
+
+
+def claim_step(rt: Runtime, run_id: str, step: str, attempt: int, lease: Lease,
+               now: float) -> StepRecord:
+    """Claim one attempt by hand, as a worker would: a root its run's start left out
+    (engine.plan) is created by its claim (ConditionFailed as `claim` raises it)."""
+    run = rt.store.runs.get_run(run_id, now)
+    plan = RunContext.of(run).plan(step) if run is not None and attempt == 1 else None
+    if plan is not None and not plan.deps:
+        row = rt.store.steps.claim_planned(plan, lease, now, ready_at=None)
+        if row is not None:
+            return row
+    return rt.store.steps.claim(run_id, step, attempt, lease, now)
 
 
 def steps_of(view: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -106,7 +106,6 @@ def step_from_item(item: Item) -> StepRecord:
         expires_at=_n(item, "expires_at"),
         count_me=bool(item.get("count_me", {}).get("BOOL", False)),
         stopping=bool(item.get("stopping", {}).get("BOOL", False)),
-        at_launch=bool(item.get("at_launch", {}).get("BOOL", False)),
         wake_at=_n(item, "wake_at"),
         resends=int(_n(item, "resends") or 0),
         waiting=_json(item, "waiting"),
@@ -183,8 +182,6 @@ def step_to_item(s: StepRecord) -> Item:
         item["count_me"] = {"BOOL": True}
     if s.stopping:
         item["stopping"] = {"BOOL": True}
-    if s.at_launch:
-        item["at_launch"] = {"BOOL": True}
     if s.history:
         item["history"] = {"L": [{"S": dumps(e)} for e in s.history]}
     return item

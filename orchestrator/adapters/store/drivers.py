@@ -9,10 +9,16 @@ from typing import Any
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import history_entry, num, step_from_item
 from orchestrator.adapters.store.journal import PARALLEL, restamp
-from orchestrator.adapters.store.tables import Tables, history_clause, step_key
+from orchestrator.adapters.store.tables import (
+    Tables,
+    history_clause,
+    status_guard,
+    status_set,
+    step_key,
+)
 from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.records import StepRecord
-from orchestrator.engine.states import STEP_MOVES, StepStatus, status_guard, status_set
+from orchestrator.engine.states import STEP_MOVES, StepStatus
 from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 

@@ -11,9 +11,15 @@ from typing import Any
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import history_entry, num, run_from_item, run_to_item
 from orchestrator.adapters.store.run_listing import RunListing
-from orchestrator.adapters.store.tables import Item, history_clause, short_error
+from orchestrator.adapters.store.tables import (
+    Item,
+    history_clause,
+    short_error,
+    status_guard,
+    status_set,
+)
 from orchestrator.engine.records import RunRecord
-from orchestrator.engine.states import RUN_MOVES, Move, RunStatus, status_guard, status_set
+from orchestrator.engine.states import RUN_MOVES, Move, RunStatus
 from orchestrator.engine.wakes import run_wake
 from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps

@@ -23,7 +23,7 @@ __all__ = ["STATE_PROJECTION", "VIEW_PROJECTION", "StepRows"]
 STATE_PROJECTION = (
     "run_id, step, #s, backend, route, deps, dependants, attempt, max_attempts, #t,"
     " retry_strategy, retry_delay, retry_max_delay, lease_owner, lease_until, due_at,"
-    " ready_at, started_at, finished_at, count_me, stopping, expires_at, at_launch, wake_at,"
+    " ready_at, started_at, finished_at, count_me, stopping, expires_at, wake_at,"
     " resends, waiting, pokes"
 )
 

@@ -25,10 +25,12 @@ from orchestrator.adapters.store.tables import (
     Tables,
     history_clause,
     short_error,
+    status_guard,
+    status_set,
     step_key,
 )
 from orchestrator.engine.records import StepRecord
-from orchestrator.engine.states import STEP_MOVES, Move, StepStatus, status_guard, status_set
+from orchestrator.engine.states import STEP_MOVES, Move, StepStatus
 from orchestrator.engine.wakes import resend_wake
 from orchestrator.errors import Code, ConditionFailed, error_doc
 from orchestrator.strict_json import dumps
@@ -37,12 +39,14 @@ __all__ = ["Lease", "StepWrites"]
 
 
 def _unstarted(history: Sequence[dict[str, Any]], attempt: int) -> list[dict[str, Any]]:
-    """A row's history without the `step.started` entry of `attempt` (its last)."""
+    """A row's history without the `step.started` entry of `attempt` (its last), nor
+    the `step.stopping` entries after it: a stop pass that found the attempt claimed
+    flagged it as in flight, and it never was."""
     out = list(history)
     for i in range(len(out) - 1, -1, -1):
         e = out[i]
         if e.get("type") == "step.started" and int(e.get("attempt") or 0) == attempt:
-            del out[i]
+            out = out[:i] + [e for e in out[i + 1:] if e.get("type") != "step.stopping"]
             break
     return out
 
@@ -195,7 +199,7 @@ class StepWrites(Tables):
         )
 
     def _create_promoted(
-        self, plan: StepRecord, dep: str, lease: Lease | None, now: float,
+        self, plan: StepRecord, dep: str | None, lease: Lease | None, now: float,
         ready_at: float | None,
     ) -> StepRecord | None:
         """The promotion (and claim, under `lease`) of a row the start left out, as its
@@ -203,14 +207,17 @@ class StepWrites(Tables):
         same attributes as the creating update (`_creating` with `_promotion`) would, and
         needs no update expression evaluated (in the emulator, a third of the cost of a
         chain's step). The row, or None if it exists already: then the update, guarded
-        by its status, decides (a repair or a stop wrote it, or another promoter won)."""
+        by its status, decides (a repair or a stop wrote it, or another promoter won).
+        `dep`: the dependency that made it ready; None for a root (`claim_planned`)."""
         ready = now if ready_at is None else min(ready_at, now)
         move = STEP_MOVES["promote" if lease is None else "promote+claim"]
         planned = step_to_item(plan)
         item: Item = {k: planned[k] for k in ("run_id", "step", *_STATIC)}
         assert move.target is not None
         item.update({"status": {"S": move.target.value}, "attempt": num(1),
-                     "ready_at": num(ready), "satisfied": {"SS": [dep]}})
+                     "ready_at": num(ready)})
+        if dep is not None:
+            item["satisfied"] = {"SS": [dep]}
         history = [history_entry(ready, "step.ready")]
         if lease is None:
             item["wake_at"] = num(now + self.wake.redispatch_after)
@@ -237,6 +244,14 @@ class StepWrites(Tables):
             except ConditionFailed:
                 return None
         return step_from_item(item)
+
+    def claim_planned(self, plan: StepRecord, lease: Lease, now: float,
+                      ready_at: float | None) -> StepRecord | None:
+        """Claim attempt 1 of a root its start left out (engine.plan), ready since
+        `ready_at`, in the write that creates its row: one PutItem guarded by its
+        absence. None if the row exists (a sweep's redispatch or a stop pass wrote it,
+        or another worker claimed it): the caller's plain claim decides then."""
+        return self._create_promoted(plan, None, lease, now, ready_at)
 
     def satisfy(
         self, run_id: str, step: str, dep: str, ndeps: int, lease: Lease | None, now: float,
@@ -589,8 +604,8 @@ class StepWrites(Tables):
         names = {"#s": "status", "#err": "error", "#h": "history"}
         update = (f"SET {status_set(move, values)}, #err = :why, finished_at = :now,"
                   f" expires_at = :exp, wake_at = :now, {hist}")
-        if StepStatus.BLOCKED not in statuses:
-            plan = None  # only a blocked row may be one its start left out
+        if plan is not None and plan.status not in statuses:
+            plan = None  # a row its start left out is as planned: blocked, or a root ready
         if plan is not None:
             update += ", attempt = if_not_exists(attempt, :zero)"
             values[":zero"] = num(0)
@@ -608,15 +623,17 @@ class StepWrites(Tables):
 
     def flag_counted(self, run_id: str, step: str, *, plan: StepRecord | None = None) -> bool:
         """Mark a step still in flight so that its terminal transition counts (once).
-        `plan`: the row as planned, created blocked (and flagged) if the start left it
-        out."""
+        `plan`: the row as planned, created as planned (and flagged) if the start left
+        it out."""
         values: dict[str, Any] = {":t": {"BOOL": True}}
         guard = status_guard(STEP_MOVES["flag-counted"], values)
         names = {"#s": "status"}
         update = "SET count_me = :t"
         if plan is not None:
-            update += ", #s = if_not_exists(#s, :blk), attempt = if_not_exists(attempt, :zero)"
-            values.update({":blk": {"S": StepStatus.BLOCKED.value}, ":zero": num(0)})
+            update += (", #s = if_not_exists(#s, :pst), attempt = if_not_exists(attempt, :pat),"
+                       " ready_at = if_not_exists(ready_at, :prd)")
+            values.update({":pst": {"S": plan.status.value}, ":pat": num(plan.attempt),
+                           ":prd": num(plan.ready_at or 0.0)})
         update, guard = _creating(plan, update, guard, values, names)
         return self._guarded(
             f"step {run_id}/{step}: flag",
@@ -628,22 +645,35 @@ class StepWrites(Tables):
         ) is not None
 
     def touch_dispatch(
-        self, run_id: str, step: str, attempt: int, now: float, *, resends: int = 1
+        self, run_id: str, step: str, attempt: int, now: float, *, resends: int = 1,
+        plan: StepRecord | None = None,
     ) -> bool:
         """Stamp a dispatch sent again for the `resends`-th time with its next wake, so
-        the next sweeps do not send it again at once (engine.wakes.resend_wake)."""
+        the next sweeps do not send it again at once (engine.wakes.resend_wake).
+        `plan`: a root as planned, created ready (with its planned history) if its start
+        left it out and nobody claimed it yet."""
         values: dict[str, Any] = {
             ":n": num(attempt), ":k": num(resends),
             ":wk": num(resend_wake(resends, now, self.wake)),
         }
         guard = status_guard(STEP_MOVES["redispatch"], values)
         hist = history_clause(values, now, "step.redispatched", attempt=attempt)
+        names = {"#s": "status", "#h": "history"}
+        update = f"SET wake_at = :wk, resends = :k, {hist}"
+        cond = f"attempt = :n AND attribute_not_exists(lease_owner) AND {guard}"
+        if plan is not None and plan.status is StepStatus.READY:
+            planned = step_to_item(plan)
+            update += (", #s = if_not_exists(#s, :pst), ready_at = if_not_exists(ready_at, :prd),"
+                       " attempt = if_not_exists(attempt, :n)")
+            values.update({":pst": planned["status"], ":prd": num(plan.ready_at or now),
+                           ":nil": planned.get("history", {"L": []})})
+            update, cond = _creating(plan, update, cond, values, names)
         return self._guarded(
             f"step {run_id}/{step}: redispatch",
             Key=step_key(run_id, step),
-            UpdateExpression=f"SET wake_at = :wk, resends = :k, {hist}",
-            ConditionExpression=f"attempt = :n AND attribute_not_exists(lease_owner) AND {guard}",
-            ExpressionAttributeNames={"#s": "status", "#h": "history"},
+            UpdateExpression=update,
+            ConditionExpression=cond,
+            ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
         ) is not None
 

@@ -17,12 +17,32 @@ from orchestrator.strict_json import dumps
 
 __all__ = [
     "HISTORY", "Item", "Tables", "WakeKey", "history_clause", "landed", "short_error",
-    "step_key",
+    "status_guard", "status_set", "step_key",
 ]
 
 Item = dict[str, Any]
 
 HISTORY = "#h = list_append(if_not_exists(#h, :nil), :h)"
+
+
+def status_guard(move: Move, values: dict[str, Any], only: Any = None) -> str:
+    """The condition `#s IN (...)` of `move` (narrowed to `only`, which must be among
+    its sources), with its values added to `values`."""
+    sources = move.sources if only is None else frozenset(only)
+    if not sources <= move.sources:
+        raise ValueError(f"move {move.name}: {sorted(sources)} not among its sources")
+    names = []
+    for i, st in enumerate(sorted(sources)):
+        values[f":from{i}"] = {"S": st.value}
+        names.append(f":from{i}")
+    return f"#s = {names[0]}" if len(names) == 1 else f"#s IN ({', '.join(names)})"
+
+
+def status_set(move: Move, values: dict[str, Any]) -> str:
+    """The `#s = :to` assignment of `move`, with its value added to `values`."""
+    assert move.target is not None, move.name
+    values[":to"] = {"S": move.target.value}
+    return "#s = :to"
 
 
 def history_clause(values: dict[str, Any], at: float, kind: str, **fields: Any) -> str:

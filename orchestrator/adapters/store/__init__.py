@@ -6,8 +6,10 @@ composed by table, so that a call site shows what it touches:
   then the rows);
 - `store.steps` (`Steps`): step rows, as whole items (`step_rows.StepRows`: batch
   writes, reads, outputs) and by guarded moves (`step_writes.StepWrites`: claim, promote,
-  record an attempt's outcome, skip), with the `Lease` a claim carries; a wide join's
-  count, kept in small items apart from its row (`join_counts.JoinCounts`);
+  record a success or a retry, redispatch; `step_stops.StepStops`: a final failure, a
+  skip, a stop's flags, an attempt given up at its start check), with the `Lease` a
+  claim carries; a wide join's count, kept in small items apart from its row
+  (`join_counts.JoinCounts`);
 - `store.journal` (`journal.Journal`): a durable run's journal entries and run events;
 - `store.signals` (`signals.Signals`): a durable run's queued signals;
 - `store.drivers` (`drivers.Drivers`): a durable run's driver rows and parallels;
@@ -33,6 +35,7 @@ from orchestrator.adapters.store.journal import Journal
 from orchestrator.adapters.store.run_rows import RunRows
 from orchestrator.adapters.store.signals import Signals
 from orchestrator.adapters.store.step_rows import StepRows
+from orchestrator.adapters.store.step_stops import StepStops
 from orchestrator.adapters.store.step_writes import Lease
 from orchestrator.engine.wakes import WakeTimes
 from orchestrator.settings import ResourceNames
@@ -40,9 +43,10 @@ from orchestrator.settings import ResourceNames
 __all__ = ["Lease", "Steps", "Store"]
 
 
-class Steps(StepRows, JoinCounts):
+class Steps(StepRows, JoinCounts, StepStops):
     """The step rows of the steps table: whole-item reads and writes, and guarded moves
-    (JoinCounts is StepWrites with a wide join's count)."""
+    (JoinCounts and StepStops are StepWrites with a wide join's count, and with the
+    writes that end a step without its success)."""
 
 
 class Store:

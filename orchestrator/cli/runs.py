@@ -4,6 +4,7 @@ history. Each is one or two calls to the HTTP API."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ from orchestrator.cli.common import (
     parse_json,
     reported,
 )
+from orchestrator.cli.diagram import render_diagram
 from orchestrator.cli.render import render_history, render_run, render_runs
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import NotFound
@@ -192,8 +194,13 @@ def show(target: str, as_json: bool, ascii_only: bool | None, url: str,
                 ],
             }
         )
-    else:
+    elif view.get("kind") == "durable":
         click.echo(render_run(view, ascii_only=ascii_only or None))
+    else:
+        # The diagram, as wide as the terminal (COLUMNS, else 100 when piped); plain
+        # ASCII when asked or piped.
+        click.echo(render_diagram(view, ascii_only=bool(ascii_only) or not sys.stdout.isatty(),
+                                  width=shutil.get_terminal_size((100, 24)).columns))
 
 
 @click.command()

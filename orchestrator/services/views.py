@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.engine.durable import DRIVER
@@ -37,7 +37,10 @@ def view_json(view: dict[str, Any], head: list[str]) -> bytes:
         f'"{_STEPS_MARK}"', joined, 1).encode()
 
 
-def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any]) -> dict[str, Any]:
+def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any],
+              deps: Sequence[str] = ()) -> dict[str, Any]:
+    """A step as the API shows it; a step with no row yet (`s` None: a run still waiting
+    for admission) as blocked, on `deps` (its declared dependencies)."""
     if s is None:
         return {
             "step": name,
@@ -45,6 +48,7 @@ def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any]
             "attempts": 0,
             "output": None,
             "error": None,
+            "depends_on": list(deps),
         }
     return {
         "step": s.step,
@@ -147,5 +151,7 @@ def run_view(
         by_name = {s.step: s for s in steps}
         order = run.definition.order()
         order += [n for n in by_name if n not in order]  # steps added at run time
-        view["steps"] = [step_view(by_name.get(n), n, load) for n in order]
+        specs = run.definition.specs
+        view["steps"] = [step_view(by_name.get(n), n, load,
+                                   specs[n].deps if n in specs else ()) for n in order]
     return view

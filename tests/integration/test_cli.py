@@ -72,6 +72,8 @@ def test_run_wait_json_and_show(api: tuple[Harness, str]) -> None:
     # by workflow name: the newest run
     res = cli("show", "chain", "--url", url, "--ascii")
     assert res.exit_code == 0 and view["run_id"] in res.output and "ok" in res.output
+    # As a diagram (orchestrator/cli/diagram.py): a box a step, a line between them.
+    assert res.output.count("+" + "-" * 20) == 4 and "----->|" in res.output, res.output
     res = cli("runs", "chain", "--json", "--url", url)
     assert json.loads(res.output)["runs"][0]["run_id"] == view["run_id"]
 

@@ -142,6 +142,8 @@ def response_schemas() -> dict[str, Schema]:
             "events": {"type": "array", "items": STRING,
                        "description": "Event names that start it"},
             "kind": {"type": "string", "enum": ["dag", "durable"]},
+            "webhooks": {"type": "array", "items": STRING,
+                         "description": "Webhooks whose deliveries start it"},
         }),
         "ResumeResult": object_schema(["run_id", "resumed", "was_paused"], {
             "run_id": STRING, "resumed": {"type": "boolean"},

@@ -15,7 +15,8 @@ __all__ = ["list_workflows", "paths"]
 
 async def list_workflows(request: Request) -> JSONResponse:
     out = []
-    for name, wf in api_state(request).rt.manifest.workflows.items():
+    manifest = api_state(request).rt.manifest
+    for name, wf in manifest.workflows.items():
         out.append({
             "name": name,
             "description": wf.description,
@@ -24,6 +25,8 @@ async def list_workflows(request: Request) -> JSONResponse:
             "schedule": wf.schedule.model_dump(exclude_none=True) if wf.schedule else None,
             "events": [t.event for t in getattr(wf, "on", None) or ()],
             "kind": "durable" if wf.durable else "dag",
+            "webhooks": [hook for hook, spec in manifest.webhooks.items()
+                         if spec.workflow == name],
         })
     return JSONResponse({"workflows": out})
 

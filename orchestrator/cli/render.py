@@ -9,7 +9,10 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["render_history", "render_run", "render_runs", "render_schedules", "trigger_label"]
+__all__ = [
+    "relative_time", "render_history", "render_run", "render_runs", "render_schedules",
+    "status_icon", "trigger_label",
+]
 
 ICONS = {
     "success": ("✔", "ok"),
@@ -29,7 +32,7 @@ ICONS = {
 }
 
 
-def _icon(status: str, ascii_only: bool) -> str:
+def status_icon(status: str, ascii_only: bool) -> str:
     """The status symbol; as a word (ASCII), padded so that columns line up."""
     pair = ICONS.get(status, ("?", "?"))
     return f"{pair[1]:<4}" if ascii_only else pair[0]
@@ -68,7 +71,7 @@ def trigger_label(trigger: dict[str, Any] | None) -> str:
 def render_run(view: dict[str, Any], *, ascii_only: bool | None = None) -> str:
     ascii_only = _ascii(ascii_only)
     lines = [
-        f"{view['workflow']}  {_icon(view['status'], ascii_only).rstrip()} {view['status']}  "
+        f"{view['workflow']}  {status_icon(view['status'], ascii_only).rstrip()} {view['status']}  "
         f"{view['run_id']}",
         f"elapsed {_elapsed(view.get('created_at'), view.get('finished_at'))}",
     ]
@@ -88,7 +91,7 @@ def render_run(view: dict[str, Any], *, ascii_only: bool | None = None) -> str:
             detail = _short(s["error"])
         attempts = s.get("attempts") or 0
         lines.append(
-            f"  {_icon(s['status'], ascii_only)} {s['step']:<{width}}  {s['status']:<10} "
+            f"  {status_icon(s['status'], ascii_only)} {s['step']:<{width}}  {s['status']:<10} "
             f"{attempts} attempt{'s' if attempts != 1 else ''}  {detail}".rstrip()
         )
     if view.get("error"):
@@ -115,7 +118,7 @@ def _durable_lines(view: dict[str, Any], ascii_only: bool) -> list[str]:
             detail = f"until {_when(s['until'])}"
         attempts = s.get("attempts") or 0
         tries = f"{attempts} attempt{'s' if attempts != 1 else ''}" if attempts else ""
-        lines.append(f"  {_icon(s['status'], ascii_only)} {name:<{width}}  "
+        lines.append(f"  {status_icon(s['status'], ascii_only)} {name:<{width}}  "
                      f"{s.get('kind', '')!s:<8} {s['status']:<10} {tries:<10} "
                      f"{detail}".rstrip())
     waiting = view.get("waiting") or {}
@@ -143,7 +146,7 @@ def render_runs(runs: list[dict[str, Any]], *, ascii_only: bool | None = None) -
     out = []
     for r in runs:
         out.append(
-            f"{_icon(r['status'], ascii_only)} {r['status']:<8} {_when(r['created_at'])}  "
+            f"{status_icon(r['status'], ascii_only)} {r['status']:<8} {_when(r['created_at'])}  "
             f"{r['workflow']:<{width}}  {r['run_id']:<{id_width}}  "
             f"{trigger_label(r.get('trigger'))}".rstrip()
         )
@@ -188,7 +191,7 @@ def render_history(events: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _relative(t: float | None, now: float) -> str:
+def relative_time(t: float | None, now: float) -> str:
     if t is None:
         return "-"
     delta = t - now
@@ -209,8 +212,8 @@ def render_schedules(schedules: list[dict[str, Any]], *, now: float | None = Non
         if s.get("for_each"):
             extras.append("forEach")
         out.append(f"{s['workflow']}  {s['schedule']}  {state}  ({', '.join(extras)})")
-        out.append(f"  next  {_relative(s.get('next_fire'), now)}")
-        last = _relative(s.get("last_fire"), now)
+        out.append(f"  next  {relative_time(s.get('next_fire'), now)}")
+        last = relative_time(s.get("last_fire"), now)
         runs = s.get("last_runs") or []
         if runs:
             shown = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")

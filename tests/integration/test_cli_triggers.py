@@ -311,3 +311,33 @@ def test_keys_create_without_tables_exits_3(
     assert "nosuchstack-control" in res.stderr and "ORCH_PREFIX" in res.stderr
     monkeypatch.setenv("ORCH_API_AUTH", "maybe")
     assert cli("keys", "create").exit_code == 2
+
+
+# ---- workflows ---------------------------------------------------------------------------
+
+
+def test_workflows_list_shows_each_workflows_triggers_next_fire_and_last_run(
+    api: tuple[Harness, str],
+) -> None:
+    _, url = api
+    never = out_json(cli("workflows", "list", "--json", "--url", url))["workflows"]
+    assert {w["name"]: w["last_run"] for w in never} == dict.fromkeys(
+        ("on-order", "hourly", "hooked"))
+    run = out_json(cli("run", "hooked", "--wait", "--json", "--url", url))
+    assert run["status"] == "success"
+    rows = {w["name"]: w for w in out_json(cli("workflows", "list", "--json", "--url", url))[
+        "workflows"]}
+    assert rows["hooked"]["last_run"]["run_id"] == run["run_id"]
+    assert rows["hooked"]["last_run"]["status"] == "success"
+    assert sorted(rows["hooked"]["webhooks"]) == ["gh", "open", "pay", "std"]
+    assert rows["on-order"]["events"] == ["order.paid"]
+    assert rows["hourly"]["next_fire"] is not None and rows["on-order"]["next_fire"] is None
+    text = cli("workflows", "list", "--ascii", "--url", url)
+    assert text.exit_code == 0, text.output
+    lines = text.output.splitlines()
+    hooked = next(i for i, line in enumerate(lines) if line.startswith("hooked "))
+    assert f"last: ok success  {run['run_id']}" in lines[hooked]
+    assert lines[hooked + 1].split() == ["webhooks", "gh,", "std,", "pay,", "open"]
+    assert any(line.startswith("hourly ") and "never run" in line for line in lines)
+    assert any("schedule every 1h, next " in line for line in lines)
+    assert any(line.split() == ["events", "order.paid"] for line in lines)

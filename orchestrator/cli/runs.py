@@ -28,6 +28,7 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.diagram import render_diagram
 from orchestrator.cli.render import render_history, render_run, render_runs
+from orchestrator.cli.timeline import render_timeline
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import NotFound
 
@@ -169,8 +170,11 @@ def list_runs(
 @click.argument("target")
 @json_option
 @click.option("--ascii", "ascii_only", is_flag=True, default=None, help="Plain ASCII output.")
+@click.option("--timeline", is_flag=True,
+              help="A YAML workflow's run as a waterfall of its attempts: time in the queue, "
+                   "calls and retries' backoff, on one scale as wide as the terminal.")
 @api_options
-def show(target: str, as_json: bool, ascii_only: bool | None, url: str,
+def show(target: str, as_json: bool, ascii_only: bool | None, timeline: bool, url: str,
          api_key: str | None) -> None:
     """Show a run (by id), or the newest run of a workflow (by name)."""
     api = client(url, api_key)
@@ -195,12 +199,20 @@ def show(target: str, as_json: bool, ascii_only: bool | None, url: str,
             }
         )
     elif view.get("kind") == "durable":
+        if timeline:
+            click.echo("--timeline: a durable run's operations are shown in order", err=True)
         click.echo(render_run(view, ascii_only=ascii_only or None))
     else:
-        # The diagram, as wide as the terminal (COLUMNS, else 100 when piped); plain
-        # ASCII when asked or piped.
-        click.echo(render_diagram(view, ascii_only=bool(ascii_only) or not sys.stdout.isatty(),
-                                  width=shutil.get_terminal_size((100, 24)).columns))
+        # As wide as the terminal (COLUMNS, else 100 when piped); plain ASCII when asked
+        # or piped.
+        plain = bool(ascii_only) or not sys.stdout.isatty()
+        width = shutil.get_terminal_size((100, 24)).columns
+        if timeline:
+            with reported():
+                events = api.history(view["run_id"])["events"]
+            click.echo(render_timeline(view, events, width=width, ascii_only=plain))
+        else:
+            click.echo(render_diagram(view, ascii_only=plain, width=width))
 
 
 @click.command()

@@ -74,6 +74,11 @@ def test_run_wait_json_and_show(api: tuple[Harness, str]) -> None:
     assert res.exit_code == 0 and view["run_id"] in res.output and "ok" in res.output
     # As a diagram (orchestrator/cli/diagram.py): a box a step, a line between them.
     assert res.output.count("+" + "-" * 20) == 4 and "----->|" in res.output, res.output
+    # As a waterfall: a row a step, each with at least one column of its call.
+    res = cli("show", view["run_id"], "--timeline", "--url", url)
+    assert res.exit_code == 0, res.output
+    rows = [line for line in res.output.splitlines() if line.split()[:1] in (["one"], ["two"])]
+    assert len(rows) == 2 and all("#" in row and " ok " in row for row in rows), res.output
     res = cli("runs", "chain", "--json", "--url", url)
     assert json.loads(res.output)["runs"][0]["run_id"] == view["run_id"]
 

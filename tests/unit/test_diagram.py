@@ -124,3 +124,39 @@ def test_no_line_is_wider_than_asked(width: int) -> None:
         text = render_diagram(view, width=width, now=1161.0)
         # The header's run id is as long as it is; the drawing fits.
         assert max(len(line) for line in text.splitlines()[1:]) <= width
+
+
+def waterfall() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A fan-in whose first step was retried once, its join still running at t=10."""
+    view = monthly_report("running")
+    view.update(run_id="report-2026-09", started_at=0.0)
+    history = [
+        {"at": 0.0, "type": "step.ready", "step": "extract-orders"},
+        {"at": 0.2, "type": "step.started", "step": "extract-orders", "attempt": 1},
+        {"at": 1.2, "type": "step.retrying", "step": "extract-orders", "attempt": 1,
+         "due_at": 3.2},
+        {"at": 3.4, "type": "step.started", "step": "extract-orders", "attempt": 2},
+        {"at": 5.0, "type": "step.succeeded", "step": "extract-orders", "attempt": 2},
+        {"at": 0.0, "type": "step.ready", "step": "extract-users"},
+        {"at": 0.1, "type": "step.started", "step": "extract-users", "attempt": 1},
+        {"at": 2.0, "type": "step.succeeded", "step": "extract-users", "attempt": 1},
+        {"at": 5.0, "type": "step.ready", "step": "transform"},
+        {"at": 6.0, "type": "step.started", "step": "transform", "attempt": 1},
+    ]
+    return view, history
+
+
+def test_the_timeline_draws_each_attempt_on_one_scale() -> None:
+    from orchestrator.cli.timeline import render_timeline, segments
+
+    view, history = waterfall()
+    text = render_timeline(view, history, width=80, now=10.0)
+    check("timeline.txt", text)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    orders = segments([e for e in history if e["step"] == "extract-orders"], 10.0)
+    assert [(s.kind, s.start, s.end) for s in orders] == [
+        ("queue", 0.0, 0.2), ("call", 0.2, 1.2), ("wait", 1.2, 3.2), ("queue", 3.2, 3.4),
+        ("call", 3.4, 5.0)]
+    ascii_text = render_timeline(view, history, width=80, ascii_only=True, now=10.0)
+    assert ascii_text.replace("report-2026-09", "").isascii()
+    check("timeline-ascii.txt", ascii_text)

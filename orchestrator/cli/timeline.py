@@ -1,0 +1,128 @@
+"""A run as a waterfall of its steps' attempts (`orchestrator show --timeline`): one row a
+step, on one time scale from the run's start to its end (or now), as wide as the
+terminal. Each attempt shows its wait in the queue (ready to started), its call (started
+to its outcome) and, before a retry, its backoff; the row ends with the step's status,
+its calls' total time and its attempts.
+
+Pure: the run's view and its history (GET /runs/{id}/events) in, lines out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.cli.diagram import GLYPHS
+
+__all__ = ["Segment", "render_timeline", "segments"]
+
+# What a column of a bar shows, by kind: Unicode, ASCII. Later kinds draw over earlier.
+MARKS = {"wait": ("╌", "-"), "queue": ("░", "."), "call": ("█", "#")}
+ORDER = ("wait", "queue", "call")
+NAME_MAX = 24
+TIMES = ("\u00d7", "x")  # before a step's count of calls, when over one
+
+
+@dataclass(frozen=True)
+class Segment:
+    kind: str  # wait (a retry's backoff), queue (ready, not started), call
+    start: float
+    end: float
+
+
+def segments(entries: Sequence[dict[str, Any]], now: float) -> list[Segment]:
+    """One step's attempts, from its history entries (oldest first)."""
+    out: list[Segment] = []
+    queued: float | None = None
+    calling: float | None = None
+    for e in entries:
+        kind, at = e.get("type", ""), float(e.get("at") or 0.0)
+        if kind == "step.ready":
+            queued = at
+        elif kind == "step.started":
+            if queued is not None and at > queued:
+                out.append(Segment("queue", queued, at))
+            queued, calling = None, at
+        elif kind == "step.retrying":
+            if calling is not None:
+                out.append(Segment("call", calling, at))
+            calling = None
+            due = e.get("due_at")
+            if isinstance(due, (int, float)) and due > at:
+                out.append(Segment("wait", at, float(due)))
+                queued = float(due)
+            else:
+                queued = at
+        elif kind in ("step.succeeded", "step.failed", "step.skipped"):
+            if calling is not None:
+                out.append(Segment("call", calling, at))
+            calling = queued = None
+    if calling is not None and now > calling:
+        out.append(Segment("call", calling, now))
+    elif queued is not None and now > queued:
+        out.append(Segment("queue", queued, now))
+    return out
+
+
+def _seconds(s: float) -> str:
+    if s < 10:
+        return f"{s:.2f}s"
+    if s < 600:
+        return f"{s:.1f}s"
+    return f"{int(s // 60)}m{int(s % 60):02d}s"
+
+
+def render_timeline(view: dict[str, Any], history: Sequence[dict[str, Any]], *,
+                    width: int = 100, ascii_only: bool = False,
+                    now: float | None = None) -> str:
+    """The waterfall, no wider than `width` (at least a 10-column bar)."""
+    now = time.time() if now is None else now
+    t0 = view.get("started_at")
+    if t0 is None:
+        t0 = view.get("created_at") or now
+    t1 = view.get("finished_at")
+    if t1 is None:
+        t1 = now
+    span = max(t1 - t0, 1e-3)
+    steps = [s["step"] for s in view.get("steps") or ()]
+    status = {s["step"]: s.get("status", "") for s in view.get("steps") or ()}
+    by_step: dict[str, list[dict[str, Any]]] = {name: [] for name in steps}
+    for e in history:
+        if e.get("step") in by_step:
+            by_step[e["step"]].append(e)
+    rows = {name: segments(by_step[name], t1) for name in steps}
+    names = {name: name if len(name) <= NAME_MAX else name[: NAME_MAX - 1] + "…"
+             for name in steps}
+    name_w = max((len(n) for n in names.values()), default=4)
+    tails = {}
+    for name in steps:
+        calls = [s for s in rows[name] if s.kind == "call"]
+        glyph = GLYPHS.get(status[name], ("?", "?"))[1 if ascii_only else 0]
+        took = sum(s.end - s.start for s in calls)
+        tail = f" {glyph} {_seconds(took)}" if calls else f" {glyph}"
+        if len(calls) > 1:
+            tail += f" {TIMES[1 if ascii_only else 0]}{len(calls)}"
+        tails[name] = tail
+    tail_w = max((len(t) for t in tails.values()), default=0)
+    bar_w = max(10, width - name_w - 2 - tail_w)
+    per = span / bar_w
+    lines = [f"{view['workflow']}  {view['status']}  {view['run_id']}",
+             f"{'':<{name_w}}  0s{_seconds(span):>{bar_w - 2}}", ""]
+    for name in steps:
+        bar = [" "] * bar_w
+        for kind in ORDER:
+            mark = MARKS[kind][1 if ascii_only else 0]
+            for seg in rows[name]:
+                if seg.kind != kind:
+                    continue
+                a = min(bar_w - 1, max(0, int((seg.start - t0) / per)))
+                b = min(bar_w, max(a + 1, round((seg.end - t0) / per)))
+                for i in range(a, b):
+                    bar[i] = mark
+        lines.append(f"{names[name]:<{name_w}}  {''.join(bar)}{tails[name]}".rstrip())
+    legend = "   ".join(f"{MARKS[k][1 if ascii_only else 0]} {word}" for k, word in
+                       (("queue", "in the queue"), ("call", "calling"),
+                        ("wait", "waiting to retry")))
+    lines += ["", f"{legend}  ({_seconds(per)} a column)"]
+    return "\n".join(lines)

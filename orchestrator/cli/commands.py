@@ -38,6 +38,7 @@ from orchestrator.cli import durable as cli_durable
 from orchestrator.cli import journal as cli_journal
 from orchestrator.cli import runs as cli_runs
 from orchestrator.cli import triggers as cli_triggers
+from orchestrator.cli import watch as cli_watch
 from orchestrator.cli import workflows as cli_workflows
 from orchestrator.cli.client import KEY_VARIABLE
 from orchestrator.cli.common import (
@@ -85,7 +86,7 @@ def main(verbose: bool) -> None:
 
 for _command in (*cli_runs.COMMANDS, *cli_durable.COMMANDS, *cli_triggers.COMMANDS,
                  *cli_deploy.COMMANDS, *cli_journal.COMMANDS, *cli_doctor.COMMANDS,
-                 *cli_workflows.COMMANDS):
+                 *cli_workflows.COMMANDS, *cli_watch.COMMANDS):
     main.add_command(_command)
 for _command in cli_durable.RUNS_COMMANDS:
     cli_runs.runs.add_command(_command)

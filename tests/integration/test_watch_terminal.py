@@ -1,0 +1,134 @@
+"""`orchestrator watch` in a real terminal: tmux runs the command as a user would, against a
+real API over HTTP; the test reads the screen (capture-pane) and types (send-keys),
+polling under deadlines. The screen shows the glyphs as the run advances, j moves the
+selection, K then y kills the run, and the command exits by itself when the run ends,
+with `trigger --wait`'s exit code."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from functions.serving import BackgroundServer
+from orchestrator.api.app import create_app
+from tests.support.harness import Harness
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
+                                reason="tmux is not installed (Debian: apt install tmux)")
+
+MANIFEST = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  slow:
+    steps:
+      first: { backend: fn, route: /echo }
+      nap:   { backend: fn, route: /slow, payload: { seconds: 8 }, dependsOn: [first] }
+      after: { backend: fn, route: /echo, dependsOn: [nap] }
+  quick:
+    steps:
+      one: { backend: fn, route: /slow, payload: { seconds: 1.5 } }
+      two: { backend: fn, route: /echo, dependsOn: [one] }
+"""
+
+ORCHESTRATOR = str(Path(sys.executable).parent / "orchestrator")
+
+
+class Terminal:
+    """One tmux session on a server of its own (`-L`), 120 x 40."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.socket = "watch-" + secrets.token_hex(4)
+        env = {**os.environ, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "xterm-256color"}
+        shell = " ".join(command) + "; echo EXIT=$?; sleep 120"
+        subprocess.run(["tmux", "-u", "-L", self.socket, "new-session", "-d", "-s", "w",
+                        "-x", "120", "-y", "40", shell], check=True, env=env)
+
+    def screen(self) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, "capture-pane", "-p", "-t", "w"],
+                              check=True, capture_output=True, text=True).stdout
+
+    def keys(self, *keys: str) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "send-keys", "-t", "w", *keys], check=True)
+
+    def until(self, seen: Callable[[str], bool], what: str, timeout: float = 20.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.screen()
+            if seen(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the screen never showed {what}:\n{text}")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], check=False,
+                       capture_output=True)
+
+
+@pytest.fixture
+def api(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
+    h = harness_factory(MANIFEST)
+    h.start_workers()
+    with BackgroundServer(create_app(h.rt)) as server:
+        yield h, server.url
+
+
+@pytest.fixture
+def terminals() -> Iterator[list[Terminal]]:
+    made: list[Terminal] = []
+    yield made
+    for t in made:
+        t.close()
+
+
+def watch(terminals: list[Terminal], run_id: str, url: str) -> Terminal:
+    t = Terminal([ORCHESTRATOR, "watch", run_id, "--url", url, "--interval", "0.2"])
+    terminals.append(t)
+    return t
+
+
+def test_watch_shows_the_run_advance_and_exits_0_when_it_succeeds(
+    api: tuple[Harness, str], terminals: list[Terminal],
+) -> None:
+    h, url = api
+    run_id = h.start("quick")
+    t = watch(terminals, run_id, url)
+    t.until(lambda s: "◐ one" in s and "○ two" in s, "one running, two blocked")
+    t.until(lambda s: "▶ one" in s, "the first step selected, with its details")
+    t.keys("j")
+    t.until(lambda s: "▶ two" in s, "the selection moved to two")
+    screen = t.until(lambda s: "EXIT=" in s, "the command's exit")
+    assert "EXIT=0" in screen and "✔ one" in screen and "✔ two" in screen, screen
+    assert "─────▸" in screen  # the line from one to two
+
+
+def test_K_then_y_kills_the_run_and_the_watch_exits_1(
+    api: tuple[Harness, str], terminals: list[Terminal],
+) -> None:
+    h, url = api
+    run_id = h.start("slow")
+    t = watch(terminals, run_id, url)
+    t.until(lambda s: "◐ nap" in s and "✔ first" in s, "nap running")
+    t.keys("K")
+    t.until(lambda s: f"Kill run {run_id}? y/n" in s, "the confirmation")
+    t.keys("n")
+    t.until(lambda s: "not killed" in s, "the kill refused")
+    assert h.rt.runs.view(run_id)["status"] == "running"
+    t.keys("K")
+    t.until(lambda s: f"Kill run {run_id}? y/n" in s, "the confirmation again")
+    t.keys("y")
+    t.until(lambda s: "kill requested" in s, "the kill requested")
+    # The call in flight lands (a cancel stops what has not started), then the run ends.
+    screen = t.until(lambda s: "EXIT=" in s, "the command's exit", timeout=40.0)
+    assert "EXIT=1" in screen and "killed" in screen and "⊘ after" in screen, screen
+    assert h.wait(run_id)["status"] == "killed"

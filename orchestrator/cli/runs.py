@@ -27,6 +27,7 @@ from orchestrator.cli.common import (
     reported,
 )
 from orchestrator.cli.diagram import render_diagram
+from orchestrator.cli.durable_diagram import render_durable
 from orchestrator.cli.render import render_history, render_run, render_runs
 from orchestrator.cli.timeline import render_timeline
 from orchestrator.engine.states import RunStatus
@@ -198,15 +199,16 @@ def show(target: str, as_json: bool, ascii_only: bool | None, timeline: bool, ur
                 ],
             }
         )
-    elif view.get("kind") == "durable":
+        return
+    # As wide as the terminal (COLUMNS, else 100 when piped); plain ASCII when asked or
+    # piped.
+    plain = bool(ascii_only) or not sys.stdout.isatty()
+    width = shutil.get_terminal_size((100, 24)).columns
+    if view.get("kind") == "durable":
         if timeline:
             click.echo("--timeline: a durable run's operations are shown in order", err=True)
-        click.echo(render_run(view, ascii_only=ascii_only or None))
+        click.echo(render_durable(view, ascii_only=plain, width=width))
     else:
-        # As wide as the terminal (COLUMNS, else 100 when piped); plain ASCII when asked
-        # or piped.
-        plain = bool(ascii_only) or not sys.stdout.isatty()
-        width = shutil.get_terminal_size((100, 24)).columns
         if timeline:
             with reported():
                 events = api.history(view["run_id"])["events"]

@@ -34,7 +34,7 @@ from orchestrator.cli.common import (
     reported,
 )
 from orchestrator.cli.diagram import render_diagram
-from orchestrator.cli.render import render_run
+from orchestrator.cli.durable_diagram import render_durable
 from orchestrator.errors import NotFound
 
 __all__ = ["COMMANDS", "WatchState", "watch"]
@@ -103,7 +103,7 @@ class WatchState:
 def _frame(state: WatchState, width: int, plain: bool) -> Group:
     view = state.view
     if view.get("kind") == "durable":
-        body = Text(render_run(view, ascii_only=plain))
+        body = Text(render_durable(view, ascii_only=plain, width=width))
     else:
         body = Text(render_diagram(view, ascii_only=plain, width=width))
         steps = state.steps

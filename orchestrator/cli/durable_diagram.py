@@ -1,0 +1,157 @@
+"""A durable run drawn as its operations in order, one line each, with a parallel
+operation's branches side by side beneath it (joined by a fork and a join line), and a
+wait showing what it waits for and until when. Branches too wide for the terminal are
+drawn one under another instead, each under its own heading. Never cut.
+
+Pure: a durable run's view (the API's JSON) in, lines out."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.cli.diagram import GLYPHS
+from orchestrator.cli.timeline import TIMES
+
+__all__ = ["render_durable"]
+
+_STATUS = {**GLYPHS, "retrying": ("↻", "retr"),
+           "timed_out": ("⌛", "tout")}
+_MARKS = {  # Unicode, ASCII
+    "parallel": ("◆", "<>"), "fork": ("┬", "+"), "corner": ("┐", "+"), "tee": ("├", "+"),
+    "join": ("┴", "+"), "end": ("┘", "+"), "last": ("└", "+"), "h": ("─", "-"),
+    "v": ("│", "|"),
+}
+GAP = 3
+
+
+def _mark(name: str, ascii_only: bool) -> str:
+    return _MARKS[name][1 if ascii_only else 0]
+
+
+def _when(t: Any) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(float(t)))
+
+
+def _reason(error: Any) -> str:
+    if isinstance(error, dict):
+        for key in ("reason", "message", "code"):
+            if isinstance(error.get(key), str) and error[key]:
+                return str(error[key])[:60]
+    return "" if error is None else str(error)[:60]
+
+
+def _line(op: dict[str, Any], ascii_only: bool) -> str:
+    glyph = _STATUS.get(str(op.get("status")), ("?", "?"))[1 if ascii_only else 0]
+    kind, name = str(op.get("kind") or ""), str(op.get("step") or "")
+    text = f"{glyph} {kind} {name}".rstrip()
+    if op.get("until"):
+        text += f"  until {_when(op['until'])}"
+    elif op.get("status") in ("waiting", "ready") and kind in ("signal", "event", "hook"):
+        text += "  waiting"
+    if op.get("status") in ("failed", "timed_out") and op.get("error"):
+        text += f"  {_reason(op['error'])}"
+    attempts = int(op.get("attempts") or 0)
+    if attempts > 1:
+        text += f"  {TIMES[1 if ascii_only else 0]}{attempts}"
+    return text
+
+
+def _branches(scopes: Sequence[str], scope: str, pos: Any) -> list[str]:
+    """The branch scopes of the parallel operation at `pos` of `scope`, in order."""
+    prefix = f"{scope}/{pos}:" if scope else f"{pos}:"
+    found = [s for s in scopes if s.startswith(prefix) and "/" not in s[len(prefix):]]
+    return sorted(found, key=lambda s: int(s[len(prefix):]))
+
+
+def _block(scope: str, by_scope: dict[str, list[dict[str, Any]]], ascii_only: bool,
+           width: int) -> list[str]:
+    """The lines of one scope's operations (its parallels' branches under each)."""
+    lines: list[str] = []
+    for op in by_scope.get(scope, []):
+        if op.get("kind") == "result":
+            continue
+        if op.get("kind") != "parallel":
+            lines.append(_line(op, ascii_only))
+            continue
+        branches = _branches(list(by_scope), scope, op.get("position"))
+        head = f"{_mark('parallel', ascii_only)} parallel {op.get('step') or ''}".rstrip()
+        glyph = _STATUS.get(str(op.get("status")), ("?", "?"))[1 if ascii_only else 0]
+        lines.append(f"{head}  {glyph} {len(branches)} branches")
+        lines += _side_by_side([_block(b, by_scope, ascii_only, width) for b in branches],
+                               ascii_only, width)
+    return lines
+
+
+def _side_by_side(blocks: list[list[str]], ascii_only: bool, width: int) -> list[str]:
+    if not blocks:
+        return []
+    cols = [max((len(line) for line in b), default=1) + GAP for b in blocks]
+    h, v = _mark("h", ascii_only), _mark("v", ascii_only)
+    if sum(cols) + 2 > width:  # one under another, each under its heading
+        out = []
+        for i, b in enumerate(blocks):
+            out.append(f"{_mark('tee', ascii_only)}{h} branch {i}")
+            out += [f"{v}   {line}" for line in b]
+        out.append(_mark("last", ascii_only))
+        return out
+    fork, join = [], []
+    for i, w in enumerate(cols):
+        last = i == len(cols) - 1
+        first = _mark("tee", ascii_only) if i == 0 else (
+            _mark("corner", ascii_only) if last else _mark("fork", ascii_only))
+        end = _mark("tee", ascii_only) if i == 0 else (
+            _mark("end", ascii_only) if last else _mark("join", ascii_only))
+        fork.append(first + ("" if last else h * (w - 1)))
+        join.append(end + ("" if last else h * (w - 1)))
+    rows = max(len(b) for b in blocks)
+    body = []
+    for r in range(rows):
+        body.append("".join(f"{b[r] if r < len(b) else v:<{w}}"
+                            for b, w in zip(blocks, cols, strict=True)).rstrip())
+    return ["".join(fork), *body, "".join(join)]
+
+
+def _elapsed(view: dict[str, Any], now: float | None) -> str:
+    start = view.get("started_at")
+    if start is None:
+        start = view.get("created_at")
+    if start is None:
+        return "-"
+    end = view.get("finished_at")
+    if end is None:
+        end = time.time() if now is None else now
+    secs = int(max(0.0, end - start))
+    return f"{secs // 60}:{secs % 60:02d}"
+
+
+def _compact(value: Any) -> str:
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def render_durable(view: dict[str, Any], *, ascii_only: bool = False, width: int = 100,
+                   now: float | None = None) -> str:
+    glyph = _STATUS.get(str(view.get("status")), ("?", "?"))[1 if ascii_only else 0]
+    lines = [f"{view['workflow']}  {glyph} {view['status']}  {view['run_id']}",
+             f"elapsed {_elapsed(view, now)}", ""]
+    by_scope: dict[str, list[dict[str, Any]]] = {}
+    for op in view.get("steps") or ():
+        by_scope.setdefault(str(op.get("scope") or ""), []).append(op)
+    for ops in by_scope.values():
+        ops.sort(key=lambda o: int(o.get("position") or 0))
+    lines += _block("", by_scope, ascii_only, width) or ["(no operation yet)"]
+    waiting = view.get("waiting") or {}
+    if waiting and waiting.get("kind") not in (None, "next"):
+        until = f" until {_when(waiting['until'])}" if waiting.get("until") else ""
+        lines += ["", f"waiting for {waiting['kind']} {waiting.get('name', '')}".rstrip()
+                  + until]
+    if view.get("paused"):
+        lines += ["", f"paused: {view['paused'].get('message', '')}"]
+    if view.get("output") is not None:
+        lines += ["", f"output: {_compact(view['output'])}"]
+    if view.get("error"):
+        lines += ["", f"error: {_compact(view['error'])}"]
+    return "\n".join(lines)

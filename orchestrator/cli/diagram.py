@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LEGEND", "dependency_list", "render_diagram"]
+__all__ = ["GLYPHS", "LEGEND", "compact", "dependency_list", "elapsed", "render_diagram"]
 
 # Glyphs, Unicode and ASCII; the ASCII ones are words, padded alike.
 GLYPHS = {
@@ -296,7 +296,8 @@ def _band(columns: list[list[_Node]], ascii_only: bool, inner: int) -> list[str]
     return canvas.lines()
 
 
-def _elapsed(view: dict[str, Any], now: float | None) -> str:
+def elapsed(view: dict[str, Any], now: float | None) -> str:
+    """How long the run has taken, m:ss: from its start to its finish, or to `now`."""
     start = view.get("started_at")
     if start is None:
         start = view.get("created_at")
@@ -309,13 +310,16 @@ def _elapsed(view: dict[str, Any], now: float | None) -> str:
     return f"{secs // 60}:{secs % 60:02d}"
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+def compact(value: Any, limit: int = 400) -> str:
+    """A value as compact JSON, its first `limit` characters (a run's output or error
+    under a diagram: `show --json` has it whole)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _header(view: dict[str, Any], ascii_only: bool, now: float | None) -> list[str]:
     return [f"{view['workflow']}  {_glyph(view['status'], ascii_only)} {view['status']}"
-            f"  {view['run_id']}", f"elapsed {_elapsed(view, now)}", ""]
+            f"  {view['run_id']}", f"elapsed {elapsed(view, now)}", ""]
 
 
 def _footer(view: dict[str, Any], ascii_only: bool) -> list[str]:
@@ -326,9 +330,9 @@ def _footer(view: dict[str, Any], ascii_only: bool) -> list[str]:
         return ["", "   ".join(f"{_glyph(s, ascii_only)} {word}" for s, word in LEGEND)]
     out = [""]
     if view.get("error"):
-        out.append(f"error: {_compact(view['error'])}")
+        out.append(f"error: {compact(view['error'])}")
     for s in failed:
-        out.append(f"  {s['step']}: {_compact(s.get('error'))}")
+        out.append(f"  {s['step']}: {compact(s.get('error'))}")
     return out
 
 

@@ -7,12 +7,11 @@ Pure: a durable run's view (the API's JSON) in, lines out."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.cli.diagram import GLYPHS
+from orchestrator.cli.diagram import GLYPHS, compact, elapsed
 from orchestrator.cli.timeline import TIMES
 
 __all__ = ["render_durable"]
@@ -114,29 +113,11 @@ def _side_by_side(blocks: list[list[str]], ascii_only: bool, width: int) -> list
     return ["".join(fork), *body, "".join(join)]
 
 
-def _elapsed(view: dict[str, Any], now: float | None) -> str:
-    start = view.get("started_at")
-    if start is None:
-        start = view.get("created_at")
-    if start is None:
-        return "-"
-    end = view.get("finished_at")
-    if end is None:
-        end = time.time() if now is None else now
-    secs = int(max(0.0, end - start))
-    return f"{secs // 60}:{secs % 60:02d}"
-
-
-def _compact(value: Any) -> str:
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return text if len(text) <= 200 else text[:199] + "…"
-
-
 def render_durable(view: dict[str, Any], *, ascii_only: bool = False, width: int = 100,
                    now: float | None = None) -> str:
     glyph = _STATUS.get(str(view.get("status")), ("?", "?"))[1 if ascii_only else 0]
     lines = [f"{view['workflow']}  {glyph} {view['status']}  {view['run_id']}",
-             f"elapsed {_elapsed(view, now)}", ""]
+             f"elapsed {elapsed(view, now)}", ""]
     by_scope: dict[str, list[dict[str, Any]]] = {}
     for op in view.get("steps") or ():
         by_scope.setdefault(str(op.get("scope") or ""), []).append(op)
@@ -151,7 +132,7 @@ def render_durable(view: dict[str, Any], *, ascii_only: bool = False, width: int
     if view.get("paused"):
         lines += ["", f"paused: {view['paused'].get('message', '')}"]
     if view.get("output") is not None:
-        lines += ["", f"output: {_compact(view['output'])}"]
+        lines += ["", f"output: {compact(view['output'])}"]
     if view.get("error"):
-        lines += ["", f"error: {_compact(view['error'])}"]
+        lines += ["", f"error: {compact(view['error'])}"]
     return "\n".join(lines)

@@ -357,9 +357,16 @@ class Worker:
             ctx: RunContext | None = self._contexts.get(run_id)
         if ctx is None:
             return self.context(run_id)
-        stopping = self.store.runs.run_stopping(run_id, self.clock())
-        if stopping is None:
+        flags = self.store.runs.run_flags(run_id, self.clock())
+        if flags is None:
             return None
+        stopping, created_at = flags
+        if created_at != ctx.created_at:
+            # Another run of this id (the one cached expired, and its row was deleted):
+            # its context read whole, strongly consistent, is this start check.
+            with self._lock:
+                self._contexts.pop(run_id)
+            return self.context(run_id)
         if stopping != ctx.stopping:
             ctx = replace(ctx, stopping=stopping)
             with self._lock:
@@ -380,14 +387,16 @@ class Worker:
                 self._contexts.put(run_id, ctx)
         return ctx
 
-    def dep_outputs(self, row: StepRecord) -> dict[str, Any] | None:
+    def dep_outputs(self, row: StepRecord, created_at: float = 0.0) -> dict[str, Any] | None:
+        """The outputs of `row`'s dependencies, cached by run (`created_at`: which run of
+        that id) and step."""
         if not row.deps:
             return None
         out: dict[str, Any] = {}
         missing = []
         with self._lock:
             for d in row.deps:
-                cached = self._outputs.get((row.run_id, d), _MISSING)
+                cached = self._outputs.get((row.run_id, created_at, d), _MISSING)
                 if cached is _MISSING:
                     missing.append(d)
                 else:
@@ -425,7 +434,7 @@ class Worker:
             outcome = unknown_backend(row.step, row.backend)
         else:
             try:
-                steps = self.dep_outputs(row)
+                steps = self.dep_outputs(row, ctx.created_at)
             except (OrchestratorError, ValueError) as exc:
                 outcome = inputs_unavailable(str(exc))
             else:
@@ -460,7 +469,8 @@ class Worker:
             def remember() -> None:  # before dependants start: they read it from here
                 if output_ref is None:
                     with self._lock:
-                        self._outputs.put((row.run_id, row.step), decision.output)
+                        self._outputs.put((row.run_id, ctx.created_at, row.step),
+                                          decision.output)
 
             # The last dependant runs next on this thread, if it fits in its deadline.
             keep = self.lease() if self._room_for(ctx, row.dependants[-1:]) else None

@@ -33,6 +33,9 @@ class RunContext:
     # The run's one sink, when its success alone finishes the run (see Executor.end_with).
     ends_with: str | None = None
     started_at: float = 0.0
+    # When the run was created: tells it from an earlier run of the same id (whose
+    # context a worker may still hold) at each start check.
+    created_at: float = 0.0
     # Each step's timeout: how long an attempt may take (a Lambda invocation checks it
     # against its remaining time before it starts one).
     timeouts: Mapping[str, float] = field(default_factory=dict)
@@ -86,6 +89,7 @@ class RunContext:
             sinks=len(sinks),
             ends_with=next(iter(sinks)) if alone else None,
             started_at=run.started_at or run.created_at,
+            created_at=run.created_at,
             timeouts={st.name: st.timeout for st in run.definition.steps},
             definition=run.definition,
             subject=_subject(run),

@@ -65,7 +65,12 @@ def reconcile(
             return []
         if run.kill_requested or run.halted:  # nothing of a stopping run starts
             missing = [_skipped(p, now, stop_reason(run)) for p in missing]
-        return [CreateStep(p) for p in missing]
+            return [CreateStep(p) for p in missing]
+        # A root its start left out is not missing (it is ready as planned), but the
+        # start that died before writing the rows died before dispatching it too.
+        return [*(CreateStep(p) for p in missing),
+                *(Redispatch(s.step, s.attempt, s.due_at) for s in steps
+                  if s.status is StepStatus.READY and not s.claimed and _lost(s, now, policy))]
 
     def progress(dep: StepRecord) -> float:
         # The last sign of life of whoever advances `dep`: its finish, or the latest of
@@ -105,10 +110,7 @@ def reconcile(
         elif s.waiting is not None and not s.claimed and s.wake_at is None:
             continue  # a durable run paused, or waiting for a poke (its wake repairs one)
         elif s.status is StepStatus.READY or (s.status is StepStatus.DISPATCHED and not s.claimed):
-            # Its wake says when its message counts as lost (doubling with each resend).
-            since = max(s.due_at or 0.0, s.ready_at or 0.0)
-            due = s.wake_at if s.wake_at is not None else since + policy.redispatch_after
-            if now >= due:
+            if _lost(s, now, policy):
                 cmds.append(Redispatch(s.step, s.attempt, s.due_at))
         elif (
             s.status is StepStatus.DISPATCHED and s.lease_until is not None and now > s.lease_until
@@ -156,6 +158,14 @@ def settle_due(
                 due.append(max(times) + policy.settle)
     later = [t for t in due if t > now]
     return min(later) if later else None
+
+
+def _lost(s: StepRecord, now: float, policy: SweepPolicy) -> bool:
+    """Whether an unclaimed dispatch counts as lost: its wake says when (doubling with
+    each resend), else `redispatch_after` past when it was due or ready."""
+    since = max(s.due_at or 0.0, s.ready_at or 0.0)
+    due = s.wake_at if s.wake_at is not None else since + policy.redispatch_after
+    return now >= due
 
 
 def _skipped(row: StepRecord, now: float, reason: str) -> StepRecord:

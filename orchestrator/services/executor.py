@@ -481,9 +481,12 @@ class Executor:
             # Every sink is done but a failing, halted or killed run still has steps in
             # flight (their branches below were skipped). Make those steps count too,
             # so the last of them to land finishes the run.
-            moving = [s.step for s in steps if not s.status.terminal]
-            flagged = sum(self.store.steps.flag_counted(run_id, name, plan=ctx.plan(name))
-                                for name in moving)
+            moving = [s for s in steps if not s.status.terminal]
+            # A row its start left out is created as the run shows it (a root ready
+            # since the launch), not as bare planned.
+            flagged = sum(self.store.steps.flag_counted(
+                run_id, s.step, plan=s if ctx.plan(s.step) is not None else None)
+                for s in moving)
             if flagged:
                 self.store.runs.decrement_remaining(run_id, -flagged, now)
             if flagged == len(moving):

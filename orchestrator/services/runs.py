@@ -7,6 +7,7 @@ any step row a crashed start left out."""
 from __future__ import annotations
 
 import heapq
+import logging
 import re
 import secrets
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from orchestrator.services.values import MAX_VALUE_BYTES, check_value
 from orchestrator.services.views import entry_step, render, run_view, view_json
 
 __all__ = ["MAX_INPUT_BYTES", "RUN_ID_RE", "RunService"]
+
+log = logging.getLogger("orchestrator.runs")
 
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 MAX_INPUT_BYTES = MAX_VALUE_BYTES
@@ -157,6 +160,10 @@ class RunService:
             if existing is None:
                 raise UsageError(f"run_id {rid!r} was used by a run that has expired") from None
             return existing, False
+        if run_id is not None and self.store.steps.forget(rid):
+            # A run of this id expired and its row was deleted (DynamoDB's TTL), while
+            # its steps' rows, kept longer, were not: they are not this run's.
+            log.info("run %s: the rows a finished run of this id left were deleted", rid)
         if gate:
             return self.arrive(run), True
         self.launch(run)

@@ -261,3 +261,53 @@ def test_a_success_put_whole_writes_what_the_full_update_writes(harness_factory:
     assert h.rt.store.steps.mark_stopping(runs[2], "root", now)
     with pytest.raises(ConditionFailed):
         h.rt.store.steps.put_success(rows[2], output_json="1", output_ref=None, size=1, now=now)
+
+
+PAYLOADS = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  paid:
+    steps:
+      root: { backend: fn, route: /echo, payload: { amount: 42 } }
+      then: { backend: fn, route: /echo, dependsOn: [root] }
+"""
+
+
+def test_a_roots_payload_survives_its_message_being_resent_twice(
+    harness_factory: Any, recorder: Recorder,
+) -> None:
+    """The first resend writes the root's row from the plan; the second finds it, read
+    without its payload (a sweep reads states only), and must leave the row's own."""
+    h = harness_factory(PAYLOADS, redispatch_after=30.0)
+    h.rt.queues.tamper = lambda msgs: []  # every dispatch is lost
+    run_id = h.start("paid")
+    for offset in (31.0, 62.0):
+        report = h.rt.sweeper(clock=lambda o=offset: time.time() + o).sweep(since=0)
+        assert report.redispatched == 1, offset
+    root = h.rt.store.steps.get_step(run_id, "root")
+    assert root is not None and root.resends == 2 and root.payload == {"amount": 42}
+    h.rt.queues.tamper = None
+    h.rt.worker().handle(Dispatch(run_id=run_id, step="root", attempt=1))
+    (call,) = recorder.for_step(run_id, "root")
+    assert call.body["amount"] == 42
+
+
+def test_a_run_id_used_again_after_its_run_row_was_deleted_runs_again(
+    harness_factory: Any, recorder: Recorder,
+) -> None:
+    """DynamoDB's TTL deleted a finished run's row; its step rows, kept longer, are still
+    there. A new run of that id must run its steps, not find them done."""
+    h = harness_factory(MANIFEST)
+    h.start_workers()
+    first, _ = h.rt.runs.start("chain", {"n": 1}, "report-2026-09")
+    assert h.wait(first.run_id)["status"] == "success"
+    h.rt.clients.dynamodb.delete_item(TableName=h.rt.settings.names.runs_table,
+                                      Key={"run_id": {"S": "report-2026-09"}})
+    again, created = h.rt.runs.start("chain", {"n": 2}, "report-2026-09")
+    assert created
+    view = h.wait(again.run_id)
+    assert view["status"] == "success"
+    for step in ("one", "two", "three", "join"):
+        assert len(recorder.for_step("report-2026-09", step)) == 2, step
+    assert steps_of(view)["join"]["output"]["input"] == {"n": 2}

@@ -182,6 +182,19 @@ def test_reconcile_recreates_missing_rows_first() -> None:
     assert not [c for c in late if isinstance(c, CreateStep)]
 
 
+def test_a_start_that_died_before_its_rows_gets_its_joins_and_its_roots_dispatch() -> None:
+    """The join's row is missing, and the root, which the start leaves out, is ready as
+    planned: the start that died before writing one died before dispatching the other.
+    One pass rebuilds the join and sends the root again, once it counts as lost."""
+    rows = diamond()  # the root `a` as its run's reader sees it: ready since NOW
+    seen = [r for r in rows if r.step != "d"]
+    early = reconcile(run(), seen, rows, NOW + 2.0, POLICY)
+    assert [type(c) for c in early] == [CreateStep]
+    cmds = reconcile(run(), seen, rows, NOW + 11.0, POLICY)
+    assert [c.record.step for c in cmds if isinstance(c, CreateStep)] == ["d"]
+    assert [c for c in cmds if isinstance(c, Redispatch)] == [Redispatch("a", 1, None)]
+
+
 def test_reconcile_redispatches_a_lost_message_after_the_grace() -> None:
     rows = diamond()
     assert reconcile(run(), rows, rows, NOW + 5, POLICY) == []

@@ -58,12 +58,19 @@ class RunRows(RunListing):
 
     def run_stopping(self, run_id: str, now: float) -> bool | None:
         """Whether the run is cancelled, halted or halting, read now (strongly consistent):
-        a step's start check. Its flags alone, not the definition and input a whole read
-        decodes. None if the run is gone (or expired)."""
+        a step's start check. None if the run is gone (or expired)."""
+        flags = self.run_flags(run_id, now)
+        return None if flags is None else flags[0]
+
+    def run_flags(self, run_id: str, now: float) -> tuple[bool, float] | None:
+        """(whether the run is cancelled, halted or halting; when it was created), read
+        now (strongly consistent): a step's start check. Its flags alone, not the
+        definition and input a whole read decodes; its creation time tells it from an
+        earlier run of the same id. None if the run is gone (or expired)."""
         with _translate(f"run {run_id}: read its stop flags"):
             resp = self.ddb.get_item(
                 TableName=self.runs, Key={"run_id": {"S": run_id}}, ConsistentRead=True,
-                ProjectionExpression="kill_requested, halted, stop_at, expires_at",
+                ProjectionExpression="kill_requested, halted, stop_at, expires_at, created_at",
             )
         item = resp.get("Item")
         if item is None:
@@ -71,8 +78,9 @@ class RunRows(RunListing):
         expires = item.get("expires_at")
         if expires is not None and float(expires["N"]) <= now:
             return None
-        return "stop_at" in item or any(
+        stopping = "stop_at" in item or any(
             item.get(k, {}).get("BOOL", False) for k in ("kill_requested", "halted"))
+        return stopping, float(item.get("created_at", {}).get("N", "0"))
 
     def _update_running(
         self,

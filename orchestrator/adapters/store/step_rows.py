@@ -146,6 +146,36 @@ class StepRows(Tables):
         except ConditionFailed:
             pass  # a sweep made it (and it may have moved on): keep it
 
+    def forget(self, run_id: str) -> int:
+        """Delete every item under `run_id` in the steps table (step rows, a durable
+        run's journal and signals, join counts): what a run of that id left behind when
+        its run row expired before them. How many there were."""
+        keys: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.steps, "KeyConditionExpression": "run_id = :r",
+            "ExpressionAttributeValues": {":r": {"S": run_id}},
+            "ProjectionExpression": "run_id, step", "ConsistentRead": True,
+        }
+        while True:
+            with _translate(f"steps of {run_id}: read"):
+                resp = self.ddb.query(**kwargs)
+            keys += [{"run_id": i["run_id"], "step": i["step"]} for i in resp.get("Items", [])]
+            if "LastEvaluatedKey" not in resp:
+                break
+            kwargs["ExclusiveStartKey"] = resp["LastEvaluatedKey"]
+        for i in range(0, len(keys), 25):
+            pending: dict[str, Any] = {self.steps: [{"DeleteRequest": {"Key": k}}
+                                                    for k in keys[i:i + 25]]}
+            for _ in range(10):
+                with _translate(f"steps of {run_id}: delete"):
+                    pending = self.ddb.batch_write_item(RequestItems=pending).get(
+                        "UnprocessedItems") or {}
+                if not pending:
+                    break
+            else:
+                raise StoreError(f"steps of {run_id}: DynamoDB kept deletes unprocessed")
+        return len(keys)
+
     def create_step_if_absent(self, row: StepRecord) -> None:
         with _translate(f"step {row.run_id}/{row.step}: create"):
             self.ddb.put_item(

@@ -64,7 +64,9 @@ def _creating(plan: StepRecord | None, update: str, guard: str, values: dict[str
               names: dict[str, str]) -> tuple[str, str]:
     """`update` and `guard` made to also create the row, as planned, where the start left
     it out: the guard holds on no row, and the update sets what the row would have been
-    written with. With no `plan`, both as they were."""
+    written with, each attribute only where the row has none (a row that exists keeps
+    its own: a caller may pass a row read without its payload). With no `plan`, both as
+    they were."""
     if plan is None:
         return update, guard
     assert update.startswith("SET "), update
@@ -73,7 +75,7 @@ def _creating(plan: StepRecord | None, update: str, guard: str, values: dict[str
     for i, key in enumerate(_STATIC):
         values[f":c{i}"] = item[key]
         names[f"#c{i}"] = key
-        sets.append(f"#c{i} = :c{i}")
+        sets.append(f"#c{i} = if_not_exists(#c{i}, :c{i})")
     return (f"SET {', '.join(sets)}, {update[4:]}",
             f"(attribute_not_exists(#s) OR {guard})")
 

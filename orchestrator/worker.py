@@ -365,7 +365,7 @@ class Worker:
             # Another run of this id (the one cached expired, and its row was deleted):
             # its context read whole, strongly consistent, is this start check.
             with self._lock:
-                self._contexts.pop(run_id)
+                self._contexts.pop(run_id, None)
             return self.context(run_id)
         if stopping != ctx.stopping:
             ctx = replace(ctx, stopping=stopping)

@@ -394,6 +394,15 @@ def test_every_claim_reads_the_run_once_and_the_launch_reads_nothing(
     plan.)"""
     h, _, sent = setup(harness_factory)
     reads = stop_flag_reads(h)
+    whole: list[str] = []
+    runs_table = h.rt.settings.names.runs_table
+
+    def note_whole(params: dict[str, Any], **_: Any) -> None:
+        if params.get("TableName") == runs_table and "ProjectionExpression" not in params:
+            whole.append(params["Key"]["run_id"]["S"])
+
+    h.rt.clients.dynamodb.meta.events.register("before-parameter-build.dynamodb.GetItem",
+                                               note_whole)
     run_id = h.start("wide")
     assert reads == []
     dispatched = [m for m in sent if m.run_id == run_id]
@@ -402,6 +411,8 @@ def test_every_claim_reads_the_run_once_and_the_launch_reads_nothing(
     for m in dispatched:
         w.handle(m)
     assert reads == [run_id] * 30
+    # The context once (each check reads the flags alone), and the finish's read.
+    assert whole == [run_id] * 2
     assert all(len(recorder.for_step(run_id, f"s{i:02d}")) == 1 for i in range(30))
     assert h.rt.runs.view(run_id)["status"] == "success"
 

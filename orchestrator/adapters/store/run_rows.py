@@ -80,7 +80,9 @@ class RunRows(RunListing):
             return None
         stopping = "stop_at" in item or any(
             item.get(k, {}).get("BOOL", False) for k in ("kill_requested", "halted"))
-        return stopping, float(item.get("created_at", {}).get("N", "0"))
+        # Stored in integer milliseconds (it is a listing index's sort key), as the
+        # codec decodes it.
+        return stopping, int(item.get("created_at", {}).get("N", "0")) / 1000.0
 
     def _update_running(
         self,

@@ -15,7 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["GLYPHS", "LEGEND", "compact", "dependency_list", "elapsed", "render_diagram"]
+from orchestrator.cli.render import trigger_label
+
+__all__ = [
+    "GLYPHS", "LEGEND", "compact", "dependency_list", "elapsed", "header", "render_diagram",
+]
 
 # Glyphs, Unicode and ASCII; the ASCII ones are words, padded alike.
 GLYPHS = {
@@ -317,9 +321,16 @@ def compact(value: Any, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _header(view: dict[str, Any], ascii_only: bool, now: float | None) -> list[str]:
-    return [f"{view['workflow']}  {_glyph(view['status'], ascii_only)} {view['status']}"
-            f"  {view['run_id']}", f"elapsed {elapsed(view, now)}", ""]
+def header(view: dict[str, Any], ascii_only: bool, now: float | None) -> list[str]:
+    """The run's workflow, status and id, how long it took, what started it (a run of
+    the API shows `trigger api`) and what it reruns, then a blank line."""
+    lines = [f"{view['workflow']}  {_glyph(view['status'], ascii_only)} {view['status']}"
+             f"  {view['run_id']}", f"elapsed {elapsed(view, now)}"]
+    if view.get("trigger"):
+        lines.append(f"trigger {trigger_label(view['trigger'])}")
+    if view.get("rerun_of"):
+        lines.append(f"rerun of {view['rerun_of']}")
+    return [*lines, ""]
 
 
 def _footer(view: dict[str, Any], ascii_only: bool) -> list[str]:
@@ -363,7 +374,7 @@ def render_diagram(view: dict[str, Any], *, ascii_only: bool = False, width: int
     bands.append((start, len(columns)))
     if box > width or (len(columns) > 1 and any(b - a < 2 for a, b in bands[:-1])):
         return dependency_list(view, ascii_only=ascii_only, now=now)
-    lines = _header(view, ascii_only, now)
+    lines = header(view, ascii_only, now)
     for a, b in bands:
         if a:
             lines += ["", f"{_line('arrow', ascii_only)} continued: columns {a + 1} to {b}"]
@@ -393,7 +404,7 @@ def dependency_list(view: dict[str, Any], *, ascii_only: bool = False,
             children.setdefault(deps[0], []).append(s["step"])
         else:
             roots.append(s["step"])
-    lines = _header(view, ascii_only, now)
+    lines = header(view, ascii_only, now)
 
     def walk(name: str, depth: int) -> None:
         s = by_name[name]

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.cli.diagram import GLYPHS, compact, elapsed
+from orchestrator.cli.diagram import GLYPHS, compact, header
 from orchestrator.cli.timeline import TIMES
 
 __all__ = ["render_durable"]
@@ -115,9 +115,7 @@ def _side_by_side(blocks: list[list[str]], ascii_only: bool, width: int) -> list
 
 def render_durable(view: dict[str, Any], *, ascii_only: bool = False, width: int = 100,
                    now: float | None = None) -> str:
-    glyph = _STATUS.get(str(view.get("status")), ("?", "?"))[1 if ascii_only else 0]
-    lines = [f"{view['workflow']}  {glyph} {view['status']}  {view['run_id']}",
-             f"elapsed {elapsed(view, now)}", ""]
+    lines = header(view, ascii_only, now)
     by_scope: dict[str, list[dict[str, Any]]] = {}
     for op in view.get("steps") or ():
         by_scope.setdefault(str(op.get("scope") or ""), []).append(op)

@@ -352,7 +352,7 @@ def test_a_cancel_whose_pass_runs_while_the_roots_are_claimed_starts_nothing(
 
 
 def stop_flag_reads(h: Harness) -> list[str]:
-    """The run ids whose stop flags this process reads (Store.run_stopping), as it reads."""
+    """The run ids whose stop flags this process reads (store.runs.run_flags), as it reads."""
     reads: list[str] = []
 
     def hook(params: dict[str, Any], **_: Any) -> None:

@@ -56,12 +56,6 @@ class RunRows(RunListing):
             return None
         return run
 
-    def run_stopping(self, run_id: str, now: float) -> bool | None:
-        """Whether the run is cancelled, halted or halting, read now (strongly consistent):
-        a step's start check. None if the run is gone (or expired)."""
-        flags = self.run_flags(run_id, now)
-        return None if flags is None else flags[0]
-
     def run_flags(self, run_id: str, now: float) -> tuple[bool, float] | None:
         """(whether the run is cancelled, halted or halting; when it was created), read
         now (strongly consistent): a step's start check. Its flags alone, not the

@@ -22,10 +22,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from orchestrator import __version__
-from orchestrator.api import durable, runs, triggers, workflows
+from orchestrator.api import durable, runs, triggers, ui, workflows
 from orchestrator.api.openapi import openapi_document
 from orchestrator.api.requests import MAX_BODY, TooLarge, error
 from orchestrator.api.state import ApiState, api_state
@@ -136,7 +136,7 @@ def _route(path: str, handler: Handler, method: str) -> Route:
     return Route(path, handler if open_path else _guarded(handler), methods=[method])
 
 
-def _routes() -> list[Route]:
+def _routes() -> list[BaseRoute]:
     return [
         _route("/runs", runs.start_run, "POST"),
         _route("/runs", runs.list_runs, "GET"),
@@ -163,11 +163,14 @@ def _routes() -> list[Route]:
         _route("/schedules/{name}/trigger", triggers.trigger_schedule, "POST"),
         _route("/healthz", healthz, "GET"),
         _route("/openapi.json", openapi, "GET"),
+        *ui.routes(),  # the dashboard: signed in by cookie (ui/session.py)
     ]
 
 
-def create_app(rt: Runtime) -> Starlette:
-    """The API over `rt`: its handlers find `rt` and the rest at `app.state.api`."""
+def create_app(rt: Runtime, *, badge: str | None = None) -> Starlette:
+    """The API over `rt`: its handlers find `rt` and the rest at `app.state.api`; the
+    dashboard (/ui) its own at `app.state.ui`, with `badge` ("DEV" on the embedded
+    emulator) on every page."""
     handlers: dict[Any, Any] = {
         OrchestratorError: _on_error, TooLarge: _on_error, HTTPException: _on_error,
     }
@@ -179,4 +182,5 @@ def create_app(rt: Runtime) -> Starlette:
         spec=openapi_document(__version__,
                               idempotency_retention=rt.settings.idempotency_retention),
     )
+    app.state.ui = ui.ui_state(rt, badge)
     return app

@@ -116,6 +116,7 @@ class LocalStack:
         self.api_url = ""
         self.functions_url = ""
         self.api_key: str | None = None
+        self.dashboard_url: str | None = None
         # Variables the Lambda mode set in this process's environment, and what they were.
         self._saved_env: dict[str, str | None] = {}
         # The interpreter's switch interval before the emulator process's was set.
@@ -205,12 +206,22 @@ class LocalStack:
             self.api_key = ApiKeys(rt.control).create("dev", time.time())
         if self.opts.lambda_mode:
             self._lambda_env(env, settings)
-        api_app: Any = self._lambda_api() if self.opts.lambda_mode else create_app(rt)
+        badge = "DEV" if self.emulator is not None else None
+        api_app: Any = (self._lambda_api() if self.opts.lambda_mode
+                        else create_app(rt, badge=badge))
         api = BackgroundServer(api_app, self.opts.host, self.opts.api_port).start()
         self.servers.append(api)
         self.api_url = api.url
         auth = "bearer key below" if self.api_key else "no key needed: ORCH_API_AUTH=off"
         self.echo(f"api        {api.url}   ({auth})")
+        self.dashboard_url = f"{api.url}/ui/runs"
+        if settings.api_auth:
+            from orchestrator.services.dashboard_logins import DashboardLogins
+
+            token = DashboardLogins(rt.control).create(time.time())
+            self.dashboard_url = f"{api.url}/ui/login?token={token}"
+        self.echo(f"dashboard  {self.dashboard_url}"
+                  + ("   (signs you in once)" if settings.api_auth else ""))
         if self.emulator is not None:
             calm_collector()
             core = keep_to_one_core() if self.opts.one_core else None

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.cli.diagram import GLYPHS
+from orchestrator.engine.attempt_segments import Segment, segments
 
 __all__ = ["Segment", "render_timeline", "segments"]
 
@@ -22,47 +22,6 @@ MARKS = {"wait": ("╌", "-"), "queue": ("░", "."), "call": ("█", "#")}
 ORDER = ("wait", "queue", "call")
 NAME_MAX = 24
 TIMES = ("\u00d7", "x")  # before a step's count of calls, when over one
-
-
-@dataclass(frozen=True)
-class Segment:
-    kind: str  # wait (a retry's backoff), queue (ready, not started), call
-    start: float
-    end: float
-
-
-def segments(entries: Sequence[dict[str, Any]], now: float) -> list[Segment]:
-    """One step's attempts, from its history entries (oldest first)."""
-    out: list[Segment] = []
-    queued: float | None = None
-    calling: float | None = None
-    for e in entries:
-        kind, at = e.get("type", ""), float(e.get("at") or 0.0)
-        if kind == "step.ready":
-            queued = at
-        elif kind == "step.started":
-            if queued is not None and at > queued:
-                out.append(Segment("queue", queued, at))
-            queued, calling = None, at
-        elif kind == "step.retrying":
-            if calling is not None:
-                out.append(Segment("call", calling, at))
-            calling = None
-            due = e.get("due_at")
-            if isinstance(due, (int, float)) and due > at:
-                out.append(Segment("wait", at, float(due)))
-                queued = float(due)
-            else:
-                queued = at
-        elif kind in ("step.succeeded", "step.failed", "step.skipped"):
-            if calling is not None:
-                out.append(Segment("call", calling, at))
-            calling = queued = None
-    if calling is not None and now > calling:
-        out.append(Segment("call", calling, now))
-    elif queued is not None and now > queued:
-        out.append(Segment("queue", queued, now))
-    return out
 
 
 def _seconds(s: float) -> str:

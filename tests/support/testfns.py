@@ -90,6 +90,14 @@ def create_app(rec: Recorder) -> Starlette:
         body, _ = await seen(request)
         return JSONResponse({"error": body.get("reason", "nope")}, status_code=int(body["code"]))
 
+    async def check(request: Request) -> Response:
+        # Fails for good (400) unless the run's input has `ok: true`: a rerun with an
+        # edited input succeeds.
+        body, _ = await seen(request)
+        if (body.get("input") or {}).get("ok") is True:
+            return JSONResponse({"checked": True})
+        return JSONResponse({"error": "input.ok must be true"}, status_code=400)
+
     async def slow(request: Request) -> Response:
         body, _ = await seen(request)
         await asyncio.sleep(float(body.get("seconds", 1.0)))
@@ -155,6 +163,7 @@ def create_app(rec: Recorder) -> Starlette:
             Route("/echo", echo, methods=["POST"]),
             Route("/flaky", flaky, methods=["POST"]),
             Route("/status", status, methods=["POST"]),
+            Route("/check", check, methods=["POST"]),
             Route("/slow", slow, methods=["POST"]),
             Route("/trickle", trickle, methods=["POST"]),
             Route("/big", big, methods=["POST"]),

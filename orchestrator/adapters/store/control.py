@@ -53,8 +53,8 @@ __all__ = [
     "Control", "Item", "Pk", "Schedule", "Sk", "WaitingRun", "apikey_key", "child_sk",
     "children_key", "delivery_key", "doc_of", "event_id_key", "event_key", "event_sk",
     "event_wait_event", "event_wait_events_after", "event_wait_keys", "event_wait_sk",
-    "hook_key", "hook_used", "idempotency_key", "lock_key", "ms_key", "schedule_key", "sk_of",
-    "throttle_key", "wait_event_keys", "waiting_key", "waiting_sk",
+    "hook_key", "hook_used", "idempotency_key", "lock_key", "login_key", "ms_key",
+    "schedule_key", "sk_of", "throttle_key", "wait_event_keys", "waiting_key", "waiting_sk",
 ]
 
 Item = dict[str, Any]
@@ -131,6 +131,11 @@ def throttle_key(workflow: str, key: str) -> Pk:
 def apikey_key(sha256: str) -> Pk:
     """An API key, by the hex SHA-256 of the key."""
     return Pk(f"apikey#{sha256}")
+
+
+def login_key(sha256: str) -> Pk:
+    """A dashboard's one-time login link, by the hex SHA-256 of its token."""
+    return Pk(f"login#{sha256}")
 
 
 def hook_key(sha256: str) -> Pk:

@@ -1,0 +1,68 @@
+"""The web dashboard at /ui: runs (filtered, live), a run (its graph or operations, a
+zoomable waterfall, each step's input and output, lineage, cost and actions), workflows
+with their triggers and schedules, events and the dead-letter queue.
+
+Server-rendered (Jinja2 templates in templates/), made live by htmx and its SSE
+extension (static/, committed: no Node build at install time), and signed in with the
+API's own keys (session.py). Every action goes through the service the API's route
+calls (actions.py). Mounted by create_app (api/app.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from orchestrator.adapters.dead_letters import DeadLetters
+from orchestrator.api.ui import actions, live, pages
+from orchestrator.api.ui.session import guarded
+from orchestrator.runtime import Runtime
+from orchestrator.services.dashboard_logins import DashboardLogins
+
+__all__ = ["UiState", "routes", "ui_state"]
+
+
+@dataclass(frozen=True)
+class UiState:
+    badge: str | None  # "DEV" on the embedded emulator
+    auth_on: bool
+    logins: DashboardLogins
+    dead_letters: DeadLetters
+
+
+def ui_state(rt: Runtime, badge: str | None) -> UiState:
+    return UiState(badge, rt.settings.api_auth, DashboardLogins(rt.control),
+                   DeadLetters(rt.clients.sqs, rt.settings.names))
+
+
+def routes() -> list[BaseRoute]:
+    g = guarded
+    inside = [
+        Route("/", pages.index, methods=["GET"]),
+        Route("/login", pages.login, methods=["GET"]),
+        Route("/login", pages.login_post, methods=["POST"]),
+        Route("/logout", pages.logout, methods=["POST"]),
+        Route("/runs", g(pages.runs), methods=["GET"]),
+        Route("/runs/live", g(live.runs_stream), methods=["GET"]),
+        Route("/runs/{run_id}", g(pages.run), methods=["GET"]),
+        Route("/runs/{run_id}/live", g(live.run_stream), methods=["GET"]),
+        Route("/runs/{run_id}/cancel", g(actions.cancel), methods=["POST"]),
+        Route("/runs/{run_id}/rerun", g(actions.rerun), methods=["POST"]),
+        Route("/runs/{run_id}/signal", g(actions.signal), methods=["POST"]),
+        Route("/runs/{run_id}/hooks/{op}", g(actions.execute_hook), methods=["POST"]),
+        Route("/runs/{run_id}/resume", g(actions.resume), methods=["POST"]),
+        Route("/runs/{run_id}/reset", g(actions.reset), methods=["POST"]),
+        Route("/workflows", g(pages.workflows), methods=["GET"]),
+        Route("/workflows/{workflow}/start", g(actions.start), methods=["POST"]),
+        Route("/workflows/{workflow}/schedule/{action}", g(actions.schedule),
+              methods=["POST"]),
+        Route("/events", g(pages.events), methods=["GET"]),
+        Route("/events", g(actions.emit), methods=["POST"]),
+        Route("/dlq", g(pages.dlq), methods=["GET"]),
+        Route("/dlq/redrive", g(actions.redrive), methods=["POST"]),
+        Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"),
+              name="ui-static"),
+    ]
+    return [Mount("/ui", routes=inside)]

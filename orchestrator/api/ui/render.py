@@ -1,0 +1,75 @@
+"""The dashboard's templates (Jinja2, autoescaped, shipped in the package) and the filters
+they format values with."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from orchestrator.api.ui.layout import detail
+from orchestrator.engine.states import RunStatus
+
+__all__ = ["GLYPHS", "fragment", "page"]
+
+# A status's glyph and its words, as the terminal diagram draws them.
+GLYPHS = {
+    "success": "✔", "failed": "✖", "running": "◐", "blocked": "○", "skipped": "⊘",
+    "queued": "◌", "waiting": "⧗", "paused": "⏸", "cancelled": "⊘", "timed_out": "✖",
+    "ready": "◌", "retrying": "↻", "stopping": "◐", "pending": "○", "killed": "⊘",
+    "dispatched": "◐",
+}
+ENDED = frozenset(s.value for s in RunStatus if s.terminal)
+
+
+def _when(t: Any) -> str:
+    if not isinstance(t, (int, float)):
+        return "—"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}"
+
+
+def _took(a: Any, b: Any = None) -> str:
+    if not isinstance(a, (int, float)):
+        return "—"
+    end = b if isinstance(b, (int, float)) else time.time()
+    s = max(0.0, end - a)
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 120:
+        return f"{s:.2f} s"
+    return f"{int(s // 60)} min {int(s % 60)} s"
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+def _dollars(value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return "—"
+    return f"${value:.6f}" if value < 0.01 else f"${value:.4f}"
+
+
+_env = Environment(loader=PackageLoader("orchestrator.api.ui", "templates"),
+                   autoescape=select_autoescape(default=True), trim_blocks=True,
+                   lstrip_blocks=True)
+_env.filters.update(when=_when, pretty=_pretty, dollars=_dollars,
+                    glyph=lambda s: GLYPHS.get(str(s), "?"), detail=detail)
+_env.globals.update(took=_took, ended=lambda status: status in ENDED)
+
+
+def fragment(name: str, **context: Any) -> str:
+    return _env.get_template(name).render(**context)
+
+
+def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    """A whole page, with the layout's badge and navigation."""
+    ui = request.app.state.ui
+    html = fragment(template, request=request, badge=ui.badge, auth=ui.auth_on, **context)
+    response = HTMLResponse(html, status_code=status_code)
+    response.headers["Cache-Control"] = "no-store"
+    return response

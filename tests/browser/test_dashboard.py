@@ -1,0 +1,188 @@
+"""The dashboard (/ui) in a real browser: headless Debian chromium driven by Playwright,
+against the real API over HTTP, on moto, with the test functions on uvicorn. The browser
+signs in with the one-time link `orchestrator dev` would print, then does what an
+operator does: finds the failed run and reads why, reruns it with a corrected input and
+follows the new run live to its success, approves a waiting durable run through its
+hook, and cancels a run. Screenshots of the main pages are saved (tests/support/browser.py)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from functions.serving import BackgroundServer
+from orchestrator.api.app import create_app
+from orchestrator.services.dashboard_logins import DashboardLogins
+from tests.support.browser import SHOTS, open_browser
+from tests.support.harness import Harness
+
+MANIFEST = """
+backends:
+  fn: { url: "${FN}" }
+  app: { url: "${APP}", secret: durable-secret }
+workflows:
+  report:
+    description: Fetch, check, publish.
+    steps:
+      fetch:   { backend: fn, route: /echo }
+      check:   { backend: fn, route: /check, dependsOn: [fetch] }
+      publish: { backend: fn, route: /echo, dependsOn: [check] }
+  slow:
+    steps:
+      nap: { backend: fn, route: /slow, payload: { seconds: 2 } }
+      after: { backend: fn, route: /echo, dependsOn: [nap] }
+  docapproval: { backend: app }
+"""
+
+WAIT = 20_000  # ms: the longest a page waits for what it should show
+
+
+@pytest.fixture
+def stack(harness_factory: Any, app_url: str) -> Iterator[tuple[Harness, str]]:
+    h = harness_factory(MANIFEST.replace("${APP}", app_url), api_auth=True)
+    h.start_workers(1, threads=4)
+    h.start_sweeper()
+    with BackgroundServer(create_app(h.rt, badge="DEV")) as server:
+        yield h, server.url
+
+
+@pytest.fixture
+def page(stack: tuple[Harness, str]) -> Iterator[Any]:
+    h, url = stack
+    with open_browser() as browser:
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        p = context.new_page()
+        p.set_default_timeout(WAIT)
+        token = DashboardLogins(h.rt.control).create(h.rt.clock())
+        p.goto(f"{url}/ui/login?token={token}")
+        p.wait_for_url(re.compile(r".*/ui/runs.*"))
+        yield p
+        context.close()
+
+
+def _shot(p: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    p.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def _status(p: Any, status: str) -> None:
+    """Wait until the run page's live part shows `status` (pushed over SSE, no reload)."""
+    p.locator("#live .status", has_text=status).first.wait_for()
+
+
+def test_the_link_signs_in_once_and_a_stranger_is_sent_to_sign_in(
+        stack: tuple[Harness, str]) -> None:
+    h, url = stack
+    token = DashboardLogins(h.rt.control).create(h.rt.clock())
+    with open_browser() as browser:
+        first = browser.new_page()
+        first.goto(f"{url}/ui/login?token={token}")
+        assert first.url.endswith("/ui/runs")
+        assert first.locator(".badge").inner_text() == "DEV"
+        stranger = browser.new_context().new_page()
+        stranger.goto(f"{url}/ui/runs?status=failed")
+        assert "/ui/login" in stranger.url and "next=" in stranger.url
+        stranger.goto(f"{url}/ui/login?token={token}")  # spent
+        assert "used already or has expired" in stranger.locator(".notice").inner_text()
+        stranger.fill("input[name=key]", "ok_not-a-key")
+        stranger.click("form.card button[type=submit]")
+        assert "not valid" in stranger.locator(".notice").inner_text()
+
+
+def test_find_the_failed_run_read_its_error_rerun_it_with_edited_input_to_success(
+        stack: tuple[Harness, str], page: Any) -> None:
+    h, url = stack
+    good = h.start("report", {"ok": True})
+    bad = h.start("report", {"ok": False})
+    assert h.wait(good)["status"] == "success"
+    assert h.wait(bad)["status"] == "failed"
+    page.goto(f"{url}/ui/runs")
+    page.locator("td.id a", has_text=good).wait_for()
+    _shot(page, "runs")
+    page.select_option("select[name=status]", "failed")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url(re.compile(r".*status=failed.*"))
+    assert page.locator("td.id a", has_text=bad).count() == 1
+    assert page.locator("td.id a", has_text=good).count() == 0
+    # The filters are remembered: the list without a query shows them again.
+    page.goto(f"{url}/ui/runs")
+    page.wait_for_url(re.compile(r".*status=failed.*"))
+    page.click(f"text={bad}")
+    page.wait_for_url(f"{url}/ui/runs/{bad}")
+    # The failed step is selected, its error under the graph.
+    step = page.locator("section#step")
+    assert "check" in step.locator("h2").inner_text()
+    assert "input.ok must be true" in step.inner_text()
+    _shot(page, "run-failed")
+    page.check("#edit-input")
+    page.fill("#rerun-input", '{"ok": true}')
+    page.click("form[aria-label='Rerun from the failed steps'] button[type=submit]")
+    page.wait_for_url(re.compile(r".*/ui/runs/(?!" + re.escape(bad) + r")[^/?]+\?done=.*"))
+    new = page.url.split("/ui/runs/")[1].split("?")[0]
+    _status(page, "success")  # followed live: the page was not reloaded
+    assert h.wait(new)["status"] == "success"
+    assert h.rt.runs.get(new).rerun_of == bad
+    # Its lineage names the run it reruns.
+    page.reload()
+    assert page.locator("ul.tree a", has_text=bad).count() == 1
+    _shot(page, "run-rerun")
+
+
+def test_approve_a_waiting_durable_run_through_its_hook(
+        stack: tuple[Harness, str], page: Any) -> None:
+    h, url = stack
+    run_id = h.start("docapproval", {"doc": "d-9"})
+    _until(lambda: any(s.get("kind") == "hook" and s["status"] == "success"
+                       for s in h.rt.runs.view(run_id)["steps"]))
+    page.goto(f"{url}/ui/runs/{run_id}")
+    hook = page.locator("form[aria-label^='Execute hook']")
+    _shot(page, "run-durable-waiting")
+    hook.locator("textarea").fill('{"approved": true}')
+    hook.locator("button").click()
+    page.locator(".notice.ok", has_text="hook executed").wait_for()
+    _status(page, "success")
+    view = h.wait(run_id)
+    assert view["status"] == "success" and view["output"]["published"] is True
+
+
+def test_cancel_a_run_with_a_reason(stack: tuple[Harness, str], page: Any) -> None:
+    h, url = stack
+    run_id = h.start("slow", {})
+    page.goto(f"{url}/ui/runs/{run_id}")
+    page.fill("form[aria-label='Cancel the run'] input[name=reason]", "wrong day")
+    page.click("form[aria-label='Cancel the run'] button")
+    page.locator(".notice.ok", has_text="cancelled: wrong day").wait_for()
+    # The step under way lands (it is never tried again), then the run ends killed.
+    _status(page, "killed")
+    assert h.rt.runs.get(run_id).kill_reason == "wrong day"
+    assert h.wait(run_id)["steps"][1]["status"] in ("skipped", "cancelled", "blocked")
+
+
+def test_the_workflows_page_starts_a_run_and_refuses_bad_json(
+        stack: tuple[Harness, str], page: Any) -> None:
+    _, url = stack
+    page.goto(f"{url}/ui/workflows")
+    card = page.locator("section", has=page.locator("h2", has_text="report"))
+    card.locator("details summary").click()
+    assert card.locator("svg rect.box").count() == 3
+    _shot(page, "workflows")
+    card.locator("textarea").fill("{not json")
+    card.locator("button", has_text="Start run").click()
+    assert "input: not JSON" in page.locator(".notice.bad").inner_text()
+    card = page.locator("section", has=page.locator("h2", has_text="report"))
+    card.locator("textarea").fill('{"ok": true}')
+    card.locator("button", has_text="Start run").click()
+    page.wait_for_url(re.compile(r".*/ui/runs/[^/?]+\?done=started"))
+    _status(page, "success")
+
+
+def _until(seen: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not seen():
+        if time.monotonic() > deadline:
+            raise AssertionError("not seen in time")
+        time.sleep(0.05)

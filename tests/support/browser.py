@@ -1,0 +1,53 @@
+"""A real browser for the dashboard's tests: Debian's chromium, driven by Playwright for
+Python (which may not download a browser of its own: no network but the package
+registries). Where no chromium is installed the tests skip with the reason, except in CI
+(`CI` set), where .ci/run installs it and a missing one is a failure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["SHOTS", "chromium_path", "open_browser"]
+
+# Where the tests save their screenshots (the README shows copies from docs/dashboard/).
+SHOTS = Path(os.environ.get("ORCH_SCREENSHOTS", "build/screenshots"))
+# As root and with no network: no sandbox, and none of chromium's own background calls.
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage"]
+
+
+def chromium_path() -> str | None:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@contextmanager
+def open_browser() -> Iterator[Any]:
+    """A headless chromium (skips, or fails in CI, where there is none)."""
+    path = chromium_path()
+    if path is None:
+        message = "no chromium installed (Debian: apt install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; .ci/run should have installed it")
+        pytest.skip(message)
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:  # pragma: no cover - the dev extra has it
+        pytest.skip("playwright is not installed (the dev extra has it)")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=path, headless=True, args=ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

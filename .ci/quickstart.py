@@ -55,6 +55,7 @@ STOP_DEADLINE = 30.0
 PLACEHOLDER = re.compile(r"^export ORCHESTRATOR_URL=\S*…\S* ORCHESTRATOR_API_KEY=\S*…")
 EXPORT = re.compile(r"^\s*(export ORCHESTRATOR_URL=(\S+) ORCHESTRATOR_API_KEY=\S+)\s*$")
 BANNER = re.compile(r"^emulator\s+http://")
+DASHBOARD = re.compile(r"^dashboard\s+(http://\S+/ui/login\?token=\S+)")
 STARTED = re.compile(r"^demo: started (\S+)\s*$")
 # The run's line: `monthly-report  ✔ success  RUN_ID` (`ok` for ✔ when not on a terminal).
 OUTCOME = re.compile(r"^monthly-report\s+\S+\s+(\w+)\s+(\S+)\s*$")
@@ -350,6 +351,29 @@ def curl(terminal: Terminal, line: str, timing: Timings,
         raise Mismatch(f"the curl line did not answer a status and JSON:\n{output}") from None
 
 
+def open_dashboard(link: str) -> str:
+    """Follow `dev`'s one-time link as a browser would: it signs in (a cookie) and leads
+    to the runs page, whose HTML this returns. A second use of the link is refused."""
+    import http.cookiejar
+    import urllib.error
+    import urllib.request
+
+    jar = http.cookiejar.CookieJar()
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    with browser.open(link, timeout=10) as page:
+        if not page.url.split("?")[0].endswith("/ui/runs"):
+            raise Mismatch(f"the dashboard link led to {page.url}, not the runs page")
+        html: str = page.read().decode()
+    try:
+        urllib.request.build_opener().open(link, timeout=10)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 401:
+            raise Mismatch(f"the spent link answered {exc.code}, not 401") from None
+    else:
+        raise Mismatch("the dashboard link signed in twice")
+    return html
+
+
 def walk(clone: Path, qs: Quickstart, timing: Timings) -> None:
     env = newcomer_env()
     ports_free(qs.sample_url)
@@ -364,6 +388,8 @@ def walk(clone: Path, qs: Quickstart, timing: Timings) -> None:
         at, _ = out.wait_for(BANNER, INSTALL_DEADLINE, "`emulator` line (the install first)")
         timing.add("install time: `python3 -m pip install uv && uv run --locked` (runtime"
                    " set; to the emulator's line)", at - began)
+        _, m = out.wait_for(DASHBOARD, START_DEADLINE, "`dashboard` line (a sign-in link)")
+        dashboard = m.group(1)
         at2, m = out.wait_for(EXPORT, START_DEADLINE, "`export ORCHESTRATOR_URL=...` line")
         export, url = m.group(1), m.group(2)
         if url != qs.sample_url:
@@ -374,6 +400,9 @@ def walk(clone: Path, qs: Quickstart, timing: Timings) -> None:
         if m.group(2) != run_id or m.group(1) != "success":
             raise Mismatch(f"the demo ended {m.group(1)} ({m.group(2)}), not success")
         timing.add("dev: the stack up (from the emulator's line to the export line)", at2 - at)
+        runs_page = open_dashboard(dashboard)
+        if run_id not in runs_page:
+            raise Mismatch(f"the dashboard's runs page does not list the demo run {run_id}")
         timing.add("dev: the demo run, to success", at3 - at2)
 
         # 2. Another terminal.

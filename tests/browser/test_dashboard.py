@@ -180,6 +180,31 @@ def test_the_workflows_page_starts_a_run_and_refuses_bad_json(
     _status(page, "success")
 
 
+def test_every_page_fits_a_phone_has_labelled_controls_and_a_keyboard_path(
+        stack: tuple[Harness, str], page: Any) -> None:
+    h, url = stack
+    run_id = h.start("report", {"ok": False})
+    assert h.wait(run_id)["status"] == "failed"
+    page.set_viewport_size({"width": 390, "height": 844})
+    for path in ("/ui/runs", f"/ui/runs/{run_id}", "/ui/workflows", "/ui/events", "/ui/dlq"):
+        page.goto(url + path)
+        wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert wide <= 0, f"{path} is {wide}px wider than a phone"
+        unlabelled = page.evaluate("""[...document.querySelectorAll(
+            'input:not([type=hidden]), select, textarea, button')].filter(e =>
+            !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+            && !e.textContent.trim()).map(e => e.outerHTML)""")
+        assert unlabelled == [], path
+    page.goto(f"{url}/ui/runs/{run_id}")
+    _shot(page, "run-phone")
+    # The keyboard: the first Tab reaches the skip link, Enter jumps to the content.
+    page.goto(f"{url}/ui/runs")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+    page.keyboard.press("Enter")
+    assert page.url.endswith("#main")
+
+
 def _until(seen: Any, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not seen():

@@ -110,7 +110,7 @@ def graph(steps: Sequence[dict[str, Any]]) -> Graph:
 
 ROW_H, LABEL_W, AXIS_W = 24, 170, 640
 IDLE_MIN = 1.0  # seconds of nobody busy worth collapsing
-IDLE_KEEP = 0.05  # of the axis a collapsed gap keeps
+GAP_PX = 24  # the width a collapsed gap keeps
 
 
 @dataclass(frozen=True)
@@ -178,8 +178,8 @@ def waterfall(view: dict[str, Any], history: Sequence[dict[str, Any]], now: floa
         t0, t1 = 0.0, span
     gaps = _idle(rows, t0, t1) if collapse else []
     kept = (t1 - t0) - sum(b - a for a, b in gaps)
-    squeezed = IDLE_KEEP * (t1 - t0)
-    scale = AXIS_W / max(kept + squeezed * len(gaps), 1e-6)
+    scale = (AXIS_W - GAP_PX * len(gaps)) / max(kept, 1e-6)
+    squeezed = GAP_PX / scale  # the seconds of axis a collapsed gap is drawn as
 
     def x(t: float) -> float:
         t = min(max(t, t0), t1)

@@ -1,0 +1,199 @@
+"""The dashboard over real HTTP without a browser: who may see it, what its forms refuse,
+the runs list's filters, its live streams and the dead-letter queue's redrive (real
+SQS on moto). The browser tests (tests/browser) drive the same pages in chromium."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from functions.serving import BackgroundServer
+from orchestrator.api.app import create_app
+from orchestrator.services.apikeys import ApiKeys
+from orchestrator.services.dashboard_logins import DashboardLogins
+from tests.support.harness import Harness
+
+MANIFEST = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  hello:
+    steps:
+      one: { backend: fn, route: /echo }
+  other:
+    steps:
+      one: { backend: fn, route: /echo }
+"""
+
+
+@pytest.fixture
+def open_stack(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
+    h = harness_factory(MANIFEST)
+    h.start_workers()
+    with BackgroundServer(create_app(h.rt)) as server:
+        yield h, server.url
+
+
+@pytest.fixture
+def locked_stack(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
+    h = harness_factory(MANIFEST, api_auth=True)
+    h.start_workers()
+    with BackgroundServer(create_app(h.rt)) as server:
+        yield h, server.url
+
+
+def test_without_a_key_pages_go_to_sign_in_and_posts_are_refused(
+        locked_stack: tuple[Harness, str]) -> None:
+    h, url = locked_stack
+    run_id = h.start("hello", {})
+    with httpx.Client(base_url=url) as c:
+        got = c.get("/ui/runs?status=failed")
+        assert got.status_code == 303
+        assert got.headers["location"] == "/ui/login?next=/ui/runs%3Fstatus%3Dfailed"
+        assert c.post(f"/ui/runs/{run_id}/cancel", data={"reason": "x"}).status_code == 401
+        assert c.get("/ui/runs/live").status_code == 303
+        # A pasted key signs in; the cookie is HttpOnly and SameSite=Strict.
+        key = ApiKeys(h.rt.control).create("ops", time.time())
+        signed = c.post("/ui/login?next=/ui/workflows", data={"key": key})
+        assert signed.status_code == 303 and signed.headers["location"] == "/ui/workflows"
+        cookie = signed.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie and "path=/ui" in cookie
+        assert c.get("/ui/runs").status_code == 200
+        # ... but a form posted from another site is refused, and changes nothing.
+        other = c.post(f"/ui/runs/{run_id}/cancel", data={"reason": "x"},
+                       headers={"Origin": "http://evil.example"})
+        assert other.status_code == 403
+        assert h.rt.runs.get(run_id).kill_reason is None
+        # `next` only ever leads inside the dashboard.
+        away = c.post("/ui/login?next=//evil.example/", data={"key": key})
+        assert away.headers["location"] == "/ui/runs"
+
+
+def test_a_sign_in_link_works_once_even_when_two_browsers_race(
+        locked_stack: tuple[Harness, str]) -> None:
+    h, url = locked_stack
+    token = DashboardLogins(h.rt.control).create(h.rt.clock())
+    logins = DashboardLogins(h.rt.control)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        keys = list(pool.map(lambda _: logins.spend(token, h.rt.clock()), range(4)))
+    assert sum(k is not None for k in keys) == 1
+    with httpx.Client(base_url=url) as c:
+        assert c.get(f"/ui/login?token={token}").status_code == 401
+    expired = logins.create(h.rt.clock(), ttl=-1)
+    assert logins.spend(expired, h.rt.clock()) is None
+
+
+def test_refused_actions_say_why_and_change_nothing(open_stack: tuple[Harness, str]) -> None:
+    h, url = open_stack
+    run_id = h.start("hello", {"a": 1})
+    assert h.wait(run_id)["status"] == "success"
+    with httpx.Client(base_url=url) as c:
+        done = c.post(f"/ui/runs/{run_id}/cancel", data={"reason": "late"})
+        assert done.status_code == 303
+        page = c.get(done.headers["location"]).text
+        assert "already finished" in page
+        bad = c.post(f"/ui/runs/{run_id}/rerun", data={"edit": "on", "input": "{nope"})
+        assert "input%3A+not+JSON" in bad.headers["location"]
+        start = c.post("/ui/workflows/nope/start", data={"input": "{}"})
+        assert "problem=" in start.headers["location"]
+        assert "&#39;nope&#39; is not defined" in c.get(start.headers["location"]).text
+        emit = c.post("/ui/events", data={"name": "", "data": "{}"})
+        assert "event%3A+a+name+is+required" in emit.headers["location"]
+    assert h.rt.runs.get(run_id).kill_reason is None
+
+
+def test_the_runs_list_filters_by_workflow_trigger_time_and_id(
+        open_stack: tuple[Harness, str]) -> None:
+    h, url = open_stack
+    a = h.start("hello", {})
+    b, _ = h.rt.runs.start("other", {}, None, trigger={"source": "event"})
+    h.wait(a)
+    h.wait(b.run_id)
+    with httpx.Client(base_url=url) as c:
+        page = c.get("/ui/runs", params={"workflow": "hello"}).text
+        assert a in page and b.run_id not in page
+        page = c.get("/ui/runs", params={"trigger": "event"}).text
+        assert b.run_id in page and a not in page
+        future = time.strftime("%Y-%m-%dT%H:%M", time.gmtime(time.time() + 3600))
+        page = c.get("/ui/runs", params={"since": future}).text
+        assert a not in page and "No run matches these filters" in page
+        page = c.get("/ui/runs", params={"since": "yesterday"}).text
+        assert "since: &#39;yesterday&#39; is not a time" in page
+        jump = c.get("/ui/runs", params={"run_id": a})
+        assert jump.status_code == 303 and jump.headers["location"] == f"/ui/runs/{a}"
+        assert "no run" in c.get("/ui/runs", params={"run_id": "nope"}).text
+        # The filters last used come back on a bare /ui/runs, and `all` clears them.
+        c.get("/ui/runs", params={"workflow": "other"})
+        back = c.get("/ui/runs")
+        assert back.status_code == 303 and back.headers["location"] == "/ui/runs?workflow=other"
+        assert c.get("/ui/runs?all=1").status_code == 200
+        assert c.get("/ui/runs").status_code == 200
+        assert c.get("/ui/runs/nope-123").status_code == 404
+
+
+def _events(stream: Any, count: int) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    event, data = "", []
+    for line in stream.iter_lines():
+        if line.startswith("event:"):
+            event = line.split(":", 1)[1].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:])
+        elif not line and event:
+            out.append((event, "\n".join(data)))
+            event, data = "", []
+            if len(out) >= count:
+                break
+    return out
+
+
+def test_the_live_streams_send_the_run_until_it_ends_and_the_list(
+        open_stack: tuple[Harness, str]) -> None:
+    h, url = open_stack
+    run_id = h.start("hello", {})
+    h.wait(run_id)
+    with httpx.Client(base_url=url, timeout=10) as c:
+        with c.stream("GET", f"/ui/runs/{run_id}/live") as s:
+            got = _events(s, 2)
+        assert [e for e, _ in got] == ["live", "done"]
+        assert "s-success" in got[0][1]
+        with c.stream("GET", "/ui/runs/live?workflow=hello") as s:
+            (event, rows), = _events(s, 1)
+        assert event == "rows" and run_id in rows
+
+
+def test_the_dead_letter_queue_shows_its_messages_and_redrives_them(
+        harness_factory: Any) -> None:
+    h = harness_factory(MANIFEST)  # no worker: the redriven messages stay to be read
+    sqs = h.rt.clients.sqs
+    names = h.rt.settings.names
+    dlq = sqs.get_queue_url(QueueName=names.dead_letter_queue)["QueueUrl"]
+    main = sqs.get_queue_url(QueueName=names.dispatch_queue)["QueueUrl"]
+    bodies = [json.dumps({"kind": "test", "n": i}) for i in range(3)]
+    for body in bodies:
+        sqs.send_message(QueueUrl=dlq, MessageBody=body)
+    with BackgroundServer(create_app(h.rt)) as server, \
+            httpx.Client(base_url=server.url) as c:
+        page = c.get("/ui/dlq").text
+        assert page.count('name="message"') == 3 and "&#34;n&#34;: 2" in page
+        ids = [m.split('"')[0] for m in page.split('name="message" value="')[1:]]
+        one = c.post("/ui/dlq/redrive", data={"message": ids[0]})
+        assert "1+message" in one.headers["location"]
+        rest = c.post("/ui/dlq/redrive")
+        assert "2+message" in rest.headers["location"]
+        assert "is empty" in c.get("/ui/dlq").text
+    assert int(sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=[
+        "ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"]) == 0
+    back: list[str] = []
+    deadline = time.monotonic() + 10
+    while len(back) < 3 and time.monotonic() < deadline:
+        got = sqs.receive_message(QueueUrl=main, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+        back += [m["Body"] for m in got.get("Messages", [])]
+    assert sorted(back) == sorted(bodies)

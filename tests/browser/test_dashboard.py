@@ -118,6 +118,9 @@ def test_find_the_failed_run_read_its_error_rerun_it_with_edited_input_to_succes
     assert "check" in step.locator("h2").inner_text()
     assert "input.ok must be true" in step.inner_text()
     _shot(page, "run-failed")
+    # The history is fetched when its section is opened.
+    page.click("#history summary")
+    page.locator("#history td", has_text="step.failed").first.wait_for()
     page.check("#edit-input")
     page.fill("#rerun-input", '{"ok": true}')
     page.click("form[aria-label='Rerun from the failed steps'] button[type=submit]")

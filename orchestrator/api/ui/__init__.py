@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -37,6 +39,17 @@ def ui_state(rt: Runtime, badge: str | None) -> UiState:
                    DeadLetters(rt.clients.sqs, rt.settings.names))
 
 
+class _Cached(StaticFiles):
+    """The dashboard's static files, kept by the browser for a day: their URLs carry the
+    package's version (base.html), so a new release is fetched anew. A page open on a
+    run then costs the API no request for them."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = "public, max-age=86400, immutable"
+        return response
+
+
 def routes() -> list[BaseRoute]:
     g = guarded
     inside = [
@@ -48,6 +61,7 @@ def routes() -> list[BaseRoute]:
         Route("/runs/live", g(live.runs_stream), methods=["GET"]),
         Route("/runs/{run_id}", g(pages.run), methods=["GET"]),
         Route("/runs/{run_id}/live", g(live.run_stream), methods=["GET"]),
+        Route("/runs/{run_id}/history", g(pages.history), methods=["GET"]),
         Route("/runs/{run_id}/cancel", g(actions.cancel), methods=["POST"]),
         Route("/runs/{run_id}/rerun", g(actions.rerun), methods=["POST"]),
         Route("/runs/{run_id}/signal", g(actions.signal), methods=["POST"]),
@@ -62,7 +76,7 @@ def routes() -> list[BaseRoute]:
         Route("/events", g(actions.emit), methods=["POST"]),
         Route("/dlq", g(pages.dlq), methods=["GET"]),
         Route("/dlq/redrive", g(actions.redrive), methods=["POST"]),
-        Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"),
+        Mount("/static", _Cached(directory=Path(__file__).parent / "static"),
               name="ui-static"),
     ]
     return [Mount("/ui", routes=inside)]

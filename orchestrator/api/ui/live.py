@@ -10,6 +10,7 @@ RUN_EVERY or LIST_EVERY seconds, whatever the run's size."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -20,12 +21,14 @@ from starlette.responses import Response
 
 from orchestrator.api.state import api_state
 from orchestrator.api.ui.pages import run_live_html, runs_rows_html
-from orchestrator.api.ui.render import ENDED
+from orchestrator.api.ui.reads import ENDED
 from orchestrator.errors import NotFound
 
 __all__ = ["run_stream", "runs_stream"]
 
-RUN_EVERY = 0.5
+RUN_EVERY = 0.5  # a look at the run
+REDRAW_EVERY = 1.0  # at most one drawing of a running run's live part
+CLOCK_EVERY = 5.0  # a quiet run's live part drawn again (its elapsed time)
 LIST_EVERY = 2.0
 PING = 15
 
@@ -55,18 +58,28 @@ async def run_stream(request: Request) -> Response:
     seen: dict[str, Any] = {}
 
     def render() -> tuple[str, bool]:
-        # The run alone first (its row and the steps in flight): the whole live part is
-        # drawn again only when that changed, or to move the clock of a running run.
+        # The run's view first (its row and the steps in flight, as a long poll reads
+        # it). The live part, whose history read and drawing cost more, is drawn again
+        # when that changed, at most every REDRAW_EVERY while the run goes on, at once
+        # when it ended, and every CLOCK_EVERY to move a quiet run's clock.
         body = rt.runs.view_body(run_id, steps=True)
-        if body == seen.get("body") and "html" in seen and seen.get("ticks", 0) < 4:
-            seen["ticks"] = seen.get("ticks", 0) + 1
-            return seen["html"], seen["done"]
-        html, view = run_live_html(rt, run_id, query)
+        now = time.monotonic()
+        if "html" in seen and (
+                (body == seen["body"] and now - seen["at"] < CLOCK_EVERY)
+                or (now - seen["at"] < REDRAW_EVERY and not _ended(body))):
+            return seen["html"], False
+        html, view = run_live_html(rt, run_id, query, body)
         done = view["status"] in ENDED or bool(view.get("paused"))
-        seen.update(body=body, html=html, done=done, ticks=0)
+        seen.update(body=body, html=html, at=now)
         return html, done
 
     return EventSourceResponse(_changes(render, RUN_EVERY, "live"), ping=PING)
+
+
+def _ended(body: bytes) -> bool:
+    """Whether a run's view (JSON) says it ended or paused, without parsing its steps."""
+    head = body[:400]
+    return any(f'"status":"{s}"'.encode() in head for s in ENDED) or b'"paused":{' in body
 
 
 async def runs_stream(request: Request) -> Response:

@@ -4,23 +4,25 @@ dead-letter queue. Each renders a template from what ui/reads.py reads."""
 from __future__ import annotations
 
 import time
+from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from orchestrator.adapters.invoker import idempotency_key
 from orchestrator.api.state import api_state
 from orchestrator.api.ui import reads
 from orchestrator.api.ui.layout import graph, waterfall
-from orchestrator.api.ui.render import ENDED, fragment, page
+from orchestrator.api.ui.reads import ENDED
+from orchestrator.api.ui.render import fragment, page
 from orchestrator.api.ui.session import set_session, signed_in
 from orchestrator.errors import NotFound, Unauthorized, UsageError
 
-__all__ = ["dlq", "events", "index", "login", "login_post", "logout", "run", "run_live_html",
-           "runs", "runs_rows_html", "workflows"]
+__all__ = ["dlq", "events", "history", "index", "login", "login_post", "logout", "run",
+           "run_live_html", "runs", "runs_rows_html", "workflows"]
 
 FILTER_COOKIE = "orch_ui_runs"
 
@@ -131,10 +133,11 @@ def _window(q: Any) -> tuple[tuple[float, float] | None, bool]:
     return window, q.get("gaps", "collapse") != "show"
 
 
-def run_live_html(rt: Any, run_id: str, query: dict[str, str]) -> tuple[str, dict[str, Any]]:
+def run_live_html(rt: Any, run_id: str, query: dict[str, str], body: bytes | None = None
+                  ) -> tuple[str, dict[str, Any]]:
     """The run page's live part (status, graph, timeline, the selected step), and the
-    view it shows."""
-    view, history = reads.run_page(rt, run_id)
+    view it shows (`body`: the run's view as GET /runs/{id} sends it, if read already)."""
+    view, history = reads.run_page(rt, run_id, body)
     window, collapse = _window(query)
     fall = waterfall(view, history, time.time(), window=window, collapse=collapse)
     selected = query.get("step") or ""
@@ -185,20 +188,29 @@ async def run(request: Request) -> Response:
     run_id = request.path_params["run_id"]
     query = dict(request.query_params)
 
-    def read() -> tuple[str, dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    def read() -> tuple[str, dict[str, Any], dict[str, Any]]:
         live, view = run_live_html(rt, run_id, query)
-        history = rt.runs.history(run_id)
-        return live, view, history, reads.lineage(rt, view)
+        return live, view, reads.lineage(rt, view)
 
     try:
-        live, view, history, family = await run_in_threadpool(read)
+        live, view, family = await run_in_threadpool(read)
     except NotFound as exc:
         return page(request, "missing.html", 404, what=exc.message)
     hooks = [s for s in view.get("steps") or () if s.get("kind") == "hook"
              and s.get("status") == "success"]
-    return page(request, "run.html", view=view, live=live, history=history, family=family,
+    return page(request, "run.html", view=view, live=live, family=family,
                 hooks=hooks, live_query=urlencode(query), message=query.get("done"),
                 problem=query.get("problem"))
+
+
+async def history(request: Request) -> Response:
+    """A run's whole history, fetched when its section is opened."""
+    rt = api_state(request).rt
+    try:
+        rows = await run_in_threadpool(rt.runs.history, request.path_params["run_id"])
+    except NotFound as exc:
+        return HTMLResponse(f"<p>{escape(exc.message)}</p>", status_code=404)
+    return HTMLResponse(fragment("_history.html", history=rows))
 
 
 async def workflows(request: Request) -> Response:

@@ -13,13 +13,14 @@ from urllib.parse import urlencode
 
 from orchestrator.api.runs import _cursor, _uncursor, summary
 from orchestrator.engine.states import RunStatus
-from orchestrator.errors import NotFound, UsageError
+from orchestrator.errors import UsageError
 from orchestrator.runtime import Runtime
 
 __all__ = ["RunFilters", "lineage", "list_page", "run_page", "workflow_rows"]
 
 TRIGGERS = ("api", "webhook", "schedule", "event", "rerun", "manual")
 STATUSES = (*(s.value for s in RunStatus), "paused")
+ENDED = frozenset(s.value for s in RunStatus if s.terminal)
 MAX_PAGES = 10  # listing pages read to fill one page of filtered runs
 LINEAGE_SCAN = 100  # the workflow's newest runs searched for a run's reruns
 
@@ -157,8 +158,9 @@ def _node_of_view(view: dict[str, Any]) -> dict[str, Any]:
             "created_at": view.get("created_at")}
 
 
-def _durable_history(view: dict[str, Any]) -> list[dict[str, Any]]:
-    """A durable run's operations as a history the waterfall reads (each its one call)."""
+def _view_history(view: dict[str, Any]) -> list[dict[str, Any]]:
+    """The steps' (or a durable run's operations') times in the view, as a history the
+    waterfall reads: each its one call, from its start to its end."""
     out = []
     for op in view.get("steps") or ():
         if isinstance(op.get("started_at"), (int, float)):
@@ -169,18 +171,22 @@ def _durable_history(view: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def run_page(rt: Runtime, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The run's view (as GET /runs/{id} answers) and its history, oldest first."""
-    try:
-        view: dict[str, Any] = json.loads(rt.runs.view_body(run_id, steps=True))
-    except NotFound:
-        raise
+def run_page(rt: Runtime, run_id: str, body: bytes | None = None
+             ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The run's view (as GET /runs/{id} answers; `body` if read already) and a history
+    for its waterfall, oldest first. A DAG run that ended has its whole history read
+    (queue times, every attempt, retries' backoff); one still going has its steps' times
+    from the view alone, as cheap to read as a long poll: a page open on a run must not
+    slow it."""
+    view: dict[str, Any] = json.loads(body or rt.runs.view_body(run_id, steps=True))
     if view.get("kind") == "durable":
         # One row an operation, named uniquely (an operation's name may repeat).
         for op in view.get("steps") or ():
             op["step"] = f"{op.get('scope') or ''}#{op.get('position')} {op.get('step')}"
-        return view, _durable_history(view)
-    return view, rt.runs.history(run_id)
+        return view, _view_history(view)
+    if view["status"] in ENDED:
+        return view, rt.runs.history(run_id)
+    return view, _view_history(view)
 
 
 def workflow_rows(rt: Runtime, recent: int = 20) -> list[dict[str, Any]]:

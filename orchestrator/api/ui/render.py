@@ -11,8 +11,9 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from orchestrator import __version__
 from orchestrator.api.ui.layout import detail
-from orchestrator.engine.states import RunStatus
+from orchestrator.api.ui.reads import ENDED
 
 __all__ = ["GLYPHS", "fragment", "page"]
 
@@ -23,7 +24,7 @@ GLYPHS = {
     "ready": "◌", "retrying": "↻", "stopping": "◐", "pending": "○", "killed": "⊘",
     "dispatched": "◐",
 }
-ENDED = frozenset(s.value for s in RunStatus if s.terminal)
+
 
 
 def _when(t: Any) -> str:
@@ -59,7 +60,7 @@ _env = Environment(loader=PackageLoader("orchestrator.api.ui", "templates"),
                    lstrip_blocks=True)
 _env.filters.update(when=_when, pretty=_pretty, dollars=_dollars,
                     glyph=lambda s: GLYPHS.get(str(s), "?"), detail=detail)
-_env.globals.update(took=_took, ended=lambda status: status in ENDED)
+_env.globals.update(took=_took, ended=lambda status: status in ENDED, version=__version__)
 
 
 def fragment(name: str, **context: Any) -> str:

@@ -2,9 +2,12 @@
 at no extra request.
 
 - **Counting.** `install(client)` registers one handler on a boto3 client's events
-  (`before-send`, which botocore emits once per HTTP request it sends, its own retries
-  included). A request made inside `metered(run_id)` (a contextvar: per thread, and per
-  asyncio task) is counted for that run, by "service.Operation"
+  (`request-created`, which botocore emits once per request it makes, each of its own
+  retries included, just before the request is signed and sent: unlike `before-send`,
+  every handler of it runs, so an emulator that answers requests in-process from a
+  `before-send` handler of its own hides none). A request made inside
+  `metered(run_id)` (a contextvar: per thread, and per asyncio task) is counted for
+  that run, by "service.Operation"
   (e.g. "dynamodb.UpdateItem"). A request made outside any `metered` scope (a listing,
   a sweep's scan of the wake index, a schedule's tick, an empty receive) is no run's.
 - **Who is metered.** The worker around each message it handles (the message names
@@ -17,7 +20,7 @@ at no extra request.
   that run is made anyway: `carry(run_id, op)` hands them to the write, which stores them
   on its row (adapters/store/tables.py: `$`-prefixed numeric attributes, one per
   operation, added to what the row holds). The write counts itself: its own request is
-  in what it carries (and botocore's `before-send` of it is not counted again); a retry
+  in what it carries (and the event of its first send is not counted again); a retry
   of it by botocore is counted afresh, for the next write. A write that fails gives
   back what it carried.
 - **What is lost.** A request made after the last write of its run in this process
@@ -98,7 +101,7 @@ class Meter:
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
-        # Requests already in a carried count, whose before-send is not counted again.
+        # Requests already in a carried count, whose event is not counted again.
         self.credits: dict[str, int] = {}
         self.lock = threading.Lock()
 
@@ -143,18 +146,18 @@ def _meter(run_id: str) -> Meter:
         return m
 
 
-def _on_send(event_name: str = "", **_: Any) -> None:
+def _on_request(event_name: str = "", **_: Any) -> None:
     run_id = _current.get()
     if run_id is None:
         return  # on no run's behalf
-    # "before-send.dynamodb.UpdateItem" -> "dynamodb.UpdateItem"
+    # "request-created.dynamodb.UpdateItem" -> "dynamodb.UpdateItem"
     _meter(run_id).sent(event_name.split(".", 1)[1])
-    # None: botocore sends the request (a value here would stand for its answer).
 
 
 def install(client: Any) -> Any:
     """Count `client`'s requests for the runs they are made for; returns the client."""
-    client.meta.events.register("before-send", _on_send, unique_id="orchestrator-metering")
+    client.meta.events.register("request-created", _on_request,
+                                unique_id="orchestrator-metering")
     return client
 
 

@@ -25,7 +25,8 @@ at no extra request.
   back what it carried.
 - **What is lost.** A request made after the last write of its run in this process
   (the finish write's own retries, a poll loop's batch delete of the last messages,
-  an API process's start of a run whose rows another process finishes) waits in its
+  an API process's dispatch of a run's roots, sent after the run's row is written, when
+  the worker runs in another process) waits in its
   Meter for a later write of the same run in this process; if none comes, it is
   dropped (with the Meter, when the process ends or `KEEP` newer runs push it out).
   Counts are a lower bound, never an invention.

@@ -109,6 +109,35 @@ def test_a_runs_counts_equal_an_independent_count(harness_factory: Any, workflow
     assert view["cost"]["dollars"] >= writes * PRICES["dynamodb_write_unit"]
 
 
+DURABLE = """
+backends:
+  app: { url: "${APP}", secret: durable-secret }
+workflows:
+  chain: { backend: app }
+  fanout: { backend: app }
+"""
+
+
+@pytest.mark.parametrize(("workflow", "payload"), [
+    ("chain", {"steps": 5}), ("fanout", {"n": 4, "hold": 0.01})])
+def test_a_durable_runs_counts_equal_an_independent_count(
+        build_harness: Any, app_url: str, tmp_path: Any, workflow: str,
+        payload: dict[str, Any]) -> None:
+    h = build_harness(DURABLE, tmp_path, {"APP": app_url})
+    try:
+        tap = Tap(h.rt.clients)
+        tap.on = True
+        run, _ = h.rt.runs.start(workflow, payload)
+        drive(h, run.run_id)
+        tap.on = False
+        view = h.rt.runs.view(run.run_id)
+        assert view["status"] == "success", view
+        assert view["cost"]["requests"] == dict(tap.counts), (view["cost"], tap.counts)
+        assert view["cost"]["total_requests"] >= 4
+    finally:
+        h.close()
+
+
 @pytest.fixture
 def api(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
     h = harness_factory(MANIFEST)

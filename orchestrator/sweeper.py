@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from orchestrator.adapters.metering import metered
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.tables import WakeKey
@@ -201,20 +202,26 @@ class Sweeper:
             if run is None:
                 continue
             try:
-                if run.status is RunStatus.QUEUED:
-                    self.sweep_queued(run, now, report)
-                elif run.status.terminal:
-                    if run_id in at_run_level and self.on_finished is not None:
-                        self.on_finished(run)  # a release lost with its process
-                else:
-                    ctx = RunContext.of(run)
-                    steps = ctx.rows(self.store.steps.query_steps(run_id, states_only=True))
-                    self.sweep_run(run, steps, policy, report, now, ctx)
-                    due = settle_due(run, steps, now, policy)
-                    if due is not None and self.store.runs.arm_run(run_id, due, now):
-                        report.rearmed += 1
+                with metered(run_id):  # its repairs' requests are the run's (metering.py)
+                    self._sweep_one(run, at_run_level, now, report, policy)
             except OrchestratorError as exc:
                 log.warning("sweep of %s failed: %s", run_id, exc)
+
+    def _sweep_one(self, run: RunRecord, at_run_level: set[str], now: float,
+                   report: SweepReport, policy: SweepPolicy) -> None:
+        run_id = run.run_id
+        if run.status is RunStatus.QUEUED:
+            self.sweep_queued(run, now, report)
+        elif run.status.terminal:
+            if run_id in at_run_level and self.on_finished is not None:
+                self.on_finished(run)  # a release lost with its process
+        else:
+            ctx = RunContext.of(run)
+            steps = ctx.rows(self.store.steps.query_steps(run_id, states_only=True))
+            self.sweep_run(run, steps, policy, report, now, ctx)
+            due = settle_due(run, steps, now, policy)
+            if due is not None and self.store.runs.arm_run(run_id, due, now):
+                report.rearmed += 1
 
     def sweep_queued(self, run: RunRecord, now: float, report: SweepReport) -> None:
         """A run waiting for admission `settle` past its arrival or its throttle slot

@@ -24,6 +24,7 @@ from typing import Any
 
 from orchestrator.adapters.invoker import Call, Invoker
 from orchestrator.adapters.messages import AdmitRun, AnyMessage, Dispatch, Promote
+from orchestrator.adapters.metering import charge, metered
 from orchestrator.adapters.queue import Received
 from orchestrator.adapters.store import Lease
 from orchestrator.engine.attempts import (
@@ -103,6 +104,7 @@ class Worker:
         self._outputs: LRU = LRU(8192)
         self._lock = threading.Lock()
         self._deletes: dict[str, list[str]] = {}
+        self._delete_runs: dict[str, str] = {}  # receipt -> its message's run
         # While the poll loop runs, terminal-step counts and message deletes from all
         # threads are folded together and written every FLUSH_EVERY seconds: one
         # counter write per run per flush instead of one per message.
@@ -174,7 +176,12 @@ class Worker:
         return bool(self.clock() + need + margin <= deadline)
 
     def handle(self, msg: AnyMessage, receipt: Received | None = None) -> None:
-        """Claim the attempt the message names and run it (and its inline successors)."""
+        """Claim the attempt the message names and run it (and its inline successors).
+        Its AWS requests are counted for the message's run (adapters/metering.py)."""
+        with metered(msg.run_id):
+            self._handle(msg, receipt)
+
+    def _handle(self, msg: AnyMessage, receipt: Received | None) -> None:
         now = self.clock()
         if timer_hop(msg.due_at, now):
             self.queues.timer(msg, now)  # sent on for the rest of its wait
@@ -266,6 +273,8 @@ class Worker:
         with self._lock:
             self._held.pop((receipt.queue, receipt.receipt), None)
             self._deletes.setdefault(receipt.queue, []).append(receipt.receipt)
+            if receipt.message is not None:  # whose run a batch delete is counted for
+                self._delete_runs[receipt.receipt] = receipt.message.run_id
             self._oldest_ack = min(self._oldest_ack, time.monotonic())
 
     @contextmanager
@@ -309,7 +318,9 @@ class Worker:
                 self._oldest_ack = float("inf")
         for (run_id, join), (ndeps, deps) in joins.items():
             try:
-                self.executor.satisfy_many(run_id, join, deps, ndeps, self.context(run_id))
+                with metered(run_id):
+                    self.executor.satisfy_many(run_id, join, deps, ndeps,
+                                               self.context(run_id))
             except OrchestratorError as exc:  # the sweeper promotes the join if lost
                 log.warning("join %s/%s: count failed: %s", run_id, join, exc)
         try:
@@ -318,10 +329,16 @@ class Worker:
             log.warning("count flush failed: %s", exc)
         self._renew(now)
         for url, receipts in pending.items():
-            try:
-                self.queues.delete(url, receipts)
-            except StoreError as exc:  # redelivery is harmless: the claim guard holds
-                log.warning("delete failed: %s", exc)
+            for i in range(0, len(receipts), 10):
+                # A batch delete is counted for its first message's run (metering.py).
+                chunk = receipts[i:i + 10]
+                with self._lock:
+                    runs = [self._delete_runs.pop(r, None) for r in chunk]
+                try:
+                    with metered(runs[0]):
+                        self.queues.delete(url, chunk)
+                except StoreError as exc:  # redelivery is harmless: the claim guard holds
+                    log.warning("delete failed: %s", exc)
 
     def _renew(self, now: float) -> None:
         """Hand back the messages that waited HAND_BACK_AFTER for a thread; renew the
@@ -552,6 +569,10 @@ class Worker:
                     stop.wait(1.0)
                 for _ in range(free - len(got)):
                     slots.release()
+                if got and got[0].message is not None:
+                    # A receive is counted for its first message's run (metering.py);
+                    # an empty one is no run's.
+                    charge(got[0].message.run_id, "sqs.ReceiveMessage")
                 with self._lock:
                     queued[0] += len(got)
                     held = time.monotonic()

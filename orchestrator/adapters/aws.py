@@ -14,6 +14,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from orchestrator.adapters.metering import install as metered_client
 from orchestrator.errors import ConditionFailed, StoreError
 from orchestrator.settings import Settings
 
@@ -73,9 +74,10 @@ def make_clients(settings: Settings, *, max_pool: int = 32) -> Clients:
             kwargs["aws_secret_access_key"] = "local"
         return session.client(service, config=config, **kwargs)
 
+    # Each request of these three is counted for the run it is made for (metering.py).
     return Clients(
-        dynamodb=client("dynamodb", hot),
-        sqs=client("sqs", hot),
-        s3=client("s3", config),
+        dynamodb=metered_client(client("dynamodb", hot)),
+        sqs=metered_client(client("sqs", hot)),
+        s3=metered_client(client("s3", config)),
         cloudformation=client("cloudformation", config),
     )

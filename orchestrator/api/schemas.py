@@ -108,7 +108,20 @@ def response_schemas() -> dict[str, Schema]:
              "paused": nullable({"type": "object", "description": "A paused durable run:"
                                   " the replay mismatch, both operations shown"}),
              "waiting": nullable({"type": "object", "description": "What a durable run"
-                                   " waits for (kind, name, until)"})},
+                                   " waits for (kind, name, until)"}),
+             "cost": ref("RunCost")},
+        ),
+        "RunCost": object_schema(
+            ["requests", "total_requests", "dollars", "prices_date"],
+            {"requests": {"type": "object", "additionalProperties": {"type": "integer"},
+                          "description": "AWS requests made for the run, by"
+                          " service.Operation (e.g. dynamodb.UpdateItem), most first"},
+             "total_requests": {"type": "integer", "minimum": 0},
+             "dollars": {"type": "number", "description": "Estimated at on-demand prices"
+                         " (each request priced alone: a floor)"},
+             "prices_date": {**STRING, "description": "The date of the prices (YYYY-MM-DD)"}},
+            description="What the run cost (left out with ?steps=false): the requests"
+                        " counted where they were made and stored with its rows",
         ),
         "RunSummary": object_schema(
             ["run_id", "workflow", "status", "created_at", "started_at", "finished_at",

@@ -143,28 +143,102 @@ def runs() -> None:
 @click.option("--status", type=click.Choice([*(s.value for s in RunStatus), "paused"]),
               help="Only runs in this status (paused: durable runs a replay mismatch "
               "stopped, see `runs resume`).")
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100))
+@click.option("--limit", type=click.IntRange(1, None),
+              help="Runs a page lists (20 by default, at most 100); with --cost, the "
+                   "newest runs summed (every run by default).")
 @click.option("--cursor", help="Continue a listing (the cursor a previous page printed).")
+@click.option("--cost", is_flag=True,
+              help="Sum the runs' AWS requests and their estimated dollars instead of "
+                   "listing them (each run's cost as `show` gives it).")
 @json_option
 @api_options
 def list_runs(
     workflow: str | None,
     status: str | None,
-    limit: int,
+    limit: int | None,
     cursor: str | None,
+    cost: bool,
     as_json: bool,
     url: str,
     api_key: str | None,
 ) -> None:
-    """List runs, newest first: of WORKFLOW, or of every workflow."""
+    """List runs, newest first: of WORKFLOW, or of every workflow. With --cost, what
+    they cost together."""
+    if cost:
+        with reported():
+            total = summed_cost(client(url, api_key), workflow, status, limit, cursor)
+        if as_json:
+            emit(total)
+        else:
+            click.echo(render_total(total))
+        return
+    if limit is not None and limit > 100:
+        raise click.BadParameter("a page lists at most 100 runs (without --cost)",
+                                 param_hint="'--limit'")
     with reported():
-        data = client(url, api_key).runs(workflow, limit, status=status, cursor=cursor)
+        data = client(url, api_key).runs(workflow, limit or 20, status=status, cursor=cursor)
     if as_json:
         emit(data)
         return
     click.echo(render_runs(data["runs"]))
     if data.get("next_cursor"):
         click.echo(f"more: add --cursor {data['next_cursor']}", err=True)
+
+
+def summed_cost(api: ApiClient, workflow: str | None, status: str | None,
+                limit: int | None, cursor: str | None = None) -> dict[str, Any]:
+    """The cost of the newest `limit` runs (every one if None) of `workflow` (of every
+    workflow if None), paged through the API: their requests by operation summed, and
+    their dollars. Runs whose view has no cost (an older API) are counted apart."""
+    requests: dict[str, int] = {}
+    dollars, runs, uncounted, dated = 0.0, 0, 0, None
+    while limit is None or runs + uncounted < limit:
+        page_size = 100 if limit is None else min(100, limit - runs - uncounted)
+        page = api.runs(workflow, page_size, status=status, cursor=cursor)
+        for summary in page["runs"]:
+            cost = api.run(summary["run_id"]).get("cost")
+            if cost is None:
+                uncounted += 1
+                continue
+            runs += 1
+            dollars += cost["dollars"]
+            dated = dated or cost["prices_date"]
+            for op, n in cost["requests"].items():
+                requests[op] = requests.get(op, 0) + n
+        cursor = page.get("next_cursor")
+        if not cursor or not page["runs"]:
+            break
+    ordered = dict(sorted(requests.items(), key=lambda kv: (-kv[1], kv[0])))
+    return {"workflow": workflow, "status": status, "runs": runs, "uncounted": uncounted,
+            "cost": {"requests": ordered, "total_requests": sum(ordered.values()),
+                     "dollars": round(dollars, 10), "prices_date": dated}}
+
+
+def _dollars(d: float) -> str:
+    return f"${d:,.2f}" if d >= 1 else f"${d:.8f}".rstrip("0").rstrip(".") + ("" if d else "0")
+
+
+def render_cost(cost: dict[str, Any], top: int = 3) -> str:
+    """A run's cost on one line: its AWS requests, their estimate and the top operations."""
+    ops = ", ".join(f"{op} {n}" for op, n in list(cost["requests"].items())[:top])
+    more = len(cost["requests"]) - top
+    ops += f", {more} more" if more > 0 else ""
+    return (f"cost: {cost['total_requests']} AWS requests, ~{_dollars(cost['dollars'])}"
+            f" at the prices of {cost['prices_date']}" + (f" ({ops})" if ops else ""))
+
+
+def render_total(total: dict[str, Any]) -> str:
+    """`runs --cost`: the runs summed, then each operation."""
+    cost = total["cost"]
+    what = total["workflow"] or "every workflow"
+    lines = [f"{what}: {total['runs']} runs, {cost['total_requests']} AWS requests,"
+             f" ~{_dollars(cost['dollars'])}"
+             + (f" at the prices of {cost['prices_date']}" if cost["prices_date"] else "")]
+    if total["uncounted"]:
+        lines.append(f"({total['uncounted']} runs without a cost: an API older than it)")
+    width = max((len(op) for op in cost["requests"]), default=0)
+    lines += [f"  {op:<{width}}  {n}" for op, n in cost["requests"].items()]
+    return "\n".join(lines)
 
 
 @click.command()
@@ -215,6 +289,8 @@ def show(target: str, as_json: bool, ascii_only: bool | None, timeline: bool, ur
             click.echo(render_timeline(view, events, width=width, ascii_only=plain))
         else:
             click.echo(render_diagram(view, ascii_only=plain, width=width))
+    if view.get("cost"):
+        click.echo(render_cost(view["cost"]))
 
 
 @click.command()

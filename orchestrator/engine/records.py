@@ -63,6 +63,9 @@ class StepRecord:
     # Every transition of this row with its time (appended in the same conditional
     # writes that make them, so history costs no extra request).
     history: tuple[dict[str, Any], ...] = ()
+    # The AWS requests made for this step's attempts, by "service.Operation", as its
+    # own writes carried them (adapters/metering.py).
+    requests: dict[str, int] = field(default_factory=dict)
 
     @property
     def claimed(self) -> bool:
@@ -111,6 +114,9 @@ class RunRecord:
     # in the state machine and shown as `paused` until resumed, reset or cancelled.
     paused: dict[str, Any] | None = None
     history: tuple[dict[str, Any], ...] = ()
+    # The AWS requests made for the run that its run-row writes carried (the rest are
+    # on its step rows), by "service.Operation" (adapters/metering.py).
+    requests: dict[str, int] = field(default_factory=dict)
 
     @property
     def stopping(self) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.adapters.blobs import Blobs
 from orchestrator.adapters.messages import Dispatch, Promote
+from orchestrator.adapters.metering import metered
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Lease, Store
 from orchestrator.adapters.store.join_counts import WIDE_JOIN
@@ -453,9 +454,10 @@ class Executor:
     def flush(self, tally: Tally) -> None:
         counts, tally.counts = tally.counts, {}
         for run_id, n in counts.items():
-            left = self.store.runs.decrement_remaining(run_id, n, self.clock())
-            if left is not None and left <= 0:
-                self.finish_if_done(run_id)
+            with metered(run_id):  # the run's requests (adapters/metering.py)
+                left = self.store.runs.decrement_remaining(run_id, n, self.clock())
+                if left is not None and left <= 0:
+                    self.finish_if_done(run_id)
 
     def finish_if_done(self, run_id: str) -> RunStatus | None:
         """Verify against the rows (the counter is only a hint) and terminalize."""

@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.adapters.metering import metered
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.engine.admission import gate_of
 from orchestrator.engine.context import RunContext
@@ -151,6 +152,11 @@ class RunService:
                  "trigger": trigger.to_json()},
             ),
         )
+        with metered(rid):  # the start's requests are the run's (adapters/metering.py)
+            return self._create(run, run_id)
+
+    def _create(self, run: RunRecord, run_id: str | None) -> tuple[RunRecord, bool]:
+        rid, now, gate = run.run_id, run.created_at, run.gate
         # Order matters for crash safety: the run row first (the sweeper can rebuild
         # missing step rows from its definition), then the steps, then the roots' dispatch.
         try:
@@ -259,7 +265,12 @@ class RunService:
         return self.view(run_id)
 
     def cancel(self, run_id: str, reason: str) -> bool:
-        """Cancel a queued or running run; False if it had already finished."""
+        """Cancel a queued or running run; False if it had already finished. Its
+        requests are the run's (adapters/metering.py)."""
+        with metered(run_id):
+            return self._cancel(run_id, reason)
+
+    def _cancel(self, run_id: str, reason: str) -> bool:
         now = self.executor.clock()
         run = self.store.runs.get_run(run_id, now)
         if run is None or run.status.terminal:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.messages import Dispatch
+from orchestrator.adapters.metering import metered
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
 from orchestrator.engine.durable import DRIVER
@@ -37,7 +38,13 @@ class Signals:
         """Queue signal `name` with `payload` for a durable run and wake it. `key` (an
         Idempotency-Key) makes a resend queue nothing. `also`: writes of a transaction
         (a hook's use) that commit with the signal, or neither does: a guard of theirs
-        that fails queues nothing (`duplicate` true, as for a resent key)."""
+        that fails queues nothing (`duplicate` true, as for a resent key). Its requests
+        are the run's (adapters/metering.py: the driver's poke carries them)."""
+        with metered(run_id):
+            return self._send(run_id, name, payload, key, also)
+
+    def _send(self, run_id: str, name: str, payload: Any, key: str | None,
+              also: tuple[dict[str, Any], ...]) -> dict[str, Any]:
         name = checked_name("signal name", name)
         check_value("a signal's payload", payload)
         run = self.store.runs.get_run(run_id, self.clock())

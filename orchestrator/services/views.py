@@ -7,9 +7,11 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from orchestrator.adapters.metering import summed
 from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import StepStatus
+from orchestrator.services.cost import estimate
 
 __all__ = ["durable_steps", "entry_step", "render", "run_view", "step_view", "view_json"]
 
@@ -108,7 +110,8 @@ def run_view(
     journal: list[dict[str, Any]] | None = None,
     shown: Callable[[str, Any], bool] | None = None,
 ) -> dict[str, Any]:
-    """A run as the API shows it; without `steps` (None) the run alone, from its row.
+    """A run as the API shows it; without `steps` (None) the run alone, from its row
+    (and no `cost`: most of a run's requests are counted on its step rows).
     A durable run shows its operations (`journal`) as its steps, and its result;
     `shown`: see durable_steps."""
     view = {
@@ -135,6 +138,9 @@ def run_view(
             "admit_at": run.admit_at,
         },
     }
+    if steps is not None:
+        # What the run cost: its requests as its rows carry them (adapters/metering.py).
+        view["cost"] = estimate(summed(run.requests, *(s.requests for s in steps)))
     if run.definition.durable is not None:
         view["kind"] = "durable"
         view["paused"] = run.paused

@@ -13,6 +13,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection
 from typing import Any, TypeGuard, TypeVar
 
+from orchestrator.adapters.metering import decode as _requests
+from orchestrator.adapters.metering import encode as _encoded
 from orchestrator.engine.definition import Definition, Gate, Trigger
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
@@ -24,6 +26,7 @@ __all__ = [
     "history_entry",
     "is_key",
     "num",
+    "requests_item",
     "run_from_item",
     "run_to_item",
     "step_from_item",
@@ -111,6 +114,7 @@ def step_from_item(item: Item) -> StepRecord:
         waiting=_json(item, "waiting"),
         pokes=int(_n(item, "pokes") or 0),
         history=_history(item),
+        requests=_requests(item),
     )
 
 
@@ -184,6 +188,7 @@ def step_to_item(s: StepRecord) -> Item:
         item["stopping"] = {"BOOL": True}
     if s.history:
         item["history"] = {"L": [{"S": dumps(e)} for e in s.history]}
+    item.update(requests_item(s.requests))
     return item
 
 
@@ -243,6 +248,7 @@ def run_from_item(item: Item) -> RunRecord:
         started_at=_n(item, "started_at"),
         wake_at=_n(item, "wake_at"),
         history=_history(item),
+        requests=_requests(item),
     )
 
 
@@ -287,4 +293,10 @@ def run_to_item(r: RunRecord) -> Item:
         item["rerun_of"] = {"S": r.rerun_of}
     if r.history:
         item["history"] = {"L": [{"S": dumps(e)} for e in r.history]}
+    item.update(requests_item(r.requests))
     return item
+
+
+def requests_item(counts: dict[str, int]) -> Item:
+    """Request counts as a row's attributes (adapters/metering.py: short names)."""
+    return {k: num(n) for k, n in _encoded(counts).items()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.metering import carry
 from orchestrator.adapters.store.codec import history_entry, num, step_from_item
 from orchestrator.adapters.store.journal import PARALLEL, restamp
 from orchestrator.adapters.store.tables import (
@@ -15,6 +16,7 @@ from orchestrator.adapters.store.tables import (
     status_guard,
     status_set,
     step_key,
+    with_requests,
 )
 from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.records import StepRecord
@@ -58,17 +60,22 @@ class Drivers(Tables):
             values[":one"] = num(1)
             sets.append("attempt = :one")
         guard = status_guard(STEP_MOVES["suspend"], values)
+        names = {"#h": "history", "#s": "status"}
         try:
-            with _translate(f"driver {run_id}/{step}: suspend"):
+            # The run's request counts ride on each suspension (adapters/metering.py).
+            with carry(run_id, "dynamodb.UpdateItem") as counts, _translate(
+                    f"driver {run_id}/{step}: suspend"):
                 self.ddb.update_item(
                     TableName=self.steps, Key=step_key(run_id, step),
-                    UpdateExpression=f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+                    UpdateExpression=with_requests(
+                        f"SET {', '.join(sets)} REMOVE {', '.join(removes)}", counts, names,
+                        values),
                     ConditionExpression=(
                         f"{guard} AND lease_owner = :o AND attempt = :n"
                         " AND attribute_not_exists(stopping)"
                         + (" AND (attribute_not_exists(pokes) OR pokes = :p)" if not pokes
                            else " AND pokes = :p")),
-                    ExpressionAttributeNames={"#h": "history", "#s": "status"},
+                    ExpressionAttributeNames=names,
                     ExpressionAttributeValues=values,
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
@@ -92,29 +99,36 @@ class Drivers(Tables):
         values: dict[str, Any] = {":one": num(1), ":wk": num(now + self.wake.redispatch_after)}
         poke = status_guard(STEP_MOVES["poke"], values)
         for _ in range(8):
+            # The signal's request counts ride on the poke (adapters/metering.py).
             try:
-                with _translate(f"driver {run_id}: poke"):
+                names = {"#s": "status"}
+                vals = dict(values)
+                with carry(run_id, "dynamodb.UpdateItem") as counts, _translate(
+                        f"driver {run_id}: poke"):
                     resp = self.ddb.update_item(
                         TableName=self.steps, Key=key,
-                        UpdateExpression="ADD pokes :one SET wake_at = :wk",
+                        UpdateExpression=with_requests("ADD pokes :one SET wake_at = :wk",
+                                                       counts, names, vals),
                         ConditionExpression=(f"attribute_exists(step) AND {poke}"
                                              " AND attribute_not_exists(lease_owner)"),
-                        ExpressionAttributeNames={"#s": "status"},
-                        ExpressionAttributeValues=values,
+                        ExpressionAttributeNames=names,
+                        ExpressionAttributeValues=vals,
                         ReturnValues="ALL_NEW",
                     )
                 return step_from_item(resp["Attributes"])
             except ConditionFailed:
                 pass
             try:
-                with _translate(f"driver {run_id}: poke"):
+                names = {"#s": "status"}
+                vals = {k: v for k, v in values.items() if k != ":wk"}
+                with carry(run_id, "dynamodb.UpdateItem") as counts, _translate(
+                        f"driver {run_id}: poke"):
                     self.ddb.update_item(
                         TableName=self.steps, Key=key,
-                        UpdateExpression="ADD pokes :one",
+                        UpdateExpression=with_requests("ADD pokes :one", counts, names, vals),
                         ConditionExpression=f"{poke} AND attribute_exists(lease_owner)",
-                        ExpressionAttributeNames={"#s": "status"},
-                        ExpressionAttributeValues={k: v for k, v in values.items()
-                                                   if k != ":wk"},
+                        ExpressionAttributeNames=names,
+                        ExpressionAttributeValues=vals,
                     )
                 return None
             except ConditionFailed:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.metering import carry, summed
 from orchestrator.adapters.store.codec import history_entry, num, run_from_item, run_to_item
 from orchestrator.adapters.store.run_listing import RunListing
 from orchestrator.adapters.store.tables import (
@@ -17,6 +18,7 @@ from orchestrator.adapters.store.tables import (
     short_error,
     status_guard,
     status_set,
+    with_requests,
 )
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RUN_MOVES, Move, RunStatus
@@ -34,11 +36,14 @@ class RunRows(RunListing):
     """Reads and conditional writes of the runs table (and its listing: RunListing)."""
 
     def create_run(self, run: RunRecord) -> None:
-        with _translate(f"run {run.run_id}: create"):
+        if run.wake_at is None:
+            run = replace(run, wake_at=run_wake(run, self.wake))
+        # The start's request counts so far ride on the row (adapters/metering.py).
+        with carry(run.run_id, "dynamodb.PutItem") as counts, _translate(
+                f"run {run.run_id}: create"):
             self.ddb.put_item(
                 TableName=self.runs,
-                Item=run_to_item(run if run.wake_at is not None
-                                 else replace(run, wake_at=run_wake(run, self.wake))),
+                Item=run_to_item(replace(run, requests=summed(run.requests, counts))),
                 ConditionExpression="attribute_not_exists(run_id)",
             )
 
@@ -96,22 +101,27 @@ class RunRows(RunListing):
         values = dict(values)
         guard = status_guard(move, values)
         extra = {} if mine is None else {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
-        try:
-            with _translate(f"run {run_id}: {move.name}"):
-                resp = self.ddb.update_item(
-                    TableName=self.runs,
-                    Key={"run_id": {"S": run_id}},
-                    UpdateExpression=update,
-                    ConditionExpression=guard + (f" AND {also}" if also else ""),
-                    ExpressionAttributeNames={"#s": "status", **(names or {})},
-                    ExpressionAttributeValues=values,
-                    ReturnValues=returns,
-                    **extra,
-                )
-        except ConditionFailed as exc:
-            if mine is None:
-                raise
-            return self.landed(exc, move, mine, self.runs, {"run_id": {"S": run_id}})
+        names = {"#s": "status", **(names or {})}
+        # Every write of a run's row carries the run's request counts made in this
+        # process since its last write (adapters/metering.py).
+        with carry(run_id, "dynamodb.UpdateItem") as counts:
+            update = with_requests(update, counts, names, values)
+            try:
+                with _translate(f"run {run_id}: {move.name}"):
+                    resp = self.ddb.update_item(
+                        TableName=self.runs,
+                        Key={"run_id": {"S": run_id}},
+                        UpdateExpression=update,
+                        ConditionExpression=guard + (f" AND {also}" if also else ""),
+                        ExpressionAttributeNames=names,
+                        ExpressionAttributeValues=values,
+                        ReturnValues=returns,
+                        **extra,
+                    )
+            except ConditionFailed as exc:
+                if mine is None:
+                    raise
+                return self.landed(exc, move, mine, self.runs, {"run_id": {"S": run_id}})
         attrs: Item = resp.get("Attributes", {})
         return attrs
 

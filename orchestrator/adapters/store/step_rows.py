@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.metering import CODES, PREFIX
 from orchestrator.adapters.store.codec import step_from_item, step_to_item
 from orchestrator.adapters.store.join_counts import WIDE_JOIN, count_items
 from orchestrator.adapters.store.tables import Tables, step_key
@@ -19,6 +20,9 @@ from orchestrator.engine.wakes import step_wake
 from orchestrator.errors import ConditionFailed, StoreError
 
 __all__ = ["STATE_PROJECTION", "VIEW_PROJECTION", "StepRows"]
+
+# A row's request counts (adapters/metering.py), as a projection names them.
+REQUEST_NAMES = {f"#rq{i}": PREFIX + code for i, code in enumerate(CODES.values())}
 
 STATE_PROJECTION = (
     "run_id, step, #s, backend, route, deps, dependants, attempt, max_attempts, #t,"
@@ -32,8 +36,9 @@ STATE_PROJECTION = (
 # work answering a follower that looks every quarter of a second.
 VIEW_PROJECTION = (
     "run_id, step, #s, attempt, #o, output_ref, output_size, #e, deps, started_at,"
-    " finished_at, waiting"
+    " finished_at, waiting, " + ", ".join(REQUEST_NAMES)
 )
+SHOWN_NAMES = {"#s": "status", "#o": "output", "#e": "error", **REQUEST_NAMES}
 
 # The terminal statuses, as a `live` query's filter names them (:t0 to :t2).
 _TERMINAL_VALUES = {f":t{i}": {"S": st.value}
@@ -217,7 +222,7 @@ class StepRows(Tables):
             kwargs["ExpressionAttributeNames"] = {"#s": "status", "#t": "timeout"}
         elif shown:
             kwargs["ProjectionExpression"] = VIEW_PROJECTION
-            kwargs["ExpressionAttributeNames"] = {"#s": "status", "#o": "output", "#e": "error"}
+            kwargs["ExpressionAttributeNames"] = SHOWN_NAMES
         if live:
             kwargs["FilterExpression"] = "NOT (#s IN (:t0, :t1, :t2))"
             kwargs["ExpressionAttributeNames"] = {**kwargs.get("ExpressionAttributeNames", {}),
@@ -243,7 +248,7 @@ class StepRows(Tables):
         """The named rows as a run's view shows them (VIEW_PROJECTION), by key; a row not
         written is left out. None if DynamoDB left some keys unread (throttled)."""
         found, whole = self._batch_rows(run_id, names, VIEW_PROJECTION,
-                                        {"#s": "status", "#o": "output", "#e": "error"},
+                                        SHOWN_NAMES,
                                         "steps shown")
         return found if whole else None
 

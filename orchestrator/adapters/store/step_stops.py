@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.metering import carry
 from orchestrator.adapters.store.codec import num, step_from_item
 from orchestrator.adapters.store.step_writes import StepWrites, _attempt_guard, _creating
 from orchestrator.adapters.store.tables import (
@@ -20,6 +21,7 @@ from orchestrator.adapters.store.tables import (
     status_guard,
     status_set,
     step_key,
+    with_requests,
 )
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import STEP_MOVES, Move, StepStatus
@@ -95,13 +97,17 @@ class StepStops(StepWrites):
         (read back: a transaction returns nothing), or None if a guard did not hold."""
         values, cond = _attempt_guard(values, move, attempt, owner, expired_before)
         key = step_key(run_id, step)
+        names = {"#s": "status", **names}
         try:
-            with _translate(f"step {run_id}/{step}: fail and stop the run (attempt {attempt})"):
+            # The attempt's request counts ride on its failure (adapters/metering.py).
+            with carry(run_id, "dynamodb.TransactWriteItems") as counts, _translate(
+                    f"step {run_id}/{step}: fail and stop the run (attempt {attempt})"):
                 self.ddb.transact_write_items(TransactItems=[
                     {"Update": {
-                        "TableName": self.steps, "Key": key, "UpdateExpression": update,
+                        "TableName": self.steps, "Key": key,
+                        "UpdateExpression": with_requests(update, counts, names, values),
                         "ConditionExpression": cond,
-                        "ExpressionAttributeNames": {"#s": "status", **names},
+                        "ExpressionAttributeNames": names,
                         "ExpressionAttributeValues": values}},
                     {"Update": {
                         "TableName": self.runs, "Key": {"run_id": {"S": run_id}},

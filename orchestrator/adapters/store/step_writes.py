@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.metering import carry, summed
 from orchestrator.adapters.store.codec import history_entry, num, step_from_item, step_to_item
 from orchestrator.adapters.store.tables import (
     HISTORY,
@@ -29,6 +30,7 @@ from orchestrator.adapters.store.tables import (
     status_guard,
     status_set,
     step_key,
+    with_requests,
 )
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import STEP_MOVES, Move, StepStatus
@@ -364,23 +366,28 @@ class StepWrites(Tables):
         write's own earlier landing knows it (see tables.landed)."""
         values, cond = _attempt_guard(values, move, attempt, owner, expired_before)
         what = move.name
-        try:
-            with _translate(f"step {run_id}/{step}: {what} (attempt {attempt})"):
-                resp = self.ddb.update_item(
-                    TableName=self.steps,
-                    Key=step_key(run_id, step),
-                    UpdateExpression=update,
-                    ConditionExpression=cond,
-                    ExpressionAttributeNames={"#s": "status", **(names or {})},
-                    ExpressionAttributeValues=values,
-                    ReturnValues="ALL_NEW",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-        except ConditionFailed as exc:
-            # Our own write, landed once already (its answer was lost and botocore sent
-            # it again): the outcome is recorded, and its follow-ups are still ours.
-            return step_from_item(self.landed(exc, move, mine, self.steps,
-                                              step_key(run_id, step)))
+        names = {"#s": "status", **(names or {})}
+        # The attempt's request counts ride on its outcome's write (adapters/metering.py).
+        with carry(run_id, "dynamodb.UpdateItem") as counts:
+            update = with_requests(update, counts, names, values)
+            try:
+                with _translate(f"step {run_id}/{step}: {what} (attempt {attempt})"):
+                    resp = self.ddb.update_item(
+                        TableName=self.steps,
+                        Key=step_key(run_id, step),
+                        UpdateExpression=update,
+                        ConditionExpression=cond,
+                        ExpressionAttributeNames=names,
+                        ExpressionAttributeValues=values,
+                        ReturnValues="ALL_NEW",
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    )
+            except ConditionFailed as exc:
+                # Our own write, landed once already (its answer was lost and botocore
+                # sent it again): the outcome is recorded, and its follow-ups are still
+                # ours.
+                return step_from_item(self.landed(exc, move, mine, self.steps,
+                                                  step_key(run_id, step)))
         return step_from_item(resp["Attributes"])
 
     def record_success(
@@ -439,6 +446,15 @@ class StepWrites(Tables):
         as it stands. In the emulator a put is a fraction of an update's cost (no
         expression to evaluate). ConditionFailed when the guard fails: the caller makes
         the full write, which also knows this write's own earlier landing."""
+        with carry(row.run_id, "dynamodb.PutItem") as counts:
+            return self._put_success(row, output_json=output_json, output_ref=output_ref,
+                                     size=size, now=now, keep_wake=keep_wake,
+                                     requests=summed(row.requests, counts))
+
+    def _put_success(
+        self, row: StepRecord, *, output_json: str | None, output_ref: str | None,
+        size: int, now: float, keep_wake: bool, requests: dict[str, int],
+    ) -> StepRecord:
         move = STEP_MOVES["succeed"]
         entry = history_entry(now, "step.succeeded", attempt=row.attempt, bytes=size)
         done = replace(
@@ -446,7 +462,7 @@ class StepWrites(Tables):
             lease_until=None, error=None, has_output=False, output=None, output_ref=None,
             output_size=size, expires_at=now + self.step_retention,
             wake_at=row.wake_at if keep_wake else now, count_me=False, stopping=False,
-            history=(*row.history, json.loads(entry["S"])),
+            history=(*row.history, json.loads(entry["S"])), requests=requests,
         )
         item = step_to_item(done)
         if output_ref is not None:

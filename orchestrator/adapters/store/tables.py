@@ -3,11 +3,14 @@ table names (`Tables`), a step row's key, and the history entry each transition 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.metering import encode
 from orchestrator.adapters.store.codec import history_entry, num
 from orchestrator.engine.states import Move
 from orchestrator.engine.wakes import WakeTimes
@@ -17,7 +20,7 @@ from orchestrator.strict_json import dumps
 
 __all__ = [
     "HISTORY", "Item", "Tables", "WakeKey", "history_clause", "landed", "short_error",
-    "status_guard", "status_set", "step_key",
+    "status_guard", "status_set", "step_key", "with_requests",
 ]
 
 Item = dict[str, Any]
@@ -50,6 +53,28 @@ def history_clause(values: dict[str, Any], at: float, kind: str, **fields: Any) 
     values[":nil"] = {"L": []}
     values[":h"] = {"L": [history_entry(at, kind, **fields)]}
     return HISTORY
+
+
+_ADD = re.compile(r"(?:^|\s)ADD\s")
+
+
+def with_requests(update: str, counts: Mapping[str, int], names: dict[str, str],
+                  values: dict[str, Any]) -> str:
+    """`update` made to also add `counts` (a write's carried request counts,
+    adapters/metering.py) to its row's, each operation's in an attribute of its own:
+    DynamoDB adds to top-level numbers only. Names and values go in `names`, `values`."""
+    pairs = []
+    for i, (attr, n) in enumerate(sorted(encode(counts).items())):
+        names[f"#rq{i}"] = attr
+        values[f":rq{i}"] = num(n)
+        pairs.append(f"#rq{i} :rq{i}")
+    if not pairs:
+        return update
+    found = _ADD.search(update)
+    if found is None:
+        return f"{update} ADD {', '.join(pairs)}"
+    # One ADD clause a write: these join the one it has.
+    return f"{update[:found.end()]}{', '.join(pairs)}, {update[found.end():]}"
 
 
 def short_error(error: dict[str, Any]) -> dict[str, Any]:

@@ -67,12 +67,17 @@ def container() -> Runtime:
         return rt  # type: ignore[no-any-return]
     with _lock:
         if "runtime" not in _built:
+            from orchestrator import logs, telemetry
             from orchestrator.manifest.loader import load_manifest
             from orchestrator.runtime import Runtime
             env = environment()
             manifest = load_manifest(Path(LambdaSettings.from_env(env).manifest_path),
                                      dict(env))
-            _built["runtime"] = Runtime.build(Settings.from_env(env), manifest)
+            settings = Settings.from_env(env)
+            if env.get("AWS_LAMBDA_FUNCTION_NAME"):  # on Lambda (not `dev --lambda`)
+                logs.configure(settings.log_format)
+            telemetry.setup(settings)
+            _built["runtime"] = Runtime.build(settings, manifest)
         return _built["runtime"]  # type: ignore[no-any-return]
 
 

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from orchestrator import logs, telemetry
 from orchestrator.adapters.invoker import Call, Invoker
 from orchestrator.adapters.messages import AdmitRun, AnyMessage, Dispatch, Promote
 from orchestrator.adapters.queue import Received
@@ -175,6 +176,15 @@ class Worker:
 
     def handle(self, msg: AnyMessage, receipt: Received | None = None) -> None:
         """Claim the attempt the message names and run it (and its inline successors)."""
+        if not telemetry.active():
+            self._handle(msg, receipt)
+            return
+        step = getattr(msg, "step", "")
+        with telemetry.message_span(msg.run_id, msg.op, step,
+                                    receipt.traceparent if receipt is not None else None):
+            self._handle(msg, receipt)
+
+    def _handle(self, msg: AnyMessage, receipt: Received | None) -> None:
         now = self.clock()
         if timer_hop(msg.due_at, now):
             self.queues.timer(msg, now)  # sent on for the rest of its wait
@@ -221,9 +231,24 @@ class Worker:
         tally = Tally()
         try:
             while row is not None:
-                row = self.execute(row, tally)
+                row = self._attempt(row, tally)
         finally:
             self._count(tally)
+
+    def _attempt(self, row: StepRecord, tally: Tally) -> StepRecord | None:
+        """`execute`, in its span and with its log fields bound when either is on; its
+        end logged with its duration."""
+        if not (telemetry.active() or logs.active()):
+            return self.execute(row, tally)
+        began = time.monotonic()
+        with telemetry.attempt_span(row.run_id, row.step, row.attempt, self.id), \
+                logs.bound(run_id=row.run_id, step=row.step, attempt=row.attempt,
+                           worker_id=self.id):
+            try:
+                return self.execute(row, tally)
+            finally:
+                log.info("attempt ended", extra={
+                    "duration_ms": round((time.monotonic() - began) * 1000, 1)})
 
     def _claim_planned(self, msg: Dispatch, now: float) -> StepRecord | None:
         """Claim attempt 1 of a root its run's start left out, creating its row; None if

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from orchestrator import __version__
+from orchestrator import __version__, telemetry
 from orchestrator.api import durable, runs, triggers, workflows
 from orchestrator.api.openapi import openapi_document
 from orchestrator.api.requests import MAX_BODY, TooLarge, error
@@ -179,4 +179,4 @@ def create_app(rt: Runtime) -> Starlette:
         spec=openapi_document(__version__,
                               idempotency_retention=rt.settings.idempotency_retention),
     )
-    return app
+    return telemetry.instrument_app(app)  # type: ignore[no-any-return]

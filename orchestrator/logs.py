@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["FIELDS", "JsonFormatter", "TextFormatter", "active", "bound", "configure"]
+__all__ = ["FIELDS", "JsonFormatter", "TextFormatter", "active", "bound", "configure",
+           "unconfigure"]
 
 # The fields a line may carry beside its message, in the order they are written.
 FIELDS = ("run_id", "workflow", "step", "attempt", "worker_id", "duration_ms", "operation",
@@ -116,3 +117,10 @@ def configure(fmt: str, handler: logging.Handler | None = None) -> logging.Handl
         handler.addFilter(_Bound())
     _STATE.on = True
     return handler
+
+
+def unconfigure(handler: logging.Handler) -> None:
+    """Undo `configure` (a test's end): the handler leaves the root logger, and fields
+    are no longer bound."""
+    logging.getLogger().removeHandler(handler)
+    _STATE.on = False

@@ -19,7 +19,7 @@ process that touches a run joins the same trace without reading or storing anyth
            └─ attempt <step>     one attempt (an inline successor is a sibling)
                 ├─ POST          httpx; `traceparent` goes to the function, whose SDK
                 │   └─ step /route | workflow <name>      continues it
-                │        └─ durable.step <name>           a step body's attempt
+                │        └─ durable.body <name>           a step body's attempt
                 └─ durable.<kind> <name>   one per journal entry, emitted when the
                                            worker commits it; span id derived from the run
                                            and the operation, so a replay never adds one

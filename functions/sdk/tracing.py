@@ -101,6 +101,6 @@ def step_body_span(run_id: str, op_id: str, name: str, attempt: int) -> Any:
     op = _trace.SpanContext(trace_id_of(run_id), op_span_id(run_id, op_id), is_remote=True,
                             trace_flags=_trace.TraceFlags(_trace.TraceFlags.SAMPLED))
     return _trace.get_tracer(TRACER_NAME).start_as_current_span(
-        f"durable.step {name}", links=[_trace.Link(op)],
+        f"durable.body {name}", links=[_trace.Link(op)],
         attributes={"orchestrator.run_id": run_id, "orchestrator.operation": op_id,
                     "orchestrator.operation_name": name, "orchestrator.attempt": attempt})

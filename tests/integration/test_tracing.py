@@ -15,20 +15,20 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 
-from opentelemetry.sdk.trace import ReadableSpan  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
-from opentelemetry.trace import SpanKind  # noqa: E402
+from opentelemetry.trace import SpanKind
 
-from functions.examples.durable import Services  # noqa: E402
-from functions.examples.monthly_report import create_app as functions_app  # noqa: E402
-from functions.sdk.tracing import op_span_id, run_span_id, trace_id_of  # noqa: E402
-from functions.serving import BackgroundServer  # noqa: E402
-from orchestrator import telemetry  # noqa: E402
-from orchestrator.api.app import create_app  # noqa: E402
-from tests.support.harness import Harness  # noqa: E402
+from functions.examples.durable import Services
+from functions.examples.monthly_report import create_app as functions_app
+from functions.sdk.tracing import op_span_id, run_span_id, trace_id_of
+from functions.serving import BackgroundServer
+from orchestrator import telemetry
+from orchestrator.api.app import create_app
+from tests.support.harness import Harness
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "tracing-secret"

@@ -61,7 +61,8 @@ try:  # the capability check: all of the extra, or none of it
 except ImportError:  # pragma: no cover - exercised by installs without the extra
     _trace = None  # type: ignore[assignment]
 
-__all__ = ["AVAILABLE", "TRACEPARENT", "active", "attempt_span", "disable", "enable", "inject",
+__all__ = ["AVAILABLE", "TRACEPARENT", "active", "attempt_span", "disable", "enable", "flush",
+           "inject",
            "instrument_app", "message_attributes", "message_span", "operation_span",
            "run_span", "setup", "trace_id_of"]
 
@@ -172,6 +173,12 @@ def disable() -> None:
     HTTPXClientInstrumentor().uninstrument()
     _STATE.provider.force_flush()
     _STATE.provider = _STATE.tracer = None
+
+
+def flush() -> None:
+    """Export the spans ended so far (a Lambda invocation's end)."""
+    if _STATE.on:
+        _STATE.provider.force_flush()
 
 
 def instrument_app(app: Any) -> Any:

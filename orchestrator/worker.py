@@ -139,7 +139,8 @@ class Worker:
         return Lease(f"{self.id}#{next(self._claims)}",
                      self.clock() + self.settings.lease_margin)
 
-    def handle_before(self, msg: AnyMessage, deadline: float, margin: float) -> bool:
+    def handle_before(self, msg: AnyMessage, deadline: float, margin: float, *,
+                      parent: str | None = None) -> bool:
         """Handle `msg` only if its attempt can end by `deadline` (wall clock): its step's
         timeout plus `margin` must fit, after any wait for its due time; inline
         successors are held to the same terms (sent to the queue instead). False: not
@@ -148,7 +149,7 @@ class Worker:
             return False
         self._limit.deadline = (deadline, margin)
         try:
-            self.handle(msg)
+            self.handle(msg, parent=parent)
         finally:
             self._limit.deadline = None
         return True
@@ -174,14 +175,17 @@ class Worker:
                    default=0.0)
         return bool(self.clock() + need + margin <= deadline)
 
-    def handle(self, msg: AnyMessage, receipt: Received | None = None) -> None:
-        """Claim the attempt the message names and run it (and its inline successors)."""
+    def handle(self, msg: AnyMessage, receipt: Received | None = None, *,
+               parent: str | None = None) -> None:
+        """Claim the attempt the message names and run it (and its inline successors).
+        `parent`: the sender's span (W3C traceparent) when not on the receipt."""
         if not telemetry.active():
             self._handle(msg, receipt)
             return
         step = getattr(msg, "step", "")
-        with telemetry.message_span(msg.run_id, msg.op, step,
-                                    receipt.traceparent if receipt is not None else None):
+        if parent is None and receipt is not None:
+            parent = receipt.traceparent
+        with telemetry.message_span(msg.run_id, msg.op, step, parent):
             self._handle(msg, receipt)
 
     def _handle(self, msg: AnyMessage, receipt: Received | None) -> None:

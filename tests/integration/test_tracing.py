@@ -78,19 +78,12 @@ def until(what: str, check: Any, timeout: float = 30.0) -> Any:
         time.sleep(0.05)
 
 
-def trace_of(exporter: InMemorySpanExporter, run_id: str) -> list[ReadableSpan]:
-    """The run's trace, once its spans stop coming (the last ones end after the run's
-    status is written: the worker's attempt span, the function's answer)."""
+def trace_of(exporter: InMemorySpanExporter, h: Harness, run_id: str) -> list[ReadableSpan]:
+    """The run's trace, once every span of it has ended: the workers are stopped (their
+    threads joined), and a function's span ends before its answer is sent."""
+    h.close()
     tid = trace_id_of(run_id)
-
-    def settled() -> list[ReadableSpan] | None:
-        before = [s for s in exporter.get_finished_spans() if s.context.trace_id == tid]
-        time.sleep(0.3)
-        after = [s for s in exporter.get_finished_spans() if s.context.trace_id == tid]
-        return after if len(after) == len(before) and after else None
-
-    spans: list[ReadableSpan] = until(f"settled trace of {run_id}", settled)
-    return spans
+    return [s for s in exporter.get_finished_spans() if s.context.trace_id == tid]
 
 
 def assert_connected(spans: list[ReadableSpan], run_id: str) -> ReadableSpan:
@@ -117,7 +110,7 @@ def test_the_demo_run_is_one_connected_trace(
     h, api, _ = stack
     run_id = start(api, "monthly-report", {"month": "2026-10"})
     assert h.wait(run_id, timeout=60)["status"] == "success"
-    trace = trace_of(spans, run_id)
+    trace = trace_of(spans, h, run_id)
     root = assert_connected(trace, run_id)
     assert root.name == "run monthly-report"
     # The root is linked to the API request that started the run (its own trace: one
@@ -172,7 +165,7 @@ def test_a_durable_run_is_one_connected_trace_and_replays_add_no_spans(
                       timeout=10)
     assert resp.status_code == 202, resp.text
     assert h.wait(run_id, timeout=60)["status"] == "success"
-    trace = trace_of(spans, run_id)
+    trace = trace_of(spans, h, run_id)
     root = assert_connected(trace, run_id)
     assert root.name == "run document-approval"
     journal = h.rt.store.journal.read_journal(run_id, time.time())

@@ -67,12 +67,17 @@ def container() -> Runtime:
         return rt  # type: ignore[no-any-return]
     with _lock:
         if "runtime" not in _built:
+            from orchestrator import logs, telemetry
             from orchestrator.manifest.loader import load_manifest
             from orchestrator.runtime import Runtime
             env = environment()
             manifest = load_manifest(Path(LambdaSettings.from_env(env).manifest_path),
                                      dict(env))
-            _built["runtime"] = Runtime.build(Settings.from_env(env), manifest)
+            settings = Settings.from_env(env)
+            if env.get("AWS_LAMBDA_FUNCTION_NAME"):  # on Lambda (not `dev --lambda`)
+                logs.configure(settings.log_format)
+            telemetry.setup(settings)
+            _built["runtime"] = Runtime.build(settings, manifest)
         return _built["runtime"]  # type: ignore[no-any-return]
 
 
@@ -116,7 +121,16 @@ def api(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return Mangum(create_app(container()), lifespan="off")
 
     answer: dict[str, Any] = _part("api", build)(event, context)
+    _flush_spans()
     return answer
+
+
+def _flush_spans() -> None:
+    """Export the invocation's spans before it returns (Lambda freezes the container
+    after: a batch exporter's thread would not run). A no-op unless tracing is on."""
+    from orchestrator import telemetry
+
+    telemetry.flush()
 
 
 # ---- worker ------------------------------------------------------------------------------
@@ -140,8 +154,10 @@ def worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
             msg = decode(record["body"])
         except ValueError:
             return True  # not one of ours: let the mapping delete it
+        # The sender's span, when it traced (telemetry.message_attributes).
+        parent = record.get("messageAttributes", {}).get("traceparent", {}).get("stringValue")
         try:
-            return bool(w.handle_before(msg, deadline, margin))
+            return bool(w.handle_before(msg, deadline, margin, parent=parent))
         except Exception:  # the record comes back; the rows stay the truth
             log.exception("record %s failed", record.get("messageId"))
             return False
@@ -151,6 +167,7 @@ def worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
         done = list(pool.map(one, records))
     failed = [r for r, ok in zip(records, done, strict=True) if not ok]
     _hand_back(failed)
+    _flush_spans()
     return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in failed]}
 
 
@@ -210,6 +227,7 @@ def sweeper(event: dict[str, Any], context: Any, *,
             total["idle"] = 1
             break
         sleep(wait)
+    _flush_spans()
     return {"passes": passes, **total}
 
 

@@ -18,7 +18,13 @@ explicitly (adapters/aws.py); the usual credential variables are boto3's alone.
 | `LAMBDA_TASK_ROOT` | `LambdaSettings` | where a Lambda container's code is (the manifest's root) |
 | `ORCH_LAMBDA_MARGIN` | `LambdaSettings` | seconds a handler keeps free before its timeout (5) |
 | `ORCHESTRATOR_URL` | the CLI | the API's URL (default `http://127.0.0.1:8080`) |
-| `ORCHESTRATOR_API_KEY` | the CLI | the bearer key sent to the API |"""
+| `ORCHESTRATOR_API_KEY` | the CLI | the bearer key sent to the API |
+| `ORCH_OTEL` | `Settings.from_env` | trace runs (orchestrator/telemetry.py): on, off |
+| `OTEL_EXPORTER_OTLP_ENDPOINT` | `Settings.from_env` | set, tracing is on unless ORCH_OTEL=off |
+| `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` | `Settings.from_env` | likewise (OTel reads the rest) |
+| `OTEL_TRACES_EXPORTER` | `Settings.from_env` | likewise unless `none`; `console` prints |
+| `ORCH_LOG_FORMAT` | `Settings.from_env` | `text`, or `json` (the default in Lambda) |
+| `AWS_LAMBDA_FUNCTION_NAME` | `Settings.from_env` | set by Lambda: logs default to `json` |"""
 
 from __future__ import annotations
 
@@ -63,6 +69,10 @@ URL_VARIABLE = "ORCHESTRATOR_URL"
 KEY_VARIABLE = "ORCHESTRATOR_API_KEY"
 DEFAULT_MANIFEST = "orchestrator.yml"
 DEFAULT_API_URL = "http://127.0.0.1:8080"
+# OpenTelemetry's own variables: any of them set turns tracing on by default.
+OTEL_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                  "OTEL_TRACES_EXPORTER")
+LOG_FORMATS = ("text", "json")
 
 
 def environment() -> Mapping[str, str]:
@@ -252,12 +262,18 @@ class Settings:
     # The newest durable protocol version the worker asks functions for
     # (functions/sdk/protocol/durable.py): 2 streams checkpoints; 1 is one step body per call.
     durable_protocol: int = 2
+    # Traces of every run (orchestrator/telemetry.py, the `otel` extra).
+    tracing: bool = False
+    # How the processes log: `text` for people, `json` one object a line (logs.py).
+    log_format: str = "text"
 
     def __post_init__(self) -> None:
         unknown = set(self.service_endpoints) - set(SERVICE_ENDPOINT_VARIABLES)
         if unknown:
             raise SettingsError(f"service_endpoints: no client for {sorted(unknown)}; the"
                              f" services are {sorted(SERVICE_ENDPOINT_VARIABLES)}")
+        if self.log_format not in LOG_FORMATS:
+            raise SettingsError(f"ORCH_LOG_FORMAT={self.log_format!r}: use text or json")
         if self.durable_protocol not in (1, 2):
             raise SettingsError(f"ORCH_DURABLE_PROTOCOL: {self.durable_protocol} is no durable"
                              " protocol version (1 or 2)")
@@ -317,4 +333,8 @@ class Settings:
             durable_inline_body=int(_float(env, "DURABLE_INLINE_BODY", d.durable_inline_body)),
             durable_max_entries=int(_float(env, "DURABLE_MAX_ENTRIES", d.durable_max_entries)),
             durable_protocol=int(_float(env, "DURABLE_PROTOCOL", d.durable_protocol)),
+            tracing=_flag(env, "OTEL", any(
+                (env.get(v) or "").strip().lower() not in ("", "none") for v in OTEL_VARIABLES)),
+            log_format=(env.get(ENV_PREFIX + "LOG_FORMAT") or "").strip().lower()
+            or ("json" if env.get("AWS_LAMBDA_FUNCTION_NAME") else d.log_format),
         )

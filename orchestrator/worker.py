@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from orchestrator import logs, telemetry
 from orchestrator.adapters.invoker import Call, Invoker
 from orchestrator.adapters.messages import AdmitRun, AnyMessage, Dispatch, Promote
 from orchestrator.adapters.metering import charge, metered
@@ -140,7 +141,8 @@ class Worker:
         return Lease(f"{self.id}#{next(self._claims)}",
                      self.clock() + self.settings.lease_margin)
 
-    def handle_before(self, msg: AnyMessage, deadline: float, margin: float) -> bool:
+    def handle_before(self, msg: AnyMessage, deadline: float, margin: float, *,
+                      parent: str | None = None) -> bool:
         """Handle `msg` only if its attempt can end by `deadline` (wall clock): its step's
         timeout plus `margin` must fit, after any wait for its due time; inline
         successors are held to the same terms (sent to the queue instead). False: not
@@ -149,7 +151,7 @@ class Worker:
             return False
         self._limit.deadline = (deadline, margin)
         try:
-            self.handle(msg)
+            self.handle(msg, parent=parent)
         finally:
             self._limit.deadline = None
         return True
@@ -175,11 +177,20 @@ class Worker:
                    default=0.0)
         return bool(self.clock() + need + margin <= deadline)
 
-    def handle(self, msg: AnyMessage, receipt: Received | None = None) -> None:
+    def handle(self, msg: AnyMessage, receipt: Received | None = None, *,
+               parent: str | None = None) -> None:
         """Claim the attempt the message names and run it (and its inline successors).
-        Its AWS requests are counted for the message's run (adapters/metering.py)."""
+        Its AWS requests are counted for the message's run (adapters/metering.py).
+        `parent`: the sender's span (W3C traceparent) when not on the receipt."""
         with metered(msg.run_id):
-            self._handle(msg, receipt)
+            if not telemetry.active():
+                self._handle(msg, receipt)
+                return
+            step = getattr(msg, "step", "")
+            if parent is None and receipt is not None:
+                parent = receipt.traceparent
+            with telemetry.message_span(msg.run_id, msg.op, step, parent):
+                self._handle(msg, receipt)
 
     def _handle(self, msg: AnyMessage, receipt: Received | None) -> None:
         now = self.clock()
@@ -228,9 +239,24 @@ class Worker:
         tally = Tally()
         try:
             while row is not None:
-                row = self.execute(row, tally)
+                row = self._attempt(row, tally)
         finally:
             self._count(tally)
+
+    def _attempt(self, row: StepRecord, tally: Tally) -> StepRecord | None:
+        """`execute`, in its span and with its log fields bound when either is on; its
+        end logged with its duration."""
+        if not (telemetry.active() or logs.active()):
+            return self.execute(row, tally)
+        began = time.monotonic()
+        with telemetry.attempt_span(row.run_id, row.step, row.attempt, self.id), \
+                logs.bound(run_id=row.run_id, step=row.step, attempt=row.attempt,
+                           worker_id=self.id):
+            try:
+                return self.execute(row, tally)
+            finally:
+                log.info("attempt ended", extra={
+                    "duration_ms": round((time.monotonic() - began) * 1000, 1)})
 
     def _claim_planned(self, msg: Dispatch, now: float) -> StepRecord | None:
         """Claim attempt 1 of a root its run's start left out, creating its row; None if

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from functions.sdk import handlers, signing
+from functions.sdk import handlers, signing, tracing
 from functions.sdk.durable import endpoint
 from functions.sdk.durable.workflow import Workflow
 from functions.sdk.handlers import Handler, StepRoute
@@ -171,7 +171,7 @@ class FunctionApp:
         refused = self._verify(raw, request.headers)
         if refused is not None:
             return refused
-        return await endpoint.answer(wf, raw, self._protocols)
+        return await endpoint.answer(wf, raw, self._protocols, request.headers)
 
     async def _handle(self, route: StepRoute, request: Request) -> Response:
         raw = await request.body()
@@ -181,7 +181,10 @@ class FunctionApp:
         req = read(raw, request.headers)
         if isinstance(req, Response):
             return req
-        return await handlers.answer(route, req)
+        with tracing.handler_span(request.headers, f"step {route.path}", {
+                "orchestrator.run_id": req.run_id, "orchestrator.workflow": req.workflow,
+                "orchestrator.step": req.step, "orchestrator.attempt": req.attempt}):
+            return await handlers.answer(route, req)
 
     # -- built-in routes --------------------------------------------------------------
 

@@ -38,6 +38,12 @@ class StepRequest:
     headers: Mapping[str, str] = field(repr=False)
     """The request headers (case-insensitive lookup)."""
 
+    @property
+    def traceparent(self) -> str | None:
+        """The call's W3C `traceparent` header, if the orchestrator traces its runs: send
+        it on with the calls this step makes, and they join the run's trace."""
+        return self.headers.get("traceparent")
+
     def output_of(self, step: str) -> Any:
         """The output of dependency `step`; a TerminalError if the workflow does not
         declare it as a direct dependency (no retry would make it appear)."""

@@ -22,6 +22,7 @@ from functions.signing import (
     STEP_HEADER,
     signed_headers,
 )
+from orchestrator import telemetry
 from orchestrator.engine.attempts import Outcome, OutcomeKind, classify_response
 from orchestrator.errors import Code, error_doc
 from orchestrator.strict_json import dumps
@@ -91,6 +92,8 @@ class Invoker:
             headers["Accept"] = accept
         if call.secret:
             headers.update(signed_headers(call.secret, body, self.clock()))
+        if telemetry.active():  # the function's SDK continues the run's trace
+            telemetry.inject(headers)
         return headers
 
     def invoke(self, call: Call) -> Result:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator import telemetry
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.messages import AdmitRun, AnyMessage, Dispatch, Promote, decode, encode
 from orchestrator.errors import StoreError
@@ -29,6 +30,18 @@ class Received:
     receipt: str
     message: AnyMessage | None  # None: not one of ours; delete it
     receive_count: int
+    # The sender's span (W3C), when it traced: the worker's span continues it.
+    traceparent: str | None = None
+
+
+def _traced(entry: dict[str, Any], message: AnyMessage) -> dict[str, Any]:
+    """`entry` (a SendMessage's parameters) with the trace context of `message`'s run in
+    its MessageAttributes, while tracing is on; untouched otherwise."""
+    if telemetry.active():
+        attributes = telemetry.message_attributes(message.run_id)
+        if attributes is not None:
+            entry["MessageAttributes"] = attributes
+    return entry
 
 
 class Queues:
@@ -52,9 +65,12 @@ class Queues:
             chunk = messages[i : i + 10]
             if len(chunk) == 1:
                 with _translate("send dispatch"):
-                    self.sqs.send_message(QueueUrl=self.dispatch_url, MessageBody=encode(chunk[0]))
+                    self.sqs.send_message(**_traced(
+                        {"QueueUrl": self.dispatch_url, "MessageBody": encode(chunk[0])},
+                        chunk[0]))
                 continue
-            entries = [{"Id": str(j), "MessageBody": encode(m)} for j, m in enumerate(chunk)]
+            entries = [_traced({"Id": str(j), "MessageBody": encode(m)}, m)
+                       for j, m in enumerate(chunk)]
             with _translate("send dispatches"):
                 resp = self.sqs.send_message_batch(QueueUrl=self.dispatch_url, Entries=entries)
             if resp.get("Failed"):
@@ -67,11 +83,9 @@ class Queues:
             # waits out the rest, so sub-second schedules (throttle slots) keep their pace.
             delay = 0 if m.due_at is None else math.floor(max(0.0, m.due_at - now))
             with _translate("send timer"):
-                self.sqs.send_message(
-                    QueueUrl=self.timer_url,
-                    MessageBody=encode(m),
-                    DelaySeconds=min(MAX_DELAY, delay),
-                )
+                self.sqs.send_message(**_traced(
+                    {"QueueUrl": self.timer_url, "MessageBody": encode(m),
+                     "DelaySeconds": min(MAX_DELAY, delay)}, m))
 
     def receive(
         self, url: str, *, max_messages: int = 10, wait: int = 5, visibility: float | None = None
@@ -81,6 +95,8 @@ class Queues:
         extra: dict[str, Any] = {}
         if visibility is not None:
             extra["VisibilityTimeout"] = max(1, round(visibility))
+        if telemetry.active():
+            extra["MessageAttributeNames"] = [telemetry.TRACEPARENT]
         with _translate("receive"):
             resp = self.sqs.receive_message(
                 QueueUrl=url,
@@ -96,7 +112,9 @@ class Queues:
             except ValidationError:
                 msg = None
             count = int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
-            out.append(Received(url, m["ReceiptHandle"], msg, count))
+            parent = m.get("MessageAttributes", {}).get(telemetry.TRACEPARENT, {})
+            out.append(Received(url, m["ReceiptHandle"], msg, count,
+                                parent.get("StringValue")))
         return out
 
     def delete(self, url: str, receipts: Sequence[str]) -> None:

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from orchestrator import __version__
+from orchestrator import __version__, telemetry
 from orchestrator.api import durable, runs, triggers, ui, workflows
 from orchestrator.api.openapi import openapi_document
 from orchestrator.api.requests import MAX_BODY, TooLarge, error
@@ -183,4 +183,4 @@ def create_app(rt: Runtime, *, badge: str | None = None) -> Starlette:
                               idempotency_retention=rt.settings.idempotency_retention),
     )
     app.state.ui = ui.ui_state(rt, badge)
-    return app
+    return telemetry.instrument_app(app)  # type: ignore[no-any-return]

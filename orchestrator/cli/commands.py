@@ -129,9 +129,19 @@ def _runtime(manifest_path: str) -> Any:
 
     manifest = load(manifest_path)
     try:
-        return Runtime.build(Settings.from_env(), manifest)
+        settings = Settings.from_env()
+        _observe(settings)
+        return Runtime.build(settings, manifest)
     except OrchestratorError as exc:
         exit_for(exc)
+
+
+def _observe(settings: Any) -> None:
+    """This process's logs in the configured format, and its traces if they are on."""
+    from orchestrator import logs, telemetry
+
+    logs.configure(settings.log_format)
+    telemetry.setup(settings)
 
 
 @main.command()
@@ -296,6 +306,12 @@ def dev(
         lambda_mode=lambda_mode,
         provision=provision,
     )
+    from orchestrator.settings import Settings
+
+    try:
+        _observe(Settings.from_env())
+    except OrchestratorError as exc:
+        exit_for(exc)
     stop = _stop_event()
     stack = LocalStack(opts, echo=click.echo)
     try:

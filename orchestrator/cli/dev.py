@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.emulator.capabilities import facts as emulator_facts
+from orchestrator import telemetry
 from orchestrator.errors import OrchestratorError, UsageError
 from orchestrator.settings import (
     ENDPOINT_VARIABLE,
@@ -200,6 +201,7 @@ class LocalStack:
             f"queues {settings.names.dispatch_queue}, "
             f"{settings.names.timer_queue}; bucket {settings.names.blob_bucket}"
         )
+        telemetry.setup(settings)  # before the API app is made: it gets its server spans
         self.runtime = rt = Runtime.build(settings, manifest, clients=clients)
         if settings.api_auth:
             # The API wants a bearer key: make one for this stack and show it once.

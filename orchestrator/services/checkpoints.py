@@ -12,6 +12,7 @@ arrive; the closed connection then stops the function at its next operation."""
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 from dataclasses import dataclass
@@ -59,7 +60,9 @@ class Exchange:
         # What ended the answer, taken from the queue behind lines and kept for the next take.
         self._held: Item | None = None
         self.streamed = False
-        self._thread = threading.Thread(target=self._read, name=f"call {call.run_id}",
+        # In the caller's context: the call carries its trace and log fields.
+        self._thread = threading.Thread(target=contextvars.copy_context().run,
+                                        args=(self._read,), name=f"call {call.run_id}",
                                         daemon=True)
         self._thread.start()
 

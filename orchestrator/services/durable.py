@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from functions.protocol import DurableOp, EndOp, RecordOp, RetryOp, WaitKind
+from orchestrator import telemetry
 from orchestrator.adapters.invoker import Call, Invoker, Result, StreamCut
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.engine.attempts import (
@@ -167,6 +168,8 @@ class Durable:
                     continue
                 if done.entry is not None:
                     stored = self.store.journal.put_entry(run_id, done.entry, now)
+                    if stored is done.entry:  # written now (not another outcome's)
+                        telemetry.operation_span(run_id, stored)
                     if waiting.kind == "signal" and found is not None \
                             and stored.get("signal") != found.get("id"):
                         # Another outcome won (a timeout written by a stalled holder):
@@ -339,6 +342,8 @@ class Durable:
                 after = _conflict(entry, stored, now)
                 break
             view.add(stored)
+            if stored is entry:  # written now (not adopted from an earlier call)
+                telemetry.operation_span(row.run_id, stored)
             committed += 1
         return Turn(after=after, committed=committed)
 
@@ -395,6 +400,7 @@ class Durable:
                                         if got.get("id") != ours.get("id") else Continue())
                             return Turn(after=conflict, committed=committed + 1,
                                         checked=checked)
+                        telemetry.operation_span(row.run_id, got)
                         committed += 1
                     if len(view) > self.settings.durable_max_entries:
                         return Turn(after=Continue(), committed=committed, checked=checked)

@@ -10,9 +10,11 @@ import heapq
 import logging
 import re
 import secrets
+import time
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator import telemetry
 from orchestrator.adapters.metering import metered
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.engine.admission import gate_of
@@ -159,6 +161,7 @@ class RunService:
         rid, now, gate = run.run_id, run.created_at, run.gate
         # Order matters for crash safety: the run row first (the sweeper can rebuild
         # missing step rows from its definition), then the steps, then the roots' dispatch.
+        began = time.time()  # the root span's start (wall clock, as spans are)
         try:
             self.store.runs.create_run(run)
         except ConditionFailed:
@@ -170,9 +173,11 @@ class RunService:
             # A run of this id expired and its row was deleted (DynamoDB's TTL), while
             # its steps' rows, kept longer, were not: they are not this run's.
             log.info("run %s: the rows a finished run of this id left were deleted", rid)
-        if gate:
-            return self.arrive(run), True
-        self.launch(run)
+        with telemetry.run_span(rid, run.workflow, run.trigger.source if run.trigger else "api",
+                                began):
+            if gate:
+                return self.arrive(run), True
+            self.launch(run)
         return run, True
 
     def rows_for(self, run: RunRecord) -> list[StepRecord]:

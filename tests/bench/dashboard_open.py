@@ -107,8 +107,9 @@ def main() -> int:
                     "leaves, as a browser on the user's own machine would)")
     ap.add_argument("--viewer", choices=("browser", "stream", "blank"), default="browser",
                     help="browser: chromium on the run page; stream: the page's live stream "
-                    "alone, read by a thread here (the server's share, without a browser's); blank: "
-                    "chromium on /healthz (what a navigation costs the browser, whatever the page)")
+                    "alone, read by a thread here (the server's share, without a browser's); "
+                    "blank: chromium on /healthz (what a navigation costs the browser, whatever "
+                    "the page)")
     a = ap.parse_args()
     chromium = chromium_path()
     if chromium is None:

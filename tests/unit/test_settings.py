@@ -103,6 +103,8 @@ def test_dev_refuses_cloudformation_that_would_make_the_tables_on_another_dynamo
 @pytest.mark.parametrize(("variable", "value", "said"), [
     ("ORCH_DURABLE_PROTOCOL", "3", "ORCH_DURABLE_PROTOCOL: 3 is no durable protocol version"),
     ("ORCH_DURABLE_MAX_ENTRIES", "lots", "ORCH_DURABLE_MAX_ENTRIES='lots' is not a number"),
+    ("ORCH_LOG_FORMAT", "xml", "ORCH_LOG_FORMAT='xml': use text or json"),
+    ("ORCH_OTEL", "maybe", "ORCH_OTEL='maybe': use on or off"),
 ])
 def test_a_setting_it_cannot_use_stops_dev_in_one_line_naming_it(
         variable: str, value: str, said: str) -> None:
@@ -129,3 +131,24 @@ def test_only_settings_reads_the_environment() -> None:
         and any(w in p.read_text() for w in ("os.environ", "os.getenv", "getenv("))
     ]
     assert readers == []
+
+
+@pytest.mark.parametrize(("env", "tracing"), [
+    ({}, False),
+    ({"ORCH_OTEL": "on"}, True),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True),
+    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, True),
+    ({"OTEL_TRACES_EXPORTER": "console"}, True),
+    ({"OTEL_TRACES_EXPORTER": "none"}, False),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "ORCH_OTEL": "off"}, False),
+])
+def test_tracing_is_on_when_asked_or_when_an_exporter_is_configured(
+        env: dict[str, str], tracing: bool) -> None:
+    assert Settings.from_env(env).tracing is tracing
+
+
+def test_logs_are_text_by_default_and_json_in_lambda() -> None:
+    assert Settings.from_env({}).log_format == "text"
+    assert Settings.from_env({"AWS_LAMBDA_FUNCTION_NAME": "worker"}).log_format == "json"
+    assert Settings.from_env({"AWS_LAMBDA_FUNCTION_NAME": "worker",
+                              "ORCH_LOG_FORMAT": "TEXT"}).log_format == "text"

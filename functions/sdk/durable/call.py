@@ -259,12 +259,15 @@ class Call:
     def replaying(self, scope: Scope) -> bool:
         """Whether the code running now ran in an earlier call: before the last recorded
         operation, or after it when a call recorded it and went on (a step's call runs
-        on to the next operation) and this call has started nothing new yet."""
+        on to the next operation) or when this call retries the step there (the call
+        of its failed attempt ran up to it), and this call has started nothing new yet."""
         size = self.sizes.get(scope.id, 0)
         if scope.pos < size:
             return True
         if self.fresh:
             return False
+        if self.attempts and scope.id == self.target:
+            return True  # the retried step is this scope's next operation
         last = self.journal.get((scope.id, size - 1))
         return last is not None and last.kind in RECORDED_BY_CALLS
 

@@ -33,7 +33,11 @@ _log = logging.getLogger("functions.durable.workflow")
 
 
 class _ReplayFilter(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """A logger that stays silent while the workflow replays recorded operations."""
+    """A logger that stays silent while the workflow replays recorded operations, so a
+    line is logged once, by the call that ran it first. Each line names its operation and
+    attempt (record attributes `run_id`, `workflow`, `operation`, `operation_name`,
+    `attempt`; a JSON formatter groups on them): inside a step body, that step's; between
+    operations, the next operation's place in its scope (`<scope>@<pos>`, attempt 1)."""
 
     def __init__(self, ctx: Context) -> None:
         super().__init__(_log, {})
@@ -43,7 +47,17 @@ class _ReplayFilter(logging.LoggerAdapter):  # type: ignore[type-arg]
         return not self._ctx.replaying and super().isEnabledFor(level)
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        return f"[{self._ctx.workflow} {self._ctx.run_id}] {msg}", kwargs
+        info = current_step()
+        if info is not None:
+            op, name, attempt = info.place.id, info.place.name, info.attempt
+        else:
+            _, scope = current()
+            op, name, attempt = f"{scope.id}@{scope.pos}", "", 1
+        fields = {"run_id": self._ctx.run_id, "workflow": self._ctx.workflow,
+                  "operation": op, "operation_name": name, "attempt": attempt}
+        kwargs["extra"] = {**fields, **(kwargs.get("extra") or {})}
+        where = f"{name or op} #{attempt}"
+        return f"[{self._ctx.workflow} {self._ctx.run_id} {where}] {msg}", kwargs
 
 
 @dataclass(frozen=True)

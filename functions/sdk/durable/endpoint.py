@@ -5,13 +5,14 @@ stream of operations or a version 1 answer)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
 from pydantic import TypeAdapter, ValidationError
 from starlette.responses import Response
 
+from functions.sdk import tracing
 from functions.sdk.durable.stream import OpStream
 from functions.sdk.durable.workflow import Workflow, advance, play, start
 from functions.sdk.protocol import PROTOCOL_HEADER, DurableOp, DurableRequestBody, JournalEntry
@@ -22,9 +23,11 @@ __all__ = ["answer"]
 _ENTRIES: TypeAdapter[list[JournalEntry]] = TypeAdapter(list[JournalEntry])
 
 
-async def answer(wf: Workflow, raw: bytes, protocols: Sequence[int]) -> Response:
+async def answer(wf: Workflow, raw: bytes, protocols: Sequence[int],
+                 headers: Mapping[str, str] | None = None) -> Response:
     """The answer to one call of `wf` with body `raw`, in the newest of `protocols` the
-    orchestrator also speaks."""
+    orchestrator also speaks. `headers`: the call's, whose `traceparent` (if any) the
+    call's span continues."""
     try:
         data = json.loads(raw)
     except ValueError as exc:
@@ -42,14 +45,20 @@ async def answer(wf: Workflow, raw: bytes, protocols: Sequence[int]) -> Response
             return error(503, "journal_unavailable",
                          f"could not fetch the journal by reference: {exc}", True)
     version = min(body.protocol, max(protocols))
+    heads = headers or {}
+    attributes = {"orchestrator.run_id": body.run.run_id, "orchestrator.workflow": wf.name,
+                  "orchestrator.attempt": body.run.attempt, "orchestrator.mode": body.mode}
     if version >= 2 and body.mode == "run":
         async def run(sink: Callable[[DurableOp], None]) -> float | None:
-            call, deadline = start(wf, body, version, sink)
-            await play(wf, call, body.input, deadline)
-            return deadline
+            # The span is the stream's: the workflow runs while the answer is sent.
+            with tracing.handler_span(heads, f"workflow {wf.name}", attributes):
+                call, deadline = start(wf, body, version, sink)
+                await play(wf, call, body.input, deadline)
+                return deadline
 
         return OpStream(run, {PROTOCOL_HEADER: str(version)})  # type: ignore[return-value]
-    ops = await advance(wf, body, protocol=1)
+    with tracing.handler_span(heads, f"workflow {wf.name}", attributes):
+        ops = await advance(wf, body, protocol=1)
     return Response(dumps(ops), status_code=200, media_type="application/json",
                     headers={PROTOCOL_HEADER: "1"})
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from functions.sdk import tracing
 from functions.sdk.durable import stubs
 from functions.sdk.durable.call import Place, current, roundtrip
 from functions.sdk.durable.durations import Duration, seconds
@@ -178,7 +179,8 @@ async def run_step(sc: StepCall, *, ends_branch: bool = False) -> Any:
     scope.busy = place
     token = _STEP.set(info)
     try:
-        value = await _invoke(sc)
+        with tracing.step_body_span(call.run_id, place.id, sc.name, attempt):
+            value = await _invoke(sc)
         value = roundtrip(value, f"the value step {sc.name!r} returned", call.max_value)
     except Suspend:
         raise

@@ -197,3 +197,17 @@ def test_the_dead_letter_queue_shows_its_messages_and_redrives_them(
         got = sqs.receive_message(QueueUrl=main, MaxNumberOfMessages=10, WaitTimeSeconds=1)
         back += [m["Body"] for m in got.get("Messages", [])]
     assert sorted(back) == sorted(bodies)
+
+
+def test_a_run_page_shows_what_the_run_cost(open_stack: tuple[Harness, str]) -> None:
+    h, url = open_stack
+    run_id = h.start("hello", {})
+    assert h.wait(run_id)["status"] == "success"
+    with httpx.Client(base_url=url) as c:
+        cost = c.get(f"/runs/{run_id}").json()["cost"]
+        page = c.get(f"/ui/runs/{run_id}").text
+    assert cost["total_requests"] > 0
+    assert f"<strong>{cost['total_requests']}</strong> AWS requests" in page
+    assert f"prices of {cost['prices_date']}" in page
+    for op in cost["requests"]:
+        assert f"<td>{op}</td>" in page

@@ -16,25 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.cli.render import trigger_label
+from orchestrator.engine.glyphs import GLYPHS
 
 __all__ = [
     "GLYPHS", "LEGEND", "compact", "dependency_list", "elapsed", "header", "render_diagram",
 ]
 
 # Glyphs, Unicode and ASCII; the ASCII ones are words, padded alike.
-GLYPHS = {
-    "success": ("✔", "ok"),
-    "failed": ("✖", "FAIL"),
-    "killed": ("✖", "KILL"),
-    "running": ("◐", "run"),
-    "dispatched": ("◐", "run"),
-    "ready": ("◐", "run"),
-    "queued": ("◌", "wait"),
-    "blocked": ("○", "--"),
-    "skipped": ("⊘", "skip"),
-    "waiting": ("◔", "wait"),
-    "paused": ("⏸", "PAUS"),
-}
 LEGEND = (("success", "success"), ("failed", "failed"), ("running", "running"),
           ("blocked", "blocked"), ("skipped", "skipped"))
 # Box drawing: Unicode, ASCII.

@@ -13,11 +13,11 @@ from typing import Any
 
 from orchestrator.cli.diagram import GLYPHS, compact, header
 from orchestrator.cli.timeline import TIMES
+from orchestrator.engine.glyphs import DURABLE_GLYPHS
 
 __all__ = ["render_durable"]
 
-_STATUS = {**GLYPHS, "retrying": ("↻", "retr"),
-           "timed_out": ("⌛", "tout")}
+_STATUS = {**GLYPHS, **DURABLE_GLYPHS}
 _MARKS = {  # Unicode, ASCII
     "parallel": ("◆", "<>"), "fork": ("┬", "+"), "corner": ("┐", "+"), "tee": ("├", "+"),
     "join": ("┴", "+"), "end": ("┘", "+"), "last": ("└", "+"), "h": ("─", "-"),

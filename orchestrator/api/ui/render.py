@@ -14,16 +14,13 @@ from starlette.responses import HTMLResponse
 from orchestrator import __version__
 from orchestrator.api.ui.layout import detail
 from orchestrator.api.ui.reads import ENDED
+from orchestrator.engine.glyphs import DURABLE_GLYPHS
+from orchestrator.engine.glyphs import GLYPHS as TERMINAL_GLYPHS
 
 __all__ = ["GLYPHS", "fragment", "page"]
 
-# A status's glyph and its words, as the terminal diagram draws them.
-GLYPHS = {
-    "success": "✔", "failed": "✖", "running": "◐", "blocked": "○", "skipped": "⊘",
-    "queued": "◌", "waiting": "⧗", "paused": "⏸", "cancelled": "⊘", "timed_out": "✖",
-    "ready": "◌", "retrying": "↻", "stopping": "◐", "pending": "○", "killed": "⊘",
-    "dispatched": "◐",
-}
+# A status's glyph, as the terminal diagram draws it.
+GLYPHS = {status: pair[0] for status, pair in {**TERMINAL_GLYPHS, **DURABLE_GLYPHS}.items()}
 
 
 

@@ -211,3 +211,53 @@ def test_a_run_page_shows_what_the_run_cost(open_stack: tuple[Harness, str]) -> 
     assert f"prices of {cost['prices_date']}" in page
     for op in cost["requests"]:
         assert f"<td>{op}</td>" in page
+
+
+DURABLE = """
+backends:
+  app: { url: "${APP}", secret: durable-secret }
+workflows:
+  docapproval: { backend: app }
+  ticking:
+    schedule: { cron: "0 3 * * *" }
+    backend: app
+    workflow: chain
+"""
+
+
+def test_durable_actions_signal_reset_and_resume_go_through_the_forms(
+        harness_factory: Any, app_url: str) -> None:
+    h = harness_factory(DURABLE.replace("${APP}", app_url))
+    h.start_workers(1, threads=4)
+    run_id = h.start("docapproval", {"doc": "d-3"})
+    deadline = time.monotonic() + 20
+    while (h.rt.runs.view(run_id).get("waiting") or {}).get("kind") != "signal":
+        assert time.monotonic() < deadline, "the run never waited for its signal"
+        time.sleep(0.05)
+    with BackgroundServer(create_app(h.rt)) as server, \
+            httpx.Client(base_url=server.url) as c:
+        page = c.get(f"/ui/runs/{run_id}").text
+        assert "Execute hook" in page and "Send signal" in page
+        wake = c.post(f"/ui/runs/{run_id}/resume")
+        assert "done=resumed" in wake.headers["location"]
+        bad = c.post(f"/ui/runs/{run_id}/signal", data={"name": "doc-approval",
+                                                        "payload": "[1]"})
+        assert "a+JSON+object" in bad.headers["location"]
+        sent = c.post(f"/ui/runs/{run_id}/signal", data={
+            "name": "doc-approval", "payload": '{"approved": true, "documentId": "d-3"}'})
+        assert "signal+doc-approval+sent" in sent.headers["location"]
+        view = h.wait(run_id)
+        assert view["status"] == "success" and view["output"]["published"] is True
+        late = c.post(f"/ui/runs/{run_id}/reset", data={"to": "0"})
+        assert "problem=" in late.headers["location"]  # it finished: nothing is reset
+        # The schedule's buttons: pause, resume and trigger (a run starts).
+        for action in ("pause", "resume", "trigger"):
+            done = c.post(f"/ui/workflows/ticking/schedule/{action}")
+            assert f"schedule+of+ticking%3A+{action}" in done.headers["location"], action
+        assert h.rt.store.runs.list_runs("ticking", h.rt.clock())[0]
+        # A test event is stored and named on the events page.
+        emitted = c.post("/ui/events", data={"name": "order.placed", "key": "k-1",
+                                             "data": '{"total": 3}'})
+        assert "event+order.placed+stored" in emitted.headers["location"]
+        events = c.get("/ui/events?name=order.placed").text
+        assert "k-1" in events and "&#34;total&#34;: 3" in events

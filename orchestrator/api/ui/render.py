@@ -60,8 +60,8 @@ _env.filters.update(when=_when, pretty=_pretty, dollars=_dollars,
 _env.globals.update(took=_took, ended=lambda status: status in ENDED, version=__version__)
 
 
-def fragment(name: str, **context: Any) -> str:
-    return _env.get_template(name).render(**context)
+def fragment(template: str, **context: Any) -> str:
+    return _env.get_template(template).render(**context)
 
 
 def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -112,10 +113,9 @@ def main() -> int:
                     "the page)")
     a = ap.parse_args()
     chromium = chromium_path()
-    if chromium is None:
+    if chromium is None and a.viewer != "stream":
         print("no chromium: apt install chromium", file=sys.stderr)
         return 2
-    from playwright.sync_api import sync_playwright
 
     work = Path(tempfile.mkdtemp(prefix="bench-dashboard-"))
     if a.browser_nice:
@@ -181,12 +181,19 @@ def main() -> int:
                 raise RuntimeError(f"{run_id} ended {view['status']}")
             return float(view["finished_at"] - view["created_at"])
 
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=chromium, headless=True, args=ARGS)
-            page = browser.new_page()
-            page.goto(link)  # signs in once
-            listing = browser.new_page()
-            listing.goto(f"{url}/ui/runs")
+        with ExitStack() as stack:
+            page: Any = None
+            if a.viewer != "stream":
+                from playwright.sync_api import sync_playwright
+
+                p = stack.enter_context(sync_playwright())
+                browser = p.chromium.launch(executable_path=chromium, headless=True,
+                                            args=ARGS)
+                stack.callback(browser.close)
+                page = browser.new_page()
+                page.goto(link)  # signs in once
+                listing = browser.new_page()
+                listing.goto(f"{url}/ui/runs")
             for r in range(a.rounds):
                 for side in ("closed", "open"):
                     viewer = "stream" if a.viewer == "stream" else page
@@ -198,7 +205,6 @@ def main() -> int:
                         results[side].append(took)
                     print(f"round {r} {side:6} {took * 1000:7.0f} ms", flush=True)
                     memory[side] = max(memory.get(side, 0.0), _rss_mb(dev.pid))
-            browser.close()
     finally:
         for proc in (dev, fn):
             try:

@@ -44,6 +44,21 @@ def test_quick_benchmark_prints_its_figures() -> None:
 
 
 @pytest.mark.slow
+def test_the_dashboard_benchmark_times_both_sides(tmp_path: Path) -> None:
+    out = tmp_path / "dashboard.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "bench" / "dashboard_open.py"), "--rounds", "2",
+         "--steps", "10", "--viewer", "stream", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(out.read_text())
+    for side in ("closed", "open"):
+        assert r[side]["ms_per_step_median"] > 0 and r[side]["dev_rss_mb_max"] > 0
+    assert r["ratio_open_over_closed"] > 0
+
+
+@pytest.mark.slow
 def test_quick_emulator_benchmark_prints_both_sides() -> None:
     r = quick("emulator.py")
     assert set(r) == {"stock", "memoized"}

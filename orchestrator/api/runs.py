@@ -34,8 +34,8 @@ from orchestrator.services.idempotency import KEY_RE
 from orchestrator.services.values import check_value
 
 __all__ = [
-    "add_run_event", "cancel_run", "get_run", "list_runs", "paths", "rerun_run",
-    "run_events", "start_run", "summary",
+    "add_run_event", "cancel_run", "decode_cursor", "encode_cursor", "get_run", "list_runs",
+    "paths", "rerun_run", "run_events", "start_run", "summary",
 ]
 
 # The attributes a listing's LastEvaluatedKey can hold (table and index keys).
@@ -46,11 +46,11 @@ FOLLOW_EVERY = 0.1
 MAX_WAIT = 25.0
 
 
-def _cursor(last: dict[str, Any] | None) -> str | None:
+def encode_cursor(last: dict[str, Any] | None) -> str | None:
     return base64.urlsafe_b64encode(json.dumps(last).encode()).decode() if last else None
 
 
-def _uncursor(cursor: str | None) -> dict[str, Any] | None:
+def decode_cursor(cursor: str | None) -> dict[str, Any] | None:
     if not cursor:
         return None
     try:
@@ -184,12 +184,12 @@ async def list_runs(request: Request) -> JSONResponse:
     except ValueError:
         raise UsageError("limit: not an integer") from None
     limit = max(1, min(limit, 100))
-    start = _uncursor(q.get("cursor"))
+    start = decode_cursor(q.get("cursor"))
     runs, last = await run_in_threadpool(
         lambda: rt.store.runs.list_runs(workflow, rt.clock(), status=status, limit=limit,
                                         start=start)
     )
-    return JSONResponse({"runs": [summary(r) for r in runs], "next_cursor": _cursor(last)})
+    return JSONResponse({"runs": [summary(r) for r in runs], "next_cursor": encode_cursor(last)})
 
 
 async def cancel_run(request: Request) -> JSONResponse:

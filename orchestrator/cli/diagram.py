@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.cli.render import trigger_label
 from orchestrator.engine.glyphs import GLYPHS
+from orchestrator.engine.layers import columns_by_longest_path
 
 __all__ = [
     "GLYPHS", "LEGEND", "compact", "dependency_list", "elapsed", "header", "render_diagram",
@@ -111,16 +112,7 @@ def _columns(steps: Sequence[dict[str, Any]], ascii_only: bool) -> list[list[_No
              for s in steps}
     for n in nodes.values():
         n.deps = tuple(d for d in n.deps if d in nodes)
-    column: dict[str, int] = {}
-
-    def place(name: str, seen: frozenset[str] = frozenset()) -> int:
-        if name not in column:
-            deps = [d for d in nodes[name].deps if d not in seen]
-            column[name] = 1 + max((place(d, seen | {name}) for d in deps), default=-1)
-        return column[name]
-
-    for name in nodes:
-        place(name)
+    column = columns_by_longest_path({name: n.deps for name, n in nodes.items()})
     columns: list[list[_Node]] = [[] for _ in range(max(column.values(), default=-1) + 1)]
     for name, n in nodes.items():
         n.column = column[name]

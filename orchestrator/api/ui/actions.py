@@ -16,7 +16,6 @@ from starlette.responses import RedirectResponse, Response
 
 from orchestrator.api.state import api_state
 from orchestrator.errors import OrchestratorError, UsageError
-from orchestrator.services.hooks import Gone
 
 __all__ = ["cancel", "emit", "execute_hook", "redrive", "rerun", "reset", "resume",
            "schedule", "signal", "start"]
@@ -47,9 +46,7 @@ async def _act(request: Request, back: str, do: Callable[[Any, Any], str | Respo
     form = await request.form()
     try:
         result = await run_in_threadpool(do, rt, form)
-    except Gone as exc:
-        return _back(back, problem=exc.message)
-    except OrchestratorError as exc:
+    except OrchestratorError as exc:  # a refusal, a 410 hook included
         return _back(back, problem=exc.message)
     return result if isinstance(result, Response) else _back(back, done=result)
 
@@ -128,8 +125,12 @@ async def execute_hook(request: Request) -> Response:
 
 async def resume(request: Request) -> Response:
     run_id = request.path_params["run_id"]
-    return await _act(request, _run_back(request),
-                      lambda rt, form: (rt.durable.resume(run_id), "resumed")[1])
+
+    def do(rt: Any, form: Any) -> str:
+        rt.durable.resume(run_id)
+        return "resumed"
+
+    return await _act(request, _run_back(request), do)
 
 
 async def reset(request: Request) -> Response:

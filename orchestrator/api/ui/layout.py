@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.engine.attempt_segments import Segment, segments
+from orchestrator.engine.layers import columns_by_longest_path
 
 __all__ = ["Bar", "Box", "Graph", "Waterfall", "graph", "waterfall"]
 
@@ -36,24 +37,6 @@ class Graph:
     box_h: int = BOX_H
 
 
-def _layers(steps: Sequence[dict[str, Any]]) -> dict[str, int]:
-    deps = {s["step"]: [d for d in s.get("depends_on") or () if d != s["step"]] for s in steps}
-    layer: dict[str, int] = {}
-
-    def place(name: str, seen: frozenset[str] = frozenset()) -> int:
-        if name in layer:
-            return layer[name]
-        if name in seen or name not in deps:  # a cycle or an unknown step: a root
-            return 0
-        up = [place(d, seen | {name}) for d in deps[name] if d in deps]
-        layer[name] = 1 + max(up) if up else 0
-        return layer[name]
-
-    for s in steps:
-        place(s["step"])
-    return layer
-
-
 def detail(step: dict[str, Any]) -> str:
     """The one line under a step's name: what it is doing or why it stopped."""
     status = str(step.get("status", ""))
@@ -72,7 +55,8 @@ def detail(step: dict[str, Any]) -> str:
 def graph(steps: Sequence[dict[str, Any]]) -> Graph:
     """Columns left to right by longest path; each column ordered by the mean row of
     its dependencies (one barycentre pass), which uncrosses most fan-ins and fan-outs."""
-    layer = _layers(steps)
+    layer = columns_by_longest_path(
+        {s["step"]: [d for d in s.get("depends_on") or () if d != s["step"]] for s in steps})
     columns: list[list[dict[str, Any]]] = [[] for _ in range(max(layer.values(), default=-1) + 1)]
     for s in steps:
         columns[layer.get(s["step"], 0)].append(s)

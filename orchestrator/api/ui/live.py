@@ -10,6 +10,7 @@ RUN_EVERY or LIST_EVERY seconds, whatever the run's size."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -77,9 +78,9 @@ async def run_stream(request: Request) -> Response:
 
 
 def _ended(body: bytes) -> bool:
-    """Whether a run's view (JSON) says it ended or paused, without parsing its steps."""
-    head = body[:400]
-    return any(f'"status":"{s}"'.encode() in head for s in ENDED) or b'"paused":{' in body
+    """Whether a run's view (JSON, as GET /runs/{id} sends it) says it ended or paused."""
+    view = json.loads(body)
+    return view["status"] in ENDED or bool(view.get("paused"))
 
 
 async def runs_stream(request: Request) -> Response:

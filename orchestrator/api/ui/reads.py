@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-from orchestrator.api.runs import _cursor, _uncursor, summary
+from orchestrator.api.runs import decode_cursor, encode_cursor, summary
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import UsageError
 from orchestrator.runtime import Runtime
@@ -86,7 +86,7 @@ def list_page(rt: Runtime, f: RunFilters, cursor: str | None, limit: int = 25
     listing page read is consumed whole (kept or filtered out), so its last key is the
     next page's cursor."""
     since, until = _time(f.since, "since"), _time(f.until, "until")
-    start = _uncursor(cursor)
+    start = decode_cursor(cursor)
     out: list[dict[str, Any]] = []
     for _ in range(MAX_PAGES):
         runs, last = rt.store.runs.list_runs(f.workflow or None, rt.clock(),
@@ -106,7 +106,7 @@ def list_page(rt: Runtime, f: RunFilters, cursor: str | None, limit: int = 25
         start = last
         if len(out) >= limit:
             break
-    return out, _cursor(start)
+    return out, encode_cursor(start)
 
 
 def _node(r: Any) -> dict[str, Any]:
@@ -141,7 +141,8 @@ def lineage(rt: Runtime, view: dict[str, Any]) -> dict[str, Any]:
             out += tree(r.run_id, depth + 1) if depth < 20 else []
         return out
 
-    top = ancestors[-1] if ancestors else {**_node_of_view(view)}
+    top = ancestors[-1] if ancestors else {
+        "run_id": run_id, "status": view["status"], "created_at": view.get("created_at")}
     parent = view.get("parent_run_id")
     kids = rt.children.of(run_id) if view.get("kind") == "durable" else []
     found = rt.store.runs.get_runs(kids, now) if kids else {}
@@ -151,11 +152,6 @@ def lineage(rt: Runtime, view: dict[str, Any]) -> dict[str, Any]:
         "parent": parent,
         "children": [summary(found[i]) for i in kids if i in found],
     }
-
-
-def _node_of_view(view: dict[str, Any]) -> dict[str, Any]:
-    return {"run_id": view["run_id"], "status": view["status"],
-            "created_at": view.get("created_at")}
 
 
 def _view_history(view: dict[str, Any]) -> list[dict[str, Any]]:

@@ -16,7 +16,8 @@ non-repeatable effect, posting to Slack, is keyed on the idempotency key.
 
 `create_app` also serves the durable examples of `functions/examples/durable/` (at
 POST /durable/<name>, their files under ``<work_dir>/durable/``): it is the app
-`orchestrator dev` serves for the demo manifest.
+`orchestrator dev` serves for the demo manifest, with the flow-control recipes'
+routes of `functions/examples/flow.py` (their logs under ``<work_dir>/flow/``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from functions.examples import durable
+from functions.examples import durable, flow
 from functions.sdk import FunctionApp, StepRequest, TerminalError
 
 __all__ = ["DATA_DIR", "ORDERS_STEP", "REPORT_STEP", "USERS_STEP", "create_app"]
@@ -180,6 +181,7 @@ def create_app(
         }
 
     app.workflow(*durable.workflows(durable.Services.at(work_dir / "durable")))
+    flow.register(app, work_dir / "flow")
     return app
 
 

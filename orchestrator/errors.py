@@ -85,6 +85,8 @@ class Code(StrEnum):
     UNKNOWN_BACKEND = "unknown_backend", False, "the step's backend is not configured"
     RUN_MISSING = "run_missing", False, "the step's run row is gone"
     SKIPPED = "skipped", False, "the step never ran: a dependency failed or the run stopped"
+    CONDITION_FALSE = ("condition_false", False,
+                       "the step did not run: its `if:` was false (its dependants go on)")
     # A run's error (`error` in a run's view).
     STEP_FAILED = "step_failed", False, "a step failed (`step`, `steps`, `reason`)"
     KILLED = "killed", False, "the run was cancelled (`reason`)"

@@ -45,6 +45,7 @@ from orchestrator.engine.durable import is_driver
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import ConditionFailed, OrchestratorError, StoreError
 from orchestrator.services.children import Children
+from orchestrator.services.conditions import CONDITION_FALSE, holds
 from orchestrator.services.durable import Durable, Target
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import LRU, Executor, Tally
@@ -449,6 +450,17 @@ class Worker:
                 out[name] = self.executor.load_output(dep)
         return {d: out.get(d) for d in row.deps}
 
+    def _condition_holds(self, row: StepRecord, ctx: RunContext) -> bool:
+        """Whether the step's `if:` holds (True without one): read once its
+        dependencies are done, right before the call."""
+        spec = ctx.definition.specs.get(row.step) if ctx.definition is not None else None
+        if spec is None or spec.condition is None:
+            return True
+        assert ctx.definition is not None
+        return holds(spec, list(ctx.definition.specs), ctx.input,
+                     lambda names: self.store.steps.get_outputs(row.run_id, names),
+                     self.executor.load_output)
+
     def execute(self, row: StepRecord, tally: Tally) -> StepRecord | None:
         """Run one claimed attempt; return the next row to run inline, if any."""
         # The start check (DESIGN.md, invariant 5): with the lease taken, right before
@@ -477,6 +489,10 @@ class Worker:
             outcome = unknown_backend(row.step, row.backend)
         else:
             try:
+                if not self._condition_holds(row, ctx):
+                    self.executor.succeed(row, ctx, "null", None, 0, tally, keep_one=None,
+                                          skipped=CONDITION_FALSE)
+                    return None
                 steps = self.dep_outputs(row, ctx.created_at)
             except (OrchestratorError, ValueError) as exc:
                 outcome = inputs_unavailable(str(exc))

@@ -42,6 +42,8 @@ class StepSpec:
     retry_delay: float = 1.0
     retry_max_delay: float = 300.0
     timeout: float = 60.0
+    # `if:` as written: evaluated when the dependencies are done (None: always runs).
+    condition: str | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ class Definition:
                         "maxDelay": s.retry_max_delay,
                     },
                     "timeout": s.timeout,
+                    **({"if": s.condition} if s.condition is not None else {}),
                 }
                 for s in self.steps
             },
@@ -135,6 +138,7 @@ class Definition:
                     retry_delay=float(retry.get("delay", 1.0)),
                     retry_max_delay=float(retry.get("maxDelay", 300.0)),
                     timeout=float(st.get("timeout") or 60.0),
+                    condition=st.get("if"),
                 )
             )
         return cls(
@@ -173,6 +177,7 @@ class Definition:
                     retry_delay=st.retry.delay,
                     retry_max_delay=st.retry.max_delay,
                     timeout=timeout or default_timeout,
+                    condition=st.if_,
                 )
             )
         return cls(tuple(steps), OnFailure(workflow.on_failure))

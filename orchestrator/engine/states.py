@@ -114,6 +114,9 @@ STEP_MOVES = {
         _step("satisfy", {B}),
         _step("claim", {RD, D}, D),
         _step("succeed", {D}, S.SUCCESS),
+        # A step whose `if:` is false ends skipped, promoting its dependants as a
+        # success does (engine/transitions: not a skip below a failure).
+        _step("skip-if", {D}, S.SKIPPED),
         _step("retry", {D}, D),
         _step("fail", {D}, S.FAILED),
         _step("skip", {B, RD, D}, S.SKIPPED),

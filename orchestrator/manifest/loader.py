@@ -42,6 +42,7 @@ from orchestrator.manifest.models import (
     Webhook,
     Workflow,
     backend_problems,
+    condition_problems,
     did_you_mean,
     graph_problems,
     webhook_problems,
@@ -222,8 +223,12 @@ class _Loader:
             # when a field elsewhere in the workflow is invalid.
             deps, targets = _raw_edges(name, raw)
             calls.extend(targets)
-            for path, message in graph_problems(deps):
+            graph = graph_problems(deps)
+            for path, message in graph:
                 found.add((*at, *path), message)
+            if not graph:
+                for path, message in condition_problems(deps, _raw_conditions(raw)):
+                    found.add((*at, *path), message)
             for path, message in backend_problems(raw, list(raw_backends)):
                 found.add((*at, *path), message)
             model = self._validate(Workflow, raw, at, found)
@@ -323,6 +328,15 @@ class _Loader:
             prefix, data = (name,), data[name]
         sources.files[name] = (lines, prefix, order)
         return data
+
+
+def _raw_conditions(raw: dict[str, Any]) -> dict[str, str]:
+    """Each step's `if:` that is a string, read leniently from a raw workflow."""
+    steps = raw.get("steps")
+    if not isinstance(steps, dict):
+        return {}
+    return {name: step["if"] for name, step in steps.items()
+            if isinstance(step, dict) and isinstance(step.get("if"), str)}
 
 
 def _raw_edges(workflow: str, raw: dict[str, Any]) -> tuple[dict[str, list[str]], list[Call]]:

@@ -61,6 +61,7 @@ from orchestrator.manifest.workflows import (
     Step,
     Workflow,
     backend_problems,
+    condition_problems,
     graph_problems,
 )
 from orchestrator.manifest.yamlsafe import dotted
@@ -87,6 +88,7 @@ __all__ = [
     "Webhook",
     "Workflow",
     "backend_problems",
+    "condition_problems",
     "did_you_mean",
     "graph_problems",
     "webhook_problems",

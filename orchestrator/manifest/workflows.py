@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.expressions import ExpressionError
+from orchestrator.expressions.conditions import compile_condition
 from orchestrator.manifest.fields import (
     Duration,
     ManifestModel,
@@ -48,6 +50,7 @@ __all__ = [
     "Step",
     "Workflow",
     "backend_problems",
+    "condition_problems",
     "graph_problems",
 ]
 
@@ -140,8 +143,22 @@ class RetryPolicy(ManifestModel):
         return retry_delay(self.strategy, self.delay, self.max_delay, retry)
 
 
+def _condition_syntax(value: str) -> str:
+    """A step's `if:` parses and reads only `input` and `steps` (which steps it may
+    read is the workflow's check: `condition_problems`)."""
+    try:
+        compile_condition(value, None)
+    except ExpressionError as err:
+        raise ValueError(str(err)) from None
+    return value
+
+
+StepCondition = Annotated[str, AfterValidator(_condition_syntax)]
+
+
 class Step(ManifestModel):
-    """One POST to `backend`'s `route`, after every step in `depends_on` succeeded."""
+    """One POST to `backend`'s `route`, after every step in `depends_on` succeeded,
+    if its condition `if` (over `input` and ancestors' `steps.<name>.output`) holds."""
 
     backend: str
     route: Route
@@ -149,6 +166,7 @@ class Step(ManifestModel):
     payload: dict[PayloadKey, Any] = Field(default_factory=dict)
     retry: RetryPolicy = RetryPolicy()
     timeout: Duration | None = None
+    if_: StepCondition | None = Field(default=None, alias="if")
 
 
 class ForEach(ManifestModel):
@@ -252,6 +270,9 @@ class Workflow(ManifestModel):
         if not checks_deferred(info):
             deps = {name: step.depends_on for name, step in self.steps.items()}
             problems = graph_problems(deps)
+            if not problems:
+                problems = condition_problems(
+                    deps, {n: s.if_ for n, s in self.steps.items() if s.if_ is not None})
             if problems:
                 raise ValueError("; ".join(f"{dotted(p)}: {m}" for p, m in problems))
         return self
@@ -308,6 +329,43 @@ def graph_problems(deps: Mapping[str, Sequence[str]]) -> list[tuple[YamlPath, st
         problems.append(
             (("steps", cycle[0], "dependsOn"), f"dependency cycle: {' -> '.join(cycle)}")
         )
+    return problems
+
+
+def ancestors(deps: Mapping[str, Sequence[str]], step: str) -> set[str]:
+    """Every step `step` comes after, transitively through `dependsOn`."""
+    seen: set[str] = set()
+    todo = list(deps.get(step, ()))
+    while todo:
+        dep = todo.pop()
+        if dep not in seen and dep in deps:
+            seen.add(dep)
+            todo.extend(deps[dep])
+    return seen
+
+
+def condition_problems(deps: Mapping[str, Sequence[str]], conditions: Mapping[str, str]
+                       ) -> list[tuple[YamlPath, str]]:
+    """Conditions (`if:`) that read a step which is not an ancestor of theirs: its
+    output would not exist when the condition is evaluated. Run on a sound graph."""
+    problems: list[tuple[YamlPath, str]] = []
+    for step, source in conditions.items():
+        at: YamlPath = ("steps", step, "if")
+        try:
+            compile_condition(source, None)
+        except ExpressionError:
+            continue  # the step's own field reports it
+        try:
+            cond = compile_condition(source, list(deps))
+        except ExpressionError as err:
+            problems.append((at, str(err)))
+            continue
+        above = ancestors(deps, step)
+        for written, name in cond.refs.items():
+            if name not in above:
+                problems.append((at, f"steps.{written} reads step {name!r}, which is not an "
+                                 f"ancestor of {step!r} (add it to dependsOn, directly or "
+                                 "through a step that depends on it)"))
     return problems
 
 

@@ -124,10 +124,13 @@ class Executor:
         keep_one: Lease | None,
         on_recorded: Callable[[], None] | None = None,
         fold: Fold | None = None,
+        skipped: str | None = None,
     ) -> tuple[StepRecord | None, StepRecord] | None:
         """Record success and promote dependants. Returns (the dependant promoted straight
         into `keep_one`'s lease for the caller to run inline, the recorded row), or None
-        if our lease was lost (someone else owns the attempt now)."""
+        if our lease was lost (someone else owns the attempt now). `skipped`: the step's
+        condition was false; it ends skipped for that reason, and its dependants go on
+        as after a success (its output is null)."""
         now = self.clock()
         done: StepRecord | None = None
         # A success keeps its claim's wake: a crash between this record and its
@@ -145,7 +148,8 @@ class Executor:
             # failing) fails that guard and takes the full write, which reads the flags
             # back.
             done = self.store.steps.put_success(row, output_json=output_json, output_ref=output_ref,
-                                                size=size, now=now, keep_wake=keep_wake)
+                                                size=size, now=now, keep_wake=keep_wake,
+                                                skipped=skipped)
         except ConditionFailed:
             pass
         if done is None:
@@ -156,6 +160,7 @@ class Executor:
                     output_ref=output_ref,
                     size=size,
                     now=now,
+                    skipped=skipped,
                 )
             except ConditionFailed:
                 return None

@@ -35,10 +35,15 @@ from orchestrator.adapters.store.tables import (
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import STEP_MOVES, Move, StepStatus
 from orchestrator.engine.wakes import resend_wake
-from orchestrator.errors import ConditionFailed
+from orchestrator.errors import Code, ConditionFailed
 from orchestrator.strict_json import dumps
 
 __all__ = ["Lease", "StepWrites"]
+
+
+def skip_doc(reason: str) -> dict[str, Any]:
+    """What a step skipped by its condition shows where a failure shows its error."""
+    return {"code": Code.CONDITION_FALSE.value, "message": reason}
 
 
 @dataclass(frozen=True)
@@ -402,13 +407,15 @@ class StepWrites(Tables):
         size: int,
         now: float,
         keep_wake: bool = False,
+        skipped: str | None = None,
     ) -> StepRecord:
         """The full write of a success (the common case, a row with no flag, is
         `put_success`). `keep_wake`: leave the claim's wake (its lease's end) as it is,
         for a step whose follow-ups (its dependants' promotions) are checked then: the
         row stays where it is in the wake index, which costs no index write (moving it
-        costs two)."""
-        move = STEP_MOVES["succeed"]
+        costs two). `skipped`: the step's condition was false: it ends `skipped` for
+        that reason, and is otherwise recorded (and followed up) as a success."""
+        move = STEP_MOVES["skip-if" if skipped else "succeed"]
         values: dict[str, Any] = {
             ":now": num(now),
             ":exp": num(now + self.step_retention),
@@ -420,12 +427,17 @@ class StepWrites(Tables):
         else:
             sets = "#out = :out"
             values[":out"] = {"S": output_json or "null"}
-        hist = history_clause(values, now, "step.succeeded", attempt=attempt, bytes=size)
+        hist = (history_clause(values, now, "step.skipped", attempt=attempt, reason=skipped)
+                if skipped else
+                history_clause(values, now, "step.succeeded", attempt=attempt, bytes=size))
+        if skipped:
+            sets += ", #err = :err"
+            values[":err"] = {"S": dumps(skip_doc(skipped))}
         update = (
             f"SET {status_set(move, values)}, {sets}, output_size = :size, finished_at = :now,"
             f" expires_at = :exp,{'' if keep_wake else ' wake_at = :now,'}"
             f" {hist}"
-            " REMOVE lease_owner, lease_until, #err"
+            f" REMOVE lease_owner, lease_until{'' if skipped else ', #err'}"
         )
         names = {"#err": "error", "#h": "history"}
         if output_ref is None:
@@ -437,7 +449,7 @@ class StepWrites(Tables):
 
     def put_success(
         self, row: StepRecord, *, output_json: str | None, output_ref: str | None,
-        size: int, now: float, keep_wake: bool = False,
+        size: int, now: float, keep_wake: bool = False, skipped: str | None = None,
     ) -> StepRecord:
         """A success of a row with no flag, as one PutItem of the whole row: `row` is the row
         as its claim answered it (every attribute of it), moved on as the update would.
@@ -449,17 +461,22 @@ class StepWrites(Tables):
         with carry(row.run_id, "dynamodb.PutItem") as counts:
             return self._put_success(row, output_json=output_json, output_ref=output_ref,
                                      size=size, now=now, keep_wake=keep_wake,
-                                     requests=summed(row.requests, counts))
+                                     requests=summed(row.requests, counts), skipped=skipped)
 
     def _put_success(
         self, row: StepRecord, *, output_json: str | None, output_ref: str | None,
         size: int, now: float, keep_wake: bool, requests: dict[str, int],
+        skipped: str | None = None,
     ) -> StepRecord:
-        move = STEP_MOVES["succeed"]
-        entry = history_entry(now, "step.succeeded", attempt=row.attempt, bytes=size)
+        move = STEP_MOVES["skip-if" if skipped else "succeed"]
+        entry = (history_entry(now, "step.skipped", attempt=row.attempt, reason=skipped)
+                 if skipped else
+                 history_entry(now, "step.succeeded", attempt=row.attempt, bytes=size))
         done = replace(
-            row, status=StepStatus.SUCCESS, finished_at=now, lease_owner=None,
-            lease_until=None, error=None, has_output=False, output=None, output_ref=None,
+            row, status=StepStatus.SKIPPED if skipped else StepStatus.SUCCESS, finished_at=now,
+            lease_owner=None, lease_until=None, error=skip_doc(skipped) if skipped else None,
+            has_output=False, output=None,
+            output_ref=None,
             output_size=size, expires_at=now + self.step_retention,
             wake_at=row.wake_at if keep_wake else now, count_me=False, stopping=False,
             history=(*row.history, json.loads(entry["S"])), requests=requests,

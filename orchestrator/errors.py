@@ -10,6 +10,7 @@ __all__ = [
     "Code",
     "ConditionFailed",
     "Conflict",
+    "Forbidden",
     "InvalidName",
     "ManifestError",
     "NotFound",
@@ -108,6 +109,11 @@ class Code(StrEnum):
     CONFLICT = "conflict", False, "409: the request does not fit the run's state"
     HOOK_GONE = "hook_gone", False, "410: a hook already executed (single-use) or expired"
     RUN_FINISHED = "run_finished", False, "409: the run has already finished"
+    APPROVAL_ANSWERED = ("approval_answered", False,
+                         "409: the approval was answered already (or timed out): nothing changed")
+    APPROVAL_TIMED_OUT = ("approval_timed_out", False,
+                          "409: an answer after the approval's deadline: it timed out")
+    FORBIDDEN = "forbidden", False, "403: the API key is not among the approval's approvers"
     RUN_NOT_FINISHED = "run_not_finished", False, "409: rerun of a run still going"
     NOTHING_TO_RERUN = "nothing_to_rerun", False, "409: rerun of a run that succeeded"
     IDEMPOTENCY_KEY_REUSED = ("idempotency_key_reused", False,
@@ -198,6 +204,12 @@ class Unauthorized(OrchestratorError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class Forbidden(OrchestratorError):
+    """Authenticated, but not allowed to do this (403)."""
+
+    code = Code.FORBIDDEN
 
 
 class ManifestError(OrchestratorError):

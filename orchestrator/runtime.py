@@ -19,6 +19,7 @@ from orchestrator.adapters.store.control import Control
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.wakes import WakeTimes
 from orchestrator.services.admission import Admission
+from orchestrator.services.approvals import Approvals
 from orchestrator.services.children import Children
 from orchestrator.services.durable_admin import DurableAdmin
 from orchestrator.services.event_waits import EventWaits
@@ -57,6 +58,7 @@ class Runtime:
     event_waits: EventWaits
     hooks: Hooks
     children: Children
+    approvals: Approvals
 
     @classmethod
     def build(
@@ -111,13 +113,13 @@ class Runtime:
             control, runs, clock, grace=settings.schedule_grace,
             max_body=settings.output_hard_cap,
         )
+        hooks = Hooks(control, store, signals, clock, secret=settings.hook_secret,
+                      public_url=settings.public_url)
         return cls(
             settings, manifest, clients, store, queues, blobs, executor, runs, clock, control,
             admission, events, webhooks, scheduler, signals,
-            DurableAdmin(store, queues, clock), event_waits,
-            Hooks(control, store, signals, clock, secret=settings.hook_secret,
-                  public_url=settings.public_url),
-            children,
+            DurableAdmin(store, queues, clock), event_waits, hooks, children,
+            Approvals(store, queues, hooks, clock),
         )
 
     def backends(self) -> dict[str, BackendRef]:
@@ -131,7 +133,7 @@ class Runtime:
         return Worker(
             self.executor, invoker, self.backends(), admit=self.admission.due,
             clock=clock or self.clock, event_waits=self.event_waits, hooks=self.hooks,
-            children=self.children, **kwargs,
+            children=self.children, approvals=self.approvals, **kwargs,
         )
 
     def released(self, run: RunRecord) -> None:

@@ -35,7 +35,7 @@ from infra.direct import create_data_resources
 from infra.emulator import Emulator
 from orchestrator.adapters.aws import Clients, make_clients
 from orchestrator.adapters.messages import Dispatch
-from orchestrator.engine.states import RunStatus
+from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.manifest.durations import parse_duration
 from orchestrator.manifest.loader import manifest_from_text
 from orchestrator.runtime import Runtime
@@ -99,7 +99,9 @@ class WorkflowEnv:
     made here), each under the name it is served by, on a real orchestrator of their own.
 
     `secret`: the app's signing secret, if it has one. `options`: more manifest fields
-    per workflow (`timeout`, `on: {event: ...}` for `emit`). `emulator`: one to share
+    per workflow (`timeout`, `on: {event: ...}` for `emit`). `dags`: YAML workflows
+    (name -> the workflow's mapping, its steps on backend `app`: the app's routes), run
+    on the same fake clock (a retry's backoff, an approval's deadline). `emulator`: one to share
     (a session fixture); otherwise the environment starts and stops its own. `start`:
     the fake clock's first reading (default: the real time now)."""
 
@@ -112,9 +114,11 @@ class WorkflowEnv:
         options: Mapping[str, Mapping[str, Any]] | None = None,
         emulator: Emulator | None = None,
         start: float | None = None,
+        dags: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         workflows = list(workflows)
-        if (app is None) == (not workflows):
+        self.dags = {k: dict(v) for k, v in (dags or {}).items()}
+        if (app is None) == (not workflows) and not (app is not None and self.dags):
             raise ValueError("give WorkflowEnv an app serving the workflows, or workflows=[...]")
         if app is None:
             secret = secrets.token_hex(16)
@@ -122,7 +126,7 @@ class WorkflowEnv:
             app.workflow(*workflows)
         if app.signed and not secret:
             raise ValueError("the app checks signatures: pass its secret (secret=...)")
-        if not app.workflows:
+        if not app.workflows and not self.dags:
             raise ValueError("the app serves no durable workflow (app.workflow(...))")
         unknown = sorted(set(options or {}) - set(app.workflows))
         if unknown:
@@ -188,6 +192,7 @@ class WorkflowEnv:
             "workflows": {name: {"backend": "app", "workflow": name, **self.options.get(name, {})}
                           for name in self.app.workflows},
         }
+        doc["workflows"].update(self.dags)
         return yaml.safe_dump(doc, sort_keys=False), env
 
     def close(self) -> None:
@@ -364,8 +369,13 @@ class WorkflowEnv:
                 elif run.admit_at is not None:
                     next_at = run.admit_at if next_at is None else min(next_at, run.admit_at)
                 continue
-            # The top's driver and each parallel branch's: any may wait on a timer.
-            for driver in self.rt.store.drivers.all(run_id):
+            # The top's driver and each parallel branch's: any may wait on a timer. In a
+            # YAML run, its steps that wait (an approval gate) likewise.
+            rows = (self.rt.store.drivers.all(run_id) if run.definition.durable is not None
+                    else [r for r in self.rt.store.steps.query_steps(run_id)
+                          if r.waiting is not None or (
+                              r.status is StepStatus.DISPATCHED and not r.claimed)])
+            for driver in rows:
                 if driver.status.terminal:
                     continue
                 if driver.claimed:

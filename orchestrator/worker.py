@@ -44,6 +44,8 @@ from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import is_driver
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import ConditionFailed, OrchestratorError, StoreError
+from orchestrator.services.approval_steps import ApprovalSteps
+from orchestrator.services.approvals import Approvals
 from orchestrator.services.children import Children
 from orchestrator.services.conditions import CONDITION_FALSE, holds
 from orchestrator.services.durable import Durable, Target
@@ -88,6 +90,7 @@ class Worker:
         event_waits: EventWaits | None = None,
         hooks: Hooks | None = None,
         children: Children | None = None,
+        approvals: Approvals | None = None,
     ) -> None:
         self.executor = executor
         self.store = executor.store
@@ -130,7 +133,9 @@ class Worker:
         # Admission of a queued run whose throttle slot came due.
         self.admit = admit
         self.durable = Durable(executor, invoker, clock=clock, rand=rand, events=event_waits,
-                               hooks=hooks, children=children)
+                               hooks=hooks, children=children, approvals=approvals)
+        self.approval_steps = (None if approvals is None
+                               else ApprovalSteps(executor, approvals, clock))
 
     # ---- one message -----------------------------------------------------------------
 
@@ -450,16 +455,24 @@ class Worker:
                 out[name] = self.executor.load_output(dep)
         return {d: out.get(d) for d in row.deps}
 
-    def _condition_holds(self, row: StepRecord, ctx: RunContext) -> bool:
-        """Whether the step's `if:` holds (True without one): read once its
-        dependencies are done, right before the call."""
+    def _not_a_call(self, row: StepRecord, ctx: RunContext, tally: Tally) -> bool:
+        """Carry out what the step is instead of a call, if it is: skipped by its `if:`
+        (read once its dependencies are done, right before the call), or an approval
+        gate. False: call it."""
         spec = ctx.definition.specs.get(row.step) if ctx.definition is not None else None
-        if spec is None or spec.condition is None:
-            return True
+        if spec is None or (spec.condition is None and spec.approval is None):
+            return False
         assert ctx.definition is not None
-        return holds(spec, list(ctx.definition.specs), ctx.input,
+        if not holds(spec, list(ctx.definition.specs), ctx.input,
                      lambda names: self.store.steps.get_outputs(row.run_id, names),
-                     self.executor.load_output)
+                     self.executor.load_output):
+            self.executor.succeed(row, ctx, "null", None, 0, tally, keep_one=None,
+                                  skipped=CONDITION_FALSE)
+            return True
+        if spec.approval is not None and self.approval_steps is not None:
+            self.approval_steps.advance(row, ctx, spec.approval, tally)
+            return True
+        return False
 
     def execute(self, row: StepRecord, tally: Tally) -> StepRecord | None:
         """Run one claimed attempt; return the next row to run inline, if any."""
@@ -482,6 +495,8 @@ class Worker:
             self.durable.advance(row, ctx, target, tally,
                                  room=lambda: self._room_for(ctx, (row.step,)))
             return None
+        if ctx is not None and self._not_a_call(row, ctx, tally):
+            return None
         raw = b""
         if ctx is None:
             outcome = run_missing(row.run_id)
@@ -489,10 +504,6 @@ class Worker:
             outcome = unknown_backend(row.step, row.backend)
         else:
             try:
-                if not self._condition_holds(row, ctx):
-                    self.executor.succeed(row, ctx, "null", None, 0, tally, keep_one=None,
-                                          skipped=CONDITION_FALSE)
-                    return None
                 steps = self.dep_outputs(row, ctx.created_at)
             except (OrchestratorError, ValueError) as exc:
                 outcome = inputs_unavailable(str(exc))

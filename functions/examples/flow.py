@@ -9,7 +9,11 @@ with a concurrency group or a throttle protects.
   stands in for a CRM that allows six calls a minute per tenant, and appends each call
   (tenant, time) to ``<work_dir>/flow/crm.jsonl``.
 
-Both are safe to run twice (execution is at-least-once): a repeated call appends a
+- `/pageLead`, `/refundOrder`, `/closeRefund` (workflow `refund`, two approval gates:
+  ask, then the team lead if nobody answered): page the lead, refund the order, or
+  close it unrefunded; each appends what it did to ``<work_dir>/flow/refunds.jsonl``.
+
+All are safe to run twice (execution is at-least-once): a repeated call appends a
 second line with the same idempotency key, which the log keeps so a reader can tell."""
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class Flow:
     def __init__(self, root: Path) -> None:
         self.deploys = Log(root / "deploys.jsonl")
         self.crm = Log(root / "crm.jsonl")
+        self.refunds = Log(root / "refunds.jsonl")
 
 
 def _seconds(value: Any) -> float:
@@ -69,5 +74,28 @@ def register(app: FunctionApp, root: Path) -> Flow:
         at = time.time()
         flow.crm.add(tenant=tenant, at=at, run=req.run_id, key=req.idempotency_key)
         return {"tenant": tenant, "calledAt": at}
+
+    def _order(req: StepRequest) -> str:
+        given = req.input if isinstance(req.input, dict) else {}
+        return str(given.get("order", "1042"))
+
+    @app.step("/pageLead", summary="Page the team lead about an unanswered refund.")
+    def page_lead(req: StepRequest) -> dict[str, Any]:
+        order = _order(req)
+        flow.refunds.add(action="page-lead", order=order, run=req.run_id,
+                         key=req.idempotency_key)
+        return {"paged": True, "order": order}
+
+    @app.step("/refundOrder", summary="Refund the order (once per idempotency key).")
+    def refund_order(req: StepRequest) -> dict[str, Any]:
+        order = _order(req)
+        flow.refunds.add(action="refund", order=order, run=req.run_id, key=req.idempotency_key)
+        return {"refunded": order}
+
+    @app.step("/closeRefund", summary="Leave the refund open: nobody answered.")
+    def close_refund(req: StepRequest) -> dict[str, Any]:
+        order = _order(req)
+        flow.refunds.add(action="close", order=order, run=req.run_id, key=req.idempotency_key)
+        return {"closed": order, "refunded": False}
 
     return flow

@@ -25,13 +25,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from orchestrator import __version__, telemetry
-from orchestrator.api import durable, runs, triggers, ui, workflows
+from orchestrator.api import approvals, durable, runs, triggers, ui, workflows
 from orchestrator.api.openapi import openapi_document
 from orchestrator.api.requests import MAX_BODY, TooLarge, error
 from orchestrator.api.state import ApiState, api_state
 from orchestrator.errors import (
     ConditionFailed,
     Conflict,
+    Forbidden,
     NotFound,
     OrchestratorError,
     Unauthorized,
@@ -45,7 +46,7 @@ from orchestrator.services.idempotency import IdempotencyKeys
 
 __all__ = ["create_app"]
 
-OPEN_PATHS = ("/healthz", "/openapi.json", "/hooks/{token}")
+OPEN_PATHS = ("/healthz", "/openapi.json", "/hooks/{token}", "/approvals/links/{token}")
 KEY_CACHE_SECONDS = 30.0
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -104,6 +105,8 @@ async def _on_error(request: Request, exc: Exception) -> Response:
         resp = error(401, exc.code, exc.message)
         resp.headers["WWW-Authenticate"] = "Bearer"
         return resp
+    if isinstance(exc, Forbidden):
+        return error(403, exc.code, exc.message)
     if isinstance(exc, NotFound):
         return error(404, exc.code, exc.message)
     if isinstance(exc, Gone):
@@ -153,6 +156,10 @@ def _routes() -> list[BaseRoute]:
         _route("/hooks", durable.create_hook, "POST"),
         _route("/hooks/{token}", durable.execute_hook, "POST"),
         _route("/runs/{run_id}/reset", durable.reset_run, "POST"),
+        _route("/runs/{run_id}/approvals/{step}", approvals.answer, "POST"),
+        _route("/runs/{run_id}/approvals/{step}", approvals.get_approval, "GET"),
+        _route("/approvals", approvals.inbox, "GET"),
+        _route("/approvals/links/{token}", approvals.answer_link, "POST"),
         _route("/workflows", workflows.list_workflows, "GET"),
         _route("/events", triggers.emit_event, "POST"),
         _route("/events", triggers.list_events, "GET"),

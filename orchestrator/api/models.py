@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "AnswerApproval",
     "CancelRun",
     "CreateHook",
     "EmitEvent",
@@ -34,6 +35,13 @@ class StartRun(_Body):
 
 class CancelRun(_Body):
     reason: str = Field(default="cancelled by request", max_length=1000)
+
+
+class AnswerApproval(_Body):
+    approved: bool = Field(description="true approves; false rejects (the run is cancelled).")
+    comment: str | None = Field(default=None, max_length=2000,
+                                description="Kept with the answer (and in a rejection's"
+                                " kill reason).")
 
 
 class ResumeRun(_Body):

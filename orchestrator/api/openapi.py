@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.api import durable, runs, triggers, workflows
+from orchestrator.api import approvals, durable, runs, triggers, workflows
 from orchestrator.api.models import (
+    AnswerApproval,
     CancelRun,
     CreateHook,
     EmitEvent,
@@ -40,7 +41,8 @@ from orchestrator.strict_json import MAX_DEPTH
 __all__ = ["BODY_MODELS", "openapi_document"]
 
 BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitEvent,
-                                            ResumeRun, ResetRun, CreateHook, RunEvent)
+                                            ResumeRun, ResetRun, CreateHook, RunEvent,
+                                            AnswerApproval)
 
 # ---- request bodies --------------------------------------------------------------------
 
@@ -120,8 +122,8 @@ def _meta_paths() -> dict[str, Schema]:
 def _paths(retention: float) -> dict[str, Schema]:
     """Every resource's paths, each declared beside its handlers, in this order."""
     out: dict[str, Schema] = {}
-    for part in (runs.paths(retention), durable.paths(), workflows.paths(), triggers.paths(),
-                 _meta_paths()):
+    for part in (runs.paths(retention), durable.paths(), approvals.paths(), workflows.paths(),
+                 triggers.paths(), _meta_paths()):
         for path, item in part.items():
             if path in out:
                 raise ValueError(f"path {path!r} is declared by two resources")

@@ -18,6 +18,7 @@ _ERROR_TEXT = {
     f" Infinity, or nests deeper than {MAX_DEPTH} levels), or a parameter or field value"
     " the service refuses",
     "401": "Missing or invalid `Authorization: Bearer <key>`",
+    "403": "Authenticated, but not allowed",
     "404": "Not found",
     "409": "Conflicts with the current state",
     "413": f"Body larger than {MAX_BODY} bytes (refused before it is parsed)",

@@ -190,6 +190,22 @@ def response_schemas() -> dict[str, Schema]:
             "signal_id": STRING}),
         "SignalPayload": {"type": "object", "description": "Any JSON object: what the"
                           " run's wait_for_signal returns"},
+        "Approval": object_schema(
+            ["run_id", "step", "workflow", "prompt", "approvers", "created_at", "deadline",
+             "status", "by", "at", "comment", "age"], {
+                "run_id": STRING, "step": STRING, "workflow": STRING, "prompt": STRING,
+                "approvers": {"type": "array", "items": STRING,
+                              "description": "API key names that may answer (empty: any)"},
+                "created_at": TIME, "deadline": TIME,
+                "status": {"type": "string",
+                           "enum": ["pending", "approved", "rejected", "timed_out"]},
+                "by": nullable_string, "at": nullable(TIME), "comment": nullable_string,
+                "age": {"type": "number", "description": "Seconds since it opened"},
+                "expires_in": {"type": "number", "description": "Seconds left (open gates)"},
+                "link": {"type": "string", "description": "The single-use answer link (a"
+                         " gate opened with link: true, while open)"}}),
+        "ApprovalList": object_schema(["approvals"], {
+            "approvals": {"type": "array", "items": ref("Approval")}}),
         "SignalResult": object_schema(["run_id", "signal", "id", "duplicate"], {
             "run_id": STRING, "signal": STRING, "id": STRING,
             "duplicate": {"type": "boolean", "description": "true: sent before (same key)"},

@@ -44,6 +44,8 @@ class StepSpec:
     timeout: float = 60.0
     # `if:` as written: evaluated when the dependencies are done (None: always runs).
     condition: str | None = None
+    # An approval step's gate: {prompt, timeout (seconds), approvers, link} (None: a call).
+    approval: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,7 @@ class Definition:
                     },
                     "timeout": s.timeout,
                     **({"if": s.condition} if s.condition is not None else {}),
+                    **({"approval": dict(s.approval)} if s.approval is not None else {}),
                 }
                 for s in self.steps
             },
@@ -139,6 +142,7 @@ class Definition:
                     retry_max_delay=float(retry.get("maxDelay", 300.0)),
                     timeout=float(st.get("timeout") or 60.0),
                     condition=st.get("if"),
+                    approval=st.get("approval"),
                 )
             )
         return cls(
@@ -168,8 +172,8 @@ class Definition:
             steps.append(
                 StepSpec(
                     name=name,
-                    backend=st.backend,
-                    route=st.route,
+                    backend=st.backend or "",
+                    route=st.route or "",
                     deps=tuple(st.depends_on),
                     payload=dict(st.payload),
                     retry_max=st.retry.max,
@@ -178,6 +182,9 @@ class Definition:
                     retry_max_delay=st.retry.max_delay,
                     timeout=timeout or default_timeout,
                     condition=st.if_,
+                    approval=None if st.approval is None else {
+                        "prompt": st.approval.prompt, "timeout": st.approval.timeout,
+                        "approvers": list(st.approval.approvers), "link": st.approval.link},
                 )
             )
         return cls(tuple(steps), OnFailure(workflow.on_failure))

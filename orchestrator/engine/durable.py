@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from functions.protocol import (
+    ApprovalOp,
     CallOp,
     CompleteOp,
     DurableAnswer,
@@ -376,6 +377,12 @@ def wait_of(op: WaitOp, now: float, deadline: float | None) -> Waiting | None:
         kind = WaitKind.CALL if isinstance(op, CallOp) else WaitKind.SPAWN
         return Waiting(kind, scope, pos, oid, name, since=now, detail={
             "workflow": op.workflow, "input": op.input})
+    if isinstance(op, ApprovalOp):
+        # The gate opens when the wait registers (its deadline: now + timeout).
+        return Waiting(WaitKind.APPROVAL, scope, pos, oid, name,
+                       until=_capped(now + op.timeout, cap), since=now,
+                       detail={"prompt": op.prompt, "deadline": now + op.timeout,
+                               "approvers": list(op.approvers), "link": op.link})
     assert isinstance(op, RetryOp)
     return Waiting(WaitKind.RETRY, scope, pos, oid, name, until=now + op.after, since=now,
                    attempt=op.attempt, detail={"error": op.error})
@@ -443,6 +450,13 @@ def resolve(waiting: Waiting, now: float, found: Mapping[str, Any] | None = None
         if found is not None and len(found.get("done") or ()) >= int(waiting.detail["branches"]):
             return Resolved(None)
         return None
+    if waiting.kind == "approval":
+        # `found`: the gate's outcome once it has one (the caller times an open gate
+        # out past its deadline: the gate's record decides, not this clock).
+        if found is None:
+            return None
+        value = {k: found.get(k) for k in ("approved", "timed_out", "by", "at", "comment")}
+        return Resolved(wait_entry(waiting, now, value=value))
     if waiting.kind == "sleep":
         return Resolved(wait_entry(waiting, now)) if due else None
     if waiting.kind == "signal":

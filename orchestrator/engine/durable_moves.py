@@ -57,6 +57,7 @@ class Look(StrEnum):
     CHILD = "child"                  # the child of a call, once it has ended
     OPEN_PARALLEL = "open_parallel"  # a fresh parallel: its aggregate and first branches
     PARALLEL = "parallel"            # the parallel's aggregate
+    APPROVAL = "approval"            # the gate (opened once), timed out past its deadline
 
 
 def stands(waiting: Waiting, view: JournalView) -> bool:
@@ -82,6 +83,8 @@ def look_for(waiting: Waiting, fresh: bool) -> tuple[Look, ...]:
         return (Look.START_CHILD, Look.CHILD) if fresh else (Look.CHILD,)
     if kind is WaitKind.PARALLEL:
         return (Look.OPEN_PARALLEL, Look.PARALLEL) if fresh else (Look.PARALLEL,)
+    if kind is WaitKind.APPROVAL:
+        return (Look.APPROVAL,)
     return (Look.NOTHING,)
 
 

@@ -129,7 +129,7 @@ class _Loaded:
         used: set[str] = set()
         for name, wf in self.manifest.workflows.items():
             at: YamlPath = ("workflows", name)
-            used.update(step.backend for step in wf.steps.values())
+            used.update(step.backend for step in wf.steps.values() if step.backend)
             if wf.backend is not None:
                 used.add(wf.backend)
             if wf.for_each is not None and wf.for_each.query is not None:

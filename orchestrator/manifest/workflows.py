@@ -18,10 +18,12 @@ from pydantic import (
     AfterValidator,
     BeforeValidator,
     Field,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails
 
 from orchestrator.expressions import ExpressionError
 from orchestrator.expressions.conditions import compile_condition
@@ -45,6 +47,7 @@ from orchestrator.manifest.yamlsafe import YamlPath, dotted
 
 __all__ = [
     "RESERVED_PAYLOAD_KEYS",
+    "Approval",
     "ForEach",
     "RetryPolicy",
     "Step",
@@ -156,17 +159,57 @@ def _condition_syntax(value: str) -> str:
 StepCondition = Annotated[str, AfterValidator(_condition_syntax)]
 
 
+class Approval(ManifestModel):
+    """A gate a person answers: `prompt` is what they are asked, `timeout` how long the
+    gate stays open (then it succeeds with `timed_out: true`), `approvers` the names of
+    the API keys that may answer (empty: any key), `link` whether it also gets a
+    single-use answer link for people without a key."""
+
+    prompt: str = Field(min_length=1, max_length=2000)
+    timeout: Duration
+    approvers: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list, max_length=100)
+    link: bool = False
+
+    @field_validator("timeout")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be longer than 0s")
+        return value
+
+
 class Step(ManifestModel):
     """One POST to `backend`'s `route`, after every step in `depends_on` succeeded,
-    if its condition `if` (over `input` and ancestors' `steps.<name>.output`) holds."""
+    if its condition `if` (over `input` and ancestors' `steps.<name>.output`) holds; or,
+    with `approval`, a gate a person answers (no backend, no route)."""
 
-    backend: str
-    route: Route
+    backend: str | None = None
+    route: Route | None = None
     depends_on: list[str] = Field(default_factory=list)
     payload: dict[PayloadKey, Any] = Field(default_factory=dict)
     retry: RetryPolicy = RetryPolicy()
     timeout: Duration | None = None
     if_: StepCondition | None = Field(default=None, alias="if")
+    approval: Approval | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_call_needs_its_target(cls, data: Any) -> Any:
+        """A step that is not an approval calls `backend` + `route`: each is required
+        (reported at its own place, as a missing field)."""
+        if isinstance(data, Mapping) and data.get("approval") is None:
+            missing = [f for f in ("backend", "route") if f not in data]
+            if missing:
+                raise ValidationError.from_exception_data("Step", [
+                    InitErrorDetails(type="missing", loc=(f,), input=data) for f in missing])
+        return data
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Self:
+        if self.approval is not None and (self.backend is not None or self.route is not None):
+            raise ValueError("an approval step calls nothing: drop backend and route")
+        return self
 
 
 class ForEach(ManifestModel):

@@ -70,6 +70,7 @@ from orchestrator.engine.durable_moves import (
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
 from orchestrator.errors import Code, ConditionFailed, InvalidName, ValueTooLarge, error_doc
+from orchestrator.services.approvals import Approvals, gate_outcome, reject_run
 from orchestrator.services.checkpoints import END, IDLE, Exchange, Item, Lines
 from orchestrator.services.children import Children, child_run_id
 from orchestrator.services.event_waits import EventWaits
@@ -100,8 +101,9 @@ class Durable:
     def __init__(self, executor: Executor, invoker: Invoker, *,
                  clock: Callable[[], float], rand: Callable[[], float],
                  events: EventWaits | None = None, hooks: Hooks | None = None,
-                 children: Children | None = None) -> None:
+                 children: Children | None = None, approvals: Approvals | None = None) -> None:
         self.executor = executor
+        self.approvals = approvals
         self.children = children
         self.events = events
         self.hooks = hooks
@@ -179,6 +181,11 @@ class Durable:
                     view.add(stored)
                 if waiting.kind == "event" and self.events is not None:
                     self.events.forget(run_id, waiting)
+                if waiting.kind == "approval" and found is not None and found.get("rejected"):
+                    # Rejected: the run is cancelled (the kill is recorded first).
+                    reject_run(self.executor, found)
+                    self._give_up(row, tally, self.clock())
+                    return
                 waiting = None
             error = over_cap(len(view), self.settings.durable_max_entries)
             if error is not None:
@@ -274,6 +281,8 @@ class Durable:
             self._open_parallel(row, ctx, waiting, view, now, carried)
         elif look is Look.PARALLEL:
             return self.store.drivers.get_parallel(run_id, waiting.scope, waiting.pos, now)
+        elif look is Look.APPROVAL and self.approvals is not None:
+            return gate_outcome(self.approvals, run_id, ctx.workflow, waiting, now)
         return None
 
     def _body(self, row: StepRecord, ctx: RunContext, view: JournalView,

@@ -32,6 +32,7 @@ from pydantic_core import to_jsonable_python
 
 from functions.sdk.durable.errors import ReplayMismatch, StepFailed, Suspend, WorkflowError
 from functions.sdk.protocol import (
+    ApprovalOp,
     CallOp,
     DurableCode,
     DurableOp,
@@ -135,9 +136,10 @@ class Place:
 
 # The operation reporting a wait, by kind.
 _WAITS: dict[str, type[NextOp | SleepOp | SignalOp | EventOp | HookOp | CallOp | SpawnOp
-                      | ParallelOp | RetryOp]] = {
+                      | ParallelOp | RetryOp | ApprovalOp]] = {
     "next": NextOp, "sleep": SleepOp, "signal": SignalOp, "event": EventOp, "hook": HookOp,
     "call": CallOp, "spawn": SpawnOp, "parallel": ParallelOp, "retry": RetryOp,
+    "approval": ApprovalOp,
 }
 
 

@@ -211,6 +211,23 @@ class Context:
         return Hook(self, str(value.get("token", "")), str(value.get("url", "")), signal,
                     float(value.get("expires_at") or 0.0), value.get("metadata"))
 
+    async def approval(self, name: str, *, prompt: str, timeout: Duration,
+                       approvers: Sequence[str] = (), link: bool = False) -> dict[str, Any]:
+        """Ask a person and wait (holding nothing) for the answer: `{approved, timed_out,
+        by, at, comment}`. The gate `name` (one per run) shows in the inbox (GET
+        /approvals, `orchestrator approvals`) with `prompt`, and is answered with
+        POST /runs/{id}/approvals/{name} or `orchestrator approve|reject RUN NAME`, by
+        one of `approvers` (API key names; empty: any key), or through its single-use
+        link (`link=True`). Past `timeout` it returns `timed_out: true` (approved
+        false). A rejection cancels the run, the rejecter and comment in its reason."""
+        name = named(name, "approval: gate name")
+        limit = seconds(timeout, f"approval {name!r} timeout", allow_zero=False)
+        people = [str(a) for a in approvers]
+        value: dict[str, Any] = await self._wait("approval", name, prompt=str(prompt),
+                                                 timeout=limit, approvers=people,
+                                                 link=bool(link))
+        return value
+
     async def call(self, workflow: str, input: Any = None, *, name: str | None = None) -> Any:
         """Start a child run of `workflow` (served by any backend the manifest names) and
         wait for its result; its failure raises StepFailed (code child_failed). The

@@ -24,6 +24,7 @@ __all__ = [
     "NDJSON",
     "PROTOCOLS",
     "PROTOCOL_HEADER",
+    "ApprovalOp",
     "CallOp",
     "CompleteOp",
     "DurableAnswer",
@@ -127,6 +128,7 @@ class Op(StrEnum):
     PARALLEL = "parallel"  # branches to advance on their own
     RETRY = "retry"  # a step's attempt failed: its next one after a backoff
     END = "end"  # version 2: the stream is complete
+    APPROVAL = "approval"  # a gate a person answers (or its timeout)
 
 
 class WaitKind(StrEnum):
@@ -142,6 +144,7 @@ class WaitKind(StrEnum):
     RETRY = "retry"
     NEXT = "next"
     MISMATCH = "mismatch"
+    APPROVAL = "approval"
 
 
 class DurableCode(StrEnum):
@@ -294,6 +297,19 @@ class RetryOp(_WaitBase):
     ended: float | None = None
 
 
+class ApprovalOp(_WaitBase):
+    """Ask a person: the orchestrator opens gate `name` (in the inbox, answerable by
+    `approvers`, or anyone with an API key) and records `{approved, timed_out, by, at,
+    comment}` once it is answered or `timeout` seconds pass. A rejection cancels the
+    run."""
+
+    op: Literal[Op.APPROVAL] = Op.APPROVAL
+    prompt: str = Field(default="", max_length=2000)
+    timeout: float = Field(gt=0)
+    approvers: list[str] = Field(default_factory=list, max_length=100)
+    link: bool = False
+
+
 class EndOp(BaseModel):
     """Version 2: the last line of a complete stream (a stream cut before it is a call
     that failed; what it committed stands)."""
@@ -304,10 +320,10 @@ class EndOp(BaseModel):
 
 
 WaitOp = (NextOp | SleepOp | SignalOp | EventOp | HookOp | CallOp | SpawnOp | ParallelOp
-          | RetryOp)
+          | RetryOp | ApprovalOp)
 DurableOp = Annotated[
     RecordOp | CompleteOp | FailOp | MismatchOp | NextOp | SleepOp | SignalOp | EventOp
-    | HookOp | CallOp | SpawnOp | ParallelOp | RetryOp | EndOp,
+    | HookOp | CallOp | SpawnOp | ParallelOp | RetryOp | EndOp | ApprovalOp,
     Field(discriminator="op"),
 ]
 _OP: TypeAdapter[DurableOp] = TypeAdapter(DurableOp)

@@ -14,7 +14,9 @@ composed by table, so that a call site shows what it touches:
 - `store.signals` (`signals.Signals`): a durable run's queued signals;
 - `store.drivers` (`drivers.Drivers`): a durable run's driver rows and parallels;
 - `store.control` (`control.Control`): the control table's items (locks, throttles,
-  schedules, idempotency keys, hooks, deliveries, event waits).
+  schedules, idempotency keys, hooks, deliveries, event waits);
+- `store.approvals` (`approvals.ApprovalStore`): approval gates and the inbox, in the
+  control table.
 
 Each part shares `tables.Tables` (the client, the table names, the wake times and
 retention); `codec` holds the item encoding of rows.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.adapters.store.approvals import ApprovalStore
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.drivers import Drivers
 from orchestrator.adapters.store.join_counts import JoinCounts
@@ -71,6 +74,7 @@ class Store:
         self.signals = Signals(dynamodb, names, **shared)
         self.drivers = Drivers(dynamodb, names, **shared)
         self.control = Control(dynamodb, names.control_table)
+        self.approvals = ApprovalStore(self.control)
         self.names = names
         # What every part was built with: a row's retention and the wake times.
         self.step_retention = step_retention

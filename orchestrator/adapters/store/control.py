@@ -24,6 +24,9 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `hook#<sha256>`             | `-`                     | a hook, by token hash (`used`: spent) |
 | `secret#hooks`              | `-`                     | the key hook tokens are made with   |
 | `children#<parent run>`     | `<child run id>`        | a child run of a run                |
+| `approval#<run>`            | `<step>`                | an approval gate and its answer     |
+| `approvals#pending`         | `<ms>#<run>#<step>`     | the inbox: one item per open gate   |
+| `approvallink#<sha256>`     | `-`                     | a gate's single-use answer link     |
 | `sweep#wake`                | `<shard>`               | a wake shard's sweeper and cursors  |
 | `sweep#full`                | `-`                     | when the last full sweep ran        |
 
@@ -49,12 +52,47 @@ from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 
 __all__ = [
-    "ANY_SUBJECT", "EVENT_WAITS_FROM", "HOOK_SECRET", "NO_SK", "REPAIR_WITHIN", "Claim",
-    "Control", "Item", "Pk", "Schedule", "Sk", "WaitingRun", "apikey_key", "child_sk",
-    "children_key", "delivery_key", "doc_of", "event_id_key", "event_key", "event_sk",
-    "event_wait_event", "event_wait_events_after", "event_wait_keys", "event_wait_sk",
-    "hook_key", "hook_used", "idempotency_key", "lock_key", "login_key", "ms_key",
-    "schedule_key", "sk_of", "throttle_key", "wait_event_keys", "waiting_key", "waiting_sk",
+    "ANY_SUBJECT",
+    "APPROVALS_PENDING",
+    "EVENT_WAITS_FROM",
+    "HOOK_SECRET",
+    "NO_SK",
+    "REPAIR_WITHIN",
+    "Claim",
+    "Control",
+    "Item",
+    "Pk",
+    "Schedule",
+    "Sk",
+    "WaitingRun",
+    "apikey_key",
+    "approval_key",
+    "approval_link_key",
+    "approval_sk",
+    "child_sk",
+    "children_key",
+    "delivery_key",
+    "doc_of",
+    "event_id_key",
+    "event_key",
+    "event_sk",
+    "event_wait_event",
+    "event_wait_events_after",
+    "event_wait_keys",
+    "event_wait_sk",
+    "hook_key",
+    "hook_used",
+    "idempotency_key",
+    "inbox_sk",
+    "lock_key",
+    "login_key",
+    "ms_key",
+    "schedule_key",
+    "sk_of",
+    "throttle_key",
+    "wait_event_keys",
+    "waiting_key",
+    "waiting_sk",
 ]
 
 Item = dict[str, Any]
@@ -145,6 +183,28 @@ def hook_key(sha256: str) -> Pk:
 
 # The key hook tokens are made with, when ORCH_HOOK_SECRET does not give one.
 HOOK_SECRET = Pk("secret#hooks")
+
+
+# The inbox's one partition: an item per approval still open, oldest first.
+APPROVALS_PENDING = Pk("approvals#pending")
+
+
+def approval_key(run_id: str) -> Pk:
+    """The partition of a run's approval gates."""
+    return Pk(f"approval#{run_id}")
+
+
+def approval_sk(step: str) -> Sk:
+    return Sk(step)
+
+
+def inbox_sk(created_at: float, run_id: str, step: str) -> Sk:
+    """An open approval's place in the inbox: by when it opened."""
+    return Sk(f"{ms_key(created_at)}#{run_id}#{step}")
+
+
+def approval_link_key(sha256: str) -> Pk:
+    return Pk(f"approvallink#{sha256}")
 
 
 def children_key(parent: str) -> Pk:

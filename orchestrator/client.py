@@ -321,6 +321,25 @@ class _Methods(Generic[R]):
                                headers={"Idempotency-Key": idempotency_key}
                                if idempotency_key else None))
 
+    def answer_approval(self, run_id: str, step: str, approved: bool,
+                        comment: str | None = None) -> R:
+        """Approve (or reject: the run is cancelled) the open approval gate `step` of
+        `run_id`; returns the gate as answered. A second answer, or one past the gate's
+        deadline, is refused (409) and changes nothing."""
+        body: dict[str, Any] = {"approved": approved}
+        if comment is not None:
+            body["comment"] = comment
+        return self._send(Call("POST", f"/runs/{_seg(run_id)}/approvals/{_seg(step)}",
+                               json=body))
+
+    def list_approvals(self, approver: str | None = None, limit: int = 100) -> R:
+        """The inbox: {approvals: [open gates, oldest first]} (`approver`: those that API
+        key name may answer)."""
+        params: dict[str, Any] = {"limit": limit}
+        if approver is not None:
+            params["approver"] = approver
+        return self._send(Call("GET", "/approvals", params=params))
+
     def resume_run(self, run_id: str) -> R:
         """Call a paused durable run's workflow again (after a fix for the replay mismatch
         that paused it); returns {run_id, resumed, was_paused}."""

@@ -38,7 +38,8 @@ class CancelRun(_Body):
 
 
 class AnswerApproval(_Body):
-    approved: bool = Field(description="true approves; false rejects (the run is cancelled).")
+    approved: bool = Field(strict=True,
+                           description="true approves; false rejects (the run is cancelled).")
     comment: str | None = Field(default=None, max_length=2000,
                                 description="Kept with the answer (and in a rejection's"
                                 " kill reason).")

@@ -146,6 +146,15 @@ class ApiClient:
             return self.client.send_signal(run_id, name, payload,
                                            idempotency_key=idempotency_key)
 
+    def answer_approval(self, run_id: str, step: str, approved: bool,
+                        comment: str | None) -> Any:
+        with self._translating():
+            return self.client.answer_approval(run_id, step, approved, comment)
+
+    def approvals(self, approver: str | None, limit: int) -> Any:
+        with self._translating():
+            return self.client.list_approvals(approver, limit)
+
     def resume(self, run_id: str) -> Any:
         with self._translating():
             return self.client.resume_run(run_id)

@@ -32,6 +32,7 @@ from typing import Any
 
 import click
 
+from orchestrator.cli import approvals as cli_approvals
 from orchestrator.cli import deploy as cli_deploy
 from orchestrator.cli import doctor as cli_doctor
 from orchestrator.cli import durable as cli_durable
@@ -86,7 +87,7 @@ def main(verbose: bool) -> None:
 
 for _command in (*cli_runs.COMMANDS, *cli_durable.COMMANDS, *cli_triggers.COMMANDS,
                  *cli_deploy.COMMANDS, *cli_journal.COMMANDS, *cli_doctor.COMMANDS,
-                 *cli_workflows.COMMANDS, *cli_watch.COMMANDS):
+                 *cli_workflows.COMMANDS, *cli_watch.COMMANDS, *cli_approvals.COMMANDS):
     main.add_command(_command)
 for _command in cli_durable.RUNS_COMMANDS:
     cli_runs.runs.add_command(_command)

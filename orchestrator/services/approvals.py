@@ -88,7 +88,7 @@ class Approvals:
     # ---- the answering side ------------------------------------------------------------
 
     def answer(self, run_id: str, step: str, approved: Any, comment: Any,
-               by: str) -> dict[str, Any]:
+               by: str, *, via_link: bool = False) -> dict[str, Any]:
         """Answer an open gate as `by`; the gate as answered. Refused (nothing changes):
         404 no such gate, 403 `by` is not an approver, 409 answered already, past the
         deadline, or the run has ended; 400 a bad field."""
@@ -101,7 +101,7 @@ class Approvals:
         gate = self.store.approvals.get(run_id, step)
         if gate is None:
             raise NotFound(f"run {run_id!r} has no approval {step!r}")
-        if gate.approvers and by not in gate.approvers:
+        if gate.approvers and by not in gate.approvers and not via_link:
             raise Forbidden(f"approval {step!r} of run {run_id!r} is for "
                             f"{', '.join(gate.approvers)}; {by!r} is not among them")
         now = self.clock()
@@ -127,7 +127,8 @@ class Approvals:
         if found is None:
             raise NotFound("no such approval link (or it has expired)")
         run_id, step = found
-        return self.answer(run_id, step, approved, comment, LINK)
+        # The link is the credential its gate was opened with: whoever holds it answers.
+        return self.answer(run_id, step, approved, comment, LINK, via_link=True)
 
     def _refuse_closed(self, gate: Gate, now: float) -> None:
         if not gate.open:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from functions.durable import Context, step, workflow
 from functions.examples import monthly_report
 from functions.examples.flow import Flow
 from infra.emulator import Emulator
@@ -27,9 +28,9 @@ def demo_refund() -> dict[str, Any]:
     """The demo manifest's `refund` workflow, its steps on the environment's backend."""
     doc = yaml.safe_load((ROOT / "orchestrator.yml").read_text())
     wf: dict[str, Any] = doc["workflows"]["refund"]
-    for step in wf["steps"].values():
-        if "backend" in step:
-            step["backend"] = "app"
+    for spec in wf["steps"].values():
+        if "backend" in spec:
+            spec["backend"] = "app"
     return wf
 
 
@@ -168,3 +169,54 @@ def test_a_cancelled_run_leaves_the_inbox(env: WorkflowEnv) -> None:
     with pytest.raises(Conflict) as finished:
         env.rt.approvals.answer(run_id, "ask", True, None, "ada")
     assert finished.value.code == "run_finished"
+
+
+# ---- the same gate in a durable workflow ----------------------------------------------
+
+
+@workflow("release")
+async def release(ctx: Context, payload: Any) -> Any:
+    built = await step("build", lambda: {"version": (payload or {}).get("version", "1.0")})
+    answer = await ctx.approval("ship", prompt=f"Ship {built['version']}?", timeout="1d",
+                                approvers=["ada"])
+    if not answer["approved"]:
+        return {"shipped": False, "timed_out": answer["timed_out"]}
+    shipped = await step("ship", lambda: {"shipped": built["version"], "by": answer["by"]})
+    return {"shipped": True, **shipped}
+
+
+@pytest.fixture
+def denv(emulator: Emulator) -> Iterator[WorkflowEnv]:
+    with WorkflowEnv(workflows=[release], emulator=emulator) as env:
+        yield env
+
+
+def test_ctx_approval_approved_goes_on_with_who_answered(denv: WorkflowEnv) -> None:
+    run_id = denv.start("release", {"version": "2.1"})
+    denv.advance(0)
+    [gate] = denv.rt.approvals.inbox()
+    assert (gate["step"], gate["prompt"], gate["approvers"]) == ("ship", "Ship 2.1?", ["ada"])
+    assert denv.status(run_id) == "running"
+    denv.rt.approvals.answer(run_id, "ship", True, "go", "ada")
+    denv.run_until_idle()
+    assert denv.result(run_id) == {"shipped": True, "by": "ada"} | {"shipped": "2.1"}
+    [entry] = [e for e in denv.journal(run_id) if e["kind"] == "approval"]
+    assert entry["value"]["approved"] is True and entry["value"]["comment"] == "go"
+
+
+def test_ctx_approval_times_out_to_a_recorded_answer(denv: WorkflowEnv) -> None:
+    run_id = denv.start("release")
+    denv.run_until_idle()  # a day passes at once
+    assert denv.result(run_id) == {"shipped": False, "timed_out": True}
+    assert denv.rt.approvals.get(run_id, "ship")["status"] == "timed_out"
+
+
+def test_ctx_approval_rejected_cancels_the_run(denv: WorkflowEnv) -> None:
+    run_id = denv.start("release")
+    denv.advance(0)
+    denv.rt.approvals.answer(run_id, "ship", False, "not on a Friday", "ada")
+    denv.run_until_idle()
+    view = denv.view(run_id)
+    assert view["status"] == "killed"
+    assert view["error"]["reason"] == "approval ship rejected by ada: not on a Friday"
+    assert [e["name"] for e in denv.journal(run_id) if e["kind"] == "step"] == ["build"]

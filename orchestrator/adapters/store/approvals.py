@@ -100,7 +100,7 @@ class ApprovalStore:
             {"Put": {"TableName": self.table, "Item": {
                 **Control.key(APPROVALS_PENDING, inbox_sk(gate.created_at, gate.run_id,
                                                           gate.step)),
-                "doc": {"S": dumps(gate.doc())}}}},
+                "doc": {"S": dumps({**gate.doc(), "link": gate.link})}}}},
         ]
         if link_sha is not None:
             writes.append({"Put": {"TableName": self.table, "Item": {
@@ -159,7 +159,8 @@ class ApprovalStore:
             out.append(Gate(
                 run_id=doc["run_id"], step=doc["step"], workflow=doc.get("workflow", ""),
                 prompt=doc.get("prompt", ""), created_at=float(doc["created_at"]),
-                deadline=float(doc["deadline"]), approvers=tuple(doc.get("approvers") or ())))
+                deadline=float(doc["deadline"]), approvers=tuple(doc.get("approvers") or ()),
+                link=bool(doc.get("link"))))
         return out
 
     def forget(self, gate: Gate) -> None:

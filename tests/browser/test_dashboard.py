@@ -36,6 +36,10 @@ workflows:
       nap: { backend: fn, route: /slow, payload: { seconds: 2 } }
       after: { backend: fn, route: /echo, dependsOn: [nap] }
   docapproval: { backend: app }
+  refund:
+    steps:
+      ask: { approval: { prompt: "Refund order 1042, EUR 480?", timeout: 1h } }
+      refund: { backend: fn, route: /echo, dependsOn: [ask] }
 """
 
 WAIT = 20_000  # ms: the longest a page waits for what it should show
@@ -214,3 +218,25 @@ def _until(seen: Any, timeout: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("not seen in time")
         time.sleep(0.05)
+
+
+def test_approve_a_gate_from_the_inbox_and_the_run_goes_on(
+        stack: tuple[Harness, str], page: Any) -> None:
+    h, url = stack
+    run_id = h.start("refund", {"order": 1042})
+    page.goto(f"{url}/ui/approvals")
+    row = page.locator("tr", has_text=run_id)
+    deadline = time.monotonic() + WAIT / 1000
+    while row.count() == 0:  # the gate opens once a worker has claimed its step
+        assert time.monotonic() < deadline, "the gate never showed in the inbox"
+        page.reload()
+        page.wait_for_load_state()
+        row = page.locator("tr", has_text=run_id)
+    assert "Refund order 1042, EUR 480?" in row.inner_text()
+    _shot(page, "approvals")
+    row.locator("input[name=comment]").fill("refund it")
+    row.locator("button", has_text="Approve").click()
+    page.locator(".notice.ok", has_text="approved").wait_for()
+    assert h.wait(run_id)["status"] == "success"
+    page.goto(f"{url}/ui/runs/{run_id}")
+    _status(page, "success")

@@ -74,6 +74,8 @@ def routes() -> list[BaseRoute]:
               methods=["POST"]),
         Route("/events", g(pages.events), methods=["GET"]),
         Route("/events", g(actions.emit), methods=["POST"]),
+        Route("/approvals", g(pages.approvals), methods=["GET"]),
+        Route("/approvals/{run_id}/{step}", g(actions.answer), methods=["POST"]),
         Route("/dlq", g(pages.dlq), methods=["GET"]),
         Route("/dlq/redrive", g(actions.redrive), methods=["POST"]),
         Mount("/static", _Cached(directory=Path(__file__).parent / "static"),

@@ -15,9 +15,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from orchestrator.api.state import api_state
+from orchestrator.api.ui.session import who
 from orchestrator.errors import OrchestratorError, UsageError
 
-__all__ = ["cancel", "emit", "execute_hook", "redrive", "rerun", "reset", "resume",
+__all__ = ["answer", "cancel", "emit", "execute_hook", "redrive", "rerun", "reset", "resume",
            "schedule", "signal", "start"]
 
 NOTHING = object()
@@ -182,3 +183,18 @@ async def redrive(request: Request) -> Response:
         return f"{moved} message(s) sent back to the dispatch queue"
 
     return await _act(request, "/ui/dlq", do)
+
+
+async def answer(request: Request) -> Response:
+    run_id, step = request.path_params["run_id"], request.path_params["step"]
+    name = await run_in_threadpool(who, request)
+
+    def do(rt: Any, form: Any) -> str:
+        decision = str(form.get("decision") or "")
+        if decision not in ("approve", "reject"):
+            raise UsageError("decision: approve or reject")
+        comment = str(form.get("comment") or "").strip() or None
+        rt.approvals.answer(run_id, step, decision == "approve", comment, name)
+        return f"{step} of {run_id} {decision}d"
+
+    return await _act(request, "/ui/approvals", do)

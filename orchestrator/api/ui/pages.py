@@ -21,7 +21,7 @@ from orchestrator.api.ui.render import fragment, page
 from orchestrator.api.ui.session import set_session, signed_in
 from orchestrator.errors import NotFound, Unauthorized, UsageError
 
-__all__ = ["dlq", "events", "history", "index", "login", "login_post", "logout", "run",
+__all__ = ["approvals", "dlq", "events", "history", "index", "login", "login_post", "logout", "run",
            "run_live_html", "runs", "runs_rows_html", "workflows"]
 
 FILTER_COOKIE = "orch_ui_runs"
@@ -244,3 +244,15 @@ async def dlq(request: Request) -> Response:
     return page(request, "dlq.html", count=count, letters=shown,
                 message=request.query_params.get("done"),
                 problem=request.query_params.get("problem"))
+
+
+async def approvals(request: Request) -> Response:
+    rt = api_state(request).rt
+    approver = request.query_params.get("approver") or None
+    problem: str | None = request.query_params.get("problem")
+    try:
+        gates = await run_in_threadpool(rt.approvals.inbox, approver, 200)
+    except UsageError as exc:
+        gates, problem = [], exc.message
+    return page(request, "approvals.html", gates=gates, approver=approver or "",
+                now=rt.clock(), message=request.query_params.get("done"), problem=problem)

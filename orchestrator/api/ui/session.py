@@ -15,8 +15,10 @@ from starlette.responses import RedirectResponse, Response
 
 from orchestrator.api.state import api_state
 from orchestrator.errors import Unauthorized
+from orchestrator.services.apikeys import ApiKeys
+from orchestrator.services.approvals import ANONYMOUS
 
-__all__ = ["COOKIE", "guarded", "set_session", "signed_in"]
+__all__ = ["COOKIE", "guarded", "set_session", "signed_in", "who"]
 
 COOKIE = "orch_ui"
 SESSION_SECONDS = 12 * 3600
@@ -63,3 +65,13 @@ def guarded(handler: Handler) -> Handler:
 def set_session(response: Response, key: str, request: Request) -> None:
     response.set_cookie(COOKIE, key, max_age=SESSION_SECONDS, path="/ui", httponly=True,
                         samesite="strict", secure=request.url.scheme == "https")
+
+
+def who(request: Request) -> str:
+    """The name of the API key the browser signed in with (who answers an approval);
+    `anonymous` when the dashboard is open (ORCH_API_AUTH=off). Call it in a thread."""
+    rt = api_state(request).rt
+    key = request.cookies.get(COOKIE)
+    if not rt.settings.api_auth or not key:
+        return ANONYMOUS
+    return ApiKeys(rt.control).check(key, rt.clock()) or ANONYMOUS

@@ -340,6 +340,27 @@ class _Methods(Generic[R]):
             params["approver"] = approver
         return self._send(Call("GET", "/approvals", params=params))
 
+    def get_state(self, entity: str, key: str) -> R:
+        """A durable state cell: {entity, key, value, version, expires_at}."""
+        return self._send(Call("GET", f"/state/{_seg(entity)}/{_seg(key)}"))
+
+    def set_state(self, entity: str, key: str, value: Any, ttl: float | None = None) -> R:
+        """Set a state cell to `value` (for `ttl` seconds); the cell as set."""
+        body: dict[str, Any] = {"value": value}
+        if ttl is not None:
+            body["ttl"] = ttl
+        return self._send(Call("PUT", f"/state/{_seg(entity)}/{_seg(key)}", json=body))
+
+    def delete_state(self, entity: str, key: str) -> R:
+        return self._send(Call("DELETE", f"/state/{_seg(entity)}/{_seg(key)}"))
+
+    def list_state(self, entity: str, after: str | None = None, limit: int = 100) -> R:
+        """{entity, cells: [cell], next}: an entity's cells in key order."""
+        params: dict[str, Any] = {"limit": limit}
+        if after is not None:
+            params["after"] = after
+        return self._send(Call("GET", f"/state/{_seg(entity)}", params=params))
+
     def resume_run(self, run_id: str) -> R:
         """Call a paused durable run's workflow again (after a fix for the replay mismatch
         that paused it); returns {run_id, resumed, was_paused}."""

@@ -29,6 +29,7 @@ from orchestrator.services.hooks import Hooks
 from orchestrator.services.runs import RunService
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.services.signals import Signals
+from orchestrator.services.state_cells import StateService
 from orchestrator.services.webhooks import WebhookService
 from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
@@ -59,6 +60,7 @@ class Runtime:
     hooks: Hooks
     children: Children
     approvals: Approvals
+    state: StateService
 
     @classmethod
     def build(
@@ -119,7 +121,7 @@ class Runtime:
             settings, manifest, clients, store, queues, blobs, executor, runs, clock, control,
             admission, events, webhooks, scheduler, signals,
             DurableAdmin(store, queues, clock), event_waits, hooks, children,
-            Approvals(store, queues, hooks, clock),
+            Approvals(store, queues, hooks, clock), StateService(store, clock),
         )
 
     def backends(self) -> dict[str, BackendRef]:
@@ -133,7 +135,7 @@ class Runtime:
         return Worker(
             self.executor, invoker, self.backends(), admit=self.admission.due,
             clock=clock or self.clock, event_waits=self.event_waits, hooks=self.hooks,
-            children=self.children, approvals=self.approvals, **kwargs,
+            children=self.children, approvals=self.approvals, state=self.state, **kwargs,
         )
 
     def released(self, run: RunRecord) -> None:

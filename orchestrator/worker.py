@@ -52,6 +52,7 @@ from orchestrator.services.durable import Durable, Target
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import LRU, Executor, Tally
 from orchestrator.services.hooks import Hooks
+from orchestrator.services.state_cells import StateService
 
 __all__ = ["BackendRef", "Worker"]
 
@@ -91,6 +92,7 @@ class Worker:
         hooks: Hooks | None = None,
         children: Children | None = None,
         approvals: Approvals | None = None,
+        state: StateService | None = None,
     ) -> None:
         self.executor = executor
         self.store = executor.store
@@ -133,7 +135,8 @@ class Worker:
         # Admission of a queued run whose throttle slot came due.
         self.admit = admit
         self.durable = Durable(executor, invoker, clock=clock, rand=rand, events=event_waits,
-                               hooks=hooks, children=children, approvals=approvals)
+                               hooks=hooks, children=children, approvals=approvals,
+                               state=state)
         self.approval_steps = (None if approvals is None
                                else ApprovalSteps(executor, approvals, clock))
 

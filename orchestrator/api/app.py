@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from orchestrator import __version__, telemetry
-from orchestrator.api import approvals, durable, runs, triggers, ui, workflows
+from orchestrator.api import approvals, cells, durable, runs, triggers, ui, workflows
 from orchestrator.api.openapi import openapi_document
 from orchestrator.api.requests import MAX_BODY, TooLarge, error
 from orchestrator.api.state import ApiState, api_state
@@ -160,6 +160,10 @@ def _routes() -> list[BaseRoute]:
         _route("/runs/{run_id}/approvals/{step}", approvals.get_approval, "GET"),
         _route("/approvals", approvals.inbox, "GET"),
         _route("/approvals/links/{token}", approvals.answer_link, "POST"),
+        _route("/state/{entity}", cells.list_cells, "GET"),
+        _route("/state/{entity}/{key}", cells.get_cell, "GET"),
+        _route("/state/{entity}/{key}", cells.put_cell, "PUT"),
+        _route("/state/{entity}/{key}", cells.delete_cell, "DELETE"),
         _route("/workflows", workflows.list_workflows, "GET"),
         _route("/events", triggers.emit_event, "POST"),
         _route("/events", triggers.list_events, "GET"),

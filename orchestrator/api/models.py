@@ -12,6 +12,7 @@ __all__ = [
     "CancelRun",
     "CreateHook",
     "EmitEvent",
+    "PutStateCell",
     "RerunRun",
     "ResetRun",
     "ResumeRun",
@@ -43,6 +44,12 @@ class AnswerApproval(_Body):
     comment: str | None = Field(default=None, max_length=2000,
                                 description="Kept with the answer (and in a rejection's"
                                 " kill reason).")
+
+
+class PutStateCell(_Body):
+    value: Any = Field(description="The cell's new value (any JSON, at most 256 KiB).")
+    ttl: float | None = Field(default=None, gt=0, description="Seconds until the cell"
+                              " expires (none: it never does).")
 
 
 class ResumeRun(_Body):

@@ -17,12 +17,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.api import approvals, durable, runs, triggers, workflows
+from orchestrator.api import approvals, cells, durable, runs, triggers, workflows
 from orchestrator.api.models import (
     AnswerApproval,
     CancelRun,
     CreateHook,
     EmitEvent,
+    PutStateCell,
     RerunRun,
     ResetRun,
     ResumeRun,
@@ -42,7 +43,7 @@ __all__ = ["BODY_MODELS", "openapi_document"]
 
 BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitEvent,
                                             ResumeRun, ResetRun, CreateHook, RunEvent,
-                                            AnswerApproval)
+                                            AnswerApproval, PutStateCell)
 
 # ---- request bodies --------------------------------------------------------------------
 
@@ -122,8 +123,8 @@ def _meta_paths() -> dict[str, Schema]:
 def _paths(retention: float) -> dict[str, Schema]:
     """Every resource's paths, each declared beside its handlers, in this order."""
     out: dict[str, Schema] = {}
-    for part in (runs.paths(retention), durable.paths(), approvals.paths(), workflows.paths(),
-                 triggers.paths(), _meta_paths()):
+    for part in (runs.paths(retention), durable.paths(), approvals.paths(), cells.paths(),
+                 workflows.paths(), triggers.paths(), _meta_paths()):
         for path, item in part.items():
             if path in out:
                 raise ValueError(f"path {path!r} is declared by two resources")

@@ -204,6 +204,15 @@ def response_schemas() -> dict[str, Schema]:
                 "expires_in": {"type": "number", "description": "Seconds left (open gates)"},
                 "link": {"type": "string", "description": "The single-use answer link (a"
                          " gate opened with link: true, while open)"}}),
+        "StateCell": object_schema(["entity", "key", "value", "version", "expires_at"], {
+            "entity": STRING, "key": STRING, "value": ANY,
+            "version": {"type": "integer", "description": "+1 on every write"},
+            "expires_at": nullable(TIME)}),
+        "StateCells": object_schema(["entity", "cells", "next"], {
+            "entity": STRING, "cells": {"type": "array", "items": ref("StateCell")},
+            "next": nullable_string}),
+        "StateCellDeleted": object_schema(["entity", "key", "deleted"], {
+            "entity": STRING, "key": STRING, "deleted": {"type": "boolean"}}),
         "ApprovalList": object_schema(["approvals"], {
             "approvals": {"type": "array", "items": ref("Approval")}}),
         "SignalResult": object_schema(["run_id", "signal", "id", "duplicate"], {

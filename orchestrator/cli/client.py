@@ -155,6 +155,11 @@ class ApiClient:
         with self._translating():
             return self.client.list_approvals(approver, limit)
 
+    def state(self, method: str, *args: Any) -> Any:
+        """One of the client's state calls: get, set, delete, list."""
+        with self._translating():
+            return getattr(self.client, f"{method}_state")(*args)
+
     def resume(self, run_id: str) -> Any:
         with self._translating():
             return self.client.resume_run(run_id)

@@ -37,6 +37,7 @@ from functions.protocol import (
     SignalOp,
     SleepOp,
     SpawnOp,
+    StateOp,
     WaitKind,
     WaitOp,
     parse_op,
@@ -383,6 +384,11 @@ def wait_of(op: WaitOp, now: float, deadline: float | None) -> Waiting | None:
                        until=_capped(now + op.timeout, cap), since=now,
                        detail={"prompt": op.prompt, "deadline": now + op.timeout,
                                "approvers": list(op.approvers), "link": op.link})
+    if isinstance(op, StateOp):
+        # Performed at once (a lookup), its answer recorded in the same write.
+        return Waiting(WaitKind.STATE, scope, pos, oid, name, since=now, detail={
+            "action": op.action, "entity": op.entity, "key": op.key, "value": op.value,
+            "by": op.by, "ttl": op.ttl})
     assert isinstance(op, RetryOp)
     return Waiting(WaitKind.RETRY, scope, pos, oid, name, until=now + op.after, since=now,
                    attempt=op.attempt, detail={"error": op.error})
@@ -397,7 +403,7 @@ def _capped(until: float | None, deadline: float | None) -> float | None:
 
 
 # The waits whose lookup can be refused (a name, a value the workflow sent).
-REFUSABLE = frozenset({"signal", "event", "hook", "call", "spawn"})
+REFUSABLE = frozenset({"signal", "event", "hook", "call", "spawn", "state"})
 
 
 def wait_entry(waiting: Waiting, now: float, *, status: str = "ok", value: Any = None,
@@ -450,6 +456,9 @@ def resolve(waiting: Waiting, now: float, found: Mapping[str, Any] | None = None
         if found is not None and len(found.get("done") or ()) >= int(waiting.detail["branches"]):
             return Resolved(None)
         return None
+    if waiting.kind == "state":
+        # `found`: the entry the operation was recorded with (with the cell's write).
+        return None if found is None else Resolved(dict(found["committed"]))
     if waiting.kind == "approval":
         # `found`: the gate's outcome once it has one (the caller times an open gate
         # out past its deadline: the gate's record decides, not this clock).

@@ -58,6 +58,7 @@ class Look(StrEnum):
     OPEN_PARALLEL = "open_parallel"  # a fresh parallel: its aggregate and first branches
     PARALLEL = "parallel"            # the parallel's aggregate
     APPROVAL = "approval"            # the gate (opened once), timed out past its deadline
+    STATE = "state"                  # a state cell's operation, done with its entry
 
 
 def stands(waiting: Waiting, view: JournalView) -> bool:
@@ -85,6 +86,8 @@ def look_for(waiting: Waiting, fresh: bool) -> tuple[Look, ...]:
         return (Look.OPEN_PARALLEL, Look.PARALLEL) if fresh else (Look.PARALLEL,)
     if kind is WaitKind.APPROVAL:
         return (Look.APPROVAL,)
+    if kind is WaitKind.STATE:
+        return (Look.STATE,)
     return (Look.NOTHING,)
 
 

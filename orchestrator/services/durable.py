@@ -69,13 +69,21 @@ from orchestrator.engine.durable_moves import (
 )
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
-from orchestrator.errors import Code, ConditionFailed, InvalidName, ValueTooLarge, error_doc
+from orchestrator.errors import (
+    Code,
+    ConditionFailed,
+    InvalidName,
+    UsageError,
+    ValueTooLarge,
+    error_doc,
+)
 from orchestrator.services.approvals import Approvals, gate_outcome, reject_run
 from orchestrator.services.checkpoints import END, IDLE, Exchange, Item, Lines
 from orchestrator.services.children import Children, child_run_id
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import Executor, Tally
 from orchestrator.services.hooks import Hooks
+from orchestrator.services.state_cells import StateService
 from orchestrator.services.values import check_value, checked_name
 from orchestrator.strict_json import dumps
 
@@ -101,9 +109,11 @@ class Durable:
     def __init__(self, executor: Executor, invoker: Invoker, *,
                  clock: Callable[[], float], rand: Callable[[], float],
                  events: EventWaits | None = None, hooks: Hooks | None = None,
-                 children: Children | None = None, approvals: Approvals | None = None) -> None:
+                 children: Children | None = None, approvals: Approvals | None = None,
+                 state: StateService | None = None) -> None:
         self.executor = executor
         self.approvals = approvals
+        self.state = state
         self.children = children
         self.events = events
         self.hooks = hooks
@@ -169,7 +179,9 @@ class Durable:
                     pokes = fresh.pokes if fresh is not None else pokes + 1
                     continue
                 if done.entry is not None:
-                    stored = self.store.journal.put_entry(run_id, done.entry, now)
+                    # A state operation's entry was written with the cell, already.
+                    stored = (done.entry if isinstance(found, dict) and "committed" in found
+                              else self.store.journal.put_entry(run_id, done.entry, now))
                     if stored is done.entry:  # written now (not another outcome's)
                         telemetry.operation_span(run_id, stored)
                     if waiting.kind == "signal" and found is not None \
@@ -283,6 +295,11 @@ class Durable:
             return self.store.drivers.get_parallel(run_id, waiting.scope, waiting.pos, now)
         elif look is Look.APPROVAL and self.approvals is not None:
             return gate_outcome(self.approvals, run_id, ctx.workflow, waiting, now)
+        elif look is Look.STATE and self.state is not None:
+            try:
+                return {"committed": self.state.perform(run_id, waiting, now)}
+            except UsageError as exc:  # a name or value the orchestrator refuses
+                return {"refused": exc.to_dict()}
         return None
 
     def _body(self, row: StepRecord, ctx: RunContext, view: JournalView,

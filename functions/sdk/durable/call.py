@@ -49,6 +49,7 @@ from functions.sdk.protocol import (
     SignalOp,
     SleepOp,
     SpawnOp,
+    StateOp,
 )
 from functions.sdk.protocol.values import MAX_VALUE_BYTES, name_problem, normal_name, value_bytes
 
@@ -136,10 +137,10 @@ class Place:
 
 # The operation reporting a wait, by kind.
 _WAITS: dict[str, type[NextOp | SleepOp | SignalOp | EventOp | HookOp | CallOp | SpawnOp
-                      | ParallelOp | RetryOp | ApprovalOp]] = {
+                      | ParallelOp | RetryOp | ApprovalOp | StateOp]] = {
     "next": NextOp, "sleep": SleepOp, "signal": SignalOp, "event": EventOp, "hook": HookOp,
     "call": CallOp, "spawn": SpawnOp, "parallel": ParallelOp, "retry": RetryOp,
-    "approval": ApprovalOp,
+    "approval": ApprovalOp, "state": StateOp,
 }
 
 

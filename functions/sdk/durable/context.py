@@ -24,6 +24,7 @@ from functions.sdk.durable.call import Call, current, named, sent
 from functions.sdk.durable.durations import Duration, seconds
 from functions.sdk.durable.errors import WorkflowError
 from functions.sdk.durable.parallel import run_parallel
+from functions.sdk.durable.state import State
 from functions.sdk.durable.steps import current_step
 from functions.sdk.protocol import DurableCode
 
@@ -78,6 +79,8 @@ class Context:
     def __init__(self, call: Call) -> None:
         self._call = call
         self.logger: logging.LoggerAdapter = _ReplayFilter(self)  # type: ignore[type-arg]
+        # Durable state cells: ctx.state.add / incr / get / set / delete.
+        self.state = State(self)
 
     # -- facts ---------------------------------------------------------------------------
 

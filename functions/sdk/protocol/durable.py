@@ -48,6 +48,7 @@ __all__ = [
     "SignalOp",
     "SleepOp",
     "SpawnOp",
+    "StateOp",
     "WaitKind",
     "WaitOp",
     "parse_op",
@@ -129,6 +130,7 @@ class Op(StrEnum):
     RETRY = "retry"  # a step's attempt failed: its next one after a backoff
     END = "end"  # version 2: the stream is complete
     APPROVAL = "approval"  # a gate a person answers (or its timeout)
+    STATE = "state"  # an operation on a durable state cell, performed and recorded at once
 
 
 class WaitKind(StrEnum):
@@ -145,6 +147,7 @@ class WaitKind(StrEnum):
     NEXT = "next"
     MISMATCH = "mismatch"
     APPROVAL = "approval"
+    STATE = "state"
 
 
 class DurableCode(StrEnum):
@@ -310,6 +313,21 @@ class ApprovalOp(_WaitBase):
     link: bool = False
 
 
+class StateOp(_WaitBase):
+    """An operation on the state cell (`entity`, `key`): `add` (claim it once: whether
+    this run won), `incr` (by `by`: the new number), `get` (the value, or null), `set`
+    (`value`, for `ttl` seconds), `delete` (whether there was one). The orchestrator
+    performs it and records the answer in the same write: a replay reads the answer."""
+
+    op: Literal[Op.STATE] = Op.STATE
+    action: Literal["add", "incr", "get", "set", "delete"]
+    entity: str = Field(min_length=1, max_length=128)
+    key: str = Field(min_length=1, max_length=512)
+    value: Any = None
+    by: int | float = 1
+    ttl: float | None = Field(default=None, gt=0)
+
+
 class EndOp(BaseModel):
     """Version 2: the last line of a complete stream (a stream cut before it is a call
     that failed; what it committed stands)."""
@@ -320,10 +338,10 @@ class EndOp(BaseModel):
 
 
 WaitOp = (NextOp | SleepOp | SignalOp | EventOp | HookOp | CallOp | SpawnOp | ParallelOp
-          | RetryOp | ApprovalOp)
+          | RetryOp | ApprovalOp | StateOp)
 DurableOp = Annotated[
     RecordOp | CompleteOp | FailOp | MismatchOp | NextOp | SleepOp | SignalOp | EventOp
-    | HookOp | CallOp | SpawnOp | ParallelOp | RetryOp | EndOp | ApprovalOp,
+    | HookOp | CallOp | SpawnOp | ParallelOp | RetryOp | EndOp | ApprovalOp | StateOp,
     Field(discriminator="op"),
 ]
 _OP: TypeAdapter[DurableOp] = TypeAdapter(DurableOp)

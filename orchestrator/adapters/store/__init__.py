@@ -16,7 +16,8 @@ composed by table, so that a call site shows what it touches:
 - `store.control` (`control.Control`): the control table's items (locks, throttles,
   schedules, idempotency keys, hooks, deliveries, event waits);
 - `store.approvals` (`approvals.ApprovalStore`): approval gates and the inbox, in the
-  control table.
+  control table;
+- `store.state` (`state_cells.StateCells`): durable state cells, in the control table.
 
 Each part shares `tables.Tables` (the client, the table names, the wake times and
 retention); `codec` holds the item encoding of rows.
@@ -37,6 +38,7 @@ from orchestrator.adapters.store.join_counts import JoinCounts
 from orchestrator.adapters.store.journal import Journal
 from orchestrator.adapters.store.run_rows import RunRows
 from orchestrator.adapters.store.signals import Signals
+from orchestrator.adapters.store.state_cells import StateCells
 from orchestrator.adapters.store.step_rows import StepRows
 from orchestrator.adapters.store.step_stops import StepStops
 from orchestrator.adapters.store.step_writes import Lease
@@ -75,6 +77,7 @@ class Store:
         self.drivers = Drivers(dynamodb, names, **shared)
         self.control = Control(dynamodb, names.control_table)
         self.approvals = ApprovalStore(self.control)
+        self.state = StateCells(self.control)
         self.names = names
         # What every part was built with: a row's retention and the wake times.
         self.step_retention = step_retention

@@ -27,6 +27,7 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `approval#<run>`            | `<step>`                | an approval gate and its answer     |
 | `approvals#pending`         | `<ms>#<run>#<step>`     | the inbox: one item per open gate   |
 | `approvallink#<sha256>`     | `-`                     | a gate's single-use answer link     |
+| `state#<entity>`            | `<key>`                 | a durable state cell (`ctx.state`)  |
 | `sweep#wake`                | `<shard>`               | a wake shard's sweeper and cursors  |
 | `sweep#full`                | `-`                     | when the last full sweep ran        |
 
@@ -89,6 +90,8 @@ __all__ = [
     "ms_key",
     "schedule_key",
     "sk_of",
+    "state_key",
+    "state_sk",
     "throttle_key",
     "wait_event_keys",
     "waiting_key",
@@ -205,6 +208,15 @@ def inbox_sk(created_at: float, run_id: str, step: str) -> Sk:
 
 def approval_link_key(sha256: str) -> Pk:
     return Pk(f"approvallink#{sha256}")
+
+
+def state_key(entity: str) -> Pk:
+    """The partition of an entity's state cells."""
+    return Pk(f"state#{entity}")
+
+
+def state_sk(key: str) -> Sk:
+    return Sk(key)
 
 
 def children_key(parent: str) -> Pk:

@@ -161,6 +161,29 @@ class Journal(Tables):
             return self._entry(found)
         return entry
 
+    def put_entry_with(self, run_id: str, entry: dict[str, Any], now: float,
+                       also: list[dict[str, Any]]) -> dict[str, Any]:
+        """Create the entry together with the writes `also` (TransactWriteItems items of
+        other tables), in one transaction: both happen or neither does. The entry that is
+        there if another write was first (nothing of `also` is then written); raises
+        ConditionFailed if a guard of `also` failed (nothing is written)."""
+        item = self._entry_item(run_id, entry, now)
+        key = item["step"]["S"]
+        try:
+            with _translate(f"journal {run_id}/{key}: write with {len(also)} more"):
+                self.ddb.transact_write_items(TransactItems=[
+                    {"Put": {"TableName": self.steps, "Item": item,
+                             "ConditionExpression": "attribute_not_exists(step)"}},
+                    *also])
+        except ConditionFailed:
+            with _translate(f"journal {run_id}/{key}: read"):
+                found = self.ddb.get_item(TableName=self.steps, Key=step_key(run_id, key),
+                                          ConsistentRead=True).get("Item")
+            if found is None:
+                raise  # one of `also`'s guards
+            return self._entry(found)
+        return entry
+
     def commit_entries(self, run_id: str, entries: list[dict[str, Any]], now: float
                        ) -> list[dict[str, Any]]:
         """Create entries in order, each write-once as `put_entry`; what is stored at

@@ -10,6 +10,9 @@
 | `fetch-rates` | `rates` | retries with exponential backoff, `retry_on` |
 | `monthly-revenue` | `revenue` | fan-out and collect, results in input order |
 | `book-trip` | `trip` | a saga: cancel bookings newest first, safe to replay |
+| `handle-order` | `handle_once` | each order once: event id, `ctx.state.add`, idempotency key |
+| `ticket-poll` | `poll` | a cursor in a state cell, moved only once a tick is done |
+| `reindex` | `reindex` | debounce with tickets: `ctx.state.incr`, a quiet window, a live read |
 
 Their state (`Services`) lives under one data directory: customers, stock, a payments
 ledger, shipments, bookings, documents, accounts, and mail as `.eml` files in
@@ -31,9 +34,12 @@ from pathlib import Path
 from functions.durable import Workflow
 from functions.examples.durable.approval import Documents, document_approval
 from functions.examples.durable.batch import Batches, batch_process
+from functions.examples.durable.handle_once import OrderDesk, handle_order
 from functions.examples.durable.mail import Outbox
 from functions.examples.durable.orders import process_order
+from functions.examples.durable.poll import TicketFeed, ticket_poll
 from functions.examples.durable.rates import RatesFeed, fetch_rates
+from functions.examples.durable.reindex import Indexer, reindex
 from functions.examples.durable.revenue import Sales, monthly_revenue
 from functions.examples.durable.shop import Shop
 from functions.examples.durable.trial import Accounts, trial
@@ -59,17 +65,21 @@ class Services:
     rates: RatesFeed
     sales: Sales
     desk: Desk
+    orders: OrderDesk
+    tickets: TicketFeed
+    indexer: Indexer
 
     @classmethod
     def at(cls, root: Path) -> Services:
         root = root.resolve()
         return cls(outbox=Outbox(root / "outbox"), shop=Shop.at(root), batches=Batches(root),
                    documents=Documents(root), accounts=Accounts(root), rates=RatesFeed(root),
-                   sales=Sales(root), desk=Desk(root))
+                   sales=Sales(root), desk=Desk(root), orders=OrderDesk(root),
+                   tickets=TicketFeed(root), indexer=Indexer(root))
 
 
 def workflows(s: Services) -> list[Workflow]:
-    """The eight workflows, working on `s`."""
+    """The workflows, working on `s`."""
     return [
         send_welcome_email(s.shop.customers, s.outbox),
         process_order(s.shop, s.outbox),
@@ -79,12 +89,15 @@ def workflows(s: Services) -> list[Workflow]:
         fetch_rates(s.rates),
         monthly_revenue(s.sales),
         book_trip(s.desk, s.outbox),
+        handle_order(s.orders),
+        ticket_poll(s.tickets),
+        reindex(s.indexer),
     ]
 
 
 def create_app(data_dir: Path = DEFAULT_DATA_DIR,
                secret: str | Sequence[str] | None = None) -> FunctionApp:
-    """An app serving the eight workflows on the files under `data_dir`."""
+    """An app serving the workflows on the files under `data_dir`."""
     app = FunctionApp(secret, title="durable-examples")
     app.workflow(*workflows(Services.at(data_dir)))
     return app

@@ -26,6 +26,7 @@ from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.events import EventService
 from orchestrator.services.executor import Executor
 from orchestrator.services.hooks import Hooks
+from orchestrator.services.locks import Locks
 from orchestrator.services.runs import RunService
 from orchestrator.services.scheduler import Scheduler
 from orchestrator.services.signals import Signals
@@ -61,6 +62,7 @@ class Runtime:
     children: Children
     approvals: Approvals
     state: StateService
+    locks: Locks
 
     @classmethod
     def build(
@@ -91,11 +93,13 @@ class Runtime:
 
         def release(run: RunRecord) -> None:
             admission.release(run)
+            locks.release_all(run.run_id)  # the locks it held go to the next in line
             children.finished(run)  # a durable parent waiting for this run goes on
 
         def children_of(run_id: str) -> list[str]:
             return children.of(run_id)
 
+        locks = Locks(store, queues, clock)
         executor = Executor(store, queues, blobs, settings, clock, on_finish=release)
         runs = RunService(
             executor, manifest, default_timeout=settings.default_step_timeout,
@@ -121,7 +125,7 @@ class Runtime:
             settings, manifest, clients, store, queues, blobs, executor, runs, clock, control,
             admission, events, webhooks, scheduler, signals,
             DurableAdmin(store, queues, clock), event_waits, hooks, children,
-            Approvals(store, queues, hooks, clock), StateService(store, clock),
+            Approvals(store, queues, hooks, clock), StateService(store, clock), locks,
         )
 
     def backends(self) -> dict[str, BackendRef]:
@@ -135,12 +139,14 @@ class Runtime:
         return Worker(
             self.executor, invoker, self.backends(), admit=self.admission.due,
             clock=clock or self.clock, event_waits=self.event_waits, hooks=self.hooks,
-            children=self.children, approvals=self.approvals, state=self.state, **kwargs,
+            children=self.children, approvals=self.approvals, state=self.state,
+            locks=self.locks, **kwargs,
         )
 
     def released(self, run: RunRecord) -> None:
         """A finished run gives up what it holds and wakes a parent waiting for it."""
         self.admission.release(run)
+        self.locks.release_all(run.run_id)
         self.children.finished(run)
 
     def sweeper(self, *, clock: Callable[[], float] | None = None) -> Sweeper:

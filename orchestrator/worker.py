@@ -52,7 +52,9 @@ from orchestrator.services.durable import Durable, Target
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import LRU, Executor, Tally
 from orchestrator.services.hooks import Hooks
+from orchestrator.services.locks import Locks
 from orchestrator.services.state_cells import StateService
+from orchestrator.services.step_locks import step_lock, unlock_step
 
 __all__ = ["BackendRef", "Worker"]
 
@@ -93,6 +95,7 @@ class Worker:
         children: Children | None = None,
         approvals: Approvals | None = None,
         state: StateService | None = None,
+        locks: Locks | None = None,
     ) -> None:
         self.executor = executor
         self.store = executor.store
@@ -136,7 +139,8 @@ class Worker:
         self.admit = admit
         self.durable = Durable(executor, invoker, clock=clock, rand=rand, events=event_waits,
                                hooks=hooks, children=children, approvals=approvals,
-                               state=state)
+                               state=state, locks=locks)
+        self.locks = locks
         self.approval_steps = (None if approvals is None
                                else ApprovalSteps(executor, approvals, clock))
 
@@ -463,7 +467,8 @@ class Worker:
         (read once its dependencies are done, right before the call), or an approval
         gate. False: call it."""
         spec = ctx.definition.specs.get(row.step) if ctx.definition is not None else None
-        if spec is None or (spec.condition is None and spec.approval is None):
+        if spec is None or (spec.condition is None and spec.approval is None
+                            and spec.lock is None):
             return False
         assert ctx.definition is not None
         if not holds(spec, list(ctx.definition.specs), ctx.input,
@@ -475,7 +480,15 @@ class Worker:
         if spec.approval is not None and self.approval_steps is not None:
             self.approval_steps.advance(row, ctx, spec.approval, tally)
             return True
+        if spec.lock is not None and self.locks is not None:
+            return not step_lock(self.executor, self.locks, row, ctx, spec.lock, tally)
         return False
+
+    def _unlock(self, row: StepRecord, ctx: RunContext) -> None:
+        """A step that took a lock (`lock:`) lets it go once it has ended."""
+        spec = ctx.definition.specs.get(row.step) if ctx.definition is not None else None
+        if spec is not None and spec.lock is not None and self.locks is not None:
+            unlock_step(self.locks, row, ctx, spec.lock)
 
     def execute(self, row: StepRecord, tally: Tally) -> StepRecord | None:
         """Run one claimed attempt; return the next row to run inline, if any."""
@@ -551,8 +564,11 @@ class Worker:
                 row, ctx, output_json, output_ref, len(raw), tally, keep_one=keep,
                 on_recorded=remember, fold=self._fold if self._batching else None,
             )
+            self._unlock(row, ctx)
             return None if res is None else res[0]
         self.apply(row, ctx, decision, tally)
+        if isinstance(decision, Fail):
+            self._unlock(row, ctx)  # its last attempt: the lock goes on (a retry keeps it)
         return None
 
     def apply(self, row: StepRecord, ctx: RunContext, decision: Retry | Fail, tally: Tally) -> None:

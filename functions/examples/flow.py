@@ -13,6 +13,11 @@ with a concurrency group or a throttle protects.
   ask, then the team lead if nobody answered): page the lead, refund the order, or
   close it unrefunded; each appends what it did to ``<work_dir>/flow/refunds.jsonl``.
 
+- `/fetchCustomer`, `/updateCustomer` (workflow `customer-update`, whose update step has
+  `lock: "customer-${{ input.customer }}"`): the update appends its start and end to
+  ``<work_dir>/flow/customers.jsonl`` and takes `seconds` (input, default 3); with the
+  lock, two updates of one customer never overlap.
+
 All are safe to run twice (execution is at-least-once): a repeated call appends a
 second line with the same idempotency key, which the log keeps so a reader can tell."""
 
@@ -38,6 +43,7 @@ class Flow:
         self.deploys = Log(root / "deploys.jsonl")
         self.crm = Log(root / "crm.jsonl")
         self.refunds = Log(root / "refunds.jsonl")
+        self.customers = Log(root / "customers.jsonl")
 
 
 def _seconds(value: Any) -> float:
@@ -97,5 +103,26 @@ def register(app: FunctionApp, root: Path) -> Flow:
         order = _order(req)
         flow.refunds.add(action="close", order=order, run=req.run_id, key=req.idempotency_key)
         return {"closed": order, "refunded": False}
+
+    def _customer(req: StepRequest) -> str:
+        given = req.input if isinstance(req.input, dict) else {}
+        customer = given.get("customer")
+        if not isinstance(customer, str) or not customer:
+            raise TerminalError("input.customer: the customer to update (a string)")
+        return customer
+
+    @app.step("/fetchCustomer", summary="Fetch a customer's record (outside any lock).")
+    def fetch_customer(req: StepRequest) -> dict[str, Any]:
+        return {"customer": _customer(req), "fetchedAt": time.time()}
+
+    @app.step("/updateCustomer", summary="Update a customer: one at a time per customer.")
+    def update_customer(req: StepRequest) -> dict[str, Any]:
+        customer = _customer(req)
+        given = req.input if isinstance(req.input, dict) else {}
+        seconds = _seconds(given.get("seconds", 3))
+        flow.customers.add(event="start", customer=customer, run=req.run_id, at=time.time())
+        time.sleep(seconds)  # the update's own work
+        flow.customers.add(event="end", customer=customer, run=req.run_id, at=time.time())
+        return {"updated": customer}
 
     return flow

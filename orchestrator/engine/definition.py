@@ -46,6 +46,8 @@ class StepSpec:
     condition: str | None = None
     # An approval step's gate: {prompt, timeout (seconds), approvers, link} (None: a call).
     approval: Mapping[str, Any] | None = None
+    # `lock:` as written (a template over input): held while the step runs.
+    lock: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class Definition:
                     "timeout": s.timeout,
                     **({"if": s.condition} if s.condition is not None else {}),
                     **({"approval": dict(s.approval)} if s.approval is not None else {}),
+                    **({"lock": s.lock} if s.lock is not None else {}),
                 }
                 for s in self.steps
             },
@@ -143,6 +146,7 @@ class Definition:
                     timeout=float(st.get("timeout") or 60.0),
                     condition=st.get("if"),
                     approval=st.get("approval"),
+                    lock=st.get("lock"),
                 )
             )
         return cls(
@@ -185,6 +189,7 @@ class Definition:
                     approval=None if st.approval is None else {
                         "prompt": st.approval.prompt, "timeout": st.approval.timeout,
                         "approvers": list(st.approval.approvers), "link": st.approval.link},
+                    lock=st.lock,
                 )
             )
         return cls(tuple(steps), OnFailure(workflow.on_failure))

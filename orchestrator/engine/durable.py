@@ -29,6 +29,7 @@ from functions.protocol import (
     EventOp,
     FailOp,
     HookOp,
+    LockOp,
     MismatchOp,
     NextOp,
     ParallelOp,
@@ -384,6 +385,11 @@ def wait_of(op: WaitOp, now: float, deadline: float | None) -> Waiting | None:
                        until=_capped(now + op.timeout, cap), since=now,
                        detail={"prompt": op.prompt, "deadline": now + op.timeout,
                                "approvers": list(op.approvers), "link": op.link})
+    if isinstance(op, LockOp):
+        # Looked at again every LOCK_RECHECK seconds without a poke (a lost hand-over).
+        return Waiting(WaitKind.LOCK, scope, pos, oid, name, since=now,
+                       until=None if op.action == "release" else now + LOCK_RECHECK,
+                       detail={"action": op.action, "key": op.key})
     if isinstance(op, StateOp):
         # Performed at once (a lookup), its answer recorded in the same write.
         return Waiting(WaitKind.STATE, scope, pos, oid, name, since=now, detail={
@@ -403,7 +409,10 @@ def _capped(until: float | None, deadline: float | None) -> float | None:
 
 
 # The waits whose lookup can be refused (a name, a value the workflow sent).
-REFUSABLE = frozenset({"signal", "event", "hook", "call", "spawn", "state"})
+REFUSABLE = frozenset({"signal", "event", "hook", "call", "spawn", "state", "lock"})
+
+# How often a run waiting in a lock's line looks again without a poke.
+LOCK_RECHECK = 30.0
 
 
 def wait_entry(waiting: Waiting, now: float, *, status: str = "ok", value: Any = None,
@@ -456,6 +465,9 @@ def resolve(waiting: Waiting, now: float, found: Mapping[str, Any] | None = None
         if found is not None and len(found.get("done") or ()) >= int(waiting.detail["branches"]):
             return Resolved(None)
         return None
+    if waiting.kind == "lock":
+        # `found`: the lock is held (acquire) or was let go (release).
+        return None if found is None else Resolved(wait_entry(waiting, now))
     if waiting.kind == "state":
         # `found`: the entry the operation was recorded with (with the cell's write).
         return None if found is None else Resolved(dict(found["committed"]))

@@ -59,6 +59,7 @@ class Look(StrEnum):
     PARALLEL = "parallel"            # the parallel's aggregate
     APPROVAL = "approval"            # the gate (opened once), timed out past its deadline
     STATE = "state"                  # a state cell's operation, done with its entry
+    LOCK = "lock"                    # take the lock if it is this run's turn, or let it go
 
 
 def stands(waiting: Waiting, view: JournalView) -> bool:
@@ -88,6 +89,8 @@ def look_for(waiting: Waiting, fresh: bool) -> tuple[Look, ...]:
         return (Look.APPROVAL,)
     if kind is WaitKind.STATE:
         return (Look.STATE,)
+    if kind is WaitKind.LOCK:
+        return (Look.LOCK,)
     return (Look.NOTHING,)
 
 

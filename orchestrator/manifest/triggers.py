@@ -41,6 +41,7 @@ __all__ = [
     "Concurrency",
     "ConcurrencyGroup",
     "EventTrigger",
+    "KeyTemplate",
     "Overlap",
     "Schedule",
     "Throttle",

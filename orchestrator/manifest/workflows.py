@@ -38,6 +38,7 @@ from orchestrator.manifest.triggers import (
     Concurrency,
     ConcurrencyGroup,
     EventTrigger,
+    KeyTemplate,
     Overlap,
     Schedule,
     Throttle,
@@ -192,6 +193,10 @@ class Step(ManifestModel):
     timeout: Duration | None = None
     if_: StepCondition | None = Field(default=None, alias="if")
     approval: Approval | None = None
+    # A lock held while the step runs (its attempts and their backoff): a template over
+    # `input`, e.g. "customer-${{ input.customer }}"; steps and runs asking for one key
+    # take it in arrival order.
+    lock: KeyTemplate | None = None
 
     @model_validator(mode="before")
     @classmethod

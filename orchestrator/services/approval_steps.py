@@ -18,15 +18,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from functions.protocol import WaitKind
-from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.store.approvals import Gate
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import Waiting
-from orchestrator.engine.durable_moves import release_of
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import ConditionFailed
 from orchestrator.services.approvals import Approvals, rejected_reason
 from orchestrator.services.executor import Executor, Tally
+from orchestrator.services.step_waits import park
 from orchestrator.strict_json import dumps
 
 __all__ = ["ApprovalSteps"]
@@ -55,23 +54,8 @@ class ApprovalSteps:
                 return
             waiting = Waiting(WaitKind.APPROVAL, name=row.step, until=gate.deadline,
                               since=gate.created_at)
-            out = release_of(waiting, now, redispatch_after=self.store.wake.redispatch_after)
-            left = self.store.drivers.suspend_driver(
-                row.run_id, row.lease_owner or "", row.attempt, pokes, waiting.to_json(),
-                out.due, out.wake, now, step=row.step)
-            if left == "ok":
-                if out.timer:
-                    self.queues.timer(Dispatch(run_id=row.run_id, step=row.step,
-                                               attempt=row.attempt, due_at=out.due), now)
-                return
-            if left == "stopping":  # the run is being cancelled: the gate's step goes too
-                gone = self.store.steps.abandon(row.run_id, row.step, row.attempt,
-                                                row.lease_owner or "", "run stopped", now)
-                if gone is not None and gone.counted:
-                    tally.add(row.run_id)
-                return
-            if left != "poked":
-                return  # the lease is lost: its next holder carries on
+            if park(self.executor, row, pokes, waiting, now, tally) != "poked":
+                return  # waiting; or stopping (given up); or the lease is someone else's
             fresh = self.store.steps.get_step(row.run_id, row.step)
             pokes = fresh.pokes if fresh is not None else pokes + 1
 

@@ -36,6 +36,7 @@ from orchestrator.engine.attempts import (
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import (
     DRIVER,
+    LOCK_RECHECK,
     BadAnswer,
     BranchDone,
     Complete,
@@ -83,6 +84,7 @@ from orchestrator.services.children import Children, child_run_id
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import Executor, Tally
 from orchestrator.services.hooks import Hooks
+from orchestrator.services.locks import Locks
 from orchestrator.services.state_cells import StateService
 from orchestrator.services.values import check_value, checked_name
 from orchestrator.strict_json import dumps
@@ -110,8 +112,9 @@ class Durable:
                  clock: Callable[[], float], rand: Callable[[], float],
                  events: EventWaits | None = None, hooks: Hooks | None = None,
                  children: Children | None = None, approvals: Approvals | None = None,
-                 state: StateService | None = None) -> None:
+                 state: StateService | None = None, locks: Locks | None = None) -> None:
         self.executor = executor
+        self.locks = locks
         self.approvals = approvals
         self.state = state
         self.children = children
@@ -172,6 +175,8 @@ class Durable:
                 if done is not None and waiting.kind == "parallel":
                     self._settle_branches(run_id, waiting, now)
                 if done is None:
+                    if waiting.kind is WaitKind.LOCK:  # still in line: look again later
+                        waiting = replace(waiting, until=now + LOCK_RECHECK)
                     left = self._suspend(row, pokes, waiting, now, tally)
                     if left != "poked":
                         return
@@ -295,6 +300,14 @@ class Durable:
             return self.store.drivers.get_parallel(run_id, waiting.scope, waiting.pos, now)
         elif look is Look.APPROVAL and self.approvals is not None:
             return gate_outcome(self.approvals, run_id, ctx.workflow, waiting, now)
+        elif look is Look.LOCK and self.locks is not None:
+            key = Locks.checked(str(d.get("key")))
+            holder = f"{run_id}#{waiting.scope or 'top'}"
+            if d.get("action") == "release":
+                self.locks.release(key, holder, run_id)
+                return {"released": True}
+            return {"held": True} if self.locks.acquire(key, holder, run_id, row.step,
+                                                        waiting.since) else None
         elif look is Look.STATE and self.state is not None:
             try:
                 return {"committed": self.state.perform(run_id, waiting, now)}

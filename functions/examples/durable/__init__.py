@@ -13,6 +13,7 @@
 | `handle-order` | `handle_once` | each order once: event id, `ctx.state.add`, idempotency key |
 | `ticket-poll` | `poll` | a cursor in a state cell, moved only once a tick is done |
 | `reindex` | `reindex` | debounce with tickets: `ctx.state.incr`, a quiet window, a live read |
+| `customer-sync` | `customers` | a lock per customer: `async with ctx.lock(...)` |
 
 Their state (`Services`) lives under one data directory: customers, stock, a payments
 ledger, shipments, bookings, documents, accounts, and mail as `.eml` files in
@@ -34,6 +35,7 @@ from pathlib import Path
 from functions.durable import Workflow
 from functions.examples.durable.approval import Documents, document_approval
 from functions.examples.durable.batch import Batches, batch_process
+from functions.examples.durable.customers import CustomerBook, customer_sync
 from functions.examples.durable.handle_once import OrderDesk, handle_order
 from functions.examples.durable.mail import Outbox
 from functions.examples.durable.orders import process_order
@@ -68,6 +70,7 @@ class Services:
     orders: OrderDesk
     tickets: TicketFeed
     indexer: Indexer
+    customers: CustomerBook
 
     @classmethod
     def at(cls, root: Path) -> Services:
@@ -75,7 +78,8 @@ class Services:
         return cls(outbox=Outbox(root / "outbox"), shop=Shop.at(root), batches=Batches(root),
                    documents=Documents(root), accounts=Accounts(root), rates=RatesFeed(root),
                    sales=Sales(root), desk=Desk(root), orders=OrderDesk(root),
-                   tickets=TicketFeed(root), indexer=Indexer(root))
+                   tickets=TicketFeed(root), indexer=Indexer(root),
+                   customers=CustomerBook(root))
 
 
 def workflows(s: Services) -> list[Workflow]:
@@ -92,6 +96,7 @@ def workflows(s: Services) -> list[Workflow]:
         handle_order(s.orders),
         ticket_poll(s.tickets),
         reindex(s.indexer),
+        customer_sync(s.customers),
     ]
 
 

@@ -40,6 +40,7 @@ from functions.sdk.protocol import (
     FailOp,
     HookOp,
     JournalEntry,
+    LockOp,
     MismatchOp,
     NextOp,
     ParallelOp,
@@ -137,10 +138,10 @@ class Place:
 
 # The operation reporting a wait, by kind.
 _WAITS: dict[str, type[NextOp | SleepOp | SignalOp | EventOp | HookOp | CallOp | SpawnOp
-                      | ParallelOp | RetryOp | ApprovalOp | StateOp]] = {
+                      | ParallelOp | RetryOp | ApprovalOp | StateOp | LockOp]] = {
     "next": NextOp, "sleep": SleepOp, "signal": SignalOp, "event": EventOp, "hook": HookOp,
     "call": CallOp, "spawn": SpawnOp, "parallel": ParallelOp, "retry": RetryOp,
-    "approval": ApprovalOp, "state": StateOp,
+    "approval": ApprovalOp, "state": StateOp, "lock": LockOp,
 }
 
 

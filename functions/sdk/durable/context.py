@@ -23,6 +23,7 @@ from typing import Any
 from functions.sdk.durable.call import Call, current, named, sent
 from functions.sdk.durable.durations import Duration, seconds
 from functions.sdk.durable.errors import WorkflowError
+from functions.sdk.durable.locks import Lock
 from functions.sdk.durable.parallel import run_parallel
 from functions.sdk.durable.state import State
 from functions.sdk.durable.steps import current_step
@@ -213,6 +214,13 @@ class Context:
         value = await self._wait("hook", signal, signal=signal, metadata=meta, ttl=limit)
         return Hook(self, str(value.get("token", "")), str(value.get("url", "")), signal,
                     float(value.get("expires_at") or 0.0), value.get("metadata"))
+
+    def lock(self, key: str) -> Lock:
+        """The lock `key`, shared by every run of the project: `async with
+        ctx.lock(key):` holds it for the block, `await ctx.lock(key)` until the run
+        ends. Runs asking for one key take it in arrival order, holding nothing while
+        they wait; other keys do not wait. `key` follows the rule of names."""
+        return Lock(self, key)
 
     async def approval(self, name: str, *, prompt: str, timeout: Duration,
                        approvers: Sequence[str] = (), link: bool = False) -> dict[str, Any]:

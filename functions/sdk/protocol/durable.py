@@ -38,6 +38,7 @@ __all__ = [
     "FailOp",
     "HookOp",
     "JournalEntry",
+    "LockOp",
     "MismatchOp",
     "NextOp",
     "Op",
@@ -131,6 +132,7 @@ class Op(StrEnum):
     END = "end"  # version 2: the stream is complete
     APPROVAL = "approval"  # a gate a person answers (or its timeout)
     STATE = "state"  # an operation on a durable state cell, performed and recorded at once
+    LOCK = "lock"  # take a lock (wait in line for it) or release it
 
 
 class WaitKind(StrEnum):
@@ -148,6 +150,7 @@ class WaitKind(StrEnum):
     MISMATCH = "mismatch"
     APPROVAL = "approval"
     STATE = "state"
+    LOCK = "lock"
 
 
 class DurableCode(StrEnum):
@@ -328,6 +331,15 @@ class StateOp(_WaitBase):
     ttl: float | None = Field(default=None, gt=0)
 
 
+class LockOp(_WaitBase):
+    """`acquire`: wait in line for the lock `key` (holding nothing) until this run holds
+    it; `release`: free it for the next in line. A run that ends releases what it holds."""
+
+    op: Literal[Op.LOCK] = Op.LOCK
+    action: Literal["acquire", "release"]
+    key: str = Field(min_length=1, max_length=128)
+
+
 class EndOp(BaseModel):
     """Version 2: the last line of a complete stream (a stream cut before it is a call
     that failed; what it committed stands)."""
@@ -338,10 +350,11 @@ class EndOp(BaseModel):
 
 
 WaitOp = (NextOp | SleepOp | SignalOp | EventOp | HookOp | CallOp | SpawnOp | ParallelOp
-          | RetryOp | ApprovalOp | StateOp)
+          | RetryOp | ApprovalOp | StateOp | LockOp)
 DurableOp = Annotated[
     RecordOp | CompleteOp | FailOp | MismatchOp | NextOp | SleepOp | SignalOp | EventOp
-    | HookOp | CallOp | SpawnOp | ParallelOp | RetryOp | EndOp | ApprovalOp | StateOp,
+    | HookOp | CallOp | SpawnOp | ParallelOp | RetryOp | EndOp | ApprovalOp | StateOp
+    | LockOp,
     Field(discriminator="op"),
 ]
 _OP: TypeAdapter[DurableOp] = TypeAdapter(DurableOp)

@@ -17,7 +17,8 @@ composed by table, so that a call site shows what it touches:
   schedules, idempotency keys, hooks, deliveries, event waits);
 - `store.approvals` (`approvals.ApprovalStore`): approval gates and the inbox, in the
   control table;
-- `store.state` (`state_cells.StateCells`): durable state cells, in the control table.
+- `store.state` (`state_cells.StateCells`): durable state cells, in the control table;
+- `store.mutexes` (`mutexes.MutexStore`): locks, their waiting lines and who holds what.
 
 Each part shares `tables.Tables` (the client, the table names, the wake times and
 retention); `codec` holds the item encoding of rows.
@@ -36,6 +37,7 @@ from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.drivers import Drivers
 from orchestrator.adapters.store.join_counts import JoinCounts
 from orchestrator.adapters.store.journal import Journal
+from orchestrator.adapters.store.mutexes import MutexStore
 from orchestrator.adapters.store.run_rows import RunRows
 from orchestrator.adapters.store.signals import Signals
 from orchestrator.adapters.store.state_cells import StateCells
@@ -78,6 +80,7 @@ class Store:
         self.control = Control(dynamodb, names.control_table)
         self.approvals = ApprovalStore(self.control)
         self.state = StateCells(self.control)
+        self.mutexes = MutexStore(self.control)
         self.names = names
         # What every part was built with: a row's retention and the wake times.
         self.step_retention = step_retention

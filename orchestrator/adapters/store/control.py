@@ -28,6 +28,9 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `approvals#pending`         | `<ms>#<run>#<step>`     | the inbox: one item per open gate   |
 | `approvallink#<sha256>`     | `-`                     | a gate's single-use answer link     |
 | `state#<entity>`            | `<key>`                 | a durable state cell (`ctx.state`)  |
+| `mutex#<key>`               | `-`                     | a lock's holder (`ctx.lock`, `lock:`) |
+| `mutexq#<key>`              | `<ms>#<holder>`         | what waits for a lock, in arrival order |
+| `mutexheld#<run>`           | `<key>`                 | a lock a run holds (released at its end) |
 | `sweep#wake`                | `<shard>`               | a wake shard's sweeper and cursors  |
 | `sweep#full`                | `-`                     | when the last full sweep ran        |
 
@@ -88,6 +91,10 @@ __all__ = [
     "lock_key",
     "login_key",
     "ms_key",
+    "mutex_held_key",
+    "mutex_key",
+    "mutex_queue_key",
+    "mutex_waiter_sk",
     "schedule_key",
     "sk_of",
     "state_key",
@@ -208,6 +215,25 @@ def inbox_sk(created_at: float, run_id: str, step: str) -> Sk:
 
 def approval_link_key(sha256: str) -> Pk:
     return Pk(f"approvallink#{sha256}")
+
+
+def mutex_key(key: str) -> Pk:
+    """A lock's item: who holds it."""
+    return Pk(f"mutex#{key}")
+
+
+def mutex_queue_key(key: str) -> Pk:
+    """A lock's waiting line."""
+    return Pk(f"mutexq#{key}")
+
+
+def mutex_waiter_sk(arrived: float, holder: str) -> Sk:
+    return Sk(f"{ms_key(arrived)}#{holder}")
+
+
+def mutex_held_key(run_id: str) -> Pk:
+    """The locks a run holds."""
+    return Pk(f"mutexheld#{run_id}")
 
 
 def state_key(entity: str) -> Pk:

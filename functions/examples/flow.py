@@ -18,6 +18,11 @@ with a concurrency group or a throttle protects.
   ``<work_dir>/flow/customers.jsonl`` and takes `seconds` (input, default 3); with the
   lock, two updates of one customer never overlap.
 
+- `/reindexCustomer` (workflow `reindex-customer`, `debounce: {key: <the event's key>,
+  period: 2s, maxWait: 30s}` on event `customer.changed`): reindexes the customer the
+  event names, appending it and the event's data to ``<work_dir>/flow/reindex.jsonl``;
+  five events in a burst cause one call, with the fifth event.
+
 All are safe to run twice (execution is at-least-once): a repeated call appends a
 second line with the same idempotency key, which the log keeps so a reader can tell."""
 
@@ -44,6 +49,7 @@ class Flow:
         self.crm = Log(root / "crm.jsonl")
         self.refunds = Log(root / "refunds.jsonl")
         self.customers = Log(root / "customers.jsonl")
+        self.reindexes = Log(root / "reindex.jsonl")
 
 
 def _seconds(value: Any) -> float:
@@ -124,5 +130,13 @@ def register(app: FunctionApp, root: Path) -> Flow:
         time.sleep(seconds)  # the update's own work
         flow.customers.add(event="end", customer=customer, run=req.run_id, at=time.time())
         return {"updated": customer}
+
+    @app.step("/reindexCustomer", summary="Reindex the customer an event names.")
+    def reindex_customer(req: StepRequest) -> dict[str, Any]:
+        event = req.input if isinstance(req.input, dict) else {}
+        customer = str(event.get("key") or "")
+        flow.reindexes.add(customer=customer, data=event.get("data"), run=req.run_id,
+                           event=event.get("id"))
+        return {"reindexed": customer}
 
     return flow

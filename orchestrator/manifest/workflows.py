@@ -49,6 +49,7 @@ from orchestrator.manifest.yamlsafe import YamlPath, dotted
 __all__ = [
     "RESERVED_PAYLOAD_KEYS",
     "Approval",
+    "Debounce",
     "ForEach",
     "RetryPolicy",
     "Step",
@@ -180,6 +181,26 @@ class Approval(ManifestModel):
         return value
 
 
+class Debounce(ManifestModel):
+    """A burst of triggers with one rendered `key` (a template over the run's input;
+    empty: one burst for the workflow) starts one run, on the last trigger's input, once
+    `period` passes without another; `max_wait` bounds the wait from the burst's first
+    trigger."""
+
+    key: KeyTemplate = ""
+    period: Duration
+    max_wait: Duration | None = None
+
+    @model_validator(mode="after")
+    def _periods(self) -> Self:
+        if self.period <= 0:
+            raise ValueError("period must be longer than 0s")
+        if self.max_wait is not None and self.max_wait < self.period:
+            raise ValueError(f"maxWait ({self.max_wait:g}s) is shorter than period "
+                             f"({self.period:g}s)")
+        return self
+
+
 class Step(ManifestModel):
     """One POST to `backend`'s `route`, after every step in `depends_on` succeeded,
     if its condition `if` (over `input` and ancestors' `steps.<name>.output`) holds; or,
@@ -274,6 +295,7 @@ class Workflow(ManifestModel):
     for_each: ForEach | None = None
     concurrency: Concurrency = Overlap.SKIP
     throttle: Throttle | None = None
+    debounce: Debounce | None = None
     on: Annotated[list[EventTrigger], BeforeValidator(one_or_list)] = Field(
         default_factory=list
     )
@@ -313,6 +335,9 @@ class Workflow(ManifestModel):
         if self.backend is not None and self.steps:
             raise ValueError("steps and backend exclude each other: steps declare a DAG, "
                              "backend serves a durable workflow written in code")
+        if self.debounce is not None and self.throttle is not None:
+            raise ValueError("debounce and throttle exclude each other: a debounced burst"
+                             " starts one run, whose start a throttle would delay again")
         if self.backend is None and (self.workflow is not None or self.timeout is not None):
             raise ValueError("workflow and timeout belong to a durable workflow: add backend")
         if not checks_deferred(info):

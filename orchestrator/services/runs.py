@@ -26,6 +26,7 @@ from orchestrator.engine.rerun import with_reused
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.engine.transitions import killed_error
 from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
+from orchestrator.services.debounce import Debouncer
 from orchestrator.services.executor import Executor
 from orchestrator.services.journal_follow import JournalFollower
 from orchestrator.services.step_follow import StepFollower
@@ -71,6 +72,7 @@ class RunService:
                                                          span=span),
             store.steps.get_shown)
         self.store = executor.store
+        self.debouncer = Debouncer(executor.store, executor.clock)
         self.manifest = manifest
         self.default_timeout = default_timeout
         self.arrive = arrive
@@ -107,10 +109,20 @@ class RunService:
         wf = self.workflow(workflow)
         definition = Definition.of(wf, self.manifest.backends, self.default_timeout, workflow)
         gate = gate_of(wf, workflow, input, overlap, fire_key)
-        return self.create(
-            workflow, definition, input, run_id,
-            trigger=Trigger.from_json(trigger or {"source": "api"}), gate=gate,
-        )
+        trig = Trigger.from_json(trigger or {"source": "api"})
+        if getattr(wf, "debounce", None) is not None:
+            # One run per burst (services/debounce.py): the caller's run id is not used.
+            def record(admit_at: float) -> RunRecord:
+                return self.record(workflow, definition, input, None, trigger=trig,
+                                   gate=gate or Gate(), admit_at=admit_at)
+
+            def begin(run: RunRecord, also: list[dict[str, Any]]) -> RunRecord:
+                with metered(run.run_id):
+                    self.store.runs.create_run_with(run, also)
+                    return self.arrive(run)
+
+            return self.debouncer.trigger(workflow, wf.debounce, input, record, begin)
+        return self.create(workflow, definition, input, run_id, trigger=trig, gate=gate)
 
     def create(
         self,
@@ -124,6 +136,25 @@ class RunService:
         rerun_of: str | None = None,
         kept_input: bool = False,
     ) -> tuple[RunRecord, bool]:
+        run = self.record(workflow, definition, input, run_id, trigger=trigger, gate=gate,
+                          rerun_of=rerun_of, kept_input=kept_input)
+        with metered(run.run_id):  # the start's requests are the run's (adapters/metering.py)
+            return self._create(run, run_id)
+
+    def record(
+        self,
+        workflow: str,
+        definition: Definition,
+        input: Any,
+        run_id: str | None,
+        *,
+        trigger: Trigger,
+        gate: Gate | None,
+        rerun_of: str | None = None,
+        kept_input: bool = False,
+        admit_at: float | None = None,
+    ) -> RunRecord:
+        """A new run's record (checked), not yet written."""
         if run_id is not None and not RUN_ID_RE.fullmatch(run_id):
             raise UsageError(f"run_id {run_id!r}: use 1-200 of A-Z a-z 0-9 _ . : -")
         if not kept_input:  # a rerun's kept input passed this check when it was sent
@@ -149,13 +180,13 @@ class RunService:
             rerun_of=rerun_of,
             gate=gate,
             started_at=None if gate else now,
+            admit_at=admit_at,
             history=(
                 {"at": round(now, 3), "type": f"run.{status.value}",
                  "trigger": trigger.to_json()},
             ),
         )
-        with metered(rid):  # the start's requests are the run's (adapters/metering.py)
-            return self._create(run, run_id)
+        return run
 
     def _create(self, run: RunRecord, run_id: str | None) -> tuple[RunRecord, bool]:
         rid, now, gate = run.run_id, run.created_at, run.gate

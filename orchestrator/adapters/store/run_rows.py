@@ -47,6 +47,29 @@ class RunRows(RunListing):
                 ConditionExpression="attribute_not_exists(run_id)",
             )
 
+    def create_run_with(self, run: RunRecord, also: list[dict[str, Any]]) -> None:
+        """Create the run row together with the writes `also` (items of other tables),
+        in one transaction; ConditionFailed if any guard fails (nothing is written)."""
+        if run.wake_at is None:
+            run = replace(run, wake_at=run_wake(run, self.wake))
+        with _translate(f"run {run.run_id}: create with {len(also)} more"):
+            self.ddb.transact_write_items(TransactItems=[
+                {"Put": {"TableName": self.runs, "Item": run_to_item(run),
+                         "ConditionExpression": "attribute_not_exists(run_id)"}},
+                *also])
+
+    def debounce(self, run_id: str, input: Any, admit_at: float, now: float) -> RunRecord:
+        """A later trigger of a debounced burst: the queued run takes its input and
+        starts no earlier than `admit_at`. ConditionFailed once the run has left the
+        queue (the burst is over)."""
+        move = RUN_MOVES["debounce"]
+        values: dict[str, Any] = {":in": {"S": dumps(input)}, ":at": num(admit_at),
+                                  ":wk": num(admit_at + self.wake.settle), ":now": num(now)}
+        return self._update_queued(
+            run_id, move, "SET #in = :in, admit_at = :at, wake_at = :wk, updated_at = :now",
+            values, {"#in": "input"},
+        )
+
     def get_run(self, run_id: str, now: float, *, consistent: bool = True) -> RunRecord | None:
         with _translate(f"run {run_id}: read"):
             resp = self.ddb.get_item(

@@ -86,6 +86,9 @@ class Code(StrEnum):
     UNKNOWN_BACKEND = "unknown_backend", False, "the step's backend is not configured"
     RUN_MISSING = "run_missing", False, "the step's run row is gone"
     SKIPPED = "skipped", False, "the step never ran: a dependency failed or the run stopped"
+    FAN_OUT_FAILED = ("fan_out_failed", False,
+                      "a fan_out step's items failed past its tolerate (or its items are not"
+                      " a list, or over the cap)")
     CONDITION_FALSE = ("condition_false", False,
                        "the step did not run: its `if:` was false (its dependants go on)")
     # A run's error (`error` in a run's view).

@@ -51,6 +51,7 @@ from orchestrator.services.conditions import CONDITION_FALSE, holds
 from orchestrator.services.durable import Durable, Target
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import LRU, Executor, Tally
+from orchestrator.services.fan_out import FanOutSteps
 from orchestrator.services.hooks import Hooks
 from orchestrator.services.locks import Locks
 from orchestrator.services.state_cells import StateService
@@ -141,6 +142,7 @@ class Worker:
                                hooks=hooks, children=children, approvals=approvals,
                                state=state, locks=locks)
         self.locks = locks
+        self.fan_out = FanOutSteps(executor, invoker, clock=clock, rand=rand, sleep=sleep)
         self.approval_steps = (None if approvals is None
                                else ApprovalSteps(executor, approvals, clock))
 
@@ -468,7 +470,7 @@ class Worker:
         gate. False: call it."""
         spec = ctx.definition.specs.get(row.step) if ctx.definition is not None else None
         if spec is None or (spec.condition is None and spec.approval is None
-                            and spec.lock is None):
+                            and spec.lock is None and spec.fan_out is None):
             return False
         assert ctx.definition is not None
         if not holds(spec, list(ctx.definition.specs), ctx.input,
@@ -482,6 +484,13 @@ class Worker:
             return True
         if spec.lock is not None and self.locks is not None:
             return not step_lock(self.executor, self.locks, row, ctx, spec.lock, tally)
+        backend = self.backends.get(row.backend)
+        if spec.fan_out is not None and backend is not None:
+            steps = self.dep_outputs(row, ctx.created_at)
+            self.fan_out.advance(row, ctx, spec.fan_out, backend.url.rstrip("/") + row.route,
+                                 backend.secret, steps, tally,
+                                 room=lambda: self._room_for(ctx, (row.step,)))
+            return True
         return False
 
     def _unlock(self, row: StepRecord, ctx: RunContext) -> None:

@@ -48,6 +48,8 @@ class StepSpec:
     approval: Mapping[str, Any] | None = None
     # `lock:` as written (a template over input): held while the step runs.
     lock: str | None = None
+    # A fan_out step's {items, max_parallel, rate, tolerate} (None: one call).
+    fan_out: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ class Definition:
                     **({"if": s.condition} if s.condition is not None else {}),
                     **({"approval": dict(s.approval)} if s.approval is not None else {}),
                     **({"lock": s.lock} if s.lock is not None else {}),
+                    **({"fanOut": dict(s.fan_out)} if s.fan_out is not None else {}),
                 }
                 for s in self.steps
             },
@@ -147,6 +150,7 @@ class Definition:
                     condition=st.get("if"),
                     approval=st.get("approval"),
                     lock=st.get("lock"),
+                    fan_out=st.get("fanOut"),
                 )
             )
         return cls(
@@ -190,6 +194,9 @@ class Definition:
                         "prompt": st.approval.prompt, "timeout": st.approval.timeout,
                         "approvers": list(st.approval.approvers), "link": st.approval.link},
                     lock=st.lock,
+                    fan_out=None if st.fan_out is None else {
+                        "items": st.fan_out.items, "max_parallel": st.fan_out.max_parallel,
+                        "rate": st.fan_out.rate, "tolerate": st.fan_out.tolerate},
                 )
             )
         return cls(tuple(steps), OnFailure(workflow.on_failure))

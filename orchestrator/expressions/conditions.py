@@ -80,6 +80,10 @@ class Condition:
         steps it reads (by step name). One that fails to evaluate is false."""
         return self.expression.test(condition_context(input, self.refs, outputs))
 
+    def value(self, input: Any, outputs: Mapping[str, Any]) -> Any:
+        """The expression's value (ExpressionError if it fails to evaluate)."""
+        return self.expression.evaluate(condition_context(input, self.refs, outputs))
+
 
 def condition_context(input: Any, refs: Mapping[str, str], outputs: Mapping[str, Any]
                       ) -> dict[str, Any]:

@@ -229,6 +229,9 @@ class _Loader:
             if not graph:
                 for path, message in condition_problems(deps, _raw_conditions(raw)):
                     found.add((*at, *path), message)
+                for path, message in condition_problems(deps, _raw_conditions(raw, "fanOut"),
+                                                        field="fanOut.items"):
+                    found.add((*at, *path), message)
             for path, message in backend_problems(raw, list(raw_backends)):
                 found.add((*at, *path), message)
             model = self._validate(Workflow, raw, at, found)
@@ -330,13 +333,20 @@ class _Loader:
         return data
 
 
-def _raw_conditions(raw: dict[str, Any]) -> dict[str, str]:
-    """Each step's `if:` that is a string, read leniently from a raw workflow."""
+def _raw_conditions(raw: dict[str, Any], within: str | None = None) -> dict[str, str]:
+    """Each step's `if:` (or its `fanOut.items`) that is a string, read leniently from a
+    raw workflow."""
     steps = raw.get("steps")
     if not isinstance(steps, dict):
         return {}
-    return {name: step["if"] for name, step in steps.items()
-            if isinstance(step, dict) and isinstance(step.get("if"), str)}
+    out = {}
+    for name, step in steps.items():
+        if within is not None:
+            step = step.get(within) if isinstance(step, dict) else None
+        field = "items" if within is not None else "if"
+        if isinstance(step, dict) and isinstance(step.get(field), str):
+            out[name] = step[field]
+    return out
 
 
 def _raw_edges(workflow: str, raw: dict[str, Any]) -> tuple[dict[str, list[str]], list[Call]]:

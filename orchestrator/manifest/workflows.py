@@ -47,9 +47,11 @@ from orchestrator.manifest.triggers import (
 from orchestrator.manifest.yamlsafe import YamlPath, dotted
 
 __all__ = [
+    "MAX_FAN_OUT",
     "RESERVED_PAYLOAD_KEYS",
     "Approval",
     "Debounce",
+    "FanOut",
     "ForEach",
     "RetryPolicy",
     "Step",
@@ -201,6 +203,22 @@ class Debounce(ManifestModel):
         return self
 
 
+# The most items one fan_out step takes (beyond: forEach, or child runs).
+MAX_FAN_OUT = 1000
+
+
+class FanOut(ManifestModel):
+    """Call the step's route once per item of `items` (an expression over `input` and
+    ancestors' `steps.<name>.output` giving a list), at most `max_parallel` at once and
+    `rate` starts per second; the output is the results in item order. More than
+    `tolerate` failed items fail the step (once the others have settled)."""
+
+    items: StepCondition
+    max_parallel: int = Field(default=10, ge=1, le=100, strict=True)
+    rate: float | None = Field(default=None, gt=0)
+    tolerate: int = Field(default=0, ge=0, strict=True)
+
+
 class Step(ManifestModel):
     """One POST to `backend`'s `route`, after every step in `depends_on` succeeded,
     if its condition `if` (over `input` and ancestors' `steps.<name>.output`) holds; or,
@@ -218,6 +236,7 @@ class Step(ManifestModel):
     # `input`, e.g. "customer-${{ input.customer }}"; steps and runs asking for one key
     # take it in arrival order.
     lock: KeyTemplate | None = None
+    fan_out: FanOut | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -235,6 +254,10 @@ class Step(ManifestModel):
     def _one_kind(self) -> Self:
         if self.approval is not None and (self.backend is not None or self.route is not None):
             raise ValueError("an approval step calls nothing: drop backend and route")
+        if self.approval is not None and self.fan_out is not None:
+            raise ValueError("a step is an approval or a fan_out, not both")
+        if self.lock is not None and (self.fan_out is not None or self.approval is not None):
+            raise ValueError("lock: is for a step that calls its route once")
         return self
 
 
@@ -346,6 +369,9 @@ class Workflow(ManifestModel):
             if not problems:
                 problems = condition_problems(
                     deps, {n: s.if_ for n, s in self.steps.items() if s.if_ is not None})
+                problems += condition_problems(
+                    deps, {n: s.fan_out.items for n, s in self.steps.items()
+                           if s.fan_out is not None}, field="fanOut.items")
             if problems:
                 raise ValueError("; ".join(f"{dotted(p)}: {m}" for p, m in problems))
         return self
@@ -417,13 +443,13 @@ def ancestors(deps: Mapping[str, Sequence[str]], step: str) -> set[str]:
     return seen
 
 
-def condition_problems(deps: Mapping[str, Sequence[str]], conditions: Mapping[str, str]
-                       ) -> list[tuple[YamlPath, str]]:
+def condition_problems(deps: Mapping[str, Sequence[str]], conditions: Mapping[str, str],
+                       field: str = "if") -> list[tuple[YamlPath, str]]:
     """Conditions (`if:`) that read a step which is not an ancestor of theirs: its
     output would not exist when the condition is evaluated. Run on a sound graph."""
     problems: list[tuple[YamlPath, str]] = []
     for step, source in conditions.items():
-        at: YamlPath = ("steps", step, "if")
+        at: YamlPath = ("steps", step, *field.split("."))
         try:
             compile_condition(source, None)
         except ExpressionError:

@@ -12,14 +12,14 @@ from orchestrator.engine.definition import StepSpec
 from orchestrator.engine.records import StepRecord
 from orchestrator.expressions.conditions import Condition, compile_condition
 
-__all__ = ["CONDITION_FALSE", "holds"]
+__all__ = ["CONDITION_FALSE", "compiled", "holds"]
 
 # The reason a step whose condition is false ends skipped.
 CONDITION_FALSE = "condition false"
 
 
 @lru_cache(maxsize=512)
-def _compiled(source: str, steps: tuple[str, ...]) -> Condition:
+def compiled(source: str, steps: tuple[str, ...]) -> Condition:
     return compile_condition(source, steps)
 
 
@@ -32,7 +32,7 @@ def holds(spec: StepSpec, steps: Sequence[str], input: Any,
     if spec.condition is None:
         return True
     try:
-        cond = _compiled(spec.condition, tuple(steps))
+        cond = compiled(spec.condition, tuple(steps))
     except ValueError:
         return False
     names = sorted(set(cond.refs.values()))

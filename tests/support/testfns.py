@@ -38,6 +38,10 @@ class Recorder:
         default_factory=lambda: defaultdict(list)
     )
 
+    # /item: calls in flight per run now, and the most at once.
+    flying: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    peak: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
     def add(self, seen: Seen) -> int:
         with self.lock:
             self.calls.append(seen)
@@ -135,6 +139,26 @@ def create_app(rec: Recorder) -> Starlette:
             rec.held[tenant].append((start, time.time(), body["run"]["run_id"]))
         return JSONResponse({"held": tenant})
 
+    async def item(request: Request) -> Response:
+        # A fan_out item: counts the calls of its run in flight; `{"fail": true}` items
+        # answer 422 (permanent), `{"flaky": true}` ones 503 on their first attempt.
+        body, n = await seen(request)
+        run_id = body["run"]["run_id"]
+        with rec.lock:
+            rec.flying[run_id] += 1
+            rec.peak[run_id] = max(rec.peak[run_id], rec.flying[run_id])
+        try:
+            await asyncio.sleep(float(body.get("seconds", 0.1)))
+        finally:
+            with rec.lock:
+                rec.flying[run_id] -= 1
+        thing = body.get("item")
+        if isinstance(thing, dict) and thing.get("fail"):
+            return JSONResponse({"error": f"item {body.get('index')} is bad"}, status_code=422)
+        if isinstance(thing, dict) and thing.get("flaky") and n == 1:
+            return JSONResponse({"error": "try again"}, status_code=503)
+        return JSONResponse({"item": thing, "index": body.get("index"), "calls": n})
+
     async def rows(request: Request) -> Response:
         # forEach rows for a schedule fire.
         await seen(request)
@@ -161,6 +185,7 @@ def create_app(rec: Recorder) -> Starlette:
     return Starlette(
         routes=[
             Route("/echo", echo, methods=["POST"]),
+            Route("/item", item, methods=["POST"]),
             Route("/flaky", flaky, methods=["POST"]),
             Route("/status", status, methods=["POST"]),
             Route("/check", check, methods=["POST"]),

@@ -18,7 +18,8 @@ composed by table, so that a call site shows what it touches:
 - `store.approvals` (`approvals.ApprovalStore`): approval gates and the inbox, in the
   control table;
 - `store.state` (`state_cells.StateCells`): durable state cells, in the control table;
-- `store.mutexes` (`mutexes.MutexStore`): locks, their waiting lines and who holds what.
+- `store.mutexes` (`mutexes.MutexStore`): locks, their waiting lines and who holds what;
+- `store.fanouts` (`fanouts.FanOutItems`): the outcomes of a fan_out step's items.
 
 Each part shares `tables.Tables` (the client, the table names, the wake times and
 retention); `codec` holds the item encoding of rows.
@@ -35,6 +36,7 @@ from typing import Any
 from orchestrator.adapters.store.approvals import ApprovalStore
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.drivers import Drivers
+from orchestrator.adapters.store.fanouts import FanOutItems
 from orchestrator.adapters.store.join_counts import JoinCounts
 from orchestrator.adapters.store.journal import Journal
 from orchestrator.adapters.store.mutexes import MutexStore
@@ -81,6 +83,7 @@ class Store:
         self.approvals = ApprovalStore(self.control)
         self.state = StateCells(self.control)
         self.mutexes = MutexStore(self.control)
+        self.fanouts = FanOutItems(self.control, step_retention)
         self.names = names
         # What every part was built with: a row's retention and the wake times.
         self.step_retention = step_retention

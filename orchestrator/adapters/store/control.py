@@ -32,6 +32,7 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `mutexq#<key>`              | `<ms>#<holder>`         | what waits for a lock, in arrival order |
 | `mutexheld#<run>`           | `<key>`                 | a lock a run holds (released at its end) |
 | `debounce#<workflow>#<key>` | `-`                     | a debounced burst: its queued run   |
+| `fanout#<run>#<step>`       | `<index>`               | a fan_out step's item: its outcome  |
 | `sweep#wake`                | `<shard>`               | a wake shard's sweeper and cursors  |
 | `sweep#full`                | `-`                     | when the last full sweep ran        |
 
@@ -86,6 +87,8 @@ __all__ = [
     "event_wait_events_after",
     "event_wait_keys",
     "event_wait_sk",
+    "fanout_item_sk",
+    "fanout_key",
     "hook_key",
     "hook_used",
     "idempotency_key",
@@ -222,6 +225,15 @@ def approval_link_key(sha256: str) -> Pk:
 def debounce_key(workflow: str, key: str) -> Pk:
     """A debounced workflow's burst for one key: the run the burst will start."""
     return Pk(f"debounce#{workflow}#{key}")
+
+
+def fanout_key(run_id: str, step: str) -> Pk:
+    """A fan_out step's items' outcomes."""
+    return Pk(f"fanout#{run_id}#{step}")
+
+
+def fanout_item_sk(index: int) -> Sk:
+    return Sk(f"{index:06d}")
 
 
 def mutex_key(key: str) -> Pk:

@@ -90,7 +90,7 @@ def test_a_failed_item_fails_the_step_after_the_others_unless_tolerated(
     assert ok["status"] == "success"
     out = steps_of(ok)["each"]["output"]
     assert out[1] is None and out[2]["calls"] == 2 and out[3]["item"] == {"n": 3}
-    bad_id = h.start("strict", {"items": items[:2] + [{"n": 2}, {"n": 3}]})
+    bad_id = h.start("strict", {"items": [*items[:2], {"n": 2}, {"n": 3}]})
     bad = h.wait(bad_id)
     assert bad["status"] == "failed"
     error = steps_of(bad)["each"]["error"]

@@ -59,6 +59,23 @@ def test_the_dashboard_benchmark_times_both_sides(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_the_coordination_benchmark_prints_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "coordination.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "bench" / "coordination.py"), "--sizes", "5",
+         "--locks", "3", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(out.read_text())
+    [gate], [lock], [cells] = r["approvals"], r["locks"], r["state"]
+    assert 0 < gate["round_trip_ms_p50"] <= gate["round_trip_ms_p95"]
+    assert gate["requests_per_approval"] > 0 and gate["dollars_per_million_approvals"] > 0
+    assert lock["handover_ms_p50"] >= 0 and lock["requests_per_locked_run"] > 0
+    assert cells["api_put_per_s"] > 0 and cells["durable_incr_per_s"] > 0
+
+
+@pytest.mark.slow
 def test_quick_emulator_benchmark_prints_both_sides() -> None:
     r = quick("emulator.py")
     assert set(r) == {"stock", "memoized"}

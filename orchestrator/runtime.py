@@ -93,7 +93,8 @@ class Runtime:
 
         def release(run: RunRecord) -> None:
             admission.release(run)
-            locks.release_all(run.run_id)  # the locks it held go to the next in line
+            if run.holds_locks:  # the locks it held go to the next in line
+                locks.release_all(run.run_id)
             children.finished(run)  # a durable parent waiting for this run goes on
 
         def children_of(run_id: str) -> list[str]:
@@ -146,7 +147,8 @@ class Runtime:
     def released(self, run: RunRecord) -> None:
         """A finished run gives up what it holds and wakes a parent waiting for it."""
         self.admission.release(run)
-        self.locks.release_all(run.run_id)
+        if run.holds_locks:
+            self.locks.release_all(run.run_id)
         self.children.finished(run)
 
     def sweeper(self, *, clock: Callable[[], float] | None = None) -> Sweeper:

@@ -9,11 +9,10 @@ from starlette.responses import JSONResponse
 
 from orchestrator.api.models import AnswerApproval
 from orchestrator.api.operations import BODY_ERRORS, body, errors, op, path_param, run_id_param
-from orchestrator.api.requests import read_json, validated
+from orchestrator.api.requests import limit_of, read_json, validated
 from orchestrator.api.schemas import Schema, ref
 from orchestrator.api.schemas import json_body as _json
 from orchestrator.api.state import api_state
-from orchestrator.errors import UsageError
 from orchestrator.services.apikeys import ApiKeys
 from orchestrator.services.approvals import ANONYMOUS
 
@@ -60,10 +59,7 @@ async def get_approval(request: Request) -> JSONResponse:
 async def inbox(request: Request) -> JSONResponse:
     rt = api_state(request).rt
     approver = request.query_params.get("approver") or None
-    raw = request.query_params.get("limit") or "100"
-    if not raw.isdigit() or not 1 <= int(raw) <= 500:
-        raise UsageError(f"limit: a whole number from 1 to 500, got {raw!r}")
-    found = await run_in_threadpool(rt.approvals.inbox, approver, int(raw))
+    found = await run_in_threadpool(rt.approvals.inbox, approver, limit_of(request))
     return JSONResponse({"approvals": found})
 
 

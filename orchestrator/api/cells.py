@@ -9,22 +9,19 @@ from starlette.responses import JSONResponse
 
 from orchestrator.api.models import PutStateCell
 from orchestrator.api.operations import BODY_ERRORS, body, errors, op, path_param
-from orchestrator.api.requests import read_json, validated
+from orchestrator.api.requests import limit_of, read_json, validated
 from orchestrator.api.schemas import Schema, ref
 from orchestrator.api.schemas import json_body as _json
 from orchestrator.api.state import api_state
-from orchestrator.errors import UsageError
 
 __all__ = ["delete_cell", "get_cell", "list_cells", "paths", "put_cell"]
 
 
 async def list_cells(request: Request) -> JSONResponse:
     rt = api_state(request).rt
-    raw = request.query_params.get("limit") or "100"
-    if not raw.isdigit() or not 1 <= int(raw) <= 500:
-        raise UsageError(f"limit: a whole number from 1 to 500, got {raw!r}")
     found = await run_in_threadpool(rt.state.list, request.path_params["entity"],
-                                    request.query_params.get("after") or None, int(raw))
+                                    request.query_params.get("after") or None,
+                                    limit_of(request))
     return JSONResponse(found)
 
 

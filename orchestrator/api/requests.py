@@ -9,13 +9,14 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from orchestrator.errors import Code, Unprocessable
+from orchestrator.errors import Code, Unprocessable, UsageError
 from orchestrator.strict_json import parse_json
 
 __all__ = [
     "MAX_BODY",
     "TooLarge",
     "error",
+    "limit_of",
     "read_body",
     "read_json",
     "read_object",
@@ -77,3 +78,11 @@ def validated(model: type[M], document: Any) -> M:
         return model.model_validate(document)
     except ValidationError as exc:
         raise Unprocessable("invalid_body", _validation_message(exc)) from None
+
+
+def limit_of(request: Request, default: int = 100, most: int = 500) -> int:
+    """The `limit` query parameter: a whole number from 1 to `most` (400 otherwise)."""
+    raw = request.query_params.get("limit") or str(default)
+    if not raw.isdigit() or not 1 <= int(raw) <= most:
+        raise UsageError(f"limit: a whole number from 1 to {most}, got {raw!r}")
+    return int(raw)

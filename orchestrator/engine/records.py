@@ -113,6 +113,10 @@ class RunRecord:
     # A durable run stopped by a replay mismatch (both operations): it is `running`
     # in the state machine and shown as `paused` until resumed, reset or cancelled.
     paused: dict[str, Any] | None = None
+    # It took a lock (`ctx.lock`, a step's `lock:`) at some point: its end releases
+    # what it still holds (set in the lock's own transaction; a run that never locks
+    # pays nothing at its end).
+    holds_locks: bool = False
     history: tuple[dict[str, Any], ...] = ()
     # The AWS requests made for the run that its run-row writes carried (the rest are
     # on its step rows), by "service.Operation" (adapters/metering.py).
@@ -129,7 +133,7 @@ class RunRecord:
         finisher dies: a concurrency group's lock to release, a parent run waiting for
         it. Only then does the finish move its wake (engine/wakes.py)."""
         gate, trigger = self.gate, self.trigger
-        return bool(gate is not None and gate.group) or (
+        return bool(gate is not None and gate.group) or self.holds_locks or (
             trigger is not None and trigger.source == "parent" and "row" in trigger.detail)
 
     @property

@@ -49,6 +49,7 @@ from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RUN_TRANSITIONS, STEP_TRANSITIONS, RunStatus, StepStatus
 from orchestrator.errors import Code
 from orchestrator.manifest.workflows import retry_delay
+from tests.chaos.coordination_checks import CoordinationChecks
 from tests.chaos.durable_checks import DurableChecks
 from tests.chaos.figures import durable_figures, figures
 from tests.chaos.jsonl import digest
@@ -144,6 +145,7 @@ class _Check:
         self.findings: Counter[str] = Counter()
         self.start_before_due: list[float] = []
         self.durable = DurableChecks(snap, self.bad, self.findings, TOL, self.error_doc)
+        self.coordination = CoordinationChecks(snap, self.bad, TOL)
 
     def bad(self, check: str, message: str, run: str | None = None, step: str | None = None,
             at: float | None = None) -> None:
@@ -645,6 +647,7 @@ def check(snap: Snapshot, *, bound: float) -> Report:
     and rows."""
     c = _Check(snap, bound)
     c.runs()
+    c.coordination.all()
     c.items()
     for v in c.out:
         v.rows = _rows(snap, v)

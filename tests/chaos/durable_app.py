@@ -18,7 +18,13 @@ The workflows (their shapes are constants here, which the checker reads):
 - `devent`: a step, then a wait for EVENT about the run's name (EVENT_TIMEOUT), cut
   short by the event the harness emits; then a step;
 - `dtimeout`: the same with EVENT_SHORT_TIMEOUT and no event: it times out (the harness
-  emits one once it has, which must change nothing)."""
+  emits one once it has, which must change nothing);
+- `dclaim`: `ctx.state.add` of one key per seed (every dclaim run of a seed races for
+  it: one wins), then a step;
+- `dlock`: a step, then a step inside `ctx.lock` of one key per seed (every dlock run of
+  a seed takes turns);
+- `dgate`: `ctx.approval("gate")` (GATE_TIMEOUT), answered by the harness twice at once
+  (or not at all: it times out, and a late answer must change nothing), then a step."""
 
 from __future__ import annotations
 
@@ -40,6 +46,7 @@ __all__ = [
     "EVENT",
     "EVENT_SHORT_TIMEOUT",
     "EVENT_TIMEOUT",
+    "GATE_TIMEOUT",
     "MAX_PARALLEL",
     "PARALLEL_BRANCHES",
     "SIGNAL_WAITS",
@@ -58,7 +65,9 @@ EVENT_TIMEOUT = 30.0
 EVENT_SHORT_TIMEOUT = 2.0
 # How long a body works: long enough for bodies of two branches to overlap.
 BODY_HOLD = 0.15
-WORKFLOWS = ("dchain", "dsignals", "dparallel", "devent", "dtimeout")
+GATE_TIMEOUT = 10.0
+WORKFLOWS = ("dchain", "dsignals", "dparallel", "devent", "dtimeout", "dclaim", "dlock",
+             "dgate")
 
 
 def _ms(seconds: float) -> int:
@@ -133,10 +142,29 @@ def durable_workflows(ledger: JsonlWriter) -> list[Workflow]:
             return {"event": event, "steps": [opened, closed]}
         return run
 
+    async def dclaim(ctx: Context, payload: Any) -> Any:
+        won = await ctx.state.add(f"claim-{(payload or {}).get('seed')}", entity="chaos")
+        after = await step("after", body(ctx, payload, "after"))
+        return {"won": won, "step": after}
+
+    async def dlock(ctx: Context, payload: Any) -> Any:
+        before = await step("before", body(ctx, payload, "before"))
+        async with ctx.lock(f"chaos-{(payload or {}).get('seed')}"):
+            inside = await step("inside", body(ctx, payload, "inside"))
+        return {"steps": [before, inside]}
+
+    async def dgate(ctx: Context, payload: Any) -> Any:
+        answer = await ctx.approval("gate", prompt="chaos gate", timeout=_ms(GATE_TIMEOUT))
+        after = await step("after", body(ctx, payload, "after"))
+        return {"answer": answer, "step": after}
+
     return [
         workflow("dchain")(dchain),
         workflow("dsignals")(dsignals),
         workflow("dparallel")(dparallel),
         workflow("devent")(event_wait(EVENT_TIMEOUT)),
         workflow("dtimeout")(event_wait(EVENT_SHORT_TIMEOUT)),
+        workflow("dclaim")(dclaim),
+        workflow("dlock")(dlock),
+        workflow("dgate")(dgate),
     ]

@@ -522,6 +522,12 @@ def expected_output(workflow: str, at: dict[tuple[str, int], dict[str, Any]]) ->
                              for i in range(PARALLEL_BRANCHES)], "total": value("", 1)}
     if workflow in ("devent", "dtimeout"):
         return {"event": value("", 1), "steps": [value("", 0), value("", 2)]}
+    if workflow == "dclaim":
+        return {"won": value("", 0), "step": value("", 1)}
+    if workflow == "dlock":  # before, the lock taken, inside, the lock let go
+        return {"steps": [value("", 0), value("", 2)]}
+    if workflow == "dgate":
+        return {"answer": value("", 0), "step": value("", 1)}
     return None
 
 

@@ -12,6 +12,10 @@ each send written to `drive.jsonl` (the checker's record of what was sent):
 - a `dtimeout` run gets an event only once its wait has timed out (it must change
   nothing).
 
+- a `dgate` run's gate is answered (approve) by two clients at once, `X-Approver` a and
+  b (one answer must win, the other be refused); or, on the seed's choice, not at all:
+  once the gate has timed out, an answer is sent, which must be refused.
+
 A send that is not answered (the API restarting) is retried with the same key until it
 is, or until the deadline. The plan of a run is a function of the seed and its name."""
 
@@ -29,7 +33,7 @@ import httpx
 from tests.chaos.durable_app import EVENT, SIGNAL_WAITS
 from tests.chaos.jsonl import JsonlWriter
 
-__all__ = ["SignalPlan", "drive", "signal_plan", "start_driving"]
+__all__ = ["SignalPlan", "drive", "gate_plan", "signal_plan", "start_driving"]
 
 POLL = 0.25
 LATE_WAIT = 15.0  # how long a late signal waits for the run to wait, before it goes anyway
@@ -150,6 +154,42 @@ class _Driver:
                        "subject": self.run_name, "id": eid, "late": late, "resend": n})
 
 
+def gate_plan(seed: int, run_name: str) -> str:
+    """How the harness answers a dgate run: "race" (two approvals at once) or "late"."""
+    return "late" if random.Random(f"{seed}/{run_name}/gate").random() < 0.3 else "race"
+
+
+def _gate(d: _Driver, mode: str) -> None:
+    path = f"/runs/{d.run_id}/approvals/gate"
+
+    def gate_status() -> str | None:
+        try:
+            resp = d.client.get(path)
+        except httpx.HTTPError:
+            return None
+        return str(resp.json().get("status")) if resp.status_code == 200 else None
+
+    end = d.deadline
+    want = ("timed_out",) if mode == "late" else ("pending", "approved", "timed_out")
+    while (got := gate_status()) not in want:
+        if time.time() > end or d.halt.is_set():
+            d.log(f"gate of {d.run_name}: never {want} (last {got})")
+            return
+        time.sleep(POLL)
+    record = {"ev": "answer", "run": d.run_id, "name": d.run_name, "mode": mode}
+    if mode == "late":
+        d.post("answer", path, {"approved": True, "comment": "late"}, {"X-Approver": "late"},
+               {**record, "by": "late"})
+        return
+    threads = [threading.Thread(target=d.post, args=(
+        "answer", path, {"approved": True, "comment": who}, {"X-Approver": who},
+        {**record, "by": who})) for who in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def drive(api: str, workflow: str, run_id: str, run_name: str, seed: int, out: JsonlWriter,
           deadline: float, log: Callable[[str], None] = lambda _: None,
           halt: threading.Event | None = None) -> None:
@@ -163,6 +203,8 @@ def drive(api: str, workflow: str, run_id: str, run_name: str, seed: int, out: J
             d.event(late=False)
         elif workflow == "dtimeout":
             d.event(late=True)
+        elif workflow == "dgate":
+            _gate(d, gate_plan(seed, run_name))
     finally:
         d.client.close()
 
@@ -171,7 +213,7 @@ def start_driving(api: str, workflow: str, run_id: str, run_name: str, seed: int
                   out: JsonlWriter, deadline: float, log: Callable[[str], None],
                   halt: threading.Event) -> threading.Thread | None:
     """`drive` on a thread of its own, for the workflows that need it."""
-    if workflow not in ("dsignals", "devent", "dtimeout"):
+    if workflow not in ("dsignals", "devent", "dtimeout", "dgate"):
         return None
     t = threading.Thread(target=drive, args=(api, workflow, run_id, run_name, seed, out,
                                              deadline, log, halt), daemon=True,

@@ -121,8 +121,10 @@ class Snapshot:
     parallels: dict[str, dict[tuple[str, int], dict[str, Any]]] = field(default_factory=dict)
     bodies: list[Body] = field(default_factory=list)
     dcalls: list[Call] = field(default_factory=list)
-    # What the harness sent durable runs (durable_drive): signals and events.
+    # What the harness sent durable runs (durable_drive): signals, events, answers.
     drive: list[dict[str, Any]] = field(default_factory=list)
+    # The control table's items (approval gates, state cells, locks) by "pk/sk", raw.
+    control: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def dump(snap: Snapshot, path: Path) -> None:
@@ -296,6 +298,7 @@ def collect(*, endpoint: str, prefix: str, api_url: str, ledger: Path, faults: P
     for item in _scan(clients.dynamodb, names.control_table):
         key = "/".join(str(item.get(k, {}).get("S", "")) for k in ("pk", "sk"))
         snap.item_sizes[f"control/{key}"] = _item_total(item)
+        snap.control[key] = item
     dlq = clients.sqs.get_queue_url(QueueName=names.dead_letter_queue)["QueueUrl"]
     attrs = clients.sqs.get_queue_attributes(
         QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]

@@ -13,8 +13,8 @@ them through the API (retried across API restarts, one run per Idempotency-Key).
   answers, a 100 kB output (passed on intact through the blob bucket), independent
   branches (only the failed branches are skipped);
 - the durable workflows of durable_app (`dchain`, `dsignals`, `dparallel`, `devent`,
-  `dtimeout`), served at /durable/<name>; what the harness sends them (signals, events)
-  is durable_drive's.
+  `dtimeout`, `dclaim`, `dlock`, `dgate`), served at /durable/<name>; what the harness
+  sends them (signals, events, answers to gates) is durable_drive's.
 
 Every `/work` step and every durable call may also meet the function server's random
 faults (ledger_server)."""
@@ -36,10 +36,11 @@ __all__ = ["CI_SIZE", "SOAK_SIZE", "RunSpec", "Submission", "manifest", "plan", 
 WORK_RETRY = "{ max: 6, strategy: linear, delay: 200ms, maxDelay: 2s }"
 # Runs per workflow.
 CI_SIZE = {"chain": 1, "fanout": 1, "diamond": 3, "flaky": 2, "halting": 2, "independent": 2,
-           "dchain": 1, "dsignals": 1, "dparallel": 1, "devent": 1, "dtimeout": 1}
+           "dchain": 1, "dsignals": 1, "dparallel": 1, "devent": 1, "dtimeout": 1,
+           "dclaim": 3, "dlock": 3, "dgate": 2}
 SOAK_SIZE = {"chain": 3, "fanout": 4, "diamond": 20, "flaky": 8, "halting": 6,
              "independent": 6, "dchain": 3, "dsignals": 4, "dparallel": 3, "devent": 3,
-             "dtimeout": 2}
+             "dtimeout": 2, "dclaim": 6, "dlock": 6, "dgate": 4}
 
 
 def _step(name: str, route: str = "/work", deps: list[str] | None = None,

@@ -82,7 +82,7 @@ class Store:
         self.control = Control(dynamodb, names.control_table)
         self.approvals = ApprovalStore(self.control)
         self.state = StateCells(self.control)
-        self.mutexes = MutexStore(self.control)
+        self.mutexes = MutexStore(self.control, names.runs_table)
         self.fanouts = FanOutItems(self.control, step_retention)
         self.names = names
         # What every part was built with: a row's retention and the wake times.

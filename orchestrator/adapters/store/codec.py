@@ -238,6 +238,7 @@ def run_from_item(item: Item) -> RunRecord:
         halted=bool(item.get("halted", {}).get("BOOL", False)),
         stop_at=_n(item, "stop_at"),
         paused=_json(item, "paused"),
+        holds_locks=bool(item.get("holds_locks", {}).get("BOOL", False)),
         error=_json(item, "error"),
         finished_at=_n(item, "finished_at"),
         expires_at=_n(item, "expires_at"),

@@ -50,10 +50,11 @@ class Waiter:
 
 
 class MutexStore:
-    def __init__(self, control: Control) -> None:
+    def __init__(self, control: Control, runs_table: str) -> None:
         self.control = control
         self.ddb = control.ddb
         self.table = control.table
+        self.runs = runs_table
 
     def holder(self, key: str, now: float) -> Holder | None:
         item = self.control.get(mutex_key(key), now=now)
@@ -91,6 +92,11 @@ class MutexStore:
             {"Delete": {"TableName": self.table,
                         "Key": Control.key(mutex_queue_key(key),
                                            mutex_waiter_sk(arrived, holder))}},
+            # The run's end then releases what it holds (RunRecord.holds_locks).
+            {"Update": {"TableName": self.runs, "Key": {"run_id": {"S": run_id}},
+                        "UpdateExpression": "SET holds_locks = :t",
+                        "ConditionExpression": "attribute_exists(run_id)",
+                        "ExpressionAttributeValues": {":t": {"BOOL": True}}}},
         ]
         try:
             with _translate(f"lock {key}: take for {holder}"):

@@ -48,8 +48,9 @@ class AnswerApproval(_Body):
 
 class PutStateCell(_Body):
     value: Any = Field(description="The cell's new value (any JSON, at most 256 KiB).")
-    ttl: float | None = Field(default=None, gt=0, description="Seconds until the cell"
-                              " expires (none: it never does).")
+    ttl: float | None = Field(default=None, gt=0, le=100 * 365 * 86400,
+                              description="Seconds until the cell expires (none: it never"
+                              " does; at most 100 years).")
 
 
 class ResumeRun(_Body):

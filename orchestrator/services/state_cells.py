@@ -29,6 +29,8 @@ from orchestrator.services.values import check_value, checked_name
 __all__ = ["MAX_KEY", "StateService"]
 
 MAX_KEY = 512
+# The longest TTL a cell takes (100 years): an expiry past it is no expiry to speak of.
+MAX_TTL = 100 * 365 * 86400.0
 # Read-modify-write rounds before a contended cell is reported (each loses only to
 # another writer's success).
 ROUNDS = 50
@@ -47,8 +49,9 @@ def _ttl(ttl: Any) -> float | None:
     if ttl is None:
         return None
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) \
-            or ttl <= 0:
-        raise UsageError(f"ttl: a number of seconds above 0, got {ttl!r}")
+            or not 0 < ttl <= MAX_TTL:
+        raise UsageError(f"ttl: a number of seconds above 0 and at most {MAX_TTL:g} (100"
+                         f" years), got {ttl!r}")
     return float(ttl)
 
 

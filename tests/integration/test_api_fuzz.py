@@ -74,6 +74,9 @@ workflows:
     steps:
       one: { backend: fn, route: /echo }
   waiter: { backend: fn, workflow: approval }
+  gated:
+    steps:
+      ask: { approval: { prompt: "fuzz?", timeout: 1h, link: true } }
 webhooks:
   local:
     workflow: chain
@@ -114,6 +117,8 @@ class Live:
     running: str  # a run without workers: it stays running until cancelled
     killed: str
     hook_tokens: list[str]  # hooks of the durable seed run (each works once)
+    gated: list[str]  # runs whose approval gate `ask` is open (each answers once)
+    link_tokens: list[str]  # those gates' single-use links
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +139,20 @@ def live(emulator: Emulator, testfns: str, tmp_path_factory: pytest.TempPathFact
         tokens = [client.post("/hooks", json={"run_id": "seed-durable", "signal": "approve"}
                               ).json()["token"] for _ in range(4)]
         assert client.post("/runs/seed-killed/cancel").json()["status"] == "killed"
+        # Runs waiting at an open gate (no workers: opened here, as a worker would).
+        gated = [f"seed-gated-{i}" for i in range(6)]
+        spec = {"prompt": "fuzz?", "timeout": 3600, "link": True}
+        for run_id in gated:
+            assert client.post("/runs", json={"workflow": "gated", "run_id": run_id}
+                               ).status_code == 201
+            h.rt.approvals.open(run_id, "ask", "gated", spec, time.time())
+        links = [h.rt.approvals.link_token(r, "ask") for r in gated[3:]]
+        # State cells to read, write and delete.
+        for cell in ("seed", "gone-0", "gone-1", "gone-2"):
+            h.rt.state.set("fuzz", cell, {"n": 1})
         schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
-        yield Live(h, server.url, key, client, schema, "seed-running", "seed-killed", tokens)
+        yield Live(h, server.url, key, client, schema, "seed-running", "seed-killed", tokens,
+                   gated, links)
     h.close()
 
 
@@ -176,7 +193,7 @@ def test_document_names_every_route_and_only_those(live: Live) -> None:
               if m != "HEAD"}
     assert routes == set(OPERATIONS)
     assert {("/healthz", "GET"), ("/openapi.json", "GET"), ("/webhooks/{name}", "POST"),
-            ("/hooks/{token}", "POST")} == OPEN
+            ("/hooks/{token}", "POST"), ("/approvals/links/{token}", "POST")} == OPEN
     bearer = served["components"]["securitySchemes"]["bearer"]
     assert (bearer["type"], bearer["scheme"]) == ("http", "bearer")
     assert served["security"] == [{"bearer": []}]
@@ -184,8 +201,8 @@ def test_document_names_every_route_and_only_those(live: Live) -> None:
         op = served["paths"][path][method.lower()]
         codes = set(op["responses"])
         assert (path, method) in OPEN or "401" in codes, (path, method)
-        assert all(c in {"200", "201", "202", "400", "401", "404", "409", "410", "413", "422",
-                         "503"} for c in codes), (path, method, codes)
+        assert all(c in {"200", "201", "202", "400", "401", "403", "404", "409", "410", "413",
+                         "422", "503"} for c in codes), (path, method, codes)
         if "requestBody" in op and path != "/webhooks/{name}":
             assert {"400", "413", "422"} <= codes, (path, method)
     assert "$defs" not in json.dumps(served)
@@ -209,9 +226,20 @@ def steer(live: Live, case: Any, data: st.DataObject, mode: GenerationMode) -> N
         if path.startswith(("/runs/{run_id}/signals/", "/runs/{run_id}/resume",
                             "/runs/{run_id}/reset", "/runs/{run_id}/journal")):
             runs = ["seed-durable", "seed-durable", live.killed]
+        if "/approvals/" in path:
+            runs = [*live.gated[:3], live.killed]
         params["run_id"] = data.draw(st.sampled_from(runs))
-    if params is not None and "token" in params:
+    if params is not None and "step" in params:
+        params["step"] = "ask"
+    if params is not None and "token" in params and path.startswith("/approvals/links/"):
+        params["token"] = data.draw(st.sampled_from([*live.link_tokens, "x" * 43]))
+    elif params is not None and "token" in params:
         params["token"] = data.draw(st.sampled_from([*live.hook_tokens, "x" * 43]))
+    if params is not None and "entity" in params:
+        params["entity"] = "fuzz"
+        if "key" in params:
+            keys = ["gone-0", "gone-1", "gone-2"] if case.method == "DELETE" else ["seed"]
+            params["key"] = data.draw(st.sampled_from(keys))
     if isinstance(body, dict) and path == "/hooks":
         body["run_id"] = "seed-durable"
     if params is not None and "name" in params and "/signals/" in path:

@@ -311,7 +311,7 @@ class ApprovalOp(_WaitBase):
 
     op: Literal[Op.APPROVAL] = Op.APPROVAL
     prompt: str = Field(default="", max_length=2000)
-    timeout: float = Field(gt=0)
+    timeout: float = Field(gt=0, le=100 * 365 * 86400)
     approvers: list[str] = Field(default_factory=list, max_length=100)
     link: bool = False
 
@@ -328,7 +328,7 @@ class StateOp(_WaitBase):
     key: str = Field(min_length=1, max_length=512)
     value: Any = None
     by: int | float = 1
-    ttl: float | None = Field(default=None, gt=0)
+    ttl: float | None = Field(default=None, gt=0, le=100 * 365 * 86400)
 
 
 class LockOp(_WaitBase):

@@ -5,8 +5,8 @@ sent (`drive.jsonl`). Each violation names its check:
 - `claim-winners`: of the seed's `dclaim` runs that succeeded, exactly one won the
   claim (`ctx.state.add`), and the cell names that run as its claimer;
 - `lock-holders`: no two `dlock` runs held the seed's lock at once, by their journals
-  (from the record of the take to the end of the step inside the lock: both inside the
-  time the run held it), and nobody holds it once every run has ended;
+  (while the step inside the lock ran: surely within the time the run held it), and
+  nobody holds it once every run has ended;
 - `gate-outcome`: one outcome per gate: at most one answer accepted; an approved gate's
   recorded answer is the accepted one (who); a gate that timed out accepted none; an
   answer sent after the timeout was refused; the gate's record says what the journal
@@ -67,11 +67,11 @@ class CoordinationChecks:
             inside = next((e for e in journal if e.get("kind") == "step"
                            and e.get("name") == "inside"), None)
             if len(took) >= 2 and inside is not None:
-                # When the run surely held the lock: from the record of its take (made
-                # after the take) to the end of its step inside (the release comes after).
-                # A record can be written late (a worker died first): only ever later,
-                # which shortens this span, so an overlap of two is a real one.
-                spans.append((float(took[0]["ended"]), float(inside["ended"]), run.run_id))
+                # When the run surely held the lock: while its step inside ran (the SDK
+                # starts it only once the take is recorded, and the release comes after
+                # it). The take's own record is stamped before the take is made, and
+                # the release's can be written late: neither bounds the hold.
+                spans.append((float(inside["started"]), float(inside["ended"]), run.run_id))
             elif run.status is RunStatus.SUCCESS:
                 self.bad("lock-holders", f"a successful dlock run recorded {len(took)} lock "
                          "operations, not 2", run.run_id)

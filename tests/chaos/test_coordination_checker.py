@@ -45,7 +45,8 @@ def locks(spans: list[tuple[float, float]], held: bool = False) -> Snapshot:
         rid = f"l{i}"
         snap.runs[rid] = run(rid, "dlock")
         snap.journals[rid] = [{"kind": "lock", "pos": 1, "ended": took},
-                              {"kind": "step", "name": "inside", "pos": 2, "ended": gave},
+                              {"kind": "step", "name": "inside", "pos": 2, "started": took,
+                               "ended": gave},
                               {"kind": "lock", "pos": 3, "started": gave + 5.0}]
     if held:
         snap.control["mutex#chaos-1/-"] = {}

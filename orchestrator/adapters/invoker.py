@@ -5,7 +5,9 @@ uvicorn costs ~1 ms here, while httpx's async client tops out near 300 requests/
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -160,6 +162,21 @@ class Reply:
 
     def header(self, name: str) -> str | None:
         return None if self.resp is None else self.resp.headers.get(name)
+
+    def hang_up(self) -> bool:
+        """Close the connection now, from any thread: a read blocked on it ends at once
+        and the function's server sees its client go (a durable call then starts nothing
+        more). Through httpcore's documented `network_stream` extension and the socket
+        it exposes; False where the transport offers neither (the connection then ends
+        at the next thing to arrive)."""
+        stream = None if self.resp is None else self.resp.extensions.get("network_stream")
+        get_extra = getattr(stream, "get_extra_info", None)
+        sock = get_extra("socket") if callable(get_extra) else None
+        if not isinstance(sock, socket.socket):
+            return False
+        with contextlib.suppress(OSError):  # already closed by the other side
+            sock.shutdown(socket.SHUT_RDWR)
+        return True
 
     def chunks(self) -> Iterator[bytes]:
         """The body as it arrives; StreamCut if the deadline passes or the connection

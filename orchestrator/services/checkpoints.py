@@ -7,8 +7,10 @@ previous ones were being committed: they are then committed in one request), or 
 answer when it is not a stream (an SDK that speaks only version 1, an error). The
 worker's thread takes them, commits, and looks at the run between takes (a cancel is
 seen within STOP_CHECK seconds, however long a step runs). Stopping the exchange (a
-checkpoint that could not be committed, a cancel) ends the reader at the next thing to
-arrive; the closed connection then stops the function at its next operation."""
+checkpoint that could not be committed, a cancel) hangs up at once: the connection is
+closed under the reader, and the function's server, seeing its caller go, starts no
+operation after it (functions/sdk/durable/stream.py). Where the transport cannot close
+it from another thread, the reader ends at the next thing to arrive."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import threading
 from dataclasses import dataclass
 
 from functions.protocol import NDJSON
-from orchestrator.adapters.invoker import Call, Invoker, Result, StreamCut
+from orchestrator.adapters.invoker import Call, Invoker, Reply, Result, StreamCut
 from orchestrator.engine.attempts import Outcome, OutcomeKind
 from orchestrator.errors import Code, error_doc
 
@@ -57,6 +59,8 @@ class Exchange:
         self.max_line = max_line
         self.queue: queue.Queue[Item] = queue.Queue()
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._reply: Reply | None = None
         # What ended the answer, taken from the queue behind lines and kept for the next take.
         self._held: Item | None = None
         self.streamed = False
@@ -67,8 +71,12 @@ class Exchange:
         self._thread.start()
 
     def stop(self) -> None:
-        """Read no more (the reader ends at the next thing to arrive)."""
-        self._stop.set()
+        """Read no more, and hang up now."""
+        with self._lock:
+            self._stop.set()
+            reply = self._reply
+        if reply is not None:
+            reply.hang_up()
 
     def take(self, wait: float) -> Item:
         """What arrived next; IDLE after `wait` seconds of nothing. Lines received
@@ -97,6 +105,10 @@ class Exchange:
     def _read(self) -> None:
         try:
             with self.invoker.open(self.call, accept=f"{NDJSON}, application/json") as reply:
+                with self._lock:
+                    if self._stop.is_set():
+                        return  # stopped before the answer began
+                    self._reply = reply
                 kind = (reply.header("content-type") or "").split(";")[0].strip()
                 if not (200 <= reply.status < 300 and kind == NDJSON):
                     self.queue.put(reply.result())

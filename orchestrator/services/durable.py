@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -345,16 +346,33 @@ class Durable:
         if by_reference:
             raw = self._by_reference(row, body)
         exchange = self._open(row, ctx, target, raw)
-        first = exchange.take(row.timeout + self.settings.lease_margin)
+        first = self._first(row, exchange, tally)
         if isinstance(first, Result) and not by_reference \
                 and (first.outcome.error or {}).get("status") == 413:
             # The host refused a body this large: the journal goes by reference.
             refs[0] = True
             exchange = self._open(row, ctx, target, self._by_reference(row, body))
-            first = exchange.take(row.timeout + self.settings.lease_margin)
+            first = self._first(row, exchange, tally)
+        if first is None:
+            return Turn(gone=True, checked=self.clock())
         if isinstance(first, Result):
             return self._answered(row, view, first)
         return self._streamed(row, ctx, view, exchange, first, tally)
+
+    def _first(self, row: StepRecord, exchange: Exchange, tally: Tally) -> Item | None:
+        """The first thing the call answers, looking for a stop every STOP_CHECK_EVERY
+        meanwhile (the call's first step may run long before its checkpoint); None when
+        the run stopped or the lease was lost: the call is hung up on."""
+        # Real time, as the call's own timeout is (a test's clock may jump meanwhile).
+        deadline = time.monotonic() + row.timeout + self.settings.lease_margin
+        while True:
+            item = exchange.take(STOP_CHECK_EVERY)
+            if item is not IDLE or time.monotonic() >= deadline:
+                return item
+            if self._stopped(row):
+                exchange.stop()
+                self._give_up(row, tally, self.clock())
+                return None
 
     def _open(self, row: StepRecord, ctx: RunContext, target: Target, raw: bytes
               ) -> Exchange:

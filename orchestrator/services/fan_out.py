@@ -86,9 +86,18 @@ class FanOutSteps:
                 self._wait(row, due, now, tally)
                 return
             until = now + row.timeout + self.settings.lease_margin
+            # A wave starts only in a run that is not stopping (DESIGN invariant 5): the
+            # renewal is guarded by it, so a stop committed before it starts nothing.
             if not self.store.drivers.renew_driver(row.run_id, row.lease_owner or "",
-                                                   row.attempt, until, row.step):
-                return  # the lease is lost: its next holder carries on
+                                                   row.attempt, until, row.step, live=True):
+                # The lease is lost (its next holder carries on), or the run is stopping:
+                # the step ends here, its finished items kept.
+                gone = self.store.steps.abandon(row.run_id, row.step, row.attempt,
+                                                row.lease_owner or "", "run stopped",
+                                                self.clock())
+                if gone is not None and gone.counted:
+                    tally.add(row.run_id)
+                return
             row = replace(row, lease_until=until)
             with ThreadPoolExecutor(max_workers=len(ready)) as pool:
                 results = list(pool.map(

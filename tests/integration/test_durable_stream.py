@@ -44,6 +44,26 @@ async def gated(ctx: Context, payload: Any) -> str:
     return "done"
 
 
+@workflow("stubborn")
+async def stubborn(ctx: Context, payload: Any) -> str:
+    import asyncio
+
+    async def one() -> str:
+        RAN.append("one")
+        try:
+            while not GATE.is_set():
+                await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            # A body that swallows its cancellation: the workflow goes on past it.
+            RAN.append("one swallowed")
+            return "late"
+        return "done"
+
+    await step("one", one)
+    await step("two", lambda: RAN.append("two"))
+    return "done"
+
+
 def body(protocol: int | None) -> dict[str, Any]:
     doc: dict[str, Any] = {"run": {"run_id": "r1", "workflow": "gated", "started_at": 1.0,
                                    "now": 2.0}, "input": None}
@@ -55,7 +75,7 @@ def body(protocol: int | None) -> dict[str, Any]:
 @pytest.fixture
 def served() -> Iterator[tuple[str, str]]:
     new, old = FunctionApp(None), FunctionApp(None, durable_protocols=(1,))
-    new.workflow(gated)
+    new.workflow(gated, stubborn)
     old.workflow(gated)
     GATE.clear()
     RAN.clear()
@@ -115,6 +135,22 @@ def test_a_call_the_orchestrator_hangs_up_on_stops_at_once(served: tuple[str, st
     deadline = time.monotonic() + 1.0
     while time.monotonic() < deadline:
         assert RAN == ["one", "two cancelled"]
+        time.sleep(0.02)
+
+
+def test_no_step_body_starts_once_the_orchestrator_has_hung_up(
+        served: tuple[str, str]) -> None:
+    # Step one swallows the cancel the hang-up sends it, so the workflow goes on: step
+    # two is the next operation, and the call, finding its caller gone, never starts it.
+    new, _ = served
+    doc = {**body(2), "run": {**body(2)["run"], "workflow": "stubborn"}}
+    with httpx.stream("POST", f"{new}/durable/stubborn", json=doc, timeout=10) as resp:
+        assert resp.status_code == 200
+        until(lambda: "one" in RAN)
+    until(lambda: "one swallowed" in RAN)
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        assert RAN == ["one", "one swallowed"]
         time.sleep(0.02)
 
 

@@ -184,6 +184,9 @@ class Call:
     ops: list[DurableOp] = field(default_factory=list)
     # Where operations go as they happen (version 2 streams them); None: into `ops`.
     sink: Callable[[DurableOp], None] | None = None
+    # Whether the orchestrator is still there (a streamed call): once it has hung up (the
+    # run was stopped), no step body starts.
+    present: Callable[[], bool] | None = None
     issued: int = 0
     sizes: dict[str, int] = field(default_factory=dict)
     # Set once the call has reported a failure or a mismatch: nothing after counts.
@@ -218,6 +221,9 @@ class Call:
     def may_run(self, scope: Scope) -> bool:
         """Whether a step body at `scope`'s frontier may run in this call."""
         if self.check or self.halted:
+            return False
+        if self.present is not None and not self.present():
+            self.halted = True  # the caller hung up: nothing this call reports counts
             return False
         if self.protocol >= 2:
             return self.within(scope.id) and (self.until is None

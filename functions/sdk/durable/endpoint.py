@@ -49,10 +49,11 @@ async def answer(wf: Workflow, raw: bytes, protocols: Sequence[int],
     attributes = {"orchestrator.run_id": body.run.run_id, "orchestrator.workflow": wf.name,
                   "orchestrator.attempt": body.run.attempt, "orchestrator.mode": body.mode}
     if version >= 2 and body.mode == "run":
-        async def run(sink: Callable[[DurableOp], None]) -> float | None:
+        async def run(sink: Callable[[DurableOp], None],
+                      present: Callable[[], bool]) -> float | None:
             # The span is the stream's: the workflow runs while the answer is sent.
             with tracing.handler_span(heads, f"workflow {wf.name}", attributes):
-                call, deadline = start(wf, body, version, sink)
+                call, deadline = start(wf, body, version, sink, present)
                 await play(wf, call, body.input, deadline)
                 return deadline
 

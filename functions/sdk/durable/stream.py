@@ -3,9 +3,11 @@
 The workflow runs in a task of its own; each operation it reports goes out as one line
 (operations that pile up while a line is being sent go out together, in one chunk).
 The last line is an `EndOp`: a stream without it was cut, and the orchestrator keeps
-what it committed before the cut. If the orchestrator goes away (it found a checkpoint
-it could not commit, or it died), the workflow's task is cancelled as soon as the
-server says the client went away, or at the next send that fails."""
+what it committed before the cut. If the orchestrator goes away (the run was stopped,
+it found a checkpoint it could not commit, or it died), the workflow's task is cancelled
+as soon as the server says the client went away, or at the next send that fails; and
+the runner's `present()` says so from then on, which the call checks before it starts
+any step body (a body that would start between the hang-up and the cancel does not)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from functions.sdk.protocol import NDJSON, DurableOp, EndOp
 
 __all__ = ["OpStream"]
 
-Runner = Callable[[Callable[[DurableOp], None]], Awaitable[float | None]]
+# run(sink, present): `sink` takes each operation as it happens, `present()` says whether
+# the orchestrator is still there.
+Runner = Callable[[Callable[[DurableOp], None], Callable[[], bool]], Awaitable[float | None]]
 
 
 def _line(op: DurableOp) -> bytes:
@@ -40,10 +44,11 @@ class OpStream:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         queue: asyncio.Queue[DurableOp | None] = asyncio.Queue()
         deadline: list[float | None] = [None]
+        gone = asyncio.Event()
 
         async def work() -> None:
             try:
-                deadline[0] = await self.run(queue.put_nowait)
+                deadline[0] = await self.run(queue.put_nowait, lambda: not gone.is_set())
             finally:
                 queue.put_nowait(None)
 
@@ -59,6 +64,7 @@ class OpStream:
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
+                    gone.set()
                     task.cancel()
                     return
                 if message["type"] != "http.request" or not message.get("more_body"):

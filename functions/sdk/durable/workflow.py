@@ -93,8 +93,10 @@ def request_of(body: Mapping[str, Any] | DurableRequestBody) -> DurableRequestBo
 
 
 def start(wf: Workflow, req: DurableRequestBody, protocol: int,
-          sink: Callable[[DurableOp], None] | None = None) -> tuple[Call, float | None]:
-    """The call `req` asks for, answered in `protocol`, and the run's deadline."""
+          sink: Callable[[DurableOp], None] | None = None,
+          present: Callable[[], bool] | None = None) -> tuple[Call, float | None]:
+    """The call `req` asks for, answered in `protocol`, and the run's deadline.
+    `present()` says whether the caller is still there (a streamed call)."""
     run = req.run
     call = Call.of(
         list(req.journal),
@@ -111,6 +113,7 @@ def start(wf: Workflow, req: DurableRequestBody, protocol: int,
         protocol=protocol,
         until=None if req.budget is None else time.monotonic() + req.budget,
         sink=sink,
+        present=present,
     )
     deadline = None if wf.execution_timeout is None else run.started_at + wf.execution_timeout
     return call, deadline

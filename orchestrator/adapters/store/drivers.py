@@ -283,10 +283,13 @@ class Drivers(Tables):
         return step_from_item(resp["Attributes"])
 
     def renew_driver(self, run_id: str, owner: str, attempt: int, until: float,
-                     step: str = DRIVER) -> bool:
-        """Extend the driver's lease (an eager chain of calls); False if it is lost."""
+                     step: str = DRIVER, *, live: bool = False) -> bool:
+        """Extend the driver's lease (an eager chain of calls); False if it is lost, or
+        (`live`: before starting new work) if its run is stopping."""
         values: dict[str, Any] = {":u": num(until), ":o": {"S": owner}, ":n": num(attempt)}
         guard = status_guard(STEP_MOVES["renew"], values)
+        if live:
+            guard += " AND attribute_not_exists(stopping)"
         try:
             with _translate(f"driver {run_id}/{step}: renew"):
                 self.ddb.update_item(

@@ -40,9 +40,9 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.runtime import Runtime
+from orchestrator.services.admission.dedupe import IdempotencyKeys
 from orchestrator.services.apikeys import ApiKeys
 from orchestrator.services.hooks import Gone
-from orchestrator.services.idempotency import IdempotencyKeys
 
 __all__ = ["create_app"]
 

@@ -30,7 +30,8 @@ from orchestrator.api.schemas import json_body as _json
 from orchestrator.api.state import api_state, run_or_404
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import UsageError
-from orchestrator.services.idempotency import KEY_RE
+from orchestrator.services.admission import Started
+from orchestrator.services.admission.dedupe import KEY_RE
 from orchestrator.services.values import check_value
 
 __all__ = [
@@ -76,17 +77,18 @@ def summary(r: Any) -> dict[str, Any]:
     }
 
 
-def _started(run: Any, created: bool, **extra: Any) -> JSONResponse:
+def _started(run: Any, created: bool | Started, **extra: Any) -> JSONResponse:
+    taken = created if isinstance(created, Started) else None
     out = {
         "run_id": run.run_id,
         "workflow": run.workflow,
         "status": run.shown_status,
-        "created": created,
+        **(taken.fields() if taken is not None else {"created": created}),
         **extra,
     }
     if run.error:
         out["error"] = run.error
-    return JSONResponse(out, status_code=201 if created else 200)
+    return JSONResponse(out, status_code=201 if out["created"] else 200)
 
 
 def _wait_seconds(raw: str) -> float:
@@ -119,10 +121,10 @@ async def start_run(request: Request) -> JSONResponse:
         if req.parent_run_id is not None:
             rt.children.require(req.parent_run_id)  # 404 if there is no such run
             trigger["parent_run_id"] = req.parent_run_id
-        run, created = rt.runs.start(req.workflow, req.input, run_id, trigger=trigger)
+        started = rt.runs.admit(req.workflow, req.input, run_id, trigger=trigger)
         if req.parent_run_id is not None:
-            rt.children.link(req.parent_run_id, run.run_id, run.workflow)
-        return _started(run, created)
+            rt.children.link(req.parent_run_id, started.run.run_id, started.run.workflow)
+        return _started(started.run, started)
 
     return await run_in_threadpool(start)
 

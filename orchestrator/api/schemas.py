@@ -53,6 +53,19 @@ STEP_STATUS: Schema = {"type": "string", "enum": [
     *(s.value for s in StepStatus), "timed_out", "waiting", "retrying", "paused"]}
 
 
+# How a trigger was taken (services/admission/result.py): every answer the same.
+TAKEN: dict[str, Schema] = {
+    "duplicate": {"type": "boolean",
+                  "description": "true: this trigger was seen before (same Idempotency-Key,"
+                  " event id, delivery id or run id); answered with the run it made then"},
+    "debounced": {"type": "boolean",
+                  "description": "true: a new trigger that joined a debounced burst already"
+                  " queued (the run is the burst's; its input is now this trigger's)"},
+    "outcome": {"type": "string",
+                "enum": ["created", "queued", "skipped", "duplicate", "debounced"]},
+}
+
+
 def response_schemas() -> dict[str, Schema]:
     nullable_time = nullable(TIME)
     nullable_string = nullable(STRING)
@@ -67,7 +80,7 @@ def response_schemas() -> dict[str, Schema]:
             "run_id": STRING, "workflow": STRING, "status": RUN_STATUS,
             "created": {"type": "boolean", "description": "false: the run existed already"},
             "error": {"type": "object", "description": "Why the run ended, if it has"},
-            "rerun_of": nullable_string,
+            "rerun_of": nullable_string, **TAKEN,
         }),
         "StepView": object_schema(["step", "status", "attempts", "output", "error"], {
             "step": STRING, "status": STEP_STATUS,
@@ -224,7 +237,8 @@ def response_schemas() -> dict[str, Schema]:
         "EmitResult": object_schema(["id", "name", "duplicate", "runs"], {
             "id": STRING, "name": STRING, "duplicate": {"type": "boolean"},
             "runs": {"type": "array", "items": object_schema(["workflow", "run_id", "created"], {
-                "workflow": STRING, "run_id": STRING, "created": {"type": "boolean"}})},
+                "workflow": STRING, "run_id": STRING, "created": {"type": "boolean"},
+                **TAKEN})},
         }),
         "Event": object_schema(["name", "key", "id", "data", "received_at"], {
             "name": STRING, "key": nullable_string, "id": STRING, "data": ANY,
@@ -233,7 +247,7 @@ def response_schemas() -> dict[str, Schema]:
         "Events": object_schema(["events"], {"events": {"type": "array", "items": ref("Event")}}),
         "WebhookResult": object_schema(["run_id", "workflow", "delivery_id", "duplicate"], {
             "run_id": STRING, "workflow": STRING, "delivery_id": nullable_string,
-            "status": RUN_STATUS, "duplicate": {"type": "boolean"},
+            "status": RUN_STATUS, **TAKEN, "created": {"type": "boolean"},
         }),
         "Schedule": object_schema(
             ["workflow", "schedule", "paused", "next_fire", "last_fire", "last_runs",

@@ -12,7 +12,7 @@ from starlette.requests import Request
 
 from orchestrator.engine.records import RunRecord
 from orchestrator.runtime import Runtime
-from orchestrator.services.idempotency import IdempotencyKeys
+from orchestrator.services.admission.dedupe import IdempotencyKeys
 
 __all__ = ["ApiState", "api_state", "run_or_404"]
 

@@ -1,5 +1,5 @@
 """Admission decisions (pure): the gate a new run needs, rendered from its input, and
-the throttle's slot math. services/admission.py applies them with conditional writes."""
+the throttle's slot math. services/admission/gate.py applies them with conditional writes."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from typing import Any
 from orchestrator.adapters.store.control import Control, doc_of, event_id_key, event_key, event_sk
 from orchestrator.errors import UsageError
 from orchestrator.expressions import compile_expression
+from orchestrator.services.admission import Outcome
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.runs import RunService
 from orchestrator.services.values import EVENT_NAME, MAX_VALUE_BYTES, check_value, checked_name
@@ -88,12 +89,18 @@ class EventService:
         trigger = {"source": "event", "event": name, "id": eid, **({"key": key} if key else {})}
         for wf_name in workflows:
             run_id = event_run_id(wf_name, name, eid)
-            if first or (repair and self.runs.store.runs.get_run(run_id, now) is None):
-                run, created = self.runs.start(wf_name, event, run_id, trigger=trigger)
-                run_id = run.run_id
+            wf = self.runs.manifest.workflows.get(wf_name)
+            if first or (repair and self.runs.store.runs.get_run(run_id, now) is None) \
+                    or getattr(wf, "debounce", None) is not None:
+                # A debounced workflow's burst knows the run this event joined (and a
+                # repeat of it moves nothing: services/admission/debounce.py).
+                taken = self.runs.admit(wf_name, event, run_id, trigger=trigger)
+                run_id = taken.run.run_id
+                fields = taken.fields()
             else:
-                created = False
-            started.append({"workflow": wf_name, "run_id": run_id, "created": created})
+                fields = {"created": False, "duplicate": True, "debounced": False,
+                          "outcome": Outcome.DUPLICATE.value}
+            started.append({"workflow": wf_name, "run_id": run_id, **fields})
         return {"id": eid, "name": name, "duplicate": not first, "runs": started}
 
     def _store(self, event: dict[str, Any]) -> None:

@@ -26,7 +26,8 @@ from orchestrator.engine.rerun import with_reused
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.engine.transitions import killed_error
 from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
-from orchestrator.services.debounce import Debouncer
+from orchestrator.services.admission import Outcome, Started
+from orchestrator.services.admission.debounce import Debouncer
 from orchestrator.services.executor import Executor
 from orchestrator.services.journal_follow import JournalFollower
 from orchestrator.services.step_follow import StepFollower
@@ -101,7 +102,24 @@ class RunService:
         fire_key: str = "",
     ) -> tuple[RunRecord, bool]:
         """Start a run; returns (run, created). A caller-chosen run id that exists
-        already returns the existing run (created=False).
+        already returns the existing run (created=False). `admit` says more."""
+        started = self.admit(workflow, input, run_id, trigger=trigger, overlap=overlap,
+                             fire_key=fire_key)
+        return started.run, started.created
+
+    def admit(
+        self,
+        workflow: str,
+        input: Any = None,
+        run_id: str | None = None,
+        *,
+        trigger: dict[str, Any] | None = None,
+        overlap: str | None = None,
+        fire_key: str = "",
+    ) -> Started:
+        """Take one trigger of `workflow` through admission (services/admission): the
+        run it made or joined, and how (`Outcome`). `run_id` is the trigger's id: a run
+        of that id, or a burst that took it, answers a repeat as a duplicate.
 
         `overlap` (skip | allow | replace) is what a schedule fire does while the
         previous run for `fire_key` is still going; a workflow's own concurrency group
@@ -111,7 +129,8 @@ class RunService:
         gate = gate_of(wf, workflow, input, overlap, fire_key)
         trig = Trigger.from_json(trigger or {"source": "api"})
         if getattr(wf, "debounce", None) is not None:
-            # One run per burst (services/debounce.py): the caller's run id is not used.
+            # One run per burst (services/admission/debounce.py): the run id the trigger
+            # came with names the trigger, not the burst's run.
             def record(admit_at: float) -> RunRecord:
                 return self.record(workflow, definition, input, None, trigger=trig,
                                    gate=gate or Gate(), admit_at=admit_at)
@@ -121,8 +140,11 @@ class RunService:
                     self.store.runs.create_run_with(run, also)
                     return self.arrive(run)
 
-            return self.debouncer.trigger(workflow, wf.debounce, input, record, begin)
-        return self.create(workflow, definition, input, run_id, trigger=trig, gate=gate)
+            return self.debouncer.trigger(workflow, wf.debounce, input, record, begin,
+                                          trigger_id=run_id)
+        run, created = self.create(workflow, definition, input, run_id, trigger=trig,
+                                   gate=gate)
+        return Started.new(run) if created else Started(run, Outcome.DUPLICATE)
 
     def create(
         self,

@@ -20,6 +20,7 @@ from typing import Any
 from orchestrator.adapters.store.control import Control, delivery_key
 from orchestrator.errors import NotFound, OrchestratorError, Unauthorized, UsageError
 from orchestrator.expressions import ExpressionError, compile_expression
+from orchestrator.services.admission import Outcome, Started
 from orchestrator.services.runs import RunService
 from orchestrator.services.values import check_value
 from orchestrator.strict_json import parse_json
@@ -85,16 +86,23 @@ class WebhookService:
                 delivery_key(name, did), now=now,
                 doc={}, expires_at=now + self.retention,
             )
+            wf = self.runs.manifest.workflows.get(hook.workflow)
             if not claim.first:
-                if claim.recent and self.runs.store.runs.get_run(run_id, now) is None:
+                if getattr(wf, "debounce", None) is not None or (
+                        claim.recent and self.runs.store.runs.get_run(run_id, now) is None):
                     # The first delivery was taken but its process died before the run
-                    # was created: this redelivery completes it.
-                    self.runs.start(hook.workflow, input, run_id, trigger=trigger)
+                    # was created: this redelivery completes it. A debounced workflow's
+                    # burst knows the run the delivery joined (a repeat moves nothing).
+                    taken = self.runs.admit(hook.workflow, input, run_id, trigger=trigger)
+                    return {"run_id": taken.run.run_id, "workflow": hook.workflow,
+                            "delivery_id": did, "status": taken.run.status.value,
+                            **Started(taken.run, Outcome.DUPLICATE).fields()}
                 return {"run_id": run_id, "workflow": hook.workflow, "delivery_id": did,
-                        "duplicate": True}
-        run, created = self.runs.start(hook.workflow, input, run_id, trigger=trigger)
-        return {"run_id": run.run_id, "workflow": hook.workflow, "delivery_id": did,
-                "status": run.status.value, "duplicate": not created}
+                        "created": False, "duplicate": True, "debounced": False,
+                        "outcome": Outcome.DUPLICATE.value}
+        taken = self.runs.admit(hook.workflow, input, run_id, trigger=trigger)
+        return {"run_id": taken.run.run_id, "workflow": hook.workflow, "delivery_id": did,
+                "status": taken.run.status.value, **taken.fields()}
 
     def input_of(self, name: str, hook: Any, document: dict[str, Any]) -> Any:
         mapping = getattr(hook, "input", None)

@@ -84,7 +84,8 @@ def test_event_emit_starts_the_listening_workflow_once(api: tuple[Harness, str])
     again = out_json(cli("event", "emit", "order.paid", "--id", "evt-1", "--data", data,
                          "--json", "--url", url))
     assert again["duplicate"] is True
-    assert again["runs"] == [{"workflow": "on-order", "run_id": run["run_id"], "created": False}]
+    assert again["runs"] == [{"workflow": "on-order", "run_id": run["run_id"], "created": False,
+                              "duplicate": True, "debounced": False, "outcome": "duplicate"}]
     listed = out_json(cli("runs", "on-order", "--json", "--url", url))["runs"]
     assert [r["run_id"] for r in listed] == [run["run_id"]]
     assert listed[0]["trigger"]["source"] == "event"

@@ -93,7 +93,8 @@ def waiting_for_signal(h: Harness, run_id: str, name: str) -> None:
 
 def test_trigger_get_run_and_wait(api: tuple[Harness, str], client: Client) -> None:
     started = client.trigger("chain", {"steps": 2})
-    assert set(started) == {"run_id", "workflow", "status", "created"}
+    assert set(started) == {"run_id", "workflow", "status", "created", "duplicate",
+                            "debounced", "outcome"}
     assert started["workflow"] == "chain" and started["created"] is True
     done = client.wait(started["run_id"], timeout=30)
     assert done["status"] == "success" and done["output"] == {"total": 1}
@@ -112,7 +113,8 @@ def test_trigger_options_run_id_idempotency_key_and_parent(client: Client) -> No
     assert client.trigger("chain", {"steps": 1}, run_id="chain-mine")["created"] is False
     first = client.trigger("chain", {"steps": 1}, idempotency_key="order-7")
     again = client.trigger("chain", {"steps": 1}, idempotency_key="order-7")
-    assert again == {**first, "created": False, "status": again["status"]}
+    assert again == {**first, "created": False, "status": again["status"],
+                     "duplicate": True, "outcome": "duplicate"}
     with pytest.raises(ApiError) as refused:
         client.trigger("chain", {"steps": 2}, idempotency_key="order-7")
     assert refused.value.status == 422 and refused.value.code == "idempotency_key_reused"

@@ -164,7 +164,7 @@ def test_github_delivery_starts_one_run_and_replays_return_it(
     replay = post_hook(c, "github", body, headers)
     assert replay.status_code == 200 and replay.json() == {
         "run_id": run_id, "workflow": "build", "delivery_id": headers["X-GitHub-Delivery"],
-        "duplicate": True}
+        "created": False, "duplicate": True, "debounced": False, "outcome": "duplicate"}
     assert runs_of(c, "build") == [run_id]
     # The delivery id is kept for at least 24 h.
     items = h.rt.clients.dynamodb.scan(TableName=h.rt.settings.names.control_table)["Items"]
@@ -262,8 +262,9 @@ def test_a_duplicate_event_is_answered_from_the_first(harness_factory: Any) -> N
     assert {r["workflow"] for r in first["runs"]} == {"big-order", "any-order"}
     # The same id with other data: the first delivery's runs, nothing re-evaluated.
     again = rt.events.emit("order.paid", {"total": 1}, event_id="dup-1")
-    assert again["duplicate"] and again["runs"] == [{**r, "created": False}
-                                                   for r in first["runs"]]
+    assert again["duplicate"] and again["runs"] == [
+        {**r, "created": False, "duplicate": True, "outcome": "duplicate"}
+        for r in first["runs"]]
     assert [e["data"] for e in rt.events.recent("order.paid")] == [big]
     # Days later the runs have expired (or been deleted): still a duplicate, no new run.
     for r in first["runs"]:

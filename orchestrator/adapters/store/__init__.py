@@ -19,7 +19,8 @@ composed by table, so that a call site shows what it touches:
   control table;
 - `store.state` (`state_cells.StateCells`): durable state cells, in the control table;
 - `store.mutexes` (`mutexes.MutexStore`): locks, their waiting lines and who holds what;
-- `store.fanouts` (`fanouts.FanOutItems`): the outcomes of a fan_out step's items.
+- `store.fanouts` (`fanouts.FanOutItems`): the outcomes of a fan_out step's items;
+- `store.bursts` (`bursts.Bursts`): debounced bursts and the triggers they took.
 
 Each part shares `tables.Tables` (the client, the table names, the wake times and
 retention); `codec` holds the item encoding of rows.
@@ -34,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.adapters.store.approvals import ApprovalStore
+from orchestrator.adapters.store.bursts import Bursts
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.drivers import Drivers
 from orchestrator.adapters.store.fanouts import FanOutItems
@@ -84,6 +86,7 @@ class Store:
         self.state = StateCells(self.control)
         self.mutexes = MutexStore(self.control, names.runs_table)
         self.fanouts = FanOutItems(self.control, step_retention)
+        self.bursts = Bursts(self.control)
         self.names = names
         # What every part was built with: a row's retention and the wake times.
         self.step_retention = step_retention

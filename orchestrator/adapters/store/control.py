@@ -77,7 +77,6 @@ __all__ = [
     "approval_sk",
     "child_sk",
     "children_key",
-    "debounce_key",
     "delivery_key",
     "doc_of",
     "event_id_key",
@@ -220,11 +219,6 @@ def inbox_sk(created_at: float, run_id: str, step: str) -> Sk:
 
 def approval_link_key(sha256: str) -> Pk:
     return Pk(f"approvallink#{sha256}")
-
-
-def debounce_key(workflow: str, key: str) -> Pk:
-    """A debounced workflow's burst for one key: the run the burst will start."""
-    return Pk(f"debounce#{workflow}#{key}")
 
 
 def fanout_key(run_id: str, step: str) -> Pk:
@@ -533,28 +527,6 @@ class Control:
         return [i for i in resp.get("Items", []) if _live(i, now) is not None]
 
     # ---- named writes of one item kind each ------------------------------------------
-
-    def burst(self, pk: Pk, now: float) -> tuple[str, float] | None:
-        """A debounced burst: (its queued run, when it began); None if there is none."""
-        item = self.get(pk, now=now)
-        if item is None:
-            return None
-        return str(item["run_id"]["S"]), float(item["first_at"]["N"])
-
-    def begin_burst(self, pk: Pk, run_id: str, now: float, expires_at: float,
-                    replacing: str | None) -> dict[str, Any]:
-        """The write that begins a burst (a TransactWriteItems item, with the run's
-        creation): guarded on there being no live burst, or the one that ended."""
-        put: dict[str, Any] = {"TableName": self.table, "Item": {
-            **self.key(pk), "run_id": {"S": run_id}, "first_at": num(now),
-            "expires_at": num(expires_at)}}
-        if replacing is None:
-            put["ConditionExpression"] = "attribute_not_exists(pk) OR expires_at <= :now"
-            put["ExpressionAttributeValues"] = {":now": num(now)}
-        else:
-            put["ConditionExpression"] = "run_id = :old"
-            put["ExpressionAttributeValues"] = {":old": {"S": replacing}}
-        return {"Put": put}
 
     def use_hook(self, pk: Pk, digest: str, now: float) -> dict[str, Any]:
         """The write that spends a hook (`used`: the digest of the request that did),

@@ -70,6 +70,25 @@ class RunRows(RunListing):
             values, {"#in": "input"},
         )
 
+    def debounce_with(self, run_id: str, input: Any, admit_at: float, now: float,
+                      also: list[dict[str, Any]]) -> None:
+        """`debounce`, together with the writes `also` in one transaction (a trigger's
+        record: adapters/store/bursts.py); ConditionFailed if the run has left the queue
+        or a guard of `also` fails (nothing is written)."""
+        move = RUN_MOVES["debounce"]
+        values: dict[str, Any] = {":in": {"S": dumps(input)}, ":at": num(admit_at),
+                                  ":wk": num(admit_at + self.wake.settle), ":now": num(now)}
+        guard = status_guard(move, values)
+        with _translate(f"run {run_id}: {move.name} with {len(also)} more"):
+            self.ddb.transact_write_items(TransactItems=[
+                {"Update": {"TableName": self.runs, "Key": {"run_id": {"S": run_id}},
+                            "UpdateExpression": "SET #in = :in, admit_at = :at,"
+                                                " wake_at = :wk, updated_at = :now",
+                            "ConditionExpression": guard,
+                            "ExpressionAttributeNames": {"#s": "status", "#in": "input"},
+                            "ExpressionAttributeValues": values}},
+                *also])
+
     def get_run(self, run_id: str, now: float, *, consistent: bool = True) -> RunRecord | None:
         with _translate(f"run {run_id}: read"):
             resp = self.ddb.get_item(

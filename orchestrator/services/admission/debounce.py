@@ -12,8 +12,11 @@ lost one); admission is a guarded queued → running write, so a timer delivered
 a timer and the sweeper, start it once. A trigger that finds the burst's run started
 already begins a new burst (guarded on the old one, so two such triggers begin one).
 
-Every trigger of a burst is answered with the burst's run id (`created` true for the
-first), so callers can follow the run that will do the work."""
+A trigger with an id (an Idempotency-Key's run id, an event's or a webhook delivery's,
+a caller's run id) is recorded as taken in the same transaction as its own write (the
+burst's creation, or its move), so a repeat finds it taken and moves nothing: a repeated
+trigger is one trigger, answered `duplicate` with the burst's run. A trigger that joins
+a burst is answered `debounced`, the one that begins it `queued` (result.py)."""
 
 from __future__ import annotations
 
@@ -21,10 +24,11 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.store import Store
-from orchestrator.adapters.store.control import debounce_key
+from orchestrator.adapters.store.bursts import burst_key, trigger_key
 from orchestrator.engine.records import RunRecord
 from orchestrator.errors import ConditionFailed, StoreError, UsageError
 from orchestrator.expressions import ExpressionError, compile_template
+from orchestrator.services.admission.result import Outcome, Started
 
 __all__ = ["Debouncer"]
 
@@ -51,34 +55,58 @@ class Debouncer:
 
     def trigger(self, workflow: str, spec: Any, input: Any,
                 create: Callable[[float], RunRecord],
-                begin: Callable[[RunRecord, list[dict[str, Any]]], RunRecord]
-                ) -> tuple[RunRecord, bool]:
-        """One trigger of `workflow`: (the burst's run, whether this trigger began the
-        burst). `create(admit_at)` makes a new queued run's record; `begin(run, also)`
-        writes it with `also` in one transaction and carries it on."""
+                begin: Callable[[RunRecord, list[dict[str, Any]]], RunRecord],
+                trigger_id: str | None = None) -> Started:
+        """One trigger of `workflow`: the burst's run, and how the trigger was taken.
+        `create(admit_at)` makes a new queued run's record; `begin(run, also)` writes it
+        with `also` in one transaction and carries it on. `trigger_id`: the trigger's
+        dedupe id, if it has one."""
         key = self.key_of(spec, workflow, input)
-        pk = debounce_key(workflow, key)
-        control = self.store.control
+        pk = burst_key(workflow, key)
+        bursts = self.store.bursts
+        seen = None if trigger_id is None else trigger_key(workflow, trigger_id)
         for _ in range(ROUNDS):
             now = self.clock()
-            burst = control.burst(pk, now)
+            if seen is not None:
+                taken = bursts.taken(seen, now)
+                if taken is not None:
+                    return self._repeat(taken, now)
+            burst = bursts.burst(pk, now)
             replacing = None
+            keep = now + (spec.max_wait or spec.period) + KEEP
             if burst is not None:
                 run_id, first = burst
                 due = now + spec.period
                 if spec.max_wait is not None:
                     due = min(due, first + spec.max_wait)
                 try:
-                    return self.store.runs.debounce(run_id, input, due, now), False
+                    if seen is None:
+                        return Started(self.store.runs.debounce(run_id, input, due, now),
+                                       Outcome.DEBOUNCED)
+                    self.store.runs.debounce_with(
+                        run_id, input, due, now, [bursts.take(seen, run_id, now, keep)])
+                    joined = self.store.runs.get_run(run_id, now)
+                    if joined is not None:
+                        return Started(joined, Outcome.DEBOUNCED)
+                    continue  # expired meanwhile: the next round says so
                 except ConditionFailed:
+                    if seen is not None and bursts.taken(seen, now) is not None:
+                        continue  # a repeat of this trigger won: answered above
                     replacing = run_id  # its run has started (or ended): a new burst
             due = now + spec.period if spec.max_wait is None else \
                 now + min(spec.period, spec.max_wait)
             run = create(due)
-            keep = now + (spec.max_wait or spec.period) + KEEP
+            also = [bursts.begin(pk, run.run_id, now, keep, replacing)]
+            if seen is not None:
+                also.append(bursts.take(seen, run.run_id, now, keep))
             try:
-                return begin(run, [control.begin_burst(pk, run.run_id, now, keep,
-                                                       replacing)]), True
+                return Started.new(begin(run, also))
             except ConditionFailed:
-                continue  # another trigger began the burst first: join it
+                continue  # another trigger began the burst first (or this one's repeat)
         raise StoreError(f"workflow {workflow!r}: debounce key {key!r} is contended")
+
+    def _repeat(self, run_id: str, now: float) -> Started:
+        run = self.store.runs.get_run(run_id, now)
+        if run is None:
+            raise StoreError(f"run {run_id!r}, which this trigger joined, has expired")
+        return Started(run, Outcome.DUPLICATE)

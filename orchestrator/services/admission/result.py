@@ -1,0 +1,56 @@
+"""What a trigger's admission answers: one typed result, rendered the same way by every
+answer that reports it (`POST /runs`, a webhook delivery, an event's runs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from orchestrator.engine.records import RunRecord
+from orchestrator.engine.states import RunStatus
+
+__all__ = ["Outcome", "Started"]
+
+
+class Outcome(StrEnum):
+    """How a trigger was taken."""
+
+    # A new run, started now.
+    CREATED = "created"
+    # A new run, queued for its throttle, concurrency group or debounce period.
+    QUEUED = "queued"
+    # A new run, refused at once (a throttle's `drop`, a group's `skip`): it ended skipped.
+    SKIPPED = "skipped"
+    # This trigger was seen before (the same Idempotency-Key, event id, delivery id or
+    # run id): answered with the run it made then; nothing moved.
+    DUPLICATE = "duplicate"
+    # A new trigger that joined a debounced burst already queued: its run (whose input
+    # is now this trigger's, and whose start moved) is the burst's.
+    DEBOUNCED = "debounced"
+
+
+@dataclass(frozen=True)
+class Started:
+    run: RunRecord
+    outcome: Outcome
+
+    @classmethod
+    def new(cls, run: RunRecord) -> Started:
+        """A run this trigger created, as its status now says."""
+        if run.status is RunStatus.QUEUED:
+            return cls(run, Outcome.QUEUED)
+        if run.status is RunStatus.SKIPPED:
+            return cls(run, Outcome.SKIPPED)
+        return cls(run, Outcome.CREATED)
+
+    @property
+    def created(self) -> bool:
+        """Whether this trigger made a new run."""
+        return self.outcome in (Outcome.CREATED, Outcome.QUEUED, Outcome.SKIPPED)
+
+    def fields(self) -> dict[str, Any]:
+        """The answer's fields about how the trigger was taken (every answer the same)."""
+        return {"created": self.created, "duplicate": self.outcome is Outcome.DUPLICATE,
+                "debounced": self.outcome is Outcome.DEBOUNCED,
+                "outcome": self.outcome.value}

@@ -45,13 +45,37 @@ workflows:
 WAIT = 20_000  # ms: the longest a page waits for what it should show
 
 
+class Answers:
+    """The API app, recording the status and type of each answer it sends (a browser's
+    own requests, such as its icon's, are not the page's: Playwright does not see them)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.sent: list[tuple[str, int, str]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                kind = dict(message.get("headers") or ()).get(b"content-type", b"")
+                self.sent.append((scope["path"], message["status"], kind.decode()))
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
 @pytest.fixture
-def stack(harness_factory: Any, app_url: str) -> Iterator[tuple[Harness, str]]:
+def served(harness_factory: Any, app_url: str) -> Iterator[tuple[Harness, str, Answers]]:
     h = harness_factory(MANIFEST.replace("${APP}", app_url), api_auth=True)
     h.start_workers(1, threads=4)
     h.start_sweeper()
-    with BackgroundServer(create_app(h.rt, badge="DEV")) as server:
-        yield h, server.url
+    answers = Answers(create_app(h.rt, badge="DEV"))
+    with BackgroundServer(answers) as server:
+        yield h, server.url, answers
+
+
+@pytest.fixture
+def stack(served: tuple[Harness, str, Answers]) -> tuple[Harness, str]:
+    return served[0], served[1]
 
 
 @pytest.fixture
@@ -240,3 +264,24 @@ def test_approve_a_gate_from_the_inbox_and_the_run_goes_on(
     assert h.wait(run_id)["status"] == "success"
     page.goto(f"{url}/ui/runs/{run_id}")
     _status(page, "success")
+
+
+def test_the_pages_load_with_no_console_error_and_their_icon(
+        served: tuple[Harness, str, Answers], page: Any) -> None:
+    h, url, answers = served
+    run_id = h.start("report", {"ok": True})
+    assert h.wait(run_id)["status"] == "success"
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{url}/ui/runs")
+    # The browser asks for the icon once the page has loaded (a missing one is a console
+    # error, "Failed to load resource"): its answer, as the server sent it.
+    _until(lambda: any("favicon" in path for path, _, _ in answers.sent))
+    icons = [(path, status, kind) for path, status, kind in answers.sent if "favicon" in path]
+    assert all(status == 200 and kind.startswith("image/") for _, status, kind in icons), icons
+    for path in (f"/ui/runs/{run_id}", "/ui/workflows", "/ui/events", "/ui/approvals",
+                 "/ui/dlq", "/ui/runs"):
+        page.goto(url + path)
+        page.wait_for_load_state("load")
+    assert errors == []

@@ -261,3 +261,19 @@ def test_durable_actions_signal_reset_and_resume_go_through_the_forms(
         assert "event+order.placed+stored" in emitted.headers["location"]
         events = c.get("/ui/events?name=order.placed").text
         assert "k-1" in events and "&#34;total&#34;: 3" in events
+
+
+def test_the_favicon_is_served_to_anyone_as_an_image(locked_stack: tuple[Harness, str]) -> None:
+    _, url = locked_stack
+    with httpx.Client(base_url=url) as c:  # not signed in: a browser asks before it is
+        ico = c.get("/favicon.ico")
+        assert ico.status_code == 200, ico.text
+        assert ico.headers["content-type"].startswith("image/")
+        assert ico.content[:4] == b"\x00\x00\x01\x00"  # an ICO file's header
+        # The pages name their icon; it is an image too.
+        login = c.get("/ui/login").text
+        icon = login.split('rel="icon"', 1)[1].split('href="', 1)[1].split('"', 1)[0]
+        linked = c.get(icon)
+        assert linked.status_code == 200
+        assert linked.headers["content-type"].startswith("image/svg+xml")
+        assert b"<svg" in linked.content

@@ -193,6 +193,40 @@ def test_cancel_a_run_with_a_reason(stack: tuple[Harness, str], page: Any) -> No
     assert h.wait(run_id)["steps"][1]["status"] in ("skipped", "cancelled", "blocked")
 
 
+def test_a_page_left_open_while_its_run_ends_shows_one_status(
+        stack: tuple[Harness, str], page: Any) -> None:
+    h, url = stack
+    run_id = h.start("slow", {})
+    _until(lambda: h.rt.runs.view(run_id)["status"] == "running")
+    page.goto(f"{url}/ui/runs/{run_id}")
+    facts = page.locator("section[aria-label='The run'] dl.facts")
+    glyph = page.locator("h1 span[aria-hidden]").first
+    cancel = page.locator("button", has_text="Cancel run")
+    assert facts.locator("dd.status").inner_text() == "running"
+    assert glyph.inner_text() == "◐" and cancel.count() == 1
+    assert facts.locator("dt:text-is('Finished') + dd").inner_text() == "—"
+    page.evaluate("window.notReloaded = true")
+    _status(page, "success")  # the live part, pushed over SSE
+    # ... and the rest of the page with it: the header, the cost and the actions.
+    facts.locator("dd.status", has_text="success").wait_for()
+    view = h.wait(run_id)
+    assert view["status"] == "success"
+    assert glyph.inner_text() == "✔"
+    finished = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(view["finished_at"]))
+    assert facts.locator("dt:text-is('Finished') + dd").inner_text().startswith(finished)
+    took = view["finished_at"] - view["started_at"]
+    assert facts.locator("dt:text-is('Took') + dd").inner_text() == f"{took:.2f} s"
+    cost = page.locator("section[aria-label='Lineage and cost']")
+    assert f"{view['cost']['total_requests']} AWS requests" in cost.inner_text()
+    assert cancel.count() == 0
+    assert page.locator("form[aria-label='Rerun from the failed steps']").count() == 0
+    # Nothing on the page is drawn as running any more; every status it states is success.
+    assert page.locator(".s-running").count() == 0
+    assert set(page.locator(".status").all_inner_texts()) == {"success", "✔ success"}
+    assert page.evaluate("window.notReloaded") is True
+    _shot(page, "run-ended-live")
+
+
 def test_the_workflows_page_starts_a_run_and_refuses_bad_json(
         stack: tuple[Harness, str], page: Any) -> None:
     _, url = stack

@@ -3,7 +3,9 @@ its status glyph and a one-line detail, columns by longest path from the roots, 
 each gap between two columns joined by buses (a fan-in's sources and a fan-out's
 targets share one). A step whose dependency is more than one column back is reached by
 a line through the columns between. Columns that do not fit the width wrap into rows
-of columns; a width too narrow for two columns gets an indented dependency list.
+of columns; a width too narrow for two columns gets an indented dependency list. The
+text around the drawing (the header, the legend, a failed run's errors, the list's
+lines) is wrapped to the width, never cut (wrapping.py).
 
 Pure: a run's view (the API's JSON) in, lines out."""
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.cli.render import trigger_label
+from orchestrator.cli.wrapping import flow, wrap
 from orchestrator.engine.glyphs import GLYPHS
 from orchestrator.engine.layers import columns_by_longest_path
 
@@ -301,29 +304,33 @@ def compact(value: Any, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def header(view: dict[str, Any], ascii_only: bool, now: float | None) -> list[str]:
+def header(view: dict[str, Any], ascii_only: bool, now: float | None,
+           width: int | None = None) -> list[str]:
     """The run's workflow, status and id, how long it took, what started it (a run of
-    the API shows `trigger api`) and what it reruns, then a blank line."""
-    lines = [f"{view['workflow']}  {_glyph(view['status'], ascii_only)} {view['status']}"
-             f"  {view['run_id']}", f"elapsed {elapsed(view, now)}"]
+    the API shows `trigger api`) and what it reruns, then a blank line; wrapped to
+    `width`."""
+    lines = flow([view["workflow"], f"{_glyph(view['status'], ascii_only)} {view['status']}",
+                  view["run_id"]], width)
+    lines.append(f"elapsed {elapsed(view, now)}")
     if view.get("trigger"):
-        lines.append(f"trigger {trigger_label(view['trigger'])}")
+        lines += wrap(f"trigger {trigger_label(view['trigger'])}", width)
     if view.get("rerun_of"):
-        lines.append(f"rerun of {view['rerun_of']}")
+        lines += wrap(f"rerun of {view['rerun_of']}", width)
     return [*lines, ""]
 
 
-def _footer(view: dict[str, Any], ascii_only: bool) -> list[str]:
+def _footer(view: dict[str, Any], ascii_only: bool, width: int | None) -> list[str]:
     """The legend; or, once something failed, the run's error and each failed step's
-    in its place (reference 000 draws a failed run so)."""
+    in its place (reference 000 draws a failed run so). Wrapped to `width`."""
     failed = [s for s in view.get("steps") or () if s.get("status") == "failed"]
     if not (view.get("error") or failed):
-        return ["", "   ".join(f"{_glyph(s, ascii_only)} {word}" for s, word in LEGEND)]
+        return ["", *flow([f"{_glyph(s, ascii_only)} {word}" for s, word in LEGEND], width,
+                          "   ")]
     out = [""]
     if view.get("error"):
-        out.append(f"error: {compact(view['error'])}")
+        out += wrap(f"error: {compact(view['error'])}", width)
     for s in failed:
-        out.append(f"  {s['step']}: {compact(s.get('error'))}")
+        out += wrap(f"  {s['step']}: {compact(s.get('error'))}", width)
     return out
 
 
@@ -353,13 +360,14 @@ def render_diagram(view: dict[str, Any], *, ascii_only: bool = False, width: int
             used += gap + box
     bands.append((start, len(columns)))
     if box > width or (len(columns) > 1 and any(b - a < 2 for a, b in bands[:-1])):
-        return dependency_list(view, ascii_only=ascii_only, now=now)
-    lines = header(view, ascii_only, now)
+        return dependency_list(view, ascii_only=ascii_only, now=now, width=width)
+    lines = header(view, ascii_only, now, width)
     for a, b in bands:
         if a:
-            lines += ["", f"{_line('arrow', ascii_only)} continued: columns {a + 1} to {b}"]
+            lines += ["", *wrap(f"{_line('arrow', ascii_only)} continued: columns {a + 1} "
+                                f"to {b}", width)]
         lines += _band(_cut(columns[a:b]), ascii_only, inner)
-    return "\n".join(lines + _footer(view, ascii_only))
+    return "\n".join(lines + _footer(view, ascii_only, width))
 
 
 def _cut(band: list[list[_Node]]) -> list[list[_Node]]:
@@ -371,9 +379,11 @@ def _cut(band: list[list[_Node]]) -> list[list[_Node]]:
 
 
 def dependency_list(view: dict[str, Any], *, ascii_only: bool = False,
-                    now: float | None = None) -> str:
+                    now: float | None = None, width: int | None = None) -> str:
     """The run as an indented list: each step under the step it depends on (its first
-    dependency; `after` names the others), never cut whatever the width."""
+    dependency; `after` names the others), never cut whatever the width: a line too
+    wide wraps, its next lines indented past the steps under it. A step deeper than a
+    sixth of the width can indent stays at that indent and names every dependency."""
     steps = view.get("steps") or []
     by_name = {s["step"]: s for s in steps}
     children: dict[str, list[str]] = {}
@@ -384,21 +394,23 @@ def dependency_list(view: dict[str, Any], *, ascii_only: bool = False,
             children.setdefault(deps[0], []).append(s["step"])
         else:
             roots.append(s["step"])
-    lines = header(view, ascii_only, now)
+    lines = header(view, ascii_only, now, width)
+    deepest = None if width is None else width // 6  # in steps of two spaces
 
     def walk(name: str, depth: int) -> None:
         s = by_name[name]
-        others = [d for d in (s.get("depends_on") or ())[1:] if d in by_name]
-        line = f"{'  ' * depth}{_glyph(s.get('status', ''), ascii_only)} {name}"
+        deps = [d for d in s.get("depends_on") or () if d in by_name]
+        shown = depth if deepest is None else min(depth, deepest)
+        others = deps[1:] if shown == depth else deps  # the tree no longer says the first
+        indent = "  " * shown
         detail = _detail(s, ascii_only)
-        if detail:
-            line += f"  {detail}"
-        if others:
-            line += f"  (after {', '.join(others)})"
-        lines.append(line)
+        parts = [f"{indent}{_glyph(s.get('status', ''), ascii_only)} {name}",
+                 *([detail] if detail else []),
+                 *([f"(after {', '.join(others)})"] if others else [])]
+        lines.extend(flow(parts, width, indent=indent + "    "))
         for child in children.get(name, ()):
             walk(child, depth + 1)
 
     for root in roots:
         walk(root, 0)
-    return "\n".join(lines + _footer(view, ascii_only))
+    return "\n".join(lines + _footer(view, ascii_only, width))

@@ -1,7 +1,8 @@
 """A durable run drawn as its operations in order, one line each, with a parallel
 operation's branches side by side beneath it (joined by a fork and a join line), and a
 wait showing what it waits for and until when. Branches too wide for the terminal are
-drawn one under another instead, each under its own heading. Never cut.
+drawn one under another instead, each under its own heading. Never cut: a line too wide
+for the terminal wraps (wrapping.py).
 
 Pure: a durable run's view (the API's JSON) in, lines out."""
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from orchestrator.cli.diagram import GLYPHS, compact, header
 from orchestrator.cli.timeline import TIMES
+from orchestrator.cli.wrapping import cells, wrap
 from orchestrator.engine.glyphs import DURABLE_GLYPHS
 
 __all__ = ["render_durable"]
@@ -73,27 +75,30 @@ def _block(scope: str, by_scope: dict[str, list[dict[str, Any]]], ascii_only: bo
         if op.get("kind") == "result":
             continue
         if op.get("kind") != "parallel":
-            lines.append(_line(op, ascii_only))
+            lines += wrap(_line(op, ascii_only), width)
             continue
         branches = _branches(list(by_scope), scope, op.get("position"))
         head = f"{_mark('parallel', ascii_only)} parallel {op.get('step') or ''}".rstrip()
         glyph = _STATUS.get(str(op.get("status")), ("?", "?"))[1 if ascii_only else 0]
-        lines.append(f"{head}  {glyph} {len(branches)} branches")
-        lines += _side_by_side([_block(b, by_scope, ascii_only, width) for b in branches],
-                               ascii_only, width)
+        lines += wrap(f"{head}  {glyph} {len(branches)} branches", width)
+        lines += _side_by_side(branches, by_scope, ascii_only, width)
     return lines
 
 
-def _side_by_side(blocks: list[list[str]], ascii_only: bool, width: int) -> list[str]:
-    if not blocks:
+def _side_by_side(branches: list[str], by_scope: dict[str, list[dict[str, Any]]],
+                  ascii_only: bool, width: int) -> list[str]:
+    if not branches:
         return []
-    cols = [max((len(line) for line in b), default=1) + GAP for b in blocks]
+    blocks = [_block(b, by_scope, ascii_only, width) for b in branches]
+    cols = [max((cells(line) for line in b), default=1) + GAP for b in blocks]
     h, v = _mark("h", ascii_only), _mark("v", ascii_only)
     if sum(cols) + 2 > width:  # one under another, each under its heading
         out = []
-        for i, b in enumerate(blocks):
+        for i, b in enumerate(branches):
             out.append(f"{_mark('tee', ascii_only)}{h} branch {i}")
-            out += [f"{v}   {line}" for line in b]
+            # Drawn again to fit beside the branch's line.
+            out += [f"{v}   {line}" for line in _block(b, by_scope, ascii_only,
+                                                        max(1, width - 4))]
         out.append(_mark("last", ascii_only))
         return out
     fork, join = [], []
@@ -108,14 +113,15 @@ def _side_by_side(blocks: list[list[str]], ascii_only: bool, width: int) -> list
     rows = max(len(b) for b in blocks)
     body = []
     for r in range(rows):
-        body.append("".join(f"{b[r] if r < len(b) else v:<{w}}"
-                            for b, w in zip(blocks, cols, strict=True)).rstrip())
+        row = (b[r] if r < len(b) else v for b in blocks)
+        body.append("".join(line + " " * (w - cells(line))
+                            for line, w in zip(row, cols, strict=True)).rstrip())
     return ["".join(fork), *body, "".join(join)]
 
 
 def render_durable(view: dict[str, Any], *, ascii_only: bool = False, width: int = 100,
                    now: float | None = None) -> str:
-    lines = header(view, ascii_only, now)
+    lines = header(view, ascii_only, now, width)
     by_scope: dict[str, list[dict[str, Any]]] = {}
     for op in view.get("steps") or ():
         by_scope.setdefault(str(op.get("scope") or ""), []).append(op)
@@ -125,12 +131,12 @@ def render_durable(view: dict[str, Any], *, ascii_only: bool = False, width: int
     waiting = view.get("waiting") or {}
     if waiting and waiting.get("kind") not in (None, "next"):
         until = f" until {_when(waiting['until'])}" if waiting.get("until") else ""
-        lines += ["", f"waiting for {waiting['kind']} {waiting.get('name', '')}".rstrip()
-                  + until]
+        lines += ["", *wrap(f"waiting for {waiting['kind']} {waiting.get('name', '')}"
+                            .rstrip() + until, width)]
     if view.get("paused"):
-        lines += ["", f"paused: {view['paused'].get('message', '')}"]
+        lines += ["", *wrap(f"paused: {view['paused'].get('message', '')}", width)]
     if view.get("output") is not None:
-        lines += ["", f"output: {compact(view['output'])}"]
+        lines += ["", *wrap(f"output: {compact(view['output'])}", width)]
     if view.get("error"):
-        lines += ["", f"error: {compact(view['error'])}"]
+        lines += ["", *wrap(f"error: {compact(view['error'])}", width)]
     return "\n".join(lines)

@@ -30,6 +30,7 @@ from orchestrator.cli.diagram import render_diagram
 from orchestrator.cli.durable_diagram import render_durable
 from orchestrator.cli.render import render_history, render_run, render_runs
 from orchestrator.cli.timeline import render_timeline
+from orchestrator.cli.wrapping import flow, wrap
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import NotFound
 
@@ -218,13 +219,19 @@ def _dollars(d: float) -> str:
     return f"${d:,.2f}" if d >= 1 else f"${d:.8f}".rstrip("0").rstrip(".") + ("" if d else "0")
 
 
-def render_cost(cost: dict[str, Any], top: int = 3) -> str:
-    """A run's cost on one line: its AWS requests, their estimate and the top operations."""
-    ops = ", ".join(f"{op} {n}" for op, n in list(cost["requests"].items())[:top])
+def render_cost(cost: dict[str, Any], top: int = 3, width: int | None = None) -> str:
+    """A run's cost on one line, wrapped to `width` between its figures (an operation
+    stays beside its count): its AWS requests, their estimate and the top operations."""
+    ops = [f"{op} {n}" for op, n in list(cost["requests"].items())[:top]]
     more = len(cost["requests"]) - top
-    ops += f", {more} more" if more > 0 else ""
-    return (f"cost: {cost['total_requests']} AWS requests, ~{_dollars(cost['dollars'])}"
-            f" at the prices of {cost['prices_date']}" + (f" ({ops})" if ops else ""))
+    ops += [f"{more} more"] if more > 0 else []
+    if ops:
+        ops = [f"{x}," for x in ops[:-1]] + [ops[-1]]
+        ops[0] = f"({ops[0]}"
+        ops[-1] += ")"
+    figures = [f"cost: {cost['total_requests']} AWS requests,", f"~{_dollars(cost['dollars'])}",
+               f"at the prices of {cost['prices_date']}", *ops]
+    return "\n".join(flow(figures, width, " ", indent="  "))
 
 
 def render_total(total: dict[str, Any]) -> str:
@@ -274,13 +281,14 @@ def show(target: str, as_json: bool, ascii_only: bool | None, timeline: bool, ur
             }
         )
         return
-    # As wide as the terminal (COLUMNS, else 100 when piped); plain ASCII when asked or
-    # piped.
+    # As wide as the terminal (COLUMNS, else 100 when piped), every line: the renderers
+    # wrap what does not fit, never cut; plain ASCII when asked or piped.
     plain = bool(ascii_only) or not sys.stdout.isatty()
     width = shutil.get_terminal_size((100, 24)).columns
     if view.get("kind") == "durable":
         if timeline:
-            click.echo("--timeline: a durable run's operations are shown in order", err=True)
+            click.echo("\n".join(wrap("--timeline: a durable run's operations are shown in "
+                                      "order", width)), err=True)
         click.echo(render_durable(view, ascii_only=plain, width=width))
     else:
         if timeline:
@@ -290,7 +298,7 @@ def show(target: str, as_json: bool, ascii_only: bool | None, timeline: bool, ur
         else:
             click.echo(render_diagram(view, ascii_only=plain, width=width))
     if view.get("cost"):
-        click.echo(render_cost(view["cost"]))
+        click.echo(render_cost(view["cost"], width=width))
 
 
 @click.command()

@@ -2,7 +2,8 @@
 step, on one time scale from the run's start to its end (or now), as wide as the
 terminal. Each attempt shows its wait in the queue (ready to started), its call (started
 to its outcome) and, before a retry, its backoff; the row ends with the step's status,
-its calls' total time and its attempts.
+its calls' total time and its attempts. A terminal too narrow for a 10-column bar beside
+the names draws each step's name above its bar.
 
 Pure: the run's view and its history (GET /runs/{id}/events) in, lines out."""
 
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from orchestrator.cli.diagram import GLYPHS
+from orchestrator.cli.wrapping import cells, flow
 from orchestrator.engine.attempt_segments import Segment, segments
 
 __all__ = ["Segment", "render_timeline", "segments"]
@@ -35,7 +37,8 @@ def _seconds(s: float) -> str:
 def render_timeline(view: dict[str, Any], history: Sequence[dict[str, Any]], *,
                     width: int = 100, ascii_only: bool = False,
                     now: float | None = None) -> str:
-    """The waterfall, no wider than `width` (at least a 10-column bar)."""
+    """The waterfall, no wider than `width` (at least a 10-column bar: where one does
+    not fit beside the names, each name is above its bar)."""
     now = time.time() if now is None else now
     t0 = view.get("started_at")
     if t0 is None:
@@ -63,10 +66,13 @@ def render_timeline(view: dict[str, Any], history: Sequence[dict[str, Any]], *,
         if len(calls) > 1:
             tail += f" {TIMES[1 if ascii_only else 0]}{len(calls)}"
         tails[name] = tail
-    tail_w = max((len(t) for t in tails.values()), default=0)
-    bar_w = max(10, width - name_w - 2 - tail_w)
+    tail_w = max((cells(t) for t in tails.values()), default=0)
+    bar_w = width - name_w - 2 - tail_w
+    above = bar_w < 10  # each name on a line of its own, above its bar
+    if above:
+        name_w, bar_w = 0, max(10, width - 2)
     per = span / bar_w
-    lines = [f"{view['workflow']}  {view['status']}  {view['run_id']}",
+    lines = [*flow([view["workflow"], view["status"], view["run_id"]], width),
              f"{'':<{name_w}}  0s{_seconds(span):>{bar_w - 2}}", ""]
     for name in steps:
         bar = [" "] * bar_w
@@ -79,9 +85,17 @@ def render_timeline(view: dict[str, Any], history: Sequence[dict[str, Any]], *,
                 b = min(bar_w, max(a + 1, round((seg.end - t0) / per)))
                 for i in range(a, b):
                     bar[i] = mark
-        lines.append(f"{names[name]:<{name_w}}  {''.join(bar)}{tails[name]}".rstrip())
-    legend = "   ".join(f"{MARKS[k][1 if ascii_only else 0]} {word}" for k, word in
-                       (("queue", "in the queue"), ("call", "calling"),
-                        ("wait", "waiting to retry")))
-    lines += ["", f"{legend}  ({_seconds(per)} a column)"]
-    return "\n".join(lines)
+        if above:
+            lines += flow([name, tails[name].strip()], width, " ")  # the whole name
+            lines.append(f"  {''.join(bar)}".rstrip())
+        else:
+            lines.append(f"{names[name]:<{name_w}}  {''.join(bar)}{tails[name]}".rstrip())
+    legend = flow([f"{MARKS[k][1 if ascii_only else 0]} {word}" for k, word in
+                   (("queue", "in the queue"), ("call", "calling"),
+                    ("wait", "waiting to retry"))], width, "   ")
+    scale = f"({_seconds(per)} a column)"
+    if cells(f"{legend[-1]}  {scale}") <= width:
+        legend[-1] += f"  {scale}"
+    else:
+        legend.append(scale)
+    return "\n".join([*lines, "", *legend])

@@ -45,13 +45,37 @@ workflows:
 WAIT = 20_000  # ms: the longest a page waits for what it should show
 
 
+class Answers:
+    """The API app, recording the status and type of each answer it sends (a browser's
+    own requests, such as its icon's, are not the page's: Playwright does not see them)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.sent: list[tuple[str, int, str]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                kind = dict(message.get("headers") or ()).get(b"content-type", b"")
+                self.sent.append((scope["path"], message["status"], kind.decode()))
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
 @pytest.fixture
-def stack(harness_factory: Any, app_url: str) -> Iterator[tuple[Harness, str]]:
+def served(harness_factory: Any, app_url: str) -> Iterator[tuple[Harness, str, Answers]]:
     h = harness_factory(MANIFEST.replace("${APP}", app_url), api_auth=True)
     h.start_workers(1, threads=4)
     h.start_sweeper()
-    with BackgroundServer(create_app(h.rt, badge="DEV")) as server:
-        yield h, server.url
+    answers = Answers(create_app(h.rt, badge="DEV"))
+    with BackgroundServer(answers) as server:
+        yield h, server.url, answers
+
+
+@pytest.fixture
+def stack(served: tuple[Harness, str, Answers]) -> tuple[Harness, str]:
+    return served[0], served[1]
 
 
 @pytest.fixture
@@ -169,6 +193,40 @@ def test_cancel_a_run_with_a_reason(stack: tuple[Harness, str], page: Any) -> No
     assert h.wait(run_id)["steps"][1]["status"] in ("skipped", "cancelled", "blocked")
 
 
+def test_a_page_left_open_while_its_run_ends_shows_one_status(
+        stack: tuple[Harness, str], page: Any) -> None:
+    h, url = stack
+    run_id = h.start("slow", {})
+    _until(lambda: h.rt.runs.view(run_id)["status"] == "running")
+    page.goto(f"{url}/ui/runs/{run_id}")
+    facts = page.locator("section[aria-label='The run'] dl.facts")
+    glyph = page.locator("h1 span[aria-hidden]").first
+    cancel = page.locator("button", has_text="Cancel run")
+    assert facts.locator("dd.status").inner_text() == "running"
+    assert glyph.inner_text() == "◐" and cancel.count() == 1
+    assert facts.locator("dt:text-is('Finished') + dd").inner_text() == "—"
+    page.evaluate("window.notReloaded = true")
+    _status(page, "success")  # the live part, pushed over SSE
+    # ... and the rest of the page with it: the header, the cost and the actions.
+    facts.locator("dd.status", has_text="success").wait_for()
+    view = h.wait(run_id)
+    assert view["status"] == "success"
+    assert glyph.inner_text() == "✔"
+    finished = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(view["finished_at"]))
+    assert facts.locator("dt:text-is('Finished') + dd").inner_text().startswith(finished)
+    took = view["finished_at"] - view["started_at"]
+    assert facts.locator("dt:text-is('Took') + dd").inner_text() == f"{took:.2f} s"
+    cost = page.locator("section[aria-label='Lineage and cost']")
+    assert f"{view['cost']['total_requests']} AWS requests" in cost.inner_text()
+    assert cancel.count() == 0
+    assert page.locator("form[aria-label='Rerun from the failed steps']").count() == 0
+    # Nothing on the page is drawn as running any more; every status it states is success.
+    assert page.locator(".s-running").count() == 0
+    assert set(page.locator(".status").all_inner_texts()) == {"success", "✔ success"}
+    assert page.evaluate("window.notReloaded") is True
+    _shot(page, "run-ended-live")
+
+
 def test_the_workflows_page_starts_a_run_and_refuses_bad_json(
         stack: tuple[Harness, str], page: Any) -> None:
     _, url = stack
@@ -240,3 +298,24 @@ def test_approve_a_gate_from_the_inbox_and_the_run_goes_on(
     assert h.wait(run_id)["status"] == "success"
     page.goto(f"{url}/ui/runs/{run_id}")
     _status(page, "success")
+
+
+def test_the_pages_load_with_no_console_error_and_their_icon(
+        served: tuple[Harness, str, Answers], page: Any) -> None:
+    h, url, answers = served
+    run_id = h.start("report", {"ok": True})
+    assert h.wait(run_id)["status"] == "success"
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{url}/ui/runs")
+    # The browser asks for the icon once the page has loaded (a missing one is a console
+    # error, "Failed to load resource"): its answer, as the server sent it.
+    _until(lambda: any("favicon" in path for path, _, _ in answers.sent))
+    icons = [(path, status, kind) for path, status, kind in answers.sent if "favicon" in path]
+    assert all(status == 200 and kind.startswith("image/") for _, status, kind in icons), icons
+    for path in (f"/ui/runs/{run_id}", "/ui/workflows", "/ui/events", "/ui/approvals",
+                 "/ui/dlq", "/ui/runs"):
+        page.goto(url + path)
+        page.wait_for_load_state("load")
+    assert errors == []

@@ -4,6 +4,7 @@ SQS on moto). The browser tests (tests/browser) drive the same pages in chromium
 
 from __future__ import annotations
 
+import html
 import json
 import time
 from collections.abc import Iterator
@@ -28,6 +29,10 @@ workflows:
   other:
     steps:
       one: { backend: fn, route: /echo }
+  fixable:
+    steps:
+      check: { backend: fn, route: /check }
+      nap: { backend: fn, route: /slow, payload: { seconds: 1.5 }, dependsOn: [check] }
 """
 
 
@@ -138,7 +143,8 @@ def test_the_runs_list_filters_by_workflow_trigger_time_and_id(
         assert c.get("/ui/runs/nope-123").status_code == 404
 
 
-def _events(stream: Any, count: int) -> list[tuple[str, str]]:
+def _events(stream: Any, count: int, until: str | None = None) -> list[tuple[str, str]]:
+    """The stream's first `count` events (or its events up to the one named `until`)."""
     out: list[tuple[str, str]] = []
     event, data = "", []
     for line in stream.iter_lines():
@@ -149,9 +155,20 @@ def _events(stream: Any, count: int) -> list[tuple[str, str]]:
         elif not line and event:
             out.append((event, "\n".join(data)))
             event, data = "", []
-            if len(out) >= count:
+            if len(out) >= count or out[-1][0] == until:
                 break
     return out
+
+
+def _live_url(page: str) -> str:
+    """The live stream a run page connects to, as the page names it."""
+    return html.unescape(page.split('sse-connect="', 1)[1].split('"', 1)[0])
+
+
+def _until_done(stream: Any) -> list[tuple[str, str]]:
+    got = _events(stream, 1000, until="done")
+    assert got[-1][0] == "done", got
+    return got
 
 
 def test_the_live_streams_send_the_run_until_it_ends_and_the_list(
@@ -160,13 +177,56 @@ def test_the_live_streams_send_the_run_until_it_ends_and_the_list(
     run_id = h.start("hello", {})
     h.wait(run_id)
     with httpx.Client(base_url=url, timeout=10) as c:
-        with c.stream("GET", f"/ui/runs/{run_id}/live") as s:
-            got = _events(s, 2)
+        # The stream the page opens sends the live part, not what the page already shows.
+        live = _live_url(c.get(f"/ui/runs/{run_id}").text)
+        with c.stream("GET", live) as s:
+            got = _until_done(s)
         assert [e for e, _ in got] == ["live", "done"]
         assert "s-success" in got[0][1]
+        # A stream that was not told what its page shows sends every part.
+        with c.stream("GET", f"/ui/runs/{run_id}/live") as s:
+            parts = dict(_until_done(s))
+        assert {"live", "glyph", "facts", "cost", "actions"} <= set(parts)
+        assert "s-success" in parts["glyph"]
         with c.stream("GET", "/ui/runs/live?workflow=hello") as s:
             (event, rows), = _events(s, 1)
         assert event == "rows" and run_id in rows
+
+
+def test_a_run_page_open_while_the_run_ends_is_sent_its_new_header_and_actions(
+        open_stack: tuple[Harness, str]) -> None:
+    h, url = open_stack
+    bad = h.start("fixable", {"ok": False})
+    assert h.wait(bad)["status"] == "failed"
+    run_id = h.rt.runs.rerun(bad, input={"ok": True})[0].run_id  # a lineage: its rerun
+    deadline = time.monotonic() + 10
+    while h.rt.runs.view(run_id)["status"] != "running":
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.02)
+    with httpx.Client(base_url=url, timeout=20) as c:
+        page = c.get(f"/ui/runs/{run_id}").text
+        assert "Cancel run" in page and "◐" in page and "(this run)" in page
+        with c.stream("GET", _live_url(page)) as s:
+            got = _until_done(s)
+    view = h.rt.runs.view(run_id)
+    assert view["status"] == "success"
+    last = dict(got)  # each part as it was sent last
+    assert "s-success" in last["live"]
+    assert 's-success" aria-hidden="true">✔' in last["glyph"]
+    assert ">success<" in last["facts"]
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(view["finished_at"]))
+    assert when in last["facts"]
+    took = view["finished_at"] - view["started_at"]
+    assert f"{took:.2f} s" in last["facts"] and "so far" not in last["facts"]
+    assert f"<strong>{view['cost']['total_requests']}</strong> AWS requests" in last["cost"]
+    # The cancel form goes (it was sent once, when the run ended: never under the
+    # user's typing while the run went on); a run that succeeded has no rerun form.
+    assert [e for e, _ in got].count("actions") == 1
+    assert "Cancel run" not in last["actions"] and "Rerun" not in last["actions"]
+    # The lineage (whose rerun tree draws this run's status) is read again, once.
+    assert [e for e, _ in got].count("lineage") == 1
+    this = last["lineage"].split("<li")[2]
+    assert "(this run)" in this and '<span class="s-success">✔</span>' in this
 
 
 def test_the_dead_letter_queue_shows_its_messages_and_redrives_them(
@@ -261,3 +321,19 @@ def test_durable_actions_signal_reset_and_resume_go_through_the_forms(
         assert "event+order.placed+stored" in emitted.headers["location"]
         events = c.get("/ui/events?name=order.placed").text
         assert "k-1" in events and "&#34;total&#34;: 3" in events
+
+
+def test_the_favicon_is_served_to_anyone_as_an_image(locked_stack: tuple[Harness, str]) -> None:
+    _, url = locked_stack
+    with httpx.Client(base_url=url) as c:  # not signed in: a browser asks before it is
+        ico = c.get("/favicon.ico")
+        assert ico.status_code == 200, ico.text
+        assert ico.headers["content-type"].startswith("image/")
+        assert ico.content[:4] == b"\x00\x00\x01\x00"  # an ICO file's header
+        # The pages name their icon; it is an image too.
+        login = c.get("/ui/login").text
+        icon = login.split('rel="icon"', 1)[1].split('href="', 1)[1].split('"', 1)[0]
+        linked = c.get(icon)
+        assert linked.status_code == 200
+        assert linked.headers["content-type"].startswith("image/svg+xml")
+        assert b"<svg" in linked.content

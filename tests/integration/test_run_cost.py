@@ -171,7 +171,10 @@ def test_api_show_and_runs_cost(api: tuple[Harness, str]) -> None:
 
     res = cli("show", ids[0], "--url", url, "--ascii")
     assert res.exit_code == 0, res.output
-    line = res.output.splitlines()[-1]
+    # The last line, wrapped to the width (100 when piped): its lines joined again.
+    line = " ".join(x.strip() for x in res.output.split("\ncost: ", 1)[1].splitlines())
+    line = f"cost: {line}"
+    assert all(len(x) <= 100 for x in res.output.splitlines())
     top = next(iter(views[0]["cost"]["requests"]))
     assert line.startswith(f"cost: {views[0]['cost']['total_requests']} AWS requests, ~$0.0")
     assert top in line and PRICES_DATE in line

@@ -6,14 +6,8 @@ with `trigger --wait`'s exit code."""
 
 from __future__ import annotations
 
-import os
-import secrets
 import shutil
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +15,7 @@ import pytest
 from functions.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from tests.support.harness import Harness
+from tests.support.terminal import ORCHESTRATOR, Terminal
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (Debian: apt install tmux)")
@@ -39,40 +34,6 @@ workflows:
       one: { backend: fn, route: /slow, payload: { seconds: 1.5 } }
       two: { backend: fn, route: /echo, dependsOn: [one] }
 """
-
-ORCHESTRATOR = str(Path(sys.executable).parent / "orchestrator")
-
-
-class Terminal:
-    """One tmux session on a server of its own (`-L`), 120 x 40."""
-
-    def __init__(self, command: list[str]) -> None:
-        self.socket = "watch-" + secrets.token_hex(4)
-        env = {**os.environ, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "xterm-256color"}
-        shell = " ".join(command) + "; echo EXIT=$?; sleep 120"
-        subprocess.run(["tmux", "-u", "-L", self.socket, "new-session", "-d", "-s", "w",
-                        "-x", "120", "-y", "40", shell], check=True, env=env)
-
-    def screen(self) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, "capture-pane", "-p", "-t", "w"],
-                              check=True, capture_output=True, text=True).stdout
-
-    def keys(self, *keys: str) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "send-keys", "-t", "w", *keys], check=True)
-
-    def until(self, seen: Callable[[str], bool], what: str, timeout: float = 20.0) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.screen()
-            if seen(text):
-                return text
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the screen never showed {what}:\n{text}")
-            time.sleep(0.1)
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], check=False,
-                       capture_output=True)
 
 
 @pytest.fixture

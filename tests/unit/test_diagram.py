@@ -113,17 +113,18 @@ def test_columns_that_do_not_fit_wrap_into_rows() -> None:
 def test_a_width_too_narrow_for_two_columns_gets_the_dependency_list() -> None:
     view = monthly_report("running")
     text = render_diagram(view, width=40, now=1161.0)
-    assert text == dependency_list(view, now=1161.0)
+    assert text == dependency_list(view, now=1161.0, width=40)
     check("narrow-running.txt", text)
-    assert "transform  running…  (after extract-users)" in text
+    # Wrapped, never cut: the step's other dependency on the line under it.
+    assert "  ◐ transform  running…\n      (after extract-users)" in text
+    assert "  ◐ transform  running…  (after extract-users)" in dependency_list(view, now=1161.0)
 
 
-@pytest.mark.parametrize("width", [60, 80, 100, 140])
+@pytest.mark.parametrize("width", [30, 40, 60, 80, 100, 140])
 def test_no_line_is_wider_than_asked(width: int) -> None:
     for view in (monthly_report("running"), long_edge(), fan_out(12), chain(9)):
         text = render_diagram(view, width=width, now=1161.0)
-        # The header's run id is as long as it is; the drawing fits.
-        assert max(len(line) for line in text.splitlines()[1:]) <= width
+        assert max(len(line) for line in text.splitlines()) <= width
 
 
 def waterfall() -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from starlette.responses import Response
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -23,7 +24,7 @@ from orchestrator.api.ui.session import guarded
 from orchestrator.runtime import Runtime
 from orchestrator.services.dashboard_logins import DashboardLogins
 
-__all__ = ["UiState", "routes", "ui_state"]
+__all__ = ["UiState", "favicon", "routes", "ui_state"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,19 @@ class _Cached(StaticFiles):
         return response
 
 
+STATIC = Path(__file__).parent / "static"
+
+
+async def favicon(request: Request) -> Response:
+    """The icon a browser asks /favicon.ico for, whatever the page (the dashboard's pages
+    link static/favicon.svg): open to anyone, as a missing one is a console error on
+    every page. Its URL carries no version, so it is kept a day, not forever."""
+    return FileResponse(STATIC / "favicon.ico", media_type="image/vnd.microsoft.icon",
+                        headers={"Cache-Control": "public, max-age=86400"})
+
+
 def routes() -> list[BaseRoute]:
+    """The dashboard under /ui, and the browser's /favicon.ico."""
     g = guarded
     inside = [
         Route("/", pages.index, methods=["GET"]),
@@ -78,7 +91,6 @@ def routes() -> list[BaseRoute]:
         Route("/approvals/{run_id}/{step}", g(actions.answer), methods=["POST"]),
         Route("/dlq", g(pages.dlq), methods=["GET"]),
         Route("/dlq/redrive", g(actions.redrive), methods=["POST"]),
-        Mount("/static", _Cached(directory=Path(__file__).parent / "static"),
-              name="ui-static"),
+        Mount("/static", _Cached(directory=STATIC), name="ui-static"),
     ]
-    return [Mount("/ui", routes=inside)]
+    return [Mount("/ui", routes=inside), Route("/favicon.ico", favicon, methods=["GET"])]

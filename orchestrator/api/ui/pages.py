@@ -14,7 +14,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from orchestrator.adapters.invoker import idempotency_key
 from orchestrator.api.state import api_state
-from orchestrator.api.ui import reads
+from orchestrator.api.ui import parts, reads
 from orchestrator.api.ui.layout import graph, waterfall
 from orchestrator.api.ui.reads import ENDED
 from orchestrator.api.ui.render import fragment, page
@@ -25,6 +25,7 @@ __all__ = ["approvals", "dlq", "events", "history", "index", "login", "login_pos
            "run_live_html", "runs", "runs_rows_html", "workflows"]
 
 FILTER_COOKIE = "orch_ui_runs"
+LIVE_QUERY = ("step", "from", "to", "gaps")  # what a run page's live part is drawn by
 
 
 def _next(request: Request) -> str:
@@ -147,7 +148,7 @@ def run_live_html(rt: Any, run_id: str, query: dict[str, str], body: bytes | Non
         step = failed[0] if failed else None
     if step is not None and view.get("kind") != "durable":
         step = _step_detail(rt, view, step)
-    base = {k: v for k, v in query.items() if k in ("step", "from", "to", "gaps")}
+    base = {k: v for k, v in query.items() if k in LIVE_QUERY}
 
     def link(**change: Any) -> str:
         merged = {**base, **{k: str(v) for k, v in change.items() if v is not None}}
@@ -196,10 +197,12 @@ async def run(request: Request) -> Response:
         live, view, family = await run_in_threadpool(read)
     except NotFound as exc:
         return page(request, "missing.html", 404, what=exc.message)
-    hooks = [s for s in view.get("steps") or () if s.get("kind") == "hook"
-             and s.get("status") == "success"]
-    return page(request, "run.html", view=view, live=live, family=family,
-                hooks=hooks, live_query=urlencode(query), message=query.get("done"),
+    drawn = parts.draw(view, family)
+    # Its stream is told what the page shows (parts.py): it sends only what changed.
+    stream = {k: v for k, v in query.items() if k in LIVE_QUERY}
+    stream["shown"] = parts.shown(drawn)
+    return page(request, "run.html", view=view, live=live, parts=drawn,
+                live_query=urlencode(stream), message=query.get("done"),
                 problem=query.get("problem"))
 
 

@@ -17,11 +17,10 @@ from orchestrator.api.ui.reads import ENDED
 from orchestrator.engine.glyphs import DURABLE_GLYPHS
 from orchestrator.engine.glyphs import GLYPHS as TERMINAL_GLYPHS
 
-__all__ = ["GLYPHS", "fragment", "page"]
+__all__ = ["GLYPHS", "fragment", "macros", "page"]
 
 # A status's glyph, as the terminal diagram draws it.
 GLYPHS = {status: pair[0] for status, pair in {**TERMINAL_GLYPHS, **DURABLE_GLYPHS}.items()}
-
 
 
 def _when(t: Any) -> str:
@@ -62,6 +61,12 @@ _env.globals.update(took=_took, ended=lambda status: status in ENDED, version=__
 
 def fragment(template: str, **context: Any) -> str:
     return _env.get_template(template).render(**context)
+
+
+def macros(template: str) -> Any:
+    """`template`'s macros, each callable with its arguments (a part of a page drawn
+    alone, as its live stream sends it)."""
+    return _env.get_template(template).module
 
 
 def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:

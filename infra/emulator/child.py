@@ -122,7 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     # The parent reads no more of it: anything printed later must not fill the pipe.
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     sys.stdin.read()  # until the parent closes it (or dies)
-    listener.close()
+    try:
+        listener.close()  # it removes the socket...
+    except FileNotFoundError:
+        pass  # ... which a parent that exited without stopping it removed already
     emulator.stop()
 
 

@@ -321,8 +321,7 @@ def dev(
         stack.start()
     except ManifestError as exc:
         fail(f"invalid manifest:\n{exc.message}", EXIT_USAGE)
-    except OrchestratorError as exc:
-        stack.stop()
+    except OrchestratorError as exc:  # what it started is stopped by now
         exit_for(exc)
     code = EXIT_OK
     try:

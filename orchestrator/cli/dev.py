@@ -124,6 +124,28 @@ class LocalStack:
         self._switch: float | None = None
 
     def start(self) -> None:
+        """Start every part, in order. The manifest is checked before anything starts (an
+        invalid one raises `ManifestError` with nothing to undo); a part that fails to
+        start stops the ones started before it, then its error is raised."""
+        from orchestrator.manifest.loader import load_manifest
+
+        # The manifest as it will be read below, with stand-ins for the variables this
+        # stack sets for the functions it serves (their port and secret come later).
+        planned = dict(self.opts.environ)
+        if self.opts.functions_app:
+            planned.setdefault("FUNCTIONS_URL",
+                               f"http://{self.opts.host}:{self.opts.functions_port}")
+            planned.setdefault("FUNCTIONS_SECRET", "stand-in")
+        load_manifest(self.opts.manifest, planned)
+        try:
+            self._start()
+        except BaseException:
+            # Above all the emulator's process: stopped, it removes its socket itself;
+            # left to the interpreter's exit, its directory was removed under it.
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         from functions.serving import BackgroundServer
         from infra.emulator import calm_collector, keep_to_one_core
         from infra.stack import deploy_data_stack

@@ -45,7 +45,12 @@ def gates_open(h: Harness, n: int) -> None:
 
 def test_the_inbox_lists_open_gates_and_answers_them(stack: tuple[Harness, str, str]) -> None:
     h, url, key = stack
-    first, second = h.start("gated", {}), h.start("gated", {})
+    # The inbox lists gates by when they opened, and the worker opens two queued runs'
+    # gates on threads of its own, in no set order: the second run starts once the first
+    # one's gate is open, so its gate is surely the younger.
+    first = h.start("gated", {})
+    gates_open(h, 1)
+    second = h.start("gated", {})
     gates_open(h, 2)
     with httpx.Client(base_url=url, cookies={"orch_ui": key}) as c:
         page = c.get("/ui/approvals").text

@@ -241,6 +241,31 @@ def test_it_ends_when_its_parent_dies() -> None:
             parent.wait()
 
 
+EXITING_PARENT = """
+import sys
+from infra.emulator.process import EmulatorProcess
+emulator = EmulatorProcess().start()
+print(emulator.pid, flush=True)
+sys.exit(0)  # without stop(): its socket's directory goes with this interpreter
+"""
+
+
+def test_a_parent_that_exits_without_stopping_it_hears_nothing_from_it() -> None:
+    parent = subprocess.Popen([sys.executable, "-c", EXITING_PARENT], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        # The child shares the parent's stderr: it reaches its end once both have ended.
+        out, err = parent.communicate(timeout=60)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert parent.returncode == 0, err
+    _until(lambda: _gone(int(out)), 15, f"the emulator process {out} outlived its parent")
+    assert "Traceback" not in err, err
+
+
 def test_a_request_moto_fails_on_is_answered_500_and_the_connection_goes_on(
     emulator: EmulatorProcess, attached: Clients
 ) -> None:
@@ -393,3 +418,39 @@ def test_dev_says_why_when_neither_emulator_can_have_its_port(tmp_path: Path) ->
                               ), message
     assert message.endswith(f"; before that, {fallback[0].partition(': ')[2]}"), message
     assert not any(line.startswith("api") for line in echoed), echoed
+
+
+def _emulator_children() -> set[int]:
+    """This process's live emulator processes (infra/emulator/child.py)."""
+    found = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (proc / "stat").read_text().rpartition(")")[2].split()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:  # it ended while we looked (or is no process)
+            continue
+        if (fields[0] != "Z" and int(fields[1]) == os.getpid()
+                and b"infra.emulator.child" in cmdline):
+            found.add(int(proc.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes in /proc")
+def test_dev_stops_its_emulator_process_when_a_later_part_does_not_start(
+    tmp_path: Path
+) -> None:
+    before = _emulator_children()  # this module's own emulator, say
+    echoed: list[str] = []
+    (tmp_path / "orchestrator.yml").write_text(CHAIN)
+    stack = LocalStack(StackOptions(
+        manifest=tmp_path / "orchestrator.yml", api_port=0, functions_port=0,
+        emulator_port=0, functions_app="tests.support.no_such_module:create_app",
+        one_core=False, environ={"ORCH_API_AUTH": "off"},
+    ), echo=echoed.append)
+    try:
+        with pytest.raises(OrchestratorError, match=r"cannot import tests\.support\.no_such_"):
+            stack.start()  # no stop() before the checks: start() undoes what it started
+        assert any(line.startswith("emulator   http://") for line in echoed), echoed
+        assert _emulator_children() == before
+    finally:
+        stack.stop()

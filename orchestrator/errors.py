@@ -113,7 +113,7 @@ class Code(StrEnum):
     HOOK_GONE = "hook_gone", False, "410: a hook already executed (single-use) or expired"
     RUN_FINISHED = "run_finished", False, "409: the run has already finished"
     APPROVAL_ANSWERED = ("approval_answered", False,
-                         "409: the approval was answered already (or timed out): nothing changed")
+                         "409: the approval was answered already: nothing changed")
     APPROVAL_TIMED_OUT = ("approval_timed_out", False,
                           "409: an answer after the approval's deadline: it timed out")
     FORBIDDEN = "forbidden", False, "403: the API key is not among the approval's approvers"

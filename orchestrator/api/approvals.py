@@ -69,7 +69,7 @@ _ANSWER_ERRORS = {
     "400": "Malformed JSON",
     "403": "The key is not among the gate's approvers (forbidden)",
     "404": "No such run or gate",
-    "409": "Answered already, or timed out (approval_answered); an answer at or after the"
+    "409": "Answered already (approval_answered); an answer at or after the"
            " deadline (approval_timed_out); the run has finished (run_finished): nothing"
            " changed",
     "422": "The body does not fit {approved: bool, comment?: string}",

@@ -131,6 +131,12 @@ class Approvals:
         return self.answer(run_id, step, approved, comment, LINK, via_link=True)
 
     def _refuse_closed(self, gate: Gate, now: float) -> None:
+        # One meaning each: `approval_timed_out` for any answer at or after the deadline
+        # (whether or not the timeout is recorded yet), `approval_answered` for a gate
+        # someone answered first.
+        if now >= gate.deadline or gate.status == "timed_out":
+            raise Conflict(Code.APPROVAL_TIMED_OUT, f"approval {gate.step!r} of run "
+                           f"{gate.run_id!r} timed out (its deadline passed): nothing changed")
         if not gate.open:
             raise Conflict(Code.APPROVAL_ANSWERED, f"approval {gate.step!r} of run "
                            f"{gate.run_id!r} was {gate.status.replace('_', ' ')}"

@@ -283,7 +283,7 @@ class RunService:
         rows = self._rows(run) if steps else None
         journal = (self.follow.read(run_id, _version(run))
                    if steps and run.definition.durable is not None else None)
-        return run_view(run, rows, self.executor.load_output, journal)
+        return self._waiting(run, run_view(run, rows, self.executor.load_output, journal))
 
     def view_body(self, run_id: str, *, steps: bool = True) -> bytes:
         """`view` as the API sends it (JSON). A durable run's top-scope operations come
@@ -291,11 +291,21 @@ class RunService:
         what changed, not every operation again."""
         run = self.get(run_id)
         if not steps or run.definition.durable is None:
-            return view_json(run_view(run, self._rows(run) if steps else None,
-                                      self.executor.load_output), [])
+            return view_json(self._waiting(run, run_view(run, self._rows(run) if steps else None,
+                                                         self.executor.load_output)), [])
         look = self.follow.look(run_id, _version(run))
         return view_json(run_view(run, self._rows(run), self.executor.load_output, look.rest,
                                        look.shown), look.head)
+
+    def _waiting(self, run: RunRecord, view: dict[str, Any]) -> dict[str, Any]:
+        """A durable run's view without its steps still says what the run waits for (a
+        sleep, a signal, a lock...): one more read, of its driver row."""
+        if run.definition.durable is not None and "waiting" not in view:
+            driver = (None if run.status.terminal
+                      else self.store.drivers.get_driver(run.run_id))
+            view["waiting"] = (None if driver is None or driver.status.terminal
+                               else driver.waiting)
+        return view
 
     def _rows(self, run: RunRecord) -> list[StepRecord]:
         return self.follow_steps.read(run, lambda r, read: RunContext.of(r).rows(read))

@@ -100,10 +100,11 @@ def test_both_time_out_and_the_refund_is_left_open(env: WorkflowEnv, tmp_path: P
                                 "ask-lead": "success", "refund": "skipped",
                                 "give-up": "success"}
     assert actions(tmp_path, run_id) == ["page-lead", "close"]
-    # An answer after the deadline is refused and changes nothing.
+    # An answer after the deadline is refused and changes nothing: the gate timed out
+    # (approval_answered is for a gate someone answered).
     with pytest.raises(Conflict) as refused:
         env.rt.approvals.answer(run_id, "ask", True, None, "ada")
-    assert refused.value.code == "approval_answered"
+    assert refused.value.code == "approval_timed_out"
     assert env.rt.approvals.get(run_id, "ask")["status"] == "timed_out"
 
 

@@ -9,6 +9,7 @@ holds the lock hands it over; a lock left by a run that vanished is recovered.""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -74,6 +75,10 @@ def check_one_at_a_time(h: Harness, log: Log, workflow: str, row: str) -> None:
     until("holding", lambda: log.entries(event="start", run=first))
     second = h.start(workflow, {"customer": "acme", "seconds": 0.2})
     until("in line", waits_in_line(h, second, row))
+    if row == "$run":  # a durable run: its view without steps says what it waits for
+        alone = json.loads(h.rt.runs.view_body(second, steps=False))
+        assert "steps" not in alone and alone["waiting"]["kind"] == "lock", alone
+        assert alone["waiting"]["detail"]["key"] == "customer-acme"
     third = h.start(workflow, {"customer": "acme", "seconds": 0.2})
     until("in line", waits_in_line(h, third, row))
     other = h.start(workflow, {"customer": "globex", "seconds": 0.1})

@@ -5,6 +5,7 @@ assemble the same parts here, so there is one way the system is put together."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.control import Control
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.wakes import WakeTimes
+from orchestrator.runners import BackendRef, RunCache, runners
 from orchestrator.services.admission import Admission
 from orchestrator.services.approvals import Approvals
 from orchestrator.services.children import Children
@@ -34,7 +36,7 @@ from orchestrator.services.state_cells import StateService
 from orchestrator.services.webhooks import WebhookService
 from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
-from orchestrator.worker import BackendRef, Worker
+from orchestrator.worker import Worker
 
 __all__ = ["Runtime"]
 
@@ -135,14 +137,19 @@ class Runtime:
             for name, b in self.manifest.backends.items()
         }
 
-    def worker(self, *, clock: Callable[[], float] | None = None, **kwargs: Any) -> Worker:
+    def worker(self, *, clock: Callable[[], float] | None = None,
+               rand: Callable[[], float] = random.random,
+               sleep: Callable[[float], object] = time.sleep, **kwargs: Any) -> Worker:
+        """A worker: it takes messages and hands each claimed attempt to the runner of
+        its step's kind, from the table built here (orchestrator/runners/)."""
         invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock)
-        return Worker(
-            self.executor, invoker, self.backends(), admit=self.admission.due,
-            clock=clock or self.clock, event_waits=self.event_waits, hooks=self.hooks,
-            children=self.children, approvals=self.approvals, state=self.state,
-            locks=self.locks, **kwargs,
-        )
+        clock = clock or self.clock
+        cache = RunCache(self.store, clock, self.executor.load_output)
+        table = runners(self.executor, invoker, cache, clock=clock, rand=rand, sleep=sleep,
+                        events=self.event_waits, hooks=self.hooks, children=self.children,
+                        approvals=self.approvals, state=self.state, locks=self.locks)
+        return Worker(self.executor, invoker, self.backends(), table, cache,
+                      admit=self.admission.due, clock=clock, sleep=sleep, **kwargs)
 
     def released(self, run: RunRecord) -> None:
         """A finished run gives up what it holds and wakes a parent waiting for it."""

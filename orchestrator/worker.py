@@ -1,5 +1,8 @@
-"""The worker: receive a dispatch, claim the attempt, call the function, record the
-result, advance the run. Stateless: any number of them may run, and any may die.
+"""The worker: receive a message, claim the attempt it names, make its start check, and
+hand it to the runner of its step's kind (orchestrator/runners/: call, approval,
+fan-out, durable), which calls, records and advances the run. Stateless: any number of
+them may run, and any may die. The queues' side (the poll loop, deletes, invisibility)
+is adapters/receiving.py; the counts attempts end with are folded in services/folds.py.
 
 A worker that promotes a dependant takes the first one straight into its own lease and
 runs it next (a chain costs no queue round-trips); the rest go to the queue for any
@@ -11,73 +14,32 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import random
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from typing import Any
 
 from orchestrator import logs, telemetry
-from orchestrator.adapters.invoker import Call, Invoker
+from orchestrator.adapters.invoker import Invoker
 from orchestrator.adapters.messages import AdmitRun, AnyMessage, Dispatch, Promote
-from orchestrator.adapters.metering import charge, metered
+from orchestrator.adapters.metering import metered
 from orchestrator.adapters.queue import Received
+from orchestrator.adapters.receiving import Receipts, poll
 from orchestrator.adapters.store import Lease
-from orchestrator.engine.attempts import (
-    Fail,
-    Retry,
-    Succeed,
-    after_attempt,
-    inputs_unavailable,
-    output_not_kept,
-    run_missing,
-    timer_hop,
-    unknown_backend,
-    wait_before,
-)
+from orchestrator.engine.attempts import timer_hop, wait_before
 from orchestrator.engine.context import RunContext
-from orchestrator.engine.durable import is_driver
 from orchestrator.engine.records import StepRecord
-from orchestrator.errors import ConditionFailed, OrchestratorError, StoreError
-from orchestrator.services.approval_steps import ApprovalSteps
-from orchestrator.services.approvals import Approvals
-from orchestrator.services.children import Children
-from orchestrator.services.conditions import CONDITION_FALSE, holds
-from orchestrator.services.durable import Durable, Target
-from orchestrator.services.event_waits import EventWaits
-from orchestrator.services.executor import LRU, Executor, Tally
-from orchestrator.services.fan_out import FanOutSteps
-from orchestrator.services.hooks import Hooks
-from orchestrator.services.locks import Locks
-from orchestrator.services.state_cells import StateService
-from orchestrator.services.step_locks import step_lock, unlock_step
+from orchestrator.errors import ConditionFailed
+from orchestrator.runners import Attempt, BackendRef, RunCache, Runner, StepKind, kind_of
+from orchestrator.runners.base import Fold
+from orchestrator.services.executor import Executor, Tally
+from orchestrator.services.folds import Folds
 
 __all__ = ["BackendRef", "Worker"]
 
 log = logging.getLogger("orchestrator.worker")
-
-_MISSING = object()
-FLUSH_EVERY = 0.05
-# A run with at most this many sinks has its counts written as soon as its attempt ends
-# (there is little to fold, and its finish need not wait for the next flush).
-FLUSH_NOW_SINKS = 4
-DELETE_WITHIN = 1.0
-# A received message still waiting for a free thread after this long is handed back to
-# the queue: a worker whose threads are all held up (slow calls) must not keep messages
-# from workers that are idle.
-HAND_BACK_AFTER = 1.0
-
-
-@dataclass(frozen=True)
-class BackendRef:
-    url: str
-    secret: str | None = None
-
 
 class Worker:
     def __init__(
@@ -85,19 +47,18 @@ class Worker:
         executor: Executor,
         invoker: Invoker,
         backends: Mapping[str, BackendRef],
+        runners: Mapping[StepKind, Runner],
+        cache: RunCache,
         *,
         admit: Callable[[str], object] | None = None,
         clock: Callable[[], float] = time.time,
-        rand: Callable[[], float] = random.random,
         sleep: Callable[[float], object] = time.sleep,
         worker_id: str | None = None,
-        event_waits: EventWaits | None = None,
-        hooks: Hooks | None = None,
-        children: Children | None = None,
-        approvals: Approvals | None = None,
-        state: StateService | None = None,
-        locks: Locks | None = None,
     ) -> None:
+        # What an attempt is, by its step's kind: the runner that carries it
+        # (orchestrator/runners/, the table Runtime builds).
+        self.runners = dict(runners)
+        self.cache = cache
         self.executor = executor
         self.store = executor.store
         self.queues = executor.queues
@@ -105,46 +66,20 @@ class Worker:
         self.invoker = invoker
         self.backends = dict(backends)
         self.clock = clock
-        self.rand = rand
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._claims = itertools.count(1)
         # A deadline the attempts on this thread must end by: (when, margin). Set by
         # `handle_before` (a Lambda invocation's remaining time); none for a process.
         self._limit = threading.local()
-        self._contexts: LRU = LRU(2048)
-        self._outputs: LRU = LRU(8192)
         self._lock = threading.Lock()
-        self._deletes: dict[str, list[str]] = {}
-        self._delete_runs: dict[str, str] = {}  # receipt -> its message's run
-        # While the poll loop runs, terminal-step counts and message deletes from all
-        # threads are folded together and written every FLUSH_EVERY seconds: one
-        # counter write per run per flush instead of one per message.
-        self._batching = False
-        self._folds = 0  # `folding` scopes open
-        self._tally = Tally()
-        # Likewise a wide join's completions: (run, join) -> (its in-degree, the
-        # dependencies that succeeded since the last flush), one write each per flush.
-        # Lost with the process, they are the sweeper's to repair, like any promotion.
-        self._joins: dict[tuple[str, str], tuple[int, set[str]]] = {}
-        self._oldest_ack = float("inf")
-        # Messages received and not yet acknowledged: (queue, receipt) -> when their
-        # invisibility was last renewed. They wait here for a thread; a worker that
-        # dies holding them frees them within one visibility timeout.
-        self._held: dict[tuple[str, str], float] = {}
-        # Of those, the ones still waiting for a thread (-> when received), and the ones
-        # handed back meanwhile (their thread drops them).
-        self._waiting: dict[tuple[str, str], float] = {}
-        self._handed_back: set[tuple[str, str]] = set()
+        # Received messages (acknowledged, deleted, kept invisible: adapters/receiving.py)
+        # and the terminal counts and joins' completions of attempts, folded together
+        # while the poll loop runs (services/folds.py).
+        self.receipts = Receipts(self.queues, self.settings.visibility_timeout)
+        self.folds = Folds(executor, cache.context, cache.cached)
         self.sleep = sleep
         # Admission of a queued run whose throttle slot came due.
         self.admit = admit
-        self.durable = Durable(executor, invoker, clock=clock, rand=rand, events=event_waits,
-                               hooks=hooks, children=children, approvals=approvals,
-                               state=state, locks=locks)
-        self.locks = locks
-        self.fan_out = FanOutSteps(executor, invoker, clock=clock, rand=rand, sleep=sleep)
-        self.approval_steps = (None if approvals is None
-                               else ApprovalSteps(executor, approvals, clock))
 
     # ---- one message -----------------------------------------------------------------
 
@@ -211,7 +146,7 @@ class Worker:
         now = self.clock()
         if timer_hop(msg.due_at, now):
             self.queues.timer(msg, now)  # sent on for the rest of its wait
-            self._ack(receipt)
+            self.receipts.ack(receipt)
             return
         wait = wait_before(msg.due_at, now)
         if wait > 0:
@@ -220,13 +155,13 @@ class Worker:
         if isinstance(msg, AdmitRun):
             if self.admit is not None:
                 self.admit(msg.run_id)
-            self._ack(receipt)
+            self.receipts.ack(receipt)
             return
         if isinstance(msg, Promote):
             ctx = self.context(msg.run_id)
             if ctx is not None:
-                self.executor.promote_slice(msg, ctx, self._fold if self._batching else None)
-            self._ack(receipt)
+                self.executor.promote_slice(msg, ctx, self._fold())
+            self.receipts.ack(receipt)
             return
         row: StepRecord | None = None
         if msg.after is not None and msg.attempt == 1:
@@ -250,13 +185,13 @@ class Worker:
                 # start left out, named by a message that does not say so (one sent
                 # before an upgrade, or by hand): its claim creates its row.
                 row = None if msg.planned or msg.attempt != 1 else self._claim_planned(msg, now)
-        self._ack(receipt)
+        self.receipts.ack(receipt)
         tally = Tally()
         try:
             while row is not None:
                 row = self._attempt(row, tally)
         finally:
-            self._count(tally)
+            self.folds.count(tally)
 
     def _attempt(self, row: StepRecord, tally: Tally) -> StepRecord | None:
         """`execute`, in its span and with its log fields bound when either is on; its
@@ -283,40 +218,9 @@ class Worker:
         return self.store.steps.claim_planned(plan, self.lease(), now,
                                               ready_at=msg.ready_at or ctx.started_at)
 
-    def _count(self, tally: Tally) -> None:
-        """Hand an attempt's terminal counts on: while the poll loop runs, folded into the
-        next flush, except for runs with few sinks (written now: one of them may finish
-        the run, and folding would only make it wait)."""
-        if not self._batching:
-            self.executor.flush(tally)
-            return
-        now = Tally()
-        with self._lock:
-            for run_id, n in tally.counts.items():
-                ctx = self._contexts.get(run_id)
-                if ctx is not None and 0 < ctx.sinks <= FLUSH_NOW_SINKS:
-                    now.add(run_id, n)
-                else:
-                    self._tally.add(run_id, n)
-        if now.counts:
-            try:
-                self.executor.flush(now)
-            except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
-                log.warning("count failed: %s", exc)
-
-    def _fold(self, run_id: str, join: str, dep: str, ndeps: int) -> None:
-        with self._lock:
-            self._joins.setdefault((run_id, join), (ndeps, set()))[1].add(dep)
-
-    def _ack(self, receipt: Received | None) -> None:
-        if receipt is None:
-            return
-        with self._lock:
-            self._held.pop((receipt.queue, receipt.receipt), None)
-            self._deletes.setdefault(receipt.queue, []).append(receipt.receipt)
-            if receipt.message is not None:  # whose run a batch delete is counted for
-                self._delete_runs[receipt.receipt] = receipt.message.run_id
-            self._oldest_ack = min(self._oldest_ack, time.monotonic())
+    def _fold(self) -> Fold | None:
+        """Where a wide join's completion goes now: folded while folding, else None."""
+        return self.folds.fold if self.folds.on else None
 
     @contextmanager
     def folding(self) -> Iterator[None]:
@@ -332,172 +236,32 @@ class Worker:
         count a wide join's completion in a write of its own, which no invocation on
         AWS does."""
         with self._lock:
-            self._folds += 1
-            self._batching = True
+            self.folds.scopes += 1
+            self.folds.on = True
         try:
             yield
         finally:
             with self._lock:
-                self._folds -= 1
-                if not self._folds:
-                    self._batching = False
+                self.folds.scopes -= 1
+                if not self.folds.scopes:
+                    self.folds.on = False
             self.flush()
 
     def flush(self, *, force: bool = True) -> None:
-        """Write the folded counts and delete the acknowledged messages: deletes go ten
-        to a request, or once the oldest waited DELETE_WITHIN seconds (a claimed message
-        redelivered meanwhile finds its guard false, so waiting is safe)."""
-        now = time.monotonic()
-        with self._lock:
-            tally, self._tally = self._tally, Tally()
-            joins, self._joins = self._joins, {}
-            due = force or now - self._oldest_ack >= DELETE_WITHIN or any(
-                len(r) >= 10 for r in self._deletes.values())
-            pending: dict[str, list[str]] = {}
-            if due:
-                pending, self._deletes = self._deletes, {}
-                self._oldest_ack = float("inf")
-        for (run_id, join), (ndeps, deps) in joins.items():
-            try:
-                with metered(run_id):
-                    self.executor.satisfy_many(run_id, join, deps, ndeps,
-                                               self.context(run_id))
-            except OrchestratorError as exc:  # the sweeper promotes the join if lost
-                log.warning("join %s/%s: count failed: %s", run_id, join, exc)
-        try:
-            self.executor.flush(tally)
-        except OrchestratorError as exc:  # the sweeper finishes the run if this is lost
-            log.warning("count flush failed: %s", exc)
-        self._renew(now)
-        for url, receipts in pending.items():
-            for i in range(0, len(receipts), 10):
-                # A batch delete is counted for its first message's run (metering.py).
-                chunk = receipts[i:i + 10]
-                with self._lock:
-                    runs = [self._delete_runs.pop(r, None) for r in chunk]
-                try:
-                    with metered(runs[0]):
-                        self.queues.delete(url, chunk)
-                except StoreError as exc:  # redelivery is harmless: the claim guard holds
-                    log.warning("delete failed: %s", exc)
-
-    def _renew(self, now: float) -> None:
-        """Hand back the messages that waited HAND_BACK_AFTER for a thread; renew the
-        invisibility of the other held ones past half their timeout."""
-        visibility = self.settings.visibility_timeout
-        with self._lock:
-            back = [k for k, t in self._waiting.items() if now - t >= HAND_BACK_AFTER]
-            for k in back:
-                del self._waiting[k]
-                self._held.pop(k, None)
-                self._handed_back.add(k)
-            stale = [k for k, t in self._held.items() if now - t >= visibility / 2]
-            for k in stale:
-                self._held[k] = now
-        for keys, seconds in ((back, 0.0), (stale, visibility)):
-            by_queue: dict[str, list[str]] = {}
-            for url, receipt in keys:
-                by_queue.setdefault(url, []).append(receipt)
-            for url, receipts in by_queue.items():
-                try:
-                    self.queues.keep_invisible(url, receipts, seconds)
-                except StoreError as exc:  # redelivered: the claim guard holds
-                    log.warning("visibility change failed: %s", exc)
+        """Write the folded counts and joins' completions, and delete the acknowledged
+        messages (at once with `force`, else when due: adapters/receiving.py)."""
+        self.folds.flush()
+        self.receipts.flush(force=force)
 
     # ---- one attempt -------------------------------------------------------------------
 
     def start_check(self, run_id: str) -> RunContext | None:
-        """The start check (DESIGN.md, invariant 5): the run's context with its stop
-        flags as they are now, read strongly consistent (all else a context holds never
-        changes: only the flags are read again, or the whole run if it is not cached).
-        None if the run is gone."""
-        with self._lock:
-            ctx: RunContext | None = self._contexts.get(run_id)
-        if ctx is None:
-            return self.context(run_id)
-        flags = self.store.runs.run_flags(run_id, self.clock())
-        if flags is None:
-            return None
-        stopping, created_at = flags
-        if created_at != ctx.created_at:
-            # Another run of this id (the one cached expired, and its row was deleted):
-            # its context read whole, strongly consistent, is this start check.
-            with self._lock:
-                self._contexts.pop(run_id, None)
-            return self.context(run_id)
-        if stopping != ctx.stopping:
-            ctx = replace(ctx, stopping=stopping)
-            with self._lock:
-                self._contexts.put(run_id, ctx)
-        return ctx
+        """The start check (runners/cache.py)."""
+        return self.cache.start_check(run_id)
 
     def context(self, run_id: str) -> RunContext | None:
-        """The run's context, cached (its stop flags as first read: `start_check` reads
-        them again)."""
-        with self._lock:
-            ctx: RunContext | None = self._contexts.get(run_id)
-        if ctx is None:
-            run = self.store.runs.get_run(run_id, self.clock())
-            if run is None:
-                return None
-            ctx = RunContext.of(run)
-            with self._lock:
-                self._contexts.put(run_id, ctx)
-        return ctx
-
-    def dep_outputs(self, row: StepRecord, created_at: float = 0.0) -> dict[str, Any] | None:
-        """The outputs of `row`'s dependencies, cached by run (`created_at`: which run of
-        that id) and step."""
-        if not row.deps:
-            return None
-        out: dict[str, Any] = {}
-        missing = []
-        with self._lock:
-            for d in row.deps:
-                cached = self._outputs.get((row.run_id, created_at, d), _MISSING)
-                if cached is _MISSING:
-                    missing.append(d)
-                else:
-                    out[d] = cached
-        if missing:
-            for name, dep in self.store.steps.get_outputs(row.run_id, missing).items():
-                out[name] = self.executor.load_output(dep)
-        return {d: out.get(d) for d in row.deps}
-
-    def _not_a_call(self, row: StepRecord, ctx: RunContext, tally: Tally) -> bool:
-        """Carry out what the step is instead of a call, if it is: skipped by its `if:`
-        (read once its dependencies are done, right before the call), or an approval
-        gate. False: call it."""
-        spec = ctx.definition.specs.get(row.step) if ctx.definition is not None else None
-        if spec is None or (spec.condition is None and spec.approval is None
-                            and spec.lock is None and spec.fan_out is None):
-            return False
-        assert ctx.definition is not None
-        if not holds(spec, list(ctx.definition.specs), ctx.input,
-                     lambda names: self.store.steps.get_outputs(row.run_id, names),
-                     self.executor.load_output):
-            self.executor.succeed(row, ctx, "null", None, 0, tally, keep_one=None,
-                                  skipped=CONDITION_FALSE)
-            return True
-        if spec.approval is not None and self.approval_steps is not None:
-            self.approval_steps.advance(row, ctx, spec.approval, tally)
-            return True
-        if spec.lock is not None and self.locks is not None:
-            return not step_lock(self.executor, self.locks, row, ctx, spec.lock, tally)
-        backend = self.backends.get(row.backend)
-        if spec.fan_out is not None and backend is not None:
-            steps = self.dep_outputs(row, ctx.created_at)
-            self.fan_out.advance(row, ctx, spec.fan_out, backend.url.rstrip("/") + row.route,
-                                 backend.secret, steps, tally,
-                                 room=lambda: self._room_for(ctx, (row.step,)))
-            return True
-        return False
-
-    def _unlock(self, row: StepRecord, ctx: RunContext) -> None:
-        """A step that took a lock (`lock:`) lets it go once it has ended."""
-        spec = ctx.definition.specs.get(row.step) if ctx.definition is not None else None
-        if spec is not None and spec.lock is not None and self.locks is not None:
-            unlock_step(self.locks, row, ctx, spec.lock)
+        """The run's context, cached (runners/cache.py)."""
+        return self.cache.context(run_id)
 
     def execute(self, row: StepRecord, tally: Tally) -> StepRecord | None:
         """Run one claimed attempt; return the next row to run inline, if any."""
@@ -514,175 +278,22 @@ class Worker:
             if gone is not None and gone.counted:
                 tally.add(row.run_id)
             return None
-        backend = self.backends.get(row.backend)
-        if ctx is not None and backend is not None and is_driver(row.step):
-            target = Target(backend.url.rstrip("/") + row.route, backend.secret)
-            self.durable.advance(row, ctx, target, tally,
-                                 room=lambda: self._room_for(ctx, (row.step,)))
-            return None
-        if ctx is not None and self._not_a_call(row, ctx, tally):
-            return None
-        raw = b""
-        if ctx is None:
-            outcome = run_missing(row.run_id)
-        elif backend is None:
-            outcome = unknown_backend(row.step, row.backend)
-        else:
-            try:
-                steps = self.dep_outputs(row, ctx.created_at)
-            except (OrchestratorError, ValueError) as exc:
-                outcome = inputs_unavailable(str(exc))
-            else:
-                call = Call(
-                    url=backend.url.rstrip("/") + row.route,
-                    secret=backend.secret,
-                    run_id=row.run_id,
-                    workflow=ctx.workflow,
-                    step=row.step,
-                    attempt=row.attempt,
-                    timeout=row.timeout,
-                    input=ctx.input,
-                    steps=steps,
-                    payload=row.payload,
-                )
-                result = self.invoker.invoke(call)
-                outcome, raw = result.outcome, result.raw
-        decision = after_attempt(row, outcome, self.clock(), self.rand())
-        ctx = ctx or RunContext.missing(row.run_id)
-        if isinstance(decision, Succeed):
-            try:
-                output_json, output_ref = self.executor.store_output(row, raw)
-            except StoreError as exc:
-                # The function answered, but its output could not be kept: the engine
-                # decides this attempt like any other retryable failure.
-                lost = output_not_kept(str(exc))
-                retry_or_fail = after_attempt(row, lost, self.clock(), self.rand())
-                assert not isinstance(retry_or_fail, Succeed)
-                self.apply(row, ctx, retry_or_fail, tally)
-                return None
-
-            def remember() -> None:  # before dependants start: they read it from here
-                if output_ref is None:
-                    with self._lock:
-                        self._outputs.put((row.run_id, ctx.created_at, row.step),
-                                          decision.output)
-
-            # The last dependant runs next on this thread, if it fits in its deadline.
-            keep = self.lease() if self._room_for(ctx, row.dependants[-1:]) else None
-            res = self.executor.succeed(
-                row, ctx, output_json, output_ref, len(raw), tally, keep_one=keep,
-                on_recorded=remember, fold=self._fold if self._batching else None,
-            )
-            self._unlock(row, ctx)
-            return None if res is None else res[0]
-        self.apply(row, ctx, decision, tally)
-        if isinstance(decision, Fail):
-            self._unlock(row, ctx)  # its last attempt: the lock goes on (a retry keeps it)
-        return None
-
-    def apply(self, row: StepRecord, ctx: RunContext, decision: Retry | Fail, tally: Tally) -> None:
-        if isinstance(decision, Retry):
-            self.executor.retry(row, decision, tally)
-        else:
-            self.executor.fail(row, ctx, decision, tally)
+        attempt = Attempt(row, ctx, tally, self.backends.get(row.backend),
+                          room=lambda steps: self._room_for(ctx, steps), lease=self.lease,
+                          fold=self._fold())
+        return self.runners[kind_of(attempt)].run(attempt)
 
     # ---- the loop ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event, *, threads: int | None = None, wait: int = 2) -> None:
         """Poll both queues until `stop` is set; run attempts on a thread pool."""
-        n = threads or self.settings.worker_threads
-        # Room for the running attempts plus one receive's worth of prefetched messages,
-        # so a backlog is received ten at a time. The timer queue has a budget of its
-        # own: its long-polls on an (often empty) queue must not hold dispatch room.
-        budgets = {
-            self.queues.dispatch_url: threading.Semaphore(n + 10),
-            self.queues.timer_url: threading.Semaphore(10),
-        }
-        pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="step")
-        self._batching = True
-        queued = [0]  # received, not yet started
-
-        def work(item: Received, slots: threading.Semaphore) -> None:
-            key = (item.queue, item.receipt)
-            with self._lock:
-                queued[0] -= 1
-                self._waiting.pop(key, None)
-                handed_back = key in self._handed_back
-                self._handed_back.discard(key)
-            try:
-                if handed_back:
-                    pass  # back in the queue for any worker (this one's poller included)
-                elif item.message is None:
-                    self._ack(item)  # not ours: nothing to do with it
-                else:
-                    self.handle(item.message, item)
-            except Exception:  # the message is redelivered; the rows stay the truth
-                log.exception("step %s failed inside the worker", item.message)
-            finally:
-                slots.release()
-
-        def poll(url: str) -> None:
-            slots = budgets[url]
-            while not stop.is_set():
-                if not slots.acquire(timeout=0.2):
-                    continue
-                free = 1
-                while free < 10:
-                    if slots.acquire(blocking=False):
-                        free += 1
-                    elif queued[0] > 0 and not stop.is_set():
-                        # Work is still waiting locally: nothing is lost by waiting for
-                        # room for a full batch instead of receiving one at a time.
-                        if slots.acquire(timeout=0.05):
-                            free += 1
-                    else:
-                        break
-                try:
-                    got = self.queues.receive(url, max_messages=free, wait=wait,
-                                              visibility=self.settings.visibility_timeout)
-                except StoreError as exc:
-                    log.warning("receive failed: %s", exc)
-                    got = []
-                    stop.wait(1.0)
-                except Exception:  # anything else (a dropped connection): this loop goes on
-                    log.exception("receive failed")
-                    got = []
-                    stop.wait(1.0)
-                for _ in range(free - len(got)):
-                    slots.release()
-                if got and got[0].message is not None:
-                    # A receive is counted for its first message's run (metering.py);
-                    # an empty one is no run's.
-                    charge(got[0].message.run_id, "sqs.ReceiveMessage")
-                with self._lock:
-                    queued[0] += len(got)
-                    held = time.monotonic()
-                    for item in got:
-                        self._held[(item.queue, item.receipt)] = held
-                        self._waiting[(item.queue, item.receipt)] = held
-                for item in got:
-                    pool.submit(work, item, slots)
-
-        def flusher() -> None:
-            while not stop.wait(FLUSH_EVERY):
-                try:
-                    self.flush(force=False)
-                except Exception:  # what it could not write waits for the next pass
-                    log.exception("flush failed")
-
-        pollers = [
-            threading.Thread(target=poll, args=(u,), name=f"poll-{i}", daemon=True)
-            for i, u in enumerate((self.queues.dispatch_url, self.queues.timer_url))
-        ]
-        pollers.append(threading.Thread(target=flusher, name="flush", daemon=True))
-        for t in pollers:
-            t.start()
-        stop.wait()
-        for t in pollers:
-            t.join(timeout=wait + 5)
-        pool.shutdown(wait=True)
-        self._batching = False
+        self.folds.on = True
         try:
-            self.flush()
-        except Exception:  # the messages not deleted come back, and find their rows moved on
-            log.exception("the last flush failed")
+            poll(self.queues, self.receipts, stop, threads=threads or self.settings.worker_threads,
+                 wait=wait, handle=self.handle, flush=lambda: self.flush(force=False))
+        finally:
+            self.folds.on = False
+            try:
+                self.flush()
+            except Exception:  # the messages not deleted come back, and find their rows moved on
+                log.exception("the last flush failed")

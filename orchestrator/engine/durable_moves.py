@@ -1,7 +1,7 @@
 """The driver's moves between calls, decided without I/O: whether a recorded wait still
 stands, what must be looked up before `resolve` can tell whether it is over, when a run
 is over its journal cap, when calls that record nothing become a fault, and when a
-released run is due and when the sweeper looks at it. services/durable.py carries them
+released run is due and when the sweeper looks at it. runners/durable/driver.py carries them
 out (reads, writes, calls); it decides nothing of its own.
 
 Each function returns a value the caller acts on, as engine/transitions.py does for the

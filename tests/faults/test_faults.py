@@ -522,7 +522,7 @@ def test_a_worker_whose_threads_are_held_up_hands_its_waiting_messages_back(
     h.wait_for_step(slow, "nap", ("dispatched",))  # its one thread is in the 4 s call
     quick = h.start("quick")
     deadline = time.monotonic() + 10
-    while not busy._waiting:  # it received quick's message, which waits for a thread
+    while not busy.receipts._waiting:  # it received quick's message, which waits for a thread
         assert time.monotonic() < deadline, "the busy worker never received the message"
         time.sleep(0.01)
     h.start_workers(threads=2)  # an idle worker
@@ -566,7 +566,7 @@ def test_a_run_with_few_sinks_is_counted_as_its_last_step_lands_many_sinks_at_th
 
     h.rt.queues.tamper = hold
     worker = h.rt.worker()
-    worker._batching = True  # as inside its poll loop; its flusher is not running here
+    worker.folds.on = True  # as inside its poll loop; its flusher is not running here
     pair = h.start("pair")
     while held:
         worker.handle(held.pop(0))  # first, then second inline: the only sink

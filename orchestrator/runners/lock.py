@@ -1,6 +1,6 @@
 """`lock:` on a YAML step: the step takes its lock (a template over the run's input, e.g.
 `customer-${{ input.customer }}`) before its call, waiting in line without a worker
-(services/step_waits.py) until it is its turn, and keeps it through its attempts and
+(runners/waits.py) until it is its turn, and keeps it through its attempts and
 their backoff; it lets it go once it has ended (its success, its final failure). A run
 that ends releases what its steps still hold. The holder is the step of its run, so two
 steps of one run asking for one key also take turns."""
@@ -14,11 +14,34 @@ from orchestrator.engine.durable import LOCK_RECHECK, Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import OrchestratorError
 from orchestrator.expressions import ExpressionError, compile_template
+from orchestrator.runners.base import Attempt, Runner
+from orchestrator.runners.waits import park
 from orchestrator.services.executor import Executor, Tally
 from orchestrator.services.locks import Locks
-from orchestrator.services.step_waits import park
 
-__all__ = ["lock_key", "step_lock", "unlock_step"]
+__all__ = ["LockRunner", "lock_key", "step_lock", "unlock_step"]
+
+
+class LockRunner:
+    """A call step with a `lock:`: it takes its lock (or waits in line for it, holding no
+    worker) before `inner` calls it, and lets it go once the step has ended."""
+
+    def __init__(self, executor: Executor, locks: Locks, inner: Runner) -> None:
+        self.executor = executor
+        self.locks = locks
+        self.inner = inner
+
+    def run(self, attempt: Attempt) -> StepRecord | None:
+        spec, ctx, row = attempt.spec, attempt.ctx, attempt.row
+        if spec is None or spec.lock is None or ctx is None:
+            return self.inner.run(attempt)
+        if not step_lock(self.executor, self.locks, row, ctx, spec.lock, attempt.tally):
+            return None  # in line (or failed: a key that does not render)
+        try:
+            return self.inner.run(attempt)
+        finally:
+            if attempt.ended:  # its success or its last failure (a retry keeps it)
+                unlock_step(self.locks, row, ctx, spec.lock)
 
 
 def lock_key(template: str, ctx: RunContext) -> str:

@@ -23,9 +23,10 @@ from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import ConditionFailed
+from orchestrator.runners.base import Attempt
+from orchestrator.runners.waits import park
 from orchestrator.services.approvals import Approvals, rejected_reason
 from orchestrator.services.executor import Executor, Tally
-from orchestrator.services.step_waits import park
 from orchestrator.strict_json import dumps
 
 __all__ = ["ApprovalSteps"]
@@ -39,6 +40,13 @@ class ApprovalSteps:
         self.queues = executor.queues
         self.approvals = approvals
         self.clock = clock
+
+    def run(self, attempt: Attempt) -> StepRecord | None:
+        """The approval runner: the gate of the claimed step (runners/base.py)."""
+        spec = attempt.spec
+        assert attempt.ctx is not None and spec is not None and spec.approval is not None
+        self.advance(attempt.row, attempt.ctx, spec.approval, attempt.tally)
+        return None
 
     def advance(self, row: StepRecord, ctx: RunContext, spec: Mapping[str, Any],
                 tally: Tally) -> None:

@@ -11,11 +11,37 @@ from typing import Any
 from orchestrator.engine.definition import StepSpec
 from orchestrator.engine.records import StepRecord
 from orchestrator.expressions.conditions import Condition, compile_condition
+from orchestrator.runners.base import Attempt, Runner
+from orchestrator.services.executor import Executor
 
-__all__ = ["CONDITION_FALSE", "compiled", "holds"]
+__all__ = ["CONDITION_FALSE", "ConditionRunner", "compiled", "holds"]
 
 # The reason a step whose condition is false ends skipped.
 CONDITION_FALSE = "condition false"
+
+
+class ConditionRunner:
+    """A step with an `if:` (any YAML kind): its condition is read once its dependencies
+    are done, right before it runs; false ends it skipped, as a success would (its
+    dependants go on), else `inner` runs it."""
+
+    def __init__(self, executor: Executor, inner: Runner) -> None:
+        self.executor = executor
+        self.inner = inner
+
+    def run(self, attempt: Attempt) -> StepRecord | None:
+        spec, ctx, row = attempt.spec, attempt.ctx, attempt.row
+        if spec is None or spec.condition is None or ctx is None or ctx.definition is None:
+            return self.inner.run(attempt)
+        store = self.executor.store
+        if holds(spec, list(ctx.definition.specs), ctx.input,
+                 lambda names: store.steps.get_outputs(row.run_id, names),
+                 self.executor.load_output):
+            return self.inner.run(attempt)
+        self.executor.succeed(row, ctx, "null", None, 0, attempt.tally, keep_one=None,
+                              skipped=CONDITION_FALSE)
+        attempt.ended = True
+        return None
 
 
 @lru_cache(maxsize=512)

@@ -79,8 +79,9 @@ from orchestrator.errors import (
     ValueTooLarge,
     error_doc,
 )
+from orchestrator.runners.base import Attempt
+from orchestrator.runners.durable.exchange import END, IDLE, Exchange, Item, Lines
 from orchestrator.services.approvals import Approvals, gate_outcome, reject_run
-from orchestrator.services.checkpoints import END, IDLE, Exchange, Item, Lines
 from orchestrator.services.children import Children, child_run_id
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.executor import Executor, Tally
@@ -129,6 +130,14 @@ class Durable:
         self.rand = rand
 
     # ---- advancing a run ---------------------------------------------------------------
+
+    def run(self, attempt: Attempt) -> StepRecord | None:
+        """The durable runner: the claimed driver row's run, advanced (runners/base.py)."""
+        row, ctx, backend = attempt.row, attempt.ctx, attempt.backend
+        assert ctx is not None and backend is not None
+        self.advance(row, ctx, Target(backend.url_of(row.route), backend.secret),
+                     attempt.tally, room=lambda: attempt.room((row.step,)))
+        return None
 
     def advance(self, row: StepRecord, ctx: RunContext, target: Target, tally: Tally,
                 room: Callable[[], bool]) -> None:

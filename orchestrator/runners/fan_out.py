@@ -29,9 +29,11 @@ from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code
 from orchestrator.expressions import ExpressionError
 from orchestrator.manifest.workflows import MAX_FAN_OUT
-from orchestrator.services.conditions import compiled
+from orchestrator.runners.base import Attempt
+from orchestrator.runners.cache import RunCache
+from orchestrator.runners.condition import compiled
+from orchestrator.runners.waits import park
 from orchestrator.services.executor import Executor, Tally
-from orchestrator.services.step_waits import park
 from orchestrator.strict_json import dumps
 
 __all__ = ["MAX_ITEM_OUTPUT", "FanOutSteps"]
@@ -44,15 +46,27 @@ NEAR = 1.0
 
 
 class FanOutSteps:
-    def __init__(self, executor: Executor, invoker: Invoker, *, clock: Callable[[], float],
-                 rand: Callable[[], float], sleep: Callable[[float], object]) -> None:
+    def __init__(self, executor: Executor, invoker: Invoker, cache: RunCache, *,
+                 clock: Callable[[], float], rand: Callable[[], float],
+                 sleep: Callable[[float], object]) -> None:
         self.executor = executor
+        self.cache = cache
         self.store = executor.store
         self.settings = executor.settings
         self.invoker = invoker
         self.clock = clock
         self.rand = rand
         self.sleep = sleep
+
+    def run(self, attempt: Attempt) -> StepRecord | None:
+        """The fan-out runner: the claimed step's items (runners/base.py)."""
+        row, ctx, backend, spec = attempt.row, attempt.ctx, attempt.backend, attempt.spec
+        assert ctx is not None and backend is not None and spec is not None
+        assert spec.fan_out is not None
+        steps = self.cache.dep_outputs(row, ctx.created_at)
+        self.advance(row, ctx, spec.fan_out, backend.url_of(row.route), backend.secret,
+                     steps, attempt.tally, room=lambda: attempt.room((row.step,)))
+        return None
 
     def advance(self, row: StepRecord, ctx: RunContext, spec: Mapping[str, Any],
                 url: str, secret: str | None, steps: dict[str, Any] | None, tally: Tally,

@@ -1,0 +1,55 @@
+"""Runners: what a worker does with a claimed attempt, one runner per step kind.
+
+The worker only takes messages, claims attempts and makes their start check; then it
+hands each attempt to the runner of its step's kind (kinds.py), from the table
+`runners()` builds (Runtime passes it to each worker):
+
+- `call` (call.py): a YAML step that calls its route once per attempt, behind its `if:`
+  (condition.py) and its `lock:` (lock.py);
+- `approval` (approval.py): a gate, behind its `if:`;
+- `fan_out` (fan_out.py): the route called once per item, behind its `if:`;
+- `durable` (durable/): a durable run's driver row, advanced call after call.
+
+Adding a step kind is adding a runner and its row in the table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from orchestrator.adapters.invoker import Invoker
+from orchestrator.runners.approval import ApprovalSteps
+from orchestrator.runners.base import Attempt, BackendRef, Runner
+from orchestrator.runners.cache import RunCache
+from orchestrator.runners.call import CallRunner
+from orchestrator.runners.condition import ConditionRunner
+from orchestrator.runners.durable import Durable
+from orchestrator.runners.fan_out import FanOutSteps
+from orchestrator.runners.kinds import StepKind, kind_of
+from orchestrator.runners.lock import LockRunner
+from orchestrator.services.approvals import Approvals
+from orchestrator.services.children import Children
+from orchestrator.services.event_waits import EventWaits
+from orchestrator.services.executor import Executor
+from orchestrator.services.hooks import Hooks
+from orchestrator.services.locks import Locks
+from orchestrator.services.state_cells import StateService
+
+__all__ = ["Attempt", "BackendRef", "RunCache", "Runner", "StepKind", "kind_of", "runners"]
+
+
+def runners(executor: Executor, invoker: Invoker, cache: RunCache, *,
+            clock: Callable[[], float], rand: Callable[[], float],
+            sleep: Callable[[float], object], events: EventWaits, hooks: Hooks,
+            children: Children, approvals: Approvals, state: StateService,
+            locks: Locks) -> dict[StepKind, Runner]:
+    """The table from step kind to runner."""
+    call = CallRunner(executor, invoker, cache, clock=clock, rand=rand)
+    return {
+        StepKind.CALL: ConditionRunner(executor, LockRunner(executor, locks, call)),
+        StepKind.APPROVAL: ConditionRunner(executor, ApprovalSteps(executor, approvals, clock)),
+        StepKind.FAN_OUT: ConditionRunner(executor, FanOutSteps(
+            executor, invoker, cache, clock=clock, rand=rand, sleep=sleep)),
+        StepKind.DURABLE: Durable(executor, invoker, clock=clock, rand=rand, events=events,
+                                  hooks=hooks, children=children, approvals=approvals,
+                                  state=state, locks=locks),
+    }

@@ -1,0 +1,129 @@
+"""What a durable run's wait needs looked up or done before it can resolve: a signal
+taken, an event registered and found, a hook created, a child started or read, a
+parallel's aggregate opened or read, an approval's gate, a lock taken or released, a
+state cell's operation. Each answers what it found (None: nothing yet)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from functions.protocol import WaitKind
+from orchestrator.engine.context import RunContext
+from orchestrator.engine.durable import JournalView, Waiting
+from orchestrator.engine.durable_moves import Look
+from orchestrator.engine.records import StepRecord
+from orchestrator.engine.states import StepStatus
+from orchestrator.errors import Code, InvalidName, UsageError, ValueTooLarge
+from orchestrator.runners.durable.branches import Branches
+from orchestrator.services.approvals import Approvals, gate_outcome
+from orchestrator.services.children import Children, child_run_id
+from orchestrator.services.event_waits import EventWaits
+from orchestrator.services.executor import Executor
+from orchestrator.services.hooks import Hooks
+from orchestrator.services.locks import Locks
+from orchestrator.services.state_cells import StateService
+from orchestrator.services.values import check_value, checked_name
+
+__all__ = ["Lookups"]
+
+
+class Lookups:
+    def __init__(self, executor: Executor, branches: Branches, *,
+                 clock: Callable[[], float], events: EventWaits | None = None,
+                 hooks: Hooks | None = None, children: Children | None = None,
+                 approvals: Approvals | None = None, state: StateService | None = None,
+                 locks: Locks | None = None) -> None:
+        self.executor = executor
+        self.store = executor.store
+        self.branches = branches
+        self.clock = clock
+        self.events = events
+        self.hooks = hooks
+        self.children = children
+        self.approvals = approvals
+        self.state = state
+        self.locks = locks
+
+    def look(self, look: Look, row: StepRecord, ctx: RunContext, waiting: Waiting,
+              view: JournalView, now: float, carried: dict[str, Waiting]) -> Any:
+        """Carry out one lookup `look_for` asked for; what it found (None: nothing, or
+        `{"refused": error}`: a name or a value of the wait the orchestrator refuses,
+        which an SDK that checks them never sends)."""
+        try:
+            return self._lookup(look, row, ctx, waiting, view, now, carried)
+        except (InvalidName, ValueTooLarge) as exc:
+            return {"refused": exc.to_dict()}
+
+    def _lookup(self, look: Look, row: StepRecord, ctx: RunContext, waiting: Waiting,
+                view: JournalView, now: float, carried: dict[str, Waiting]) -> Any:
+        run_id = row.run_id
+        d = waiting.detail
+        if look is Look.TAKE_SIGNAL:
+            name = checked_name("signal name", waiting.name)
+            return self.store.signals.take_signal(run_id, name,
+                                                  f"{waiting.scope}#{waiting.pos}")
+        if look is Look.REGISTER_EVENT and self.events is not None:
+            checked_name("event name", str(d["event"]), event=True)
+            # Register first, then look: an event landing in between finds the
+            # registration and pokes this run.
+            self.events.register(run_id, waiting)
+        elif look is Look.FIND_EVENT and self.events is not None:
+            checked_name("event name", str(d["event"]), event=True)
+            return self.events.find(waiting)
+        elif look is Look.CREATE_HOOK and self.hooks is not None:
+            return self.hooks.create(run_id, waiting.id, str(d["signal"]), d.get("metadata"),
+                                     d.get("ttl"))
+        elif look in (Look.START_CHILD, Look.CHILD) and self.children is not None:
+            if look is Look.START_CHILD:
+                check_value(f"input (of child run of {d.get('workflow')!r})", d.get("input"))
+            return self._child(row, waiting, start=look is Look.START_CHILD)
+        elif look is Look.OPEN_PARALLEL:
+            self.branches.open_parallel(row, ctx, waiting, view, now, carried)
+        elif look is Look.PARALLEL:
+            return self.store.drivers.get_parallel(run_id, waiting.scope, waiting.pos, now)
+        elif look is Look.APPROVAL and self.approvals is not None:
+            return gate_outcome(self.approvals, run_id, ctx.workflow, waiting, now)
+        elif look is Look.LOCK and self.locks is not None:
+            key = Locks.checked(str(d.get("key")))
+            holder = f"{run_id}#{waiting.scope or 'top'}"
+            if d.get("action") == "release":
+                self.locks.release(key, holder, run_id)
+                return {"released": True}
+            return {"held": True} if self.locks.acquire(key, holder, run_id, row.step,
+                                                        waiting.since) else None
+        elif look is Look.STATE and self.state is not None:
+            try:
+                return {"committed": self.state.perform(run_id, waiting, now)}
+            except UsageError as exc:  # a name or value the orchestrator refuses
+                return {"refused": exc.to_dict()}
+        return None
+
+    def _child(self, row: StepRecord, waiting: Waiting, start: bool) -> dict[str, Any] | None:
+        """Start the child of a call or spawn (`start`: once, idempotent); a spawn's child
+        once started, a call's once ended."""
+        assert self.children is not None
+        d = waiting.detail
+        child_id = child_run_id(row.run_id, waiting.id)
+        if start:
+            self.children.start(row.run_id, row.step, waiting.place(), str(d["workflow"]),
+                                d.get("input"), waits=waiting.kind is WaitKind.CALL)
+            if waiting.kind is WaitKind.SPAWN:
+                return {"run_id": child_id}
+            return None
+        child = self.store.runs.get_run(child_id, self.clock())
+        if child is None:
+            return {"run_id": child_id, "status": "failed",
+                    "error": {"code": Code.RUN_MISSING, "message": "the child run is gone"}}
+        if not child.status.terminal:
+            return None
+        out: dict[str, Any] = {"run_id": child_id, "status": child.status.value,
+                               "error": child.error}
+        if child.definition.durable is not None:
+            driver = self.store.drivers.get_driver(child_id)
+            if driver is not None and driver.status is StepStatus.SUCCESS:
+                out["output"] = self.executor.load_output(driver)
+        else:
+            out["output"] = {"run_id": child_id, "status": child.status.value}
+        return out
+

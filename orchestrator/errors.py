@@ -56,7 +56,7 @@ class Code(StrEnum):
                          "a durable run recorded more operations than ORCH_DURABLE_MAX_ENTRIES")
     BAD_ANSWER = ("bad_answer", True,
                   "a durable workflow's answer does not follow the protocol: retried")
-    # A durable workflow's operations (functions.protocol.DurableCode: the SDK reports them).
+    # A durable workflow's operations (functions.sdk.protocol.DurableCode: the SDK reports them).
     WORKFLOW_FAILED = ("workflow_failed", False,
                        "a durable workflow raised an exception its code did not catch")
     REPLAY_MISMATCH = ("replay_mismatch", False, "on replay the workflow issued another"

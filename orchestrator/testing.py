@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 
-from functions.durable import Workflow, stubs
 from functions.sdk import FunctionApp
-from functions.serving import BackgroundServer
+from functions.sdk.durable import Workflow, stubs
+from functions.sdk.serving import BackgroundServer
 from infra.direct import create_data_resources
 from infra.emulator import Emulator
 from orchestrator.adapters.aws import Clients, make_clients

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from infra.emulator import Emulator
 from orchestrator.adapters.aws import make_clients
 from tests.support.harness import BuildHarness, Harness, fresh_settings

@@ -2,7 +2,7 @@
 Function URL or an API Gateway HTTP API, through mangum, the same adapter the
 orchestrator's API uses.
 
-    Handler: functions.lambda_adapter.handler   # this module, by its path of old
+    Handler: functions.sdk.lambda_adapter.handler   # this module
     FUNCTIONS_APP=functions.examples.monthly_report:create_app   # module:factory
     FUNCTIONS_SECRET=...   # passed to the factory as `secret` when it takes one
     FUNCTIONS_WORK_DIR=/tmp/work   # as `work_dir`, likewise (Lambda writes only /tmp)

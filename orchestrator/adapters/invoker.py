@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from functions.protocol import RunInfo, request_body
-from functions.signing import (
+from functions.sdk.protocol import RunInfo, request_body
+from functions.sdk.signing import (
     ATTEMPT_HEADER,
     IDEMPOTENCY_HEADER,
     RUN_ID_HEADER,

@@ -146,7 +146,7 @@ class LocalStack:
             raise
 
     def _start(self) -> None:
-        from functions.serving import BackgroundServer
+        from functions.sdk.serving import BackgroundServer
         from infra.emulator import calm_collector, keep_to_one_core
         from infra.stack import deploy_data_stack
         from orchestrator.adapters.aws import make_clients
@@ -187,7 +187,7 @@ class LocalStack:
                 env["FUNCTIONS_SECRET"] = secret
                 kwargs["secret"] = secret
             if self.opts.lambda_mode:
-                from functions import lambda_adapter
+                from functions.sdk import lambda_adapter
                 from infra.lambda_local import EventFront
 
                 self._setenv("FUNCTIONS_APP", self.opts.functions_app)

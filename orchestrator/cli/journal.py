@@ -12,9 +12,9 @@ from typing import Any
 import click
 import httpx
 
-from functions.durable.golden import check_body, read_report
-from functions.protocol import DURABLE_PREFIX
-from functions.signing import signed_headers
+from functions.sdk.durable.golden import check_body, read_report
+from functions.sdk.protocol import DURABLE_PREFIX
+from functions.sdk.signing import signed_headers
 from orchestrator.cli.common import (
     EXIT_RUN_FAILED,
     EXIT_UNAVAILABLE,

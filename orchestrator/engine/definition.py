@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from functions.protocol import DURABLE_PREFIX
+from functions.sdk.protocol import DURABLE_PREFIX
 from orchestrator.engine.policies import GroupPolicy, OnFailure, ThrottlePolicy
 from orchestrator.manifest.workflows import topological_order
 

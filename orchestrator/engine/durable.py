@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from functions.protocol import (
+from functions.sdk.protocol import (
     ApprovalOp,
     CallOp,
     CompleteOp,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from functions.protocol import WaitKind
+from functions.sdk.protocol import WaitKind
 from orchestrator.engine.durable import Continue, JournalView, Next, Waiting
 from orchestrator.errors import Code, error_doc
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from functions.protocol import DURABLE_PREFIX
+from functions.sdk.protocol import DURABLE_PREFIX
 from orchestrator.errors import ManifestError
 from orchestrator.manifest.models import (
     DEFER_CHECKS,

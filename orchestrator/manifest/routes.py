@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from functions.protocol import DURABLE_PREFIX
+from functions.sdk.protocol import DURABLE_PREFIX
 from orchestrator.errors import ManifestError
 from orchestrator.manifest.models import Backend, did_you_mean
 from orchestrator.manifest.problems import Findings

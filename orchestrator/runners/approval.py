@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from functions.protocol import WaitKind
+from functions.sdk.protocol import WaitKind
 from orchestrator.adapters.store.approvals import Gate
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import Waiting

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from functions.protocol import WaitKind
+from functions.sdk.protocol import WaitKind
 from orchestrator.adapters.invoker import Call, Invoker, Result
 from orchestrator.engine.attempts import Fail, Retry, Succeed, after_attempt
 from orchestrator.engine.context import RunContext

@@ -7,7 +7,7 @@ steps of one run asking for one key also take turns."""
 
 from __future__ import annotations
 
-from functions.protocol import WaitKind
+from functions.sdk.protocol import WaitKind
 from orchestrator.engine.attempts import Fail
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import LOCK_RECHECK, Waiting

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from functions.protocol import WaitKind
+from functions.sdk.protocol import WaitKind
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store

@@ -30,7 +30,7 @@ import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from tests.bench import run as B
 from functions.examples.noop import create_app as noop_app
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from infra.emulator import Emulator
 from orchestrator.settings import Settings
 

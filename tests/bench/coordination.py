@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from functions.durable import Context, workflow  # noqa: E402
 from functions.sdk import FunctionApp  # noqa: E402
-from functions.serving import BackgroundServer  # noqa: E402
+from functions.sdk.serving import BackgroundServer  # noqa: E402
 from infra.emulator import Emulator  # noqa: E402
 from infra.stack import deploy_data_stack  # noqa: E402
 from orchestrator.adapters.aws import make_clients  # noqa: E402

@@ -86,7 +86,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from functions.examples.noop import create_app as noop_app  # noqa: E402
-from functions.serving import BackgroundServer  # noqa: E402
+from functions.sdk.serving import BackgroundServer  # noqa: E402
 from infra.emulator import calm_collector  # noqa: E402
 from infra.lambda_events import Context  # noqa: E402
 from infra.lambda_local import EventFront, QueueMapping  # noqa: E402

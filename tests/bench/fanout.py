@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from functions.examples.noop import create_app as noop_app  # noqa: E402
-from functions.serving import BackgroundServer  # noqa: E402
+from functions.sdk.serving import BackgroundServer  # noqa: E402
 from infra.emulator import Emulator  # noqa: E402
 from infra.stack import deploy_data_stack  # noqa: E402
 from orchestrator.adapters.aws import make_clients  # noqa: E402

@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from functions.examples.noop import create_app as noop_app  # noqa: E402
-from functions.serving import BackgroundServer  # noqa: E402
+from functions.sdk.serving import BackgroundServer  # noqa: E402
 from infra.emulator import (  # noqa: E402
     Emulator,
     calm_collector,
@@ -126,8 +126,8 @@ def replay_ms(ops: int, rounds: int = 3) -> float:
     """D3: the best of `rounds` replays of an `ops`-step noop-chain journal (no body runs)."""
     import asyncio
 
-    from functions.durable.call import op_id
     from functions.examples.noop import noop_chain
+    from functions.sdk.durable.call import op_id
 
     journal = [{"scope": "", "pos": i, "id": op_id("", f"s{i}", 0), "kind": "step",
                 "name": f"s{i}", "status": "ok", "value": {"ok": True}} for i in range(ops)]
@@ -144,7 +144,7 @@ def replay_ms(ops: int, rounds: int = 3) -> float:
 
 
 async def advance_call(wf: Any, body: dict[str, Any]) -> dict[str, Any]:
-    from functions.durable.workflow import advance
+    from functions.sdk.durable.workflow import advance
 
     return await advance(wf, body)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from orchestrator.services.dashboard_logins import DashboardLogins
 from tests.support.browser import SHOTS, open_browser

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from functions.durable import Context, RetryableError, Workflow, step, workflow
-from functions.durable.steps import current_step
+from functions.sdk.durable.steps import current_step
 from tests.chaos.jsonl import JsonlWriter, digest
 
 __all__ = [

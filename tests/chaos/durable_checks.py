@@ -40,7 +40,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from functions.durable.call import RESULT_POS, op_id
+from functions.sdk.durable.call import RESULT_POS, op_id
 from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import STEP_TRANSITIONS, RunStatus, StepStatus

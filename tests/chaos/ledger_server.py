@@ -53,9 +53,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from functions import signing
-from functions.protocol import DURABLE_PREFIX
-from functions.sdk import FunctionApp
+from functions.sdk import FunctionApp, signing
+from functions.sdk.protocol import DURABLE_PREFIX
 from tests.chaos.durable_app import durable_workflows
 from tests.chaos.jsonl import JsonlWriter, digest
 

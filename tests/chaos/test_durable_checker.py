@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from functions.durable.call import RESULT_POS, op_id
+from functions.sdk.durable.call import RESULT_POS, op_id
 from orchestrator.engine.definition import Definition, StepSpec, Trigger
 from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.records import RunRecord, StepRecord

@@ -54,7 +54,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from infra.emulator import Emulator
 from infra.stack import deploy_data_stack
 from orchestrator.adapters.aws import Clients, make_clients

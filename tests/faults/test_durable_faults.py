@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.adapters.queue import Dispatch
 from tests.support.durable_fns import CONCURRENCY, LEDGER
 from tests.support.harness import Harness

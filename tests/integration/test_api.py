@@ -9,7 +9,7 @@ import httpx
 import pytest
 from starlette.responses import JSONResponse
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator import __version__
 from orchestrator.api.app import create_app
 from orchestrator.api.openapi import openapi_document

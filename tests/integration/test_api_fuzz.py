@@ -41,7 +41,7 @@ from schemathesis.checks import (
 )
 from starlette.routing import Route
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from infra.emulator import Emulator
 from orchestrator.api.app import create_app
 from orchestrator.api.openapi import openapi_document

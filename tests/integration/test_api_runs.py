@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from orchestrator.engine.context import RunContext
 from orchestrator.runtime import Runtime

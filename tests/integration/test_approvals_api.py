@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.adapters.store.approvals import Gate
 from orchestrator.api.app import create_app
 from orchestrator.services.apikeys import ApiKeys

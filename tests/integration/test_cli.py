@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from orchestrator.cli.commands import main
 from tests.support.cli import cli, out_json

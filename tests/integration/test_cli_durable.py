@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from orchestrator.runtime import Runtime
 from orchestrator.services.apikeys import ApiKeys

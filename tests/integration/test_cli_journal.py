@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from tests.integration.test_cli_durable import MANIFEST, until
 from tests.support.cli import cli, out_json

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from tests.support.cli import cli, out_json

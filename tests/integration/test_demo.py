@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from functions.examples.monthly_report import create_app
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from infra.emulator import Emulator
 from tests.support.harness import Harness, fresh_settings, steps_of
 

@@ -63,8 +63,8 @@ def test_the_package_holds_the_code_and_the_manifest_and_is_reproducible() -> No
     first, second = d.package(plan), d.package(plan)
     assert first == second  # the same code, the same zip: an unchanged stack stays so
     names = set(zipfile.ZipFile(io.BytesIO(first)).namelist())
-    for needed in ("orchestrator/lambda_handlers.py", "functions/lambda_adapter.py",
-                   "functions/sdk/lambda_adapter.py", "functions/sdk/durable/workflow.py",
+    for needed in ("orchestrator/lambda_handlers.py", "functions/sdk/lambda_adapter.py",
+                   "functions/sdk/durable/workflow.py", "functions/durable/__init__.py",
                    "orchestrator.yml", "functions/examples/monthly_report.py"):
         assert needed in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from orchestrator.sweeper import SweepReport
 from tests.support.durable_fns import CONCURRENCY, EFFECTS, HOOK_URLS, LEDGER
@@ -434,7 +434,7 @@ def test_a_journal_too_large_for_the_host_goes_by_reference(
 def test_a_golden_journal_replays_against_new_code_and_reports_a_mismatch(h: Harness) -> None:
     import asyncio
 
-    from functions.durable.golden import check
+    from functions.sdk.durable.golden import check
     from tests.support.durable_fns import versioned
 
     api = create_api(h.rt)

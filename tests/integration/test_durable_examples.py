@@ -24,7 +24,7 @@ from functions.examples.durable.batch import Batches, batch_process
 from functions.examples.durable.revenue import ORDERS_CSV, Sales, monthly_revenue
 from functions.examples.durable.trip import Desk, book_trip
 from functions.sdk import FunctionApp
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from infra.direct import create_data_resources
 from infra.emulator import Emulator
 from orchestrator.adapters.aws import make_clients

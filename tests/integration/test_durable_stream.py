@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from functions.durable import Context, step, workflow
-from functions.protocol import NDJSON, PROTOCOL_HEADER
 from functions.sdk import FunctionApp
-from functions.serving import BackgroundServer
+from functions.sdk.protocol import NDJSON, PROTOCOL_HEADER
+from functions.sdk.serving import BackgroundServer
 
 GATE = threading.Event()
 RAN: list[str] = []

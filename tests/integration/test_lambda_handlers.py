@@ -210,8 +210,8 @@ def test_the_sweeper_sweeps_until_its_time_is_nearly_up(lam: Harness) -> None:
 def test_a_functions_app_answers_signed_calls_behind_its_lambda_adapter(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from functions import lambda_adapter
-    from functions.signing import signed_headers
+    from functions.sdk import lambda_adapter
+    from functions.sdk.signing import signed_headers
 
     monkeypatch.setenv("FUNCTIONS_APP", "functions.examples.noop:create_app")
     monkeypatch.setenv("FUNCTIONS_SECRET", "fn-secret")

@@ -23,7 +23,7 @@ import pytest
 
 from functions.examples import monthly_report
 from functions.examples.durable.store import Log
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.adapters.store.control import mutex_key
 from tests.support.harness import BuildHarness, Harness
 

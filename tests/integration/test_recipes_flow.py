@@ -14,7 +14,7 @@ import pytest
 
 from functions.examples import monthly_report
 from functions.examples.flow import Flow
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from tests.support.harness import BuildHarness, Harness
 
 ROOT = Path(__file__).resolve().parents[2]

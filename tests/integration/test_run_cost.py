@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from infra.prices import PRICES, PRICES_DATE
 from orchestrator.adapters.aws import make_clients
 from orchestrator.adapters.queue import Queues

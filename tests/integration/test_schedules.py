@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from orchestrator.engine.states import RunStatus
 from orchestrator.runtime import Runtime

@@ -12,9 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from functions import signing
-from functions.protocol import RunInfo, request_body
-from functions.sdk import FunctionApp, RetryableError, StepRequest, TerminalError
+from functions.sdk import FunctionApp, RetryableError, StepRequest, TerminalError, signing
+from functions.sdk.protocol import RunInfo, request_body
 from tests.support.servers import BackgroundServer, post_step, running, step_body
 
 SECRET = "test-secret"

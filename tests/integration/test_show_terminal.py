@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from rich.cells import cell_len
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from infra.emulator import Emulator
 from orchestrator.adapters.aws import make_clients
 from orchestrator.api.app import create_app

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from functions.durable import Context, step, workflow
-from functions.protocol import WaitKind
-from functions.serving import BackgroundServer
+from functions.sdk.protocol import WaitKind
+from functions.sdk.serving import BackgroundServer
 from infra.emulator import Emulator
 from orchestrator.api.app import create_app
 from orchestrator.engine.durable import Waiting

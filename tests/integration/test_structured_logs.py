@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from functions.examples.monthly_report import create_app
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator import logs, telemetry
 from orchestrator.adapters.messages import Dispatch
 from tests.support.harness import Harness

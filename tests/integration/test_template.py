@@ -173,7 +173,7 @@ def test_translation_yields_plain_cloudformation() -> None:
     # The orchestrator's three entry points and the functions app's, each a callable of
     # this code base.
     assert sorted(f["Handler"] for f in functions.values()) == [
-        "functions.lambda_adapter.handler",
+        "functions.sdk.lambda_adapter.handler",
         "orchestrator.lambda_handlers.api",
         "orchestrator.lambda_handlers.sweeper",
         "orchestrator.lambda_handlers.worker",

@@ -24,8 +24,8 @@ from opentelemetry.trace import SpanKind
 
 from functions.examples.durable import Services
 from functions.examples.monthly_report import create_app as functions_app
+from functions.sdk.serving import BackgroundServer
 from functions.sdk.tracing import op_span_id, run_span_id, trace_id_of
-from functions.serving import BackgroundServer
 from orchestrator import telemetry
 from orchestrator.api.app import create_app
 from tests.support.harness import Harness

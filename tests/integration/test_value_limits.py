@@ -22,7 +22,7 @@ import httpx
 import pytest
 from botocore.awsrequest import AWSResponse
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from tests.support.cli import cli
 from tests.support.durable_fns import HOOK_URLS, digest

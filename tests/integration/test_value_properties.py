@@ -37,7 +37,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from orchestrator.client import ApiError, Client
 from orchestrator.webhook_signing import sign

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from functions.serving import BackgroundServer
+from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from tests.support.harness import Harness
 from tests.support.terminal import ORCHESTRATOR, Terminal

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
-from functions import signing
-from functions.protocol import RunInfo, request_body
-from functions.serving import BackgroundServer
+from functions.sdk import signing
+from functions.sdk.protocol import RunInfo, request_body
+from functions.sdk.serving import BackgroundServer
 
 __all__ = ["BackgroundServer", "post_step", "running", "step_body"]
 

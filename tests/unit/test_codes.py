@@ -37,7 +37,7 @@ def test_history_keeps_errors_as_json_text_never_a_printout() -> None:
 
 
 def test_every_durable_code_the_sdk_reports_is_in_the_registry() -> None:
-    from functions.protocol import DurableCode
+    from functions.sdk.protocol import DurableCode
 
     for code in DurableCode:
         assert Code(code.value).meaning, code

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from functions.protocol import WaitKind
+from functions.sdk.protocol import WaitKind
 from orchestrator.engine.durable import (
     DRIVER,
     Complete,

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from functions.durable import Context, advance, step, workflow
-from functions.protocol import (
+from functions.sdk.protocol import (
     PROTOCOLS,
     DurableAnswer,
     DurableRequestBody,

@@ -313,7 +313,7 @@ def test_patched_takes_the_new_branch_only_for_runs_that_reach_it_on_new_code() 
 
 
 def _id(scope: str, name: str, n: int) -> str:
-    from functions.durable.call import op_id
+    from functions.sdk.durable.call import op_id
     return op_id(scope, name, n)
 
 

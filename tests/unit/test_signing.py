@@ -7,7 +7,7 @@ import hmac
 
 import pytest
 
-from functions.signing import (
+from functions.sdk.signing import (
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     SignatureError,

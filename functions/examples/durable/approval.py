@@ -20,7 +20,7 @@ from functions.durable import Context, Workflow, step, workflow
 from functions.examples.durable.common import keyed, required
 from functions.examples.durable.mail import Outbox
 from functions.examples.durable.store import Log, Records, write_atomic
-from functions.failures import TerminalError
+from functions.sdk.failures import TerminalError
 
 __all__ = ["DECISION_TIMEOUT", "Documents", "document_approval"]
 

@@ -26,7 +26,7 @@ from typing import Any
 from functions.durable import Context, StepFailed, Workflow, step, workflow
 from functions.examples.durable.common import required
 from functions.examples.durable.store import Log, Records, write_atomic
-from functions.failures import TerminalError
+from functions.sdk.failures import TerminalError
 
 __all__ = ["MAX_ITEMS", "Batches", "batch_process"]
 

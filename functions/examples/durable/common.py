@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from functions.durable import Context
-from functions.failures import TerminalError
+from functions.sdk.failures import TerminalError
 
 __all__ = ["keyed", "required"]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from functions.durable import Context, Workflow, step, workflow
 from functions.examples.durable.store import Log, write_atomic
-from functions.failures import TerminalError
+from functions.sdk.failures import TerminalError
 
 __all__ = ["FeedUnavailable", "RatesFeed", "UnknownCurrency", "fetch_rates"]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from functions.durable import Context, Workflow, step, workflow
 from functions.examples.durable.store import Log
-from functions.failures import TerminalError
+from functions.sdk.failures import TerminalError
 
 __all__ = ["QUIET_WINDOW", "Indexer", "reindex"]
 

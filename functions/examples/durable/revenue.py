@@ -22,7 +22,7 @@ from typing import Any
 
 from functions.durable import Context, Workflow, step, workflow
 from functions.examples.durable.store import write_atomic
-from functions.failures import TerminalError
+from functions.sdk.failures import TerminalError
 
 __all__ = ["ORDERS_CSV", "Sales", "monthly_revenue"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from functions.examples.durable.store import Records
-from functions.failures import TerminalError
+from functions.sdk.failures import TerminalError
 
 __all__ = ["CARRIER_COUNTRIES", "Customers", "Inventory", "Payments", "Shipping", "Shop"]
 

@@ -23,7 +23,7 @@ from functions.durable import Context, Workflow, seconds, step, workflow
 from functions.examples.durable.common import keyed
 from functions.examples.durable.mail import Outbox
 from functions.examples.durable.store import Records
-from functions.failures import TerminalError
+from functions.sdk.failures import TerminalError
 
 __all__ = ["TRIAL_LENGTH", "Accounts", "trial"]
 

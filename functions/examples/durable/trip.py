@@ -26,7 +26,7 @@ from functions.examples.durable.common import keyed, required
 from functions.examples.durable.mail import Outbox
 from functions.examples.durable.orders import compensation
 from functions.examples.durable.store import Log, Records
-from functions.failures import TerminalError
+from functions.sdk.failures import TerminalError
 
 __all__ = ["KINDS", "Desk", "book_trip"]
 

@@ -11,7 +11,7 @@ parses requests and writes answers with them.
 - `values`: the one rule for names (signals, hooks, events) and the cap on a value sent,
   which the orchestrator enforces and the SDK checks where a workflow declares them.
 
-Every name of the three is importable from here (and from the old path `functions.protocol`).
+Every name of the three is importable from here.
 """
 
 from functions.sdk.protocol.durable import (

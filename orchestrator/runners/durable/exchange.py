@@ -19,7 +19,7 @@ import queue
 import threading
 from dataclasses import dataclass
 
-from functions.protocol import NDJSON
+from functions.sdk.protocol import NDJSON
 from orchestrator.adapters.invoker import Call, Invoker, Reply, Result, StreamCut
 from orchestrator.engine.attempts import Outcome, OutcomeKind
 from orchestrator.errors import Code, error_doc

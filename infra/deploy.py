@@ -33,8 +33,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from infra.idle_cost import idle_month
 from infra.indexes import staged_templates, table_name
-from infra.prices import idle_month
 from infra.stack import (
     Deadline,
     DeployError,

@@ -19,11 +19,11 @@ from typing import Any
 
 from orchestrator.cli.render import trigger_label
 from orchestrator.cli.wrapping import flow, wrap
-from orchestrator.engine.glyphs import GLYPHS
-from orchestrator.engine.layers import columns_by_longest_path
+from orchestrator.presentation.glyphs import GLYPHS
+from orchestrator.presentation.layers import columns_by_longest_path
 
 __all__ = [
-    "GLYPHS", "LEGEND", "compact", "dependency_list", "elapsed", "header", "render_diagram",
+    "LEGEND", "compact", "dependency_list", "elapsed", "header", "render_diagram",
 ]
 
 # Glyphs, Unicode and ASCII; the ASCII ones are words, padded alike.

@@ -12,10 +12,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.cli.diagram import GLYPHS, compact, header
+from orchestrator.cli.diagram import compact, header
 from orchestrator.cli.timeline import TIMES
 from orchestrator.cli.wrapping import cells, wrap
-from orchestrator.engine.glyphs import DURABLE_GLYPHS
+from orchestrator.presentation.glyphs import DURABLE_GLYPHS, GLYPHS
 
 __all__ = ["render_durable"]
 

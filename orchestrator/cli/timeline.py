@@ -13,11 +13,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.cli.diagram import GLYPHS
 from orchestrator.cli.wrapping import cells, flow
-from orchestrator.engine.attempt_segments import Segment, segments
+from orchestrator.presentation.attempt_segments import segments
+from orchestrator.presentation.glyphs import GLYPHS
 
-__all__ = ["Segment", "render_timeline", "segments"]
+__all__ = ["render_timeline"]
 
 # What a column of a bar shows, by kind: Unicode, ASCII. Later kinds draw over earlier.
 MARKS = {"wait": ("╌", "-"), "queue": ("░", "."), "call": ("█", "#")}

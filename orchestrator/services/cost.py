@@ -1,5 +1,5 @@
 """A run's AWS requests priced: the estimate `show`, the API and the dashboard give, at the
-on-demand prices of the benchmark's dated table (infra/prices.py, which
+on-demand prices of the benchmark's dated table (orchestrator/prices.py, which
 tests/bench/bill.py prices the benchmarks with: one table).
 
 How a request is priced (an estimate from counts, not a bill):
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from infra.prices import PRICES, PRICES_DATE
+from orchestrator.prices import PRICES, PRICES_DATE
 
 __all__ = ["PRICES_DATE", "estimate", "price_of"]
 

@@ -1,7 +1,7 @@
 """Dollars from the figures tests/bench/cost.py measured: each workload's cost per
-million steps item by item (infra/prices.py), the same workload's on AWS Step Functions
-(Standard, Express) and Lambda durable functions, the sweeper's busy minute, and the
-text report.
+million steps item by item (orchestrator/prices.py), the same workload's on AWS Step
+Functions (Standard, Express) and Lambda durable functions, the sweeper's busy minute, and
+the text report.
 
 How the alternatives are counted (their own charges only; the user's functions apart):
 - Step Functions Standard: a no-op step is one Task state, one state transition; a
@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from infra.prices import ADDED, PRICES, PRICES_DATE
+from orchestrator.prices import ADDED, PRICES, PRICES_DATE
 
 __all__ = ["DURABLE_REQUESTS", "DURABLE_TARGET", "MAP_CONCURRENCY", "TARGET", "compare",
            "price_all", "render", "sweeper_minute"]
@@ -35,7 +35,7 @@ __all__ = ["DURABLE_REQUESTS", "DURABLE_TARGET", "MAP_CONCURRENCY", "TARGET", "c
 TARGET = 2.50  # dollars per million no-op steps, all-in
 DURABLE_TARGET = 2.00  # dollars per million durable no-op steps, all-in
 DURABLE_REQUESTS = 1.2  # AWS requests per durable step, every role's
-LOG_BYTES = 350  # START, END and REPORT lines of one invocation (as infra/prices.py)
+LOG_BYTES = 350  # START, END and REPORT lines of one invocation (as infra/idle_cost.py)
 EXPRESS_TASK_SECONDS = 0.020
 EXPRESS_GB = 64 / 1024
 MAP_CONCURRENCY = 40
@@ -183,7 +183,7 @@ def _pick(*path: str) -> Callable[[dict[str, Any]], float]:
 
 def render(r: dict[str, Any]) -> str:
     mc = r["moto_consumed_capacity"]
-    lines = [f"Prices: infra/prices.py, on-demand us-east-1 of {PRICES_DATE} "
+    lines = [f"Prices: orchestrator/prices.py, on-demand us-east-1 of {PRICES_DATE} "
              f"(added entries: {sorted(ADDED)}); memory MB {r['memory_mb']}",
              f"moto's ReturnConsumedCapacity for a {mc['item_bytes']}-byte put: "
              f"{mc['put']['moto']} (AWS's rule: {mc['put']['aws_rule']}): computed from item "

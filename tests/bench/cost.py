@@ -2,7 +2,7 @@
 `orchestrator dev --lambda` runs them (infra/lambda_local.py: HTTP API events, SQS
 batches through an event source mapping of four invocations at once), against the
 emulator, with the no-op function on uvicorn, and every request they make is priced with
-AWS's rules (tests/bench/capacity.py) and the on-demand prices of infra/prices.py.
+AWS's rules (tests/bench/capacity.py) and the on-demand prices of orchestrator/prices.py.
 
   W1  a chain (100 steps; --quick 20)
   W2  a fan-out into one join (500 + 2 steps; --quick 50 + 2)

@@ -16,11 +16,11 @@ import httpx
 import pytest
 
 from functions.sdk.serving import BackgroundServer
-from infra.prices import PRICES, PRICES_DATE
 from orchestrator.adapters.aws import make_clients
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
 from orchestrator.api.app import create_app
+from orchestrator.prices import PRICES, PRICES_DATE
 from orchestrator.services.cost import estimate
 from tests.support.cli import cli, out_json
 from tests.support.harness import Harness

@@ -148,7 +148,8 @@ def waterfall() -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def test_the_timeline_draws_each_attempt_on_one_scale() -> None:
-    from orchestrator.cli.timeline import render_timeline, segments
+    from orchestrator.cli.timeline import render_timeline
+    from orchestrator.presentation.attempt_segments import segments
 
     view, history = waterfall()
     text = render_timeline(view, history, width=80, now=10.0)

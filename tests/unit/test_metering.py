@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from infra.prices import PRICES
 from orchestrator.adapters import metering
 from orchestrator.adapters.store.tables import with_requests
+from orchestrator.prices import PRICES
 from orchestrator.services.cost import estimate, price_of
 
 

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.engine.attempt_segments import Segment, segments
-from orchestrator.engine.layers import columns_by_longest_path
+from orchestrator.presentation.attempt_segments import Segment, segments
+from orchestrator.presentation.layers import columns_by_longest_path
 
 __all__ = ["Bar", "Box", "Graph", "Waterfall", "graph", "waterfall"]
 

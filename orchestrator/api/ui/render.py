@@ -14,8 +14,8 @@ from starlette.responses import HTMLResponse
 from orchestrator import __version__
 from orchestrator.api.ui.layout import detail
 from orchestrator.api.ui.reads import ENDED
-from orchestrator.engine.glyphs import DURABLE_GLYPHS
-from orchestrator.engine.glyphs import GLYPHS as TERMINAL_GLYPHS
+from orchestrator.presentation.glyphs import DURABLE_GLYPHS
+from orchestrator.presentation.glyphs import GLYPHS as TERMINAL_GLYPHS
 
 __all__ = ["GLYPHS", "fragment", "macros", "page"]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from functions.protocol import DurableOp, EndOp, RecordOp, RetryOp, WaitKind
+from functions.sdk.protocol import DurableOp, EndOp, RecordOp, RetryOp, WaitKind
 from orchestrator import telemetry
 from orchestrator.adapters.invoker import Call, Invoker, Result, StreamCut
 from orchestrator.adapters.store import Store

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from functions.protocol import WaitKind
+from functions.sdk.protocol import WaitKind
 from orchestrator import telemetry
 from orchestrator.adapters.invoker import Invoker
 from orchestrator.adapters.messages import Dispatch

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from functions.protocol import WaitKind
+from functions.sdk.protocol import WaitKind
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import JournalView, Waiting
 from orchestrator.engine.durable_moves import Look

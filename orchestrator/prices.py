@@ -1,16 +1,12 @@
 """Public on-demand prices (AWS, us-east-1, as listed on the services' pricing pages on
-2026-12-01), and what a deployed stack costs standing idle.
-
-Idle is not quite zero: the sweeper's schedule invokes it once a minute, and an idle
-invocation makes one pass (per wake shard: take it, read the two wake indexes, give it
-back; then one read of the `active` index) before it stops (orchestrator/
-lambda_handlers.py), and the dead-letter queue's alarm is billed by the month."""
+2026-12-01): one dated table for every estimate in the project, a run's cost
+(services/cost.py), a deployed stack's cost standing idle (infra/idle_cost.py) and the
+benchmarks' bills (tests/bench/). Data only: it imports nothing, so any layer may read it,
+and the Lambda package (orchestrator/ and functions/, never infra/) carries it."""
 
 from __future__ import annotations
 
-from orchestrator.engine.wakes import WAKE_SHARDS
-
-__all__ = ["ADDED", "PRICES", "PRICES_DATE", "idle_month"]
+__all__ = ["ADDED", "PRICES", "PRICES_DATE"]
 
 PRICES_DATE = "2026-12-01"
 PRICES = {
@@ -46,32 +42,3 @@ ADDED = {
     "lambda_durable_data_written_gb": "2026-12-02, as lambda_durable_operation",
     "lambda_durable_data_retained_gb_month": "2026-12-02, as lambda_durable_operation",
 }
-
-MINUTES_PER_MONTH = 30 * 24 * 60
-# What one idle pass does, by the sweeper's code: per shard a take and a release
-# (writes) and one query per table's wake index (reads); then the `active` index's read.
-IDLE_PASS_WRITES = 2 * WAKE_SHARDS
-IDLE_PASS_READS = 2 * WAKE_SHARDS + 1
-# An idle invocation's billed time (a warm container's pass, measured locally at about
-# 70 ms; rounded up) at the template's 512 MB, and its log lines (START, END, REPORT).
-IDLE_INVOCATION_SECONDS = 0.15
-SWEEPER_MEMORY_GB = 0.5
-IDLE_LOG_BYTES = 350
-
-
-def idle_month() -> dict[str, float]:
-    """Dollars a month for a deployed stack that runs nothing, by item, and the total."""
-    n = MINUTES_PER_MONTH
-    out = {
-        f"sweeper invocations ({n:,} a month)": n * PRICES["lambda_request"],
-        f"sweeper compute ({IDLE_INVOCATION_SECONDS:g} s at {SWEEPER_MEMORY_GB:g} GB each)":
-            n * IDLE_INVOCATION_SECONDS * SWEEPER_MEMORY_GB * PRICES["lambda_gb_second"],
-        f"DynamoDB writes of idle passes ({IDLE_PASS_WRITES} each)":
-            n * IDLE_PASS_WRITES * PRICES["dynamodb_write_unit"],
-        f"DynamoDB reads of idle passes ({IDLE_PASS_READS} each, at most 1 unit)":
-            n * IDLE_PASS_READS * PRICES["dynamodb_read_unit"],
-        "sweeper logs": n * IDLE_LOG_BYTES / 1e9 * PRICES["logs_ingest_gb"],
-        "dead-letter alarm": PRICES["cloudwatch_alarm_month"],
-    }
-    out["total"] = sum(out.values())
-    return out

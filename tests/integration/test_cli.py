@@ -124,7 +124,8 @@ def test_trigger_with_an_idempotency_key_twice_is_one_run(api: tuple[Harness, st
                 "--json", "--url", url)
     started = out_json(again)
     assert started == {"run_id": run_id, "workflow": "chain", "status": started["status"],
-                       "created": False}
+                       "created": False, "duplicate": True, "debounced": False,
+                       "outcome": "duplicate"}
     assert h.wait(run_id)["trigger"] == {"source": "api", "idempotency_key": "order-7"}
     # the same key with another body is refused (422): a usage error
     other = cli("trigger", "chain", "--idempotency-key", "order-7", "--input", '{"n": 8}',

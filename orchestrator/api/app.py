@@ -40,7 +40,6 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.runtime import Runtime
-from orchestrator.services.admission.dedupe import IdempotencyKeys
 from orchestrator.services.apikeys import ApiKeys
 from orchestrator.services.hooks import Gone
 
@@ -188,7 +187,6 @@ def create_app(rt: Runtime, *, badge: str | None = None) -> Starlette:
     app = Starlette(routes=_routes(), exception_handlers=handlers)
     app.state.api = ApiState(
         rt=rt,
-        idempotency=IdempotencyKeys(rt.control, rt.settings.idempotency_retention),
         check_key=_KeyCheck(ApiKeys(rt.control), rt.clock),
         spec=openapi_document(__version__,
                               idempotency_retention=rt.settings.idempotency_retention),

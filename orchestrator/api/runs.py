@@ -30,7 +30,7 @@ from orchestrator.api.schemas import json_body as _json
 from orchestrator.api.state import api_state, run_or_404
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import UsageError
-from orchestrator.services.admission import Started
+from orchestrator.services.admission import Started, StartRequest
 from orchestrator.services.admission.dedupe import KEY_RE
 from orchestrator.services.values import check_value
 
@@ -109,19 +109,12 @@ async def start_run(request: Request) -> JSONResponse:
     key = request.headers.get("idempotency-key")
 
     def start() -> JSONResponse:
-        run_id = req.run_id
-        if key is not None:
-            run_id, _ = state.idempotency.claim(
-                key, doc, req.run_id or rt.runs.new_run_id(req.workflow, rt.clock()),
-                rt.clock(),
-            )
         trigger: dict[str, Any] = {"source": "api"}
-        if key:
-            trigger["idempotency_key"] = key
         if req.parent_run_id is not None:
             rt.children.require(req.parent_run_id)  # 404 if there is no such run
             trigger["parent_run_id"] = req.parent_run_id
-        started = rt.runs.admit(req.workflow, req.input, run_id, trigger=trigger)
+        started = rt.runs.admit(StartRequest(
+            req.workflow, req.input, req.run_id, trigger, idempotency_key=key, document=doc))
         if req.parent_run_id is not None:
             rt.children.link(req.parent_run_id, started.run.run_id, started.run.workflow)
         return _started(started.run, started)

@@ -12,7 +12,6 @@ from starlette.requests import Request
 
 from orchestrator.engine.records import RunRecord
 from orchestrator.runtime import Runtime
-from orchestrator.services.admission.dedupe import IdempotencyKeys
 
 __all__ = ["ApiState", "api_state", "run_or_404"]
 
@@ -22,7 +21,6 @@ class ApiState:
     """Built once per app, kept at `app.state.api`."""
 
     rt: Runtime
-    idempotency: IdempotencyKeys
     # Raises Unauthorized unless the Authorization header carries a valid bearer key.
     check_key: Callable[[str | None], None]
     # The OpenAPI document /openapi.json serves.

@@ -23,7 +23,7 @@ from typing import Any
 from orchestrator.adapters.store.control import Control, doc_of, event_id_key, event_key, event_sk
 from orchestrator.errors import UsageError
 from orchestrator.expressions import compile_expression
-from orchestrator.services.admission import Outcome
+from orchestrator.services.admission import Outcome, StartRequest
 from orchestrator.services.event_waits import EventWaits
 from orchestrator.services.runs import RunService
 from orchestrator.services.values import EVENT_NAME, MAX_VALUE_BYTES, check_value, checked_name
@@ -94,7 +94,7 @@ class EventService:
                     or getattr(wf, "debounce", None) is not None:
                 # A debounced workflow's burst knows the run this event joined (and a
                 # repeat of it moves nothing: services/admission/debounce.py).
-                taken = self.runs.admit(wf_name, event, run_id, trigger=trigger)
+                taken = self.runs.admit(StartRequest(wf_name, event, run_id, trigger))
                 run_id = taken.run.run_id
                 fields = taken.fields()
             else:

@@ -8,38 +8,33 @@ from __future__ import annotations
 
 import heapq
 import logging
-import re
-import secrets
-import time
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator import telemetry
 from orchestrator.adapters.metering import metered
-from orchestrator.adapters.queue import Dispatch
-from orchestrator.engine.admission import gate_of
 from orchestrator.engine.context import RunContext
-from orchestrator.engine.definition import Definition, Gate, Trigger
-from orchestrator.engine.plan import plan_steps, unwritten
 from orchestrator.engine.records import RunRecord, StepRecord
-from orchestrator.engine.rerun import with_reused
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.engine.transitions import killed_error
-from orchestrator.errors import ConditionFailed, Conflict, NotFound, UsageError
-from orchestrator.services.admission import Outcome, Started
+from orchestrator.errors import ConditionFailed, Conflict, NotFound
+from orchestrator.services.admission import Started, StartRequest
 from orchestrator.services.admission.debounce import Debouncer
+from orchestrator.services.admission.dedupe import IdempotencyKeys
+from orchestrator.services.admission.launch import (
+    MAX_INPUT_BYTES,
+    RUN_ID_RE,
+    Launcher,
+    new_run_id,
+)
+from orchestrator.services.admission.pipeline import Pipeline
 from orchestrator.services.executor import Executor
 from orchestrator.services.journal_follow import JournalFollower
 from orchestrator.services.step_follow import StepFollower
-from orchestrator.services.values import MAX_VALUE_BYTES, check_value
 from orchestrator.services.views import entry_step, render, run_view, view_json
 
 __all__ = ["MAX_INPUT_BYTES", "RUN_ID_RE", "RunService"]
 
 log = logging.getLogger("orchestrator.runs")
-
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
-MAX_INPUT_BYTES = MAX_VALUE_BYTES
 
 
 class _Keep:
@@ -73,23 +68,25 @@ class RunService:
                                                          span=span),
             store.steps.get_shown)
         self.store = executor.store
-        self.debouncer = Debouncer(executor.store, executor.clock)
         self.manifest = manifest
         self.default_timeout = default_timeout
         self.arrive = arrive
         self.release = release
+        # Admission (services/admission/): its stages, in order, for every trigger.
+        self.launcher = Launcher(executor, arrive)
+        self.debouncer = Debouncer(executor.store, executor.clock)
+        self.pipeline = Pipeline(
+            manifest, self.launcher, self.debouncer,
+            IdempotencyKeys(executor.store.control, executor.settings.idempotency_retention),
+            default_timeout=default_timeout, clock=executor.clock)
         # A durable run's children: cancelling it cancels them.
         self.children_of = children_of
 
     def new_run_id(self, workflow: str, now: float) -> str:
-        return f"{workflow}-{int(now * 1000)}-{secrets.token_hex(3)}"
+        return new_run_id(workflow, now)
 
     def workflow(self, name: str) -> Any:
-        wf = self.manifest.workflows.get(name)
-        if wf is None:
-            known = ", ".join(sorted(self.manifest.workflows)) or "none"
-            raise NotFound(f"workflow {name!r} is not defined (known: {known})")
-        return wf
+        return self.pipeline.workflow(name)
 
     def start(
         self,
@@ -103,171 +100,25 @@ class RunService:
     ) -> tuple[RunRecord, bool]:
         """Start a run; returns (run, created). A caller-chosen run id that exists
         already returns the existing run (created=False). `admit` says more."""
-        started = self.admit(workflow, input, run_id, trigger=trigger, overlap=overlap,
-                             fire_key=fire_key)
+        started = self.admit(StartRequest(workflow, input, run_id, trigger, overlap=overlap,
+                                          fire_key=fire_key))
         return started.run, started.created
 
-    def admit(
-        self,
-        workflow: str,
-        input: Any = None,
-        run_id: str | None = None,
-        *,
-        trigger: dict[str, Any] | None = None,
-        overlap: str | None = None,
-        fire_key: str = "",
-    ) -> Started:
-        """Take one trigger of `workflow` through admission (services/admission): the
-        run it made or joined, and how (`Outcome`). `run_id` is the trigger's id: a run
-        of that id, or a burst that took it, answers a repeat as a duplicate.
+    def admit(self, req: StartRequest) -> Started:
+        """Take one trigger through admission (services/admission/pipeline.py): the run
+        it made or joined, and how (`Outcome`)."""
+        return self.pipeline.admit(req)
 
-        `overlap` (skip | allow | replace) is what a schedule fire does while the
-        previous run for `fire_key` is still going; a workflow's own concurrency group
-        takes precedence."""
-        wf = self.workflow(workflow)
-        definition = Definition.of(wf, self.manifest.backends, self.default_timeout, workflow)
-        gate = gate_of(wf, workflow, input, overlap, fire_key)
-        trig = Trigger.from_json(trigger or {"source": "api"})
-        if getattr(wf, "debounce", None) is not None:
-            # One run per burst (services/admission/debounce.py): the run id the trigger
-            # came with names the trigger, not the burst's run.
-            def record(admit_at: float) -> RunRecord:
-                return self.record(workflow, definition, input, None, trigger=trig,
-                                   gate=gate or Gate(), admit_at=admit_at)
+    # The create-and-launch stage's, for those that carry a run on (the gate, the sweeper).
 
-            def begin(run: RunRecord, also: list[dict[str, Any]]) -> RunRecord:
-                with metered(run.run_id):
-                    self.store.runs.create_run_with(run, also)
-                    return self.arrive(run)
-
-            return self.debouncer.trigger(workflow, wf.debounce, input, record, begin,
-                                          trigger_id=run_id)
-        run, created = self.create(workflow, definition, input, run_id, trigger=trig,
-                                   gate=gate)
-        return Started.new(run) if created else Started(run, Outcome.DUPLICATE)
-
-    def create(
-        self,
-        workflow: str,
-        definition: Definition,
-        input: Any,
-        run_id: str | None,
-        *,
-        trigger: Trigger,
-        gate: Gate | None,
-        rerun_of: str | None = None,
-        kept_input: bool = False,
-    ) -> tuple[RunRecord, bool]:
-        run = self.record(workflow, definition, input, run_id, trigger=trigger, gate=gate,
-                          rerun_of=rerun_of, kept_input=kept_input)
-        with metered(run.run_id):  # the start's requests are the run's (adapters/metering.py)
-            return self._create(run, run_id)
-
-    def record(
-        self,
-        workflow: str,
-        definition: Definition,
-        input: Any,
-        run_id: str | None,
-        *,
-        trigger: Trigger,
-        gate: Gate | None,
-        rerun_of: str | None = None,
-        kept_input: bool = False,
-        admit_at: float | None = None,
-    ) -> RunRecord:
-        """A new run's record (checked), not yet written."""
-        if run_id is not None and not RUN_ID_RE.fullmatch(run_id):
-            raise UsageError(f"run_id {run_id!r}: use 1-200 of A-Z a-z 0-9 _ . : -")
-        if not kept_input:  # a rerun's kept input passed this check when it was sent
-            check_value(*_sent(input, trigger))
-        now = self.executor.clock()
-        rid = run_id or self.new_run_id(workflow, now)
-        reused = set(definition.reused)
-        status = RunStatus.QUEUED if gate else RunStatus.RUNNING
-        run = RunRecord(
-            run_id=rid,
-            workflow=workflow,
-            status=status,
-            input=input,
-            definition=definition,
-            created_at=now,
-            total=len(definition.steps),
-            # A hint that triggers the verified finish: only sinks count down (see
-            # StepRecord.counted), so a fan-out pays no per-step write on the run row.
-            remaining=len(definition.sinks - reused),
-            on_failure=definition.on_failure,
-            updated_at=now,
-            trigger=trigger,
-            rerun_of=rerun_of,
-            gate=gate,
-            started_at=None if gate else now,
-            admit_at=admit_at,
-            history=(
-                {"at": round(now, 3), "type": f"run.{status.value}",
-                 "trigger": trigger.to_json()},
-            ),
-        )
-        return run
-
-    def _create(self, run: RunRecord, run_id: str | None) -> tuple[RunRecord, bool]:
-        rid, now, gate = run.run_id, run.created_at, run.gate
-        # Order matters for crash safety: the run row first (the sweeper can rebuild
-        # missing step rows from its definition), then the steps, then the roots' dispatch.
-        began = time.time()  # the root span's start (wall clock, as spans are)
-        try:
-            self.store.runs.create_run(run)
-        except ConditionFailed:
-            existing = self.store.runs.get_run(rid, now)
-            if existing is None:
-                raise UsageError(f"run_id {rid!r} was used by a run that has expired") from None
-            return existing, False
-        if run_id is not None and self.store.steps.forget(rid):
-            # A run of this id expired and its row was deleted (DynamoDB's TTL), while
-            # its steps' rows, kept longer, were not: they are not this run's.
-            log.info("run %s: the rows a finished run of this id left were deleted", rid)
-        with telemetry.run_span(rid, run.workflow, run.trigger.source if run.trigger else "api",
-                                began):
-            if gate:
-                return self.arrive(run), True
-            self.launch(run)
-        return run, True
+    def record(self, *args: Any, **kwargs: Any) -> RunRecord:
+        return self.launcher.record(*args, **kwargs)
 
     def rows_for(self, run: RunRecord) -> list[StepRecord]:
-        """The step rows a run starts with: planned from its definition, with the steps
-        a rerun reuses already successful (their outputs copied from the old run)."""
-        now = self.executor.clock()
-        rows = plan_steps(run.run_id, run.definition.steps, now)
-        reused = run.definition.reused
-        if not reused:
-            return rows
-        old: dict[str, StepRecord] = {}
-        for source in set(reused.values()):
-            names = [n for n, src in reused.items() if src == source]
-            old.update(self.store.steps.get_outputs(source, names))
-        return with_reused(rows, reused, old, now)
+        return self.launcher.rows_for(run)
 
     def launch(self, run: RunRecord) -> None:
-        """Write a started run's step rows and dispatch the ones that are ready."""
-        rows = self.rows_for(run)
-        # A sweep rebuilds the rows of a start that looks dead `settle` after it began:
-        # a start that stalled (paused, retried) past half of that creates the rest of its
-        # rows one by one, each only if absent, rather than overwrite them.
-        began = run.started_at or run.created_at
-        # A root and a step blocked on one dependency are left out (engine.plan): the
-        # write that first moves each creates its row (a root's, its claim).
-        self.store.steps.put_steps(
-            [r for r in rows if not unwritten(r, run.definition)],
-            fence=began + self.store.wake.settle / 2, clock=self.executor.clock)
-        # Each claim makes its own start check (Worker.execute): the launch reads nothing.
-        self.executor.queues.dispatch([
-            Dispatch(run_id=run.run_id, step=r.step, attempt=1, planned=True,
-                     ready_at=began) if unwritten(r, run.definition)
-            else Dispatch(run_id=run.run_id, step=r.step, attempt=1)
-            for r in rows if r.status is StepStatus.READY
-        ])
-        if all(r.status.terminal for r in rows):
-            self.executor.finish_if_done(run.run_id)
+        self.launcher.launch(run)
 
     def get(self, run_id: str) -> RunRecord:
         if not RUN_ID_RE.fullmatch(run_id):  # no run can have it; spare DynamoDB the key
@@ -382,22 +233,10 @@ class RunService:
             {s.step: run_id for s in steps if s.status is StepStatus.SUCCESS}
         )
         new_input = old.input if input is _KEEP else input
-        wf = self.manifest.workflows.get(old.workflow)
-        gate = gate_of(wf, old.workflow, new_input, None, "") if wf is not None else None
-        return self.create(
-            old.workflow, definition, new_input, new_run_id,
-            trigger=Trigger("rerun", {"run_id": run_id}), gate=gate, rerun_of=run_id,
-            kept_input=input is _KEEP,
-        )
-
-
-def _sent(input: Any, trigger: Trigger) -> tuple[str, Any]:
-    """What of a run's input was sent, and so is capped: all of it, but of an event's
-    run (its input is the event) the event's data; the name, key and id around it are
-    capped by their own rules."""
-    if trigger.source == "event" and isinstance(input, dict):
-        return "data (an event's)", input.get("data")
-    return "input", input
+        started = self.admit(StartRequest(
+            old.workflow, new_input, new_run_id, {"source": "rerun", "run_id": run_id},
+            definition=definition, rerun_of=run_id, kept_input=input is _KEEP))
+        return started.run, started.created
 
 
 # Same-instant history entries read best in this order.

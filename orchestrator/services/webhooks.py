@@ -20,7 +20,7 @@ from typing import Any
 from orchestrator.adapters.store.control import Control, delivery_key
 from orchestrator.errors import NotFound, OrchestratorError, Unauthorized, UsageError
 from orchestrator.expressions import ExpressionError, compile_expression
-from orchestrator.services.admission import Outcome, Started
+from orchestrator.services.admission import Outcome, Started, StartRequest
 from orchestrator.services.runs import RunService
 from orchestrator.services.values import check_value
 from orchestrator.strict_json import parse_json
@@ -93,14 +93,14 @@ class WebhookService:
                     # The first delivery was taken but its process died before the run
                     # was created: this redelivery completes it. A debounced workflow's
                     # burst knows the run the delivery joined (a repeat moves nothing).
-                    taken = self.runs.admit(hook.workflow, input, run_id, trigger=trigger)
+                    taken = self.runs.admit(StartRequest(hook.workflow, input, run_id, trigger))
                     return {"run_id": taken.run.run_id, "workflow": hook.workflow,
                             "delivery_id": did, "status": taken.run.status.value,
                             **Started(taken.run, Outcome.DUPLICATE).fields()}
                 return {"run_id": run_id, "workflow": hook.workflow, "delivery_id": did,
                         "created": False, "duplicate": True, "debounced": False,
                         "outcome": Outcome.DUPLICATE.value}
-        taken = self.runs.admit(hook.workflow, input, run_id, trigger=trigger)
+        taken = self.runs.admit(StartRequest(hook.workflow, input, run_id, trigger))
         return {"run_id": taken.run.run_id, "workflow": hook.workflow, "delivery_id": did,
                 "status": taken.run.status.value, **taken.fields()}
 

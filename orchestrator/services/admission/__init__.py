@@ -13,6 +13,7 @@ a child run) goes through these stages, in this order:
 Each answers with one typed result (`result.Started`: the run and its `Outcome`)."""
 
 from orchestrator.services.admission.gate import Admission
+from orchestrator.services.admission.request import StartRequest
 from orchestrator.services.admission.result import Outcome, Started
 
-__all__ = ["Admission", "Outcome", "Started"]
+__all__ = ["Admission", "Outcome", "StartRequest", "Started"]

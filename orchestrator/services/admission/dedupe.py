@@ -1,4 +1,11 @@
-"""Idempotency-Key for `POST /runs`: the same key with the same body is the same run.
+"""The dedupe stage: a trigger's id names its run, so a repeat is the same trigger.
+
+Most trigger sources carry their id in the request (`run_id`: a caller's, or derived
+from an event's id, a webhook delivery's, a schedule fire's, a child's operation): the
+run row's conditional creation (launch.py), or a debounced burst's record of the
+trigger (debounce.py), tells a repeat apart. An Idempotency-Key is claimed here first:
+
+Idempotency-Key for `POST /runs`: the same key with the same body is the same run.
 
 The first request with a key stores (fingerprint of the body, run id) with a conditional
 put; every later request with the key reads that item. The same fingerprint gets the
@@ -12,12 +19,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from orchestrator.adapters.store.control import Control, idempotency_key
 from orchestrator.errors import Unprocessable, UsageError
+from orchestrator.services.admission.request import StartRequest
 
-__all__ = ["IdempotencyKeys", "fingerprint"]
+__all__ = ["IdempotencyKeys", "fingerprint", "resolve"]
 
 KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
 
@@ -52,3 +62,15 @@ class IdempotencyKeys:
                 f"(run {first_run}); use a new key for a new request",
             )
         return first_run, claim.first
+
+
+def resolve(req: StartRequest, keys: IdempotencyKeys, now: float,
+            new_id: Callable[[str, float], str]) -> StartRequest:
+    """The request with the run id its Idempotency-Key names (the first request's), and
+    the key in its trigger; as it is without a key."""
+    if req.idempotency_key is None:
+        return req
+    run_id, _ = keys.claim(req.idempotency_key, req.document,
+                           req.run_id or new_id(req.workflow, now), now)
+    trigger = {**(req.trigger or {"source": "api"}), "idempotency_key": req.idempotency_key}
+    return replace(req, run_id=run_id, trigger=trigger)

@@ -11,7 +11,7 @@ composed by table, so that a call site shows what it touches:
   claim carries; a wide join's count, kept in small items apart from its row
   (`join_counts.JoinCounts`);
 - `store.journal` (`journal.Journal`): a durable run's journal entries and run events;
-- `store.signals` (`signals.Signals`): a durable run's queued signals;
+- `store.signals` (`signals.SignalStore`): a durable run's queued signals;
 - `store.drivers` (`drivers.Drivers`): a durable run's driver rows and parallels;
 - `store.control` (`control.Control`): the control table's items (locks, throttles,
   schedules, idempotency keys, hooks, deliveries, event waits);
@@ -43,7 +43,7 @@ from orchestrator.adapters.store.join_counts import JoinCounts
 from orchestrator.adapters.store.journal import Journal
 from orchestrator.adapters.store.mutexes import MutexStore
 from orchestrator.adapters.store.run_rows import RunRows
-from orchestrator.adapters.store.signals import Signals
+from orchestrator.adapters.store.signals import SignalStore
 from orchestrator.adapters.store.state_cells import StateCells
 from orchestrator.adapters.store.step_rows import StepRows
 from orchestrator.adapters.store.step_stops import StepStops
@@ -79,7 +79,7 @@ class Store:
         self.runs = RunRows(dynamodb, names, **shared)
         self.steps = Steps(dynamodb, names, **shared)
         self.journal = Journal(dynamodb, names, **shared)
-        self.signals = Signals(dynamodb, names, **shared)
+        self.signals = SignalStore(dynamodb, names, **shared)
         self.drivers = Drivers(dynamodb, names, **shared)
         self.control = Control(dynamodb, names.control_table)
         self.approvals = ApprovalStore(self.control)

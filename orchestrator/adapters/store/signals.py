@@ -15,10 +15,10 @@ from orchestrator.adapters.store.tables import Tables, step_key
 from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 
-__all__ = ["Signals"]
+__all__ = ["SignalStore"]
 
 
-class Signals(Tables):
+class SignalStore(Tables):
     """Queue, take and give back a durable run's signals."""
 
     def queue_signal(self, run_id: str, name: str, payload: Any, signal_id: str,

@@ -73,6 +73,18 @@ def can_move(old: StepStatus, new: StepStatus) -> bool:
     return new in STEP_TRANSITIONS[old]
 
 
+class Released(StrEnum):
+    """How releasing a claimed row to wait went (a durable driver's, a gate's, a lock's
+    line): the wait is recorded and the lease let go (`OK`); something landed meanwhile,
+    look again, the lease is still yours (`POKED`); the run is being stopped, the lease is
+    still yours, end the row (`STOPPING`); or the lease is someone else's (`LOST`)."""
+
+    OK = "ok"
+    POKED = "poked"
+    STOPPING = "stopping"
+    LOST = "lost"
+
+
 @dataclass(frozen=True)
 class Move:
     """One guarded write of a row's status, as the store makes it: the statuses its

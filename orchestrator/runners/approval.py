@@ -22,6 +22,7 @@ from orchestrator.adapters.store.approvals import Gate
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import Waiting
 from orchestrator.engine.records import StepRecord
+from orchestrator.engine.states import Released
 from orchestrator.errors import ConditionFailed
 from orchestrator.runners.base import Attempt
 from orchestrator.runners.waits import park
@@ -62,7 +63,7 @@ class ApprovalSteps:
                 return
             waiting = Waiting(WaitKind.APPROVAL, name=row.step, until=gate.deadline,
                               since=gate.created_at)
-            if park(self.executor, row, pokes, waiting, now, tally) != "poked":
+            if park(self.executor, row, pokes, waiting, now, tally) is not Released.POKED:
                 return  # waiting; or stopping (given up); or the lease is someone else's
             fresh = self.store.steps.get_step(row.run_id, row.step)
             pokes = fresh.pokes if fresh is not None else pokes + 1

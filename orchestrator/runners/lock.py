@@ -12,6 +12,7 @@ from orchestrator.engine.attempts import Fail
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import LOCK_RECHECK, Waiting
 from orchestrator.engine.records import StepRecord
+from orchestrator.engine.states import Released
 from orchestrator.errors import OrchestratorError
 from orchestrator.expressions import ExpressionError, compile_template
 from orchestrator.runners.base import Attempt, Runner
@@ -75,7 +76,7 @@ def step_lock(executor: Executor, locks: Locks, row: StepRecord, ctx: RunContext
         parked = Waiting(WaitKind.LOCK, name=key, since=arrived, until=now + LOCK_RECHECK,
                          detail={"action": "acquire", "key": key})
         left = park(executor, row, pokes, parked, now, tally)
-        if left != "poked":
+        if left is not Released.POKED:
             return False
         fresh = executor.store.steps.get_step(row.run_id, row.step)
         pokes = fresh.pokes if fresh is not None else pokes + 1

@@ -9,25 +9,25 @@ from orchestrator.adapters.messages import Dispatch
 from orchestrator.engine.durable import Waiting
 from orchestrator.engine.durable_moves import release_of
 from orchestrator.engine.records import StepRecord
+from orchestrator.engine.states import Released
 from orchestrator.services.executor import Executor, Tally
 
 __all__ = ["park"]
 
 
 def park(executor: Executor, row: StepRecord, pokes: int, waiting: Waiting, now: float,
-         tally: Tally) -> str:
-    """Release the claimed `row` to wait for `waiting`: "ok"; "poked" (something landed
-    meanwhile: look again, the lease is still yours); "stopping" (the run is being
-    cancelled: the step was given up here); "lost" (the lease is someone else's)."""
+         tally: Tally) -> Released:
+    """Release the claimed `row` to wait for `waiting`; on `STOPPING` the step is given
+    up here."""
     store = executor.store
     out = release_of(waiting, now, redispatch_after=store.wake.redispatch_after)
     left = store.drivers.suspend_driver(
         row.run_id, row.lease_owner or "", row.attempt, pokes, waiting.to_json(),
         out.due, out.wake, now, step=row.step)
-    if left == "ok" and out.timer:
+    if left is Released.OK and out.timer:
         executor.queues.timer(Dispatch(run_id=row.run_id, step=row.step, attempt=row.attempt,
                                        due_at=out.due), now)
-    elif left == "stopping":
+    elif left is Released.STOPPING:
         gone = store.steps.abandon(row.run_id, row.step, row.attempt, row.lease_owner or "",
                                    "run stopped", now)
         if gone is not None and gone.counted:

@@ -19,6 +19,7 @@ from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
 from orchestrator.engine.durable import DRIVER, Waiting
 from orchestrator.engine.records import RunRecord
+from orchestrator.engine.states import Released
 from orchestrator.errors import Code, Conflict, NotFound, UsageError
 
 __all__ = ["DurableAdmin"]
@@ -111,7 +112,7 @@ class DurableAdmin:
         nxt = Waiting(WaitKind.NEXT, since=now).to_json()
         left = self.store.drivers.suspend_driver(run_id, owner, held.attempt, held.pokes, nxt,
                                                  now, now + self.store.wake.redispatch_after, now)
-        if left != "ok":  # a poke landed: the holder is still us; release plainly
+        if left is not Released.OK:  # a poke landed: the holder is still us; release plainly
             fresh = self.store.drivers.get_driver(run_id)
             if fresh is not None and fresh.lease_owner == owner:
                 self.store.drivers.suspend_driver(run_id, owner, fresh.attempt, fresh.pokes, nxt,

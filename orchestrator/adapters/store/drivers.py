@@ -20,7 +20,7 @@ from orchestrator.adapters.store.tables import (
 )
 from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.records import StepRecord
-from orchestrator.engine.states import STEP_MOVES, StepStatus
+from orchestrator.engine.states import STEP_MOVES, Released, StepStatus
 from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 
@@ -37,11 +37,9 @@ class Drivers(Tables):
 
     def suspend_driver(self, run_id: str, owner: str, attempt: int, pokes: int,
                        waiting: dict[str, Any], due_at: float | None, wake_at: float | None,
-                       now: float, *, reset_attempt: bool = False, step: str = DRIVER) -> str:
+                       now: float, *, reset_attempt: bool = False, step: str = DRIVER) -> Released:
         """Release the driver's lease, leaving what it waits for. Guarded by the lease
-        and by `pokes` (the count its holder saw): "ok", "poked" (a signal landed
-        meanwhile: look again, the lease is still yours), "stopping" (the run is being
-        cancelled: the lease is still yours, end the driver) or "lost"."""
+        and by `pokes` (the count its holder saw): how it went (`Released`)."""
         values: dict[str, Any] = {":o": {"S": owner}, ":n": num(attempt), ":p": num(pokes),
                                   ":w": {"S": dumps(waiting)}}
         # The driver's history keeps only its last wait (the journal holds the run's
@@ -87,9 +85,9 @@ class Drivers(Tables):
                     and int(item.get("attempt", {}).get("N", "0")) == attempt
                     and item.get("status", {}).get("S") == StepStatus.DISPATCHED)
             if not mine:
-                return "lost"
-            return "stopping" if "stopping" in item else "poked"
-        return "ok"
+                return Released.LOST
+            return Released.STOPPING if "stopping" in item else Released.POKED
+        return Released.OK
 
     def poke_driver(self, run_id: str, now: float, step: str = DRIVER) -> StepRecord | None:
         """Tell the driver to look again (a signal landed). Returns the row as poked if

@@ -48,6 +48,7 @@ from orchestrator.engine.durable import (
 from orchestrator.engine.durable import Fail as WorkflowFail
 from orchestrator.engine.durable_moves import idle_calls, look_for, over_cap, release_of, stands
 from orchestrator.engine.records import StepRecord
+from orchestrator.engine.states import Released
 from orchestrator.runners.base import Attempt
 from orchestrator.runners.durable.branches import Branches
 from orchestrator.runners.durable.calls import STOP_CHECK_EVERY, Calls, Target
@@ -152,7 +153,7 @@ class Durable:
                     if waiting.kind is WaitKind.LOCK:  # still in line: look again later
                         waiting = replace(waiting, until=now + LOCK_RECHECK)
                     left = self._suspend(row, pokes, waiting, now, tally)
-                    if left != "poked":
+                    if left is not Released.POKED:
                         return
                     fresh = self.store.drivers.get_driver(run_id, row.step)
                     pokes = fresh.pokes if fresh is not None else pokes + 1
@@ -259,30 +260,30 @@ class Durable:
         return replace(row, lease_until=until)
 
     def _suspend(self, row: StepRecord, pokes: int, waiting: Waiting, now: float,
-                 tally: Tally, *, send: bool = False, settle: bool = False) -> str:
+                 tally: Tally, *, send: bool = False, settle: bool = False) -> Released:
         """Release the run to wait; a timer message if its wait ends within reach.
         `settle`: a poke that landed meanwhile does not keep the lease (the caller has
         nothing to look at again: the run goes to the queue or is paused)."""
         for _ in range(8 if settle else 1):
             left = self._release(row, pokes, waiting, now, tally, send=send)
-            if left != "poked" or not settle:
+            if left is not Released.POKED or not settle:
                 return left
             fresh = self.store.drivers.get_driver(row.run_id, row.step)
             pokes = fresh.pokes if fresh is not None else pokes + 1
         return left
 
     def _release(self, row: StepRecord, pokes: int, waiting: Waiting, now: float,
-                 tally: Tally, *, send: bool = False) -> str:
+                 tally: Tally, *, send: bool = False) -> Released:
         out = release_of(waiting, now, redispatch_after=self.executor.store.wake.redispatch_after,
                               send=send)
         left = self.store.drivers.suspend_driver(
             row.run_id, row.lease_owner or "", row.attempt, pokes, waiting.to_json(), out.due,
             out.wake, now, reset_attempt=row.attempt > 1, step=row.step)
-        if left == "stopping":
+        if left is Released.STOPPING:
             # The run is being cancelled and the lease is still ours: end the driver.
             self._give_up(row, tally, now)
             return left
-        if left == "ok" and out.due is not None and (out.dispatch or out.timer):
+        if left is Released.OK and out.due is not None and (out.dispatch or out.timer):
             attempt = 1 if row.attempt > 1 else row.attempt
             msg = Dispatch(run_id=row.run_id, step=row.step, attempt=attempt,
                            due_at=None if out.dispatch else out.due)

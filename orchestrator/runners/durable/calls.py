@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from functions.sdk.protocol import DurableOp, EndOp, RecordOp, RetryOp, WaitKind
+from functions.sdk.protocol.durable import DurableRequestBody, DurableRun
 from orchestrator import telemetry
 from orchestrator.adapters.invoker import Call, Invoker, Result, StreamCut
 from orchestrator.adapters.store import Store
@@ -76,21 +77,24 @@ class Calls:
 
     def _body(self, row: StepRecord, ctx: RunContext, view: JournalView,
               attempts: dict[str, int]) -> dict[str, Any]:
+        """The call's body: the protocol's request (functions/sdk/protocol/durable.py,
+        validated as the SDK will read it), with the journal's entries as committed."""
         scope = scope_of(row.step)
-        body: dict[str, Any] = {
-            "run": {"run_id": row.run_id, "workflow": ctx.served,
-                    "started_at": ctx.started_at, "now": self.clock(), "attempt": row.attempt,
-                    "subject": ctx.subject, "max_value": self.settings.output_hard_cap},
-            "input": ctx.input,
-            "journal": [self._shown(row.run_id, e) for e in view.entries
-                        if in_view(str(e.get("scope", "")), scope)],
-            "target": scope,
-            "attempts": attempts,
-        }
-        if self.settings.durable_protocol >= 2:
-            body["protocol"] = self.settings.durable_protocol
-            # The call starts no step body past this (an HTTP timeout ends it later).
-            body["budget"] = max(0.5, row.timeout * CALL_BUDGET)
+        v2 = self.settings.durable_protocol >= 2
+        request = DurableRequestBody(
+            run=DurableRun(run_id=row.run_id, workflow=ctx.served, started_at=ctx.started_at,
+                           now=self.clock(), attempt=row.attempt, subject=ctx.subject,
+                           max_value=self.settings.output_hard_cap),
+            input=ctx.input, target=scope, attempts=attempts)
+        if v2:
+            request.protocol = self.settings.durable_protocol
+            # The call starts no step body past its budget (an HTTP timeout ends it later).
+            request.budget = max(0.5, row.timeout * CALL_BUDGET)
+        body = request.model_dump(mode="json", exclude_unset=True)
+        # The entries as committed (each was a protocol entry when it was recorded): not
+        # validated again on every call, which would cost a long run's replay dearly.
+        body["journal"] = [self._shown(row.run_id, e) for e in view.entries
+                           if in_view(str(e.get("scope", "")), scope)]
         return body
 
     def call(self, row: StepRecord, ctx: RunContext, target: Target, view: JournalView,

@@ -7,7 +7,7 @@ wants `Authorization: Bearer <key>` (keys from `orchestrator keys create`), unle
 ORCH_API_AUTH=off.
 
 This module holds the route table, the bearer-key check and the error answers; the
-handlers are module-level functions per resource (runs.py, durable.py, workflows.py,
+handlers are module-level functions per resource (runs.py, durable_runs.py, workflows.py,
 triggers.py), which reach the Runtime through the app's state (state.py)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from orchestrator import __version__, telemetry
-from orchestrator.api import approvals, cells, durable, runs, triggers, ui, workflows
+from orchestrator.api import approvals, cells, durable_runs, runs, triggers, ui, workflows
 from orchestrator.api.openapi import openapi_document
 from orchestrator.api.requests import MAX_BODY, TooLarge, error
 from orchestrator.api.state import ApiState, api_state
@@ -147,14 +147,14 @@ def _routes() -> list[BaseRoute]:
         _route("/runs/{run_id}/events", runs.add_run_event, "POST"),
         _route("/runs/{run_id}/cancel", runs.cancel_run, "POST"),
         _route("/runs/{run_id}/rerun", runs.rerun_run, "POST"),
-        _route("/runs/{run_id}/signals/{name}", durable.send_signal, "POST"),
-        _route("/runs/{run_id}/resume", durable.resume_run, "POST"),
-        _route("/runs/{run_id}/children", durable.children, "GET"),
-        _route("/runs/{run_id}/journal", durable.journal, "GET"),
-        _route("/runs/{run_id}/parent", durable.parent, "GET"),
-        _route("/hooks", durable.create_hook, "POST"),
-        _route("/hooks/{token}", durable.execute_hook, "POST"),
-        _route("/runs/{run_id}/reset", durable.reset_run, "POST"),
+        _route("/runs/{run_id}/signals/{name}", durable_runs.send_signal, "POST"),
+        _route("/runs/{run_id}/resume", durable_runs.resume_run, "POST"),
+        _route("/runs/{run_id}/children", durable_runs.children, "GET"),
+        _route("/runs/{run_id}/journal", durable_runs.journal, "GET"),
+        _route("/runs/{run_id}/parent", durable_runs.parent, "GET"),
+        _route("/hooks", durable_runs.create_hook, "POST"),
+        _route("/hooks/{token}", durable_runs.execute_hook, "POST"),
+        _route("/runs/{run_id}/reset", durable_runs.reset_run, "POST"),
         _route("/runs/{run_id}/approvals/{step}", approvals.answer, "POST"),
         _route("/runs/{run_id}/approvals/{step}", approvals.get_approval, "GET"),
         _route("/approvals", approvals.inbox, "GET"),

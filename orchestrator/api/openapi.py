@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document of the orchestrator's HTTP API (served at `/openapi.json`).
 
-Each resource declares its paths beside its handlers (runs.py, durable.py, workflows.py,
+Each resource declares its paths beside its handlers (runs.py, durable_runs.py, workflows.py,
 triggers.py, built with operations.py); this module puts them together with the shared
 components. Request bodies are the pydantic models the handlers validate with (models.py),
 and every limit quoted comes from the module that enforces it (requests, services.runs,
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.api import approvals, cells, durable, runs, triggers, workflows
+from orchestrator.api import approvals, cells, durable_runs, runs, triggers, workflows
 from orchestrator.api.models import (
     AnswerApproval,
     CancelRun,
@@ -123,7 +123,7 @@ def _meta_paths() -> dict[str, Schema]:
 def _paths(retention: float) -> dict[str, Schema]:
     """Every resource's paths, each declared beside its handlers, in this order."""
     out: dict[str, Schema] = {}
-    for part in (runs.paths(retention), durable.paths(), approvals.paths(), cells.paths(),
+    for part in (runs.paths(retention), durable_runs.paths(), approvals.paths(), cells.paths(),
                  workflows.paths(), triggers.paths(), _meta_paths()):
         for path, item in part.items():
             if path in out:

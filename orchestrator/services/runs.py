@@ -230,13 +230,25 @@ class RunService:
         # `reset` replays part of a run instead).
         definition = old.definition.reusing(
             {} if old.definition.durable is not None else
-            {s.step: run_id for s in steps if s.status is StepStatus.SUCCESS}
+            {s.step: run_id for s in steps
+             if s.status is StepStatus.SUCCESS and not self._rejected(old, s.step)}
         )
         new_input = old.input if input is _KEEP else input
         started = self.admit(StartRequest(
             old.workflow, new_input, new_run_id, {"source": "rerun", "run_id": run_id},
             definition=definition, rerun_of=run_id, kept_input=input is _KEEP))
         return started.run, started.created
+
+
+    def _rejected(self, run: RunRecord, step: str) -> bool:
+        """Whether `step` is an approval gate that was rejected: it ended its step (with
+        `approved: false`) but stopped the run, so a rerun asks again rather than reuse
+        the rejection (one read, for a gate step only)."""
+        spec = run.definition.specs.get(step)
+        if spec is None or spec.approval is None:
+            return False
+        gate = self.store.approvals.get(run.run_id, step)
+        return gate is not None and gate.status == "rejected"
 
 
 # Same-instant history entries read best in this order.

@@ -14,7 +14,10 @@ composed by table, so that a call site shows what it touches:
 - `store.signals` (`signals.Signals`): a durable run's queued signals;
 - `store.drivers` (`drivers.Drivers`): a durable run's driver rows and parallels;
 - `store.control` (`control.Control`): the control table's items (locks, throttles,
-  schedules, idempotency keys, hooks, deliveries, event waits);
+  schedules, idempotency keys, hooks, deliveries, event waits): the generic reads and
+  writes (`control_table.ControlTable`) with the named writes of each item kind
+  (`throttles`, `concurrency_locks`, `schedules`, `sweep_shards`, `hook_spends`); the
+  table's keys and codecs are `control_keys`;
 - `store.approvals` (`approvals.ApprovalStore`): approval gates and the inbox, in the
   control table;
 - `store.state` (`state_cells.StateCells`): durable state cells, in the control table;

@@ -45,7 +45,7 @@ from orchestrator.engine.records import StepRecord
 __all__ = ["CHUNK", "COUNTS", "WIDE_JOIN", "JoinCounts", "count_items"]
 
 # A join with at least this many dependencies is counted apart from its row (and a
-# worker folds its completions: services/executor.FOLD_FROM is this).
+# worker folds its completions: services/promotions.FOLD_FROM is this).
 WIDE_JOIN = 8
 # Places per chunk item: 200 numbers of 1 to 3 digits are 500 bytes, which leaves room
 # under 1 KB for the longest run id and step name (about 150 and 128 bytes).

@@ -4,7 +4,7 @@ because its run is stopping: a final failure (with its run's stop instant, under
 steps it still waits for, and an attempt given up at its start check.
 
 Each write names its move in `engine.states.STEP_MOVES`, as the other step writes do
-(step_writes.py)."""
+(step_writes.py, step_promotions.py, step_outcomes.py)."""
 
 from __future__ import annotations
 

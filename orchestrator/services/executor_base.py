@@ -25,6 +25,8 @@ def _no_release(run: RunRecord) -> None:
 
 @dataclass(frozen=True)
 class ExecutorBase:
+    """The ports and settings every part of the executor acts through."""
+
     store: Store
     queues: Queues
     blobs: Blobs

@@ -28,6 +28,8 @@ Fold = Callable[[str, str, str, int], None]
 
 
 class Promotions(ExecutorBase):
+    """A success's dependants counted, promoted and dispatched."""
+
     def promote_slice(self, msg: Promote, ctx: RunContext, fold: Fold | None) -> None:
         """Promote one slice of a wide fan-out's dependants (a Promote message). The
         row decides: a step that is not a success, or that landed in a stopping run,

@@ -31,6 +31,8 @@ FINISH_TRIES = 3
 
 
 class RunFinishes(ExecutorBase):
+    """Counting a run's terminal steps and finishing it."""
+
     def end_with(self, done: StepRecord, ctx: RunContext) -> bool:
         """Finish a run whose one sink just succeeded (ctx.ends_with): every other step
         has, so no count, read or query is needed, only the finish, guarded by the run

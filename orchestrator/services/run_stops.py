@@ -20,6 +20,8 @@ __all__ = ["RunStops"]
 
 
 class RunStops(RunFinishes):
+    """Skipping a branch, halting, killing and stopping a run."""
+
     def skip_branch(self, run_id: str, cmd: SkipBranch, tally: Tally,
                     ctx: RunContext | None = None) -> None:
         """continue-independent: skip the branch below a failure, nothing else."""

@@ -21,6 +21,8 @@ class WaitingRun:
 
 
 class ConcurrencyLocks(ControlTable):
+    """A concurrency group's lock and its waiting line."""
+
     def lock_holder(self, pk: Pk, now: float) -> str | None:
         """The run holding a concurrency group's lock (None: it is free)."""
         item = self.get(pk, now=now)

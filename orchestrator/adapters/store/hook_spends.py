@@ -13,6 +13,8 @@ __all__ = ["HookSpends"]
 
 
 class HookSpends(ControlTable):
+    """The write that spends a hook."""
+
     def use_hook(self, pk: Pk, digest: str, now: float) -> dict[str, Any]:
         """The write that spends a hook (`used`: the digest of the request that did),
         guarded on its being unspent, as one item of a transaction: the hook is spent

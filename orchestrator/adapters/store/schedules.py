@@ -37,6 +37,8 @@ def _schedule(item: Item) -> Schedule:
 
 
 class Schedules(ControlTable):
+    """A schedule's cursor: read, set up, advanced once per tick, paused and resumed."""
+
     def schedule(self, pk: Pk, now: float) -> Schedule | None:
         """A schedule's cursor (None: not set up yet)."""
         item = self.get(pk, now=now)

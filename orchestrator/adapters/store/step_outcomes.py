@@ -12,10 +12,7 @@ from typing import Any
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.metering import carry, summed
 from orchestrator.adapters.store.codec import history_entry, num, step_to_item
-from orchestrator.adapters.store.step_writes import (
-    StepWrites,
-    skip_doc,
-)
+from orchestrator.adapters.store.step_writes import StepWrites
 from orchestrator.adapters.store.tables import (
     history_clause,
     short_error,
@@ -24,12 +21,20 @@ from orchestrator.adapters.store.tables import (
 )
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import STEP_MOVES, StepStatus
+from orchestrator.errors import Code
 from orchestrator.strict_json import dumps
 
 __all__ = ["StepOutcomes"]
 
 
+def skip_doc(reason: str) -> dict[str, Any]:
+    """What a step skipped by its condition shows where a failure shows its error."""
+    return {"code": Code.CONDITION_FALSE.value, "message": reason}
+
+
 class StepOutcomes(StepWrites):
+    """The writes that end an attempt with its answer: a success or a retry."""
+
     def record_success(
         self,
         run_id: str,

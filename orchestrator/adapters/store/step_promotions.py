@@ -14,12 +14,7 @@ from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import history_entry, num, step_from_item, step_to_item
-from orchestrator.adapters.store.step_writes import (
-    PLANNED_ATTRS,
-    Lease,
-    StepWrites,
-    creating,
-)
+from orchestrator.adapters.store.step_writes import PLANNED_ATTRS, Lease, StepWrites, creating
 from orchestrator.adapters.store.tables import (
     Item,
     history_clause,
@@ -48,6 +43,8 @@ def _returns(lease: Lease | None) -> str:
 
 
 class StepPromotions(StepWrites):
+    """The writes that move a step from blocked to ready once its dependencies succeeded."""
+
     def _promotion(
         self, lease: Lease | None, now: float, ready_at: float | None = None,
         plan: StepRecord | None = None,

@@ -34,14 +34,9 @@ from orchestrator.adapters.store.tables import (
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import STEP_MOVES, Move, StepStatus
 from orchestrator.engine.wakes import resend_wake
-from orchestrator.errors import Code, ConditionFailed
+from orchestrator.errors import ConditionFailed
 
-__all__ = ["PLANNED_ATTRS", "Lease", "StepWrites", "attempt_guard", "creating", "skip_doc"]
-
-
-def skip_doc(reason: str) -> dict[str, Any]:
-    """What a step skipped by its condition shows where a failure shows its error."""
-    return {"code": Code.CONDITION_FALSE.value, "message": reason}
+__all__ = ["PLANNED_ATTRS", "Lease", "StepWrites", "attempt_guard", "creating"]
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ __all__ = ["SweepShards"]
 
 
 class SweepShards(ControlTable):
+    """The wake shards' holds and cursors, and the full sweep's turn."""
+
     def take_shard(
         self, shard: int, owner: str, until: float, now: float
     ) -> tuple[float, float] | None:

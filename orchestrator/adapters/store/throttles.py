@@ -14,6 +14,8 @@ __all__ = ["Throttles"]
 
 
 class Throttles(ControlTable):
+    """A throttle budget read, and moved under a guard on the time it was read at."""
+
     def throttle_tat(self, pk: Pk, now: float) -> float | None:
         """A throttle budget's theoretical arrival time (None: no live budget yet)."""
         item = self.get(pk, now=now)

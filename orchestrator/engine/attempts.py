@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code, error_doc
-from orchestrator.manifest.workflows import retry_delay
+from orchestrator.manifest.retries import retry_delay
 from orchestrator.strict_json import dumps
 
 __all__ = [

@@ -15,7 +15,7 @@ from typing import Any
 
 from functions.sdk.protocol import DURABLE_PREFIX
 from orchestrator.engine.policies import GroupPolicy, OnFailure, ThrottlePolicy
-from orchestrator.manifest.workflows import topological_order
+from orchestrator.manifest.graph import topological_order
 
 __all__ = ["CALL_RETRIES", "DRIVER", "DURABLE_PREFIX", "Definition", "Gate", "StepSpec", "Throttle",
            "Trigger"]

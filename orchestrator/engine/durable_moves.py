@@ -14,7 +14,9 @@ from enum import StrEnum
 from typing import Any
 
 from functions.sdk.protocol import WaitKind
-from orchestrator.engine.durable import Continue, JournalView, Next, Waiting
+from orchestrator.engine.durable import Continue, Next
+from orchestrator.engine.durable_scopes import JournalView
+from orchestrator.engine.durable_waits import Waiting
 from orchestrator.errors import Code, error_doc
 
 __all__ = [

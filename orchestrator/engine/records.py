@@ -56,7 +56,7 @@ class StepRecord:
     # how often its dispatch was sent again.
     wake_at: float | None = None
     resends: int = 0
-    # A durable run's driver (engine/durable.py): what it waits for while nobody holds
+    # A durable run's driver (engine/durable_waits.py): what it waits for while nobody holds
     # it, and how often it was poked (a signal landed: look again).
     waiting: dict[str, Any] | None = None
     pokes: int = 0

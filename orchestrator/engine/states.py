@@ -116,8 +116,8 @@ def _run(name: str, sources: set[RunStatus], target: RunStatus | None = None) ->
 
 
 B, RD, D = S.BLOCKED, S.READY, S.DISPATCHED
-# Every guarded write of a step row (adapters/store/step_writes.py and journal.py name
-# their move).
+# Every guarded write of a step row (adapters/store/step_writes.py and the step_* modules
+# beside it, and journal.py, name their move).
 STEP_MOVES = {
     m.name: m
     for m in (

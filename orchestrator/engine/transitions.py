@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from orchestrator.engine.commands import Finish, HaltRun, SkipBranch, SkipStep, StopInFlight
-from orchestrator.engine.durable import is_driver
+from orchestrator.engine.durable_scopes import is_driver
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus

@@ -40,6 +40,8 @@ from orchestrator.manifest.fields import (
     checks_deferred,
     did_you_mean,
 )
+from orchestrator.manifest.graph import condition_problems, graph_problems
+from orchestrator.manifest.retries import RetryPolicy
 from orchestrator.manifest.triggers import (
     EVENT_PATTERN,
     KEY_NAMES,
@@ -57,12 +59,9 @@ from orchestrator.manifest.triggers import (
 from orchestrator.manifest.workflows import (
     RESERVED_PAYLOAD_KEYS,
     ForEach,
-    RetryPolicy,
     Step,
     Workflow,
     backend_problems,
-    condition_problems,
-    graph_problems,
 )
 from orchestrator.manifest.yamlsafe import dotted
 

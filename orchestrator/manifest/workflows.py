@@ -1,7 +1,7 @@
 """The DAG half of the manifest: a `Workflow` of `Step`s (each one POST to a backend
-route, with its `RetryPolicy`), its optional `ForEach` fan-out, and the graph and
-backend-reference checks (`graph_problems`, `backend_problems`) that the models and the
-loader share.
+route, with its `RetryPolicy`: retries.py), its optional `ForEach` fan-out, and the
+backend-reference check (`backend_problems`) that the models and the loader share; the
+graph's checks are graph.py's.
 
 A `Workflow` checks its own graph (known dependencies, no self-dependency, no cycle), so
 every instance, including one read back with `Workflow.from_json`, is a valid DAG. What
@@ -10,7 +10,6 @@ in `triggers`."""
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal, Self
 
@@ -34,6 +33,8 @@ from orchestrator.manifest.fields import (
     checks_deferred,
     did_you_mean,
 )
+from orchestrator.manifest.graph import condition_problems, graph_problems, topological_order
+from orchestrator.manifest.retries import RetryPolicy
 from orchestrator.manifest.triggers import (
     Concurrency,
     ConcurrencyGroup,
@@ -53,12 +54,9 @@ __all__ = [
     "Debounce",
     "FanOut",
     "ForEach",
-    "RetryPolicy",
     "Step",
     "Workflow",
     "backend_problems",
-    "condition_problems",
-    "graph_problems",
 ]
 
 
@@ -84,70 +82,6 @@ def _route(value: str) -> str:
 
 Route = Annotated[str, AfterValidator(_route)]
 PayloadKey = Annotated[str, AfterValidator(_payload_key)]
-
-
-def retry_delay(strategy: str, delay: float, max_delay: float, retry: int) -> float:
-    """The one backoff formula: seconds before retry number `retry` (1 = the first).
-    linear: delay * retry; exponential: delay * 2^(retry-1); both capped at max_delay.
-    (The engine spreads it with jitter: engine.attempts.backoff.)"""
-    if strategy == "exponential":
-        wait = delay * 2.0 ** min(max(0, retry - 1), 64)
-    else:
-        wait = delay * max(1, retry)
-    return min(wait, max_delay)
-
-
-def topological_order(deps: Mapping[str, Sequence[str]]) -> list[str]:
-    """The one topological sort: every step after its dependencies, ties in declaration
-    (mapping) order. Raises ValueError on a cycle or an unknown dependency."""
-    index = {name: i for i, name in enumerate(deps)}
-    names = list(deps)
-    unmet = {name: len(set(ds)) for name, ds in deps.items()}
-    dependants: dict[str, list[str]] = {name: [] for name in deps}
-    for name, ds in deps.items():
-        for dep in dict.fromkeys(ds):
-            if dep not in dependants:
-                raise ValueError(f"step {name!r} depends on unknown step {dep!r}")
-            dependants[dep].append(name)
-    ready = [index[name] for name, count in unmet.items() if count == 0]
-    heapq.heapify(ready)
-    order: list[str] = []
-    while ready:
-        name = names[heapq.heappop(ready)]
-        order.append(name)
-        for child in dependants[name]:
-            unmet[child] -= 1
-            if unmet[child] == 0:
-                heapq.heappush(ready, index[child])
-    if len(order) != len(names):
-        raise ValueError("the workflow has a dependency cycle")
-    return order
-
-
-class RetryPolicy(ManifestModel):
-    """How often a step's call is retried and how long to wait in between.
-
-    `max` and `strategy` follow the reference semantics; `delay` (the base wait) and
-    `maxDelay` (the cap) are our extension so the backoff is explicit."""
-
-    max: int = Field(default=3, ge=0, le=100, strict=True)
-    strategy: Literal["linear", "exponential"] = "linear"
-    delay: Duration = 1.0
-    max_delay: Duration = 300.0
-
-    @model_validator(mode="after")
-    def _check_cap(self) -> Self:
-        if self.max_delay < self.delay:
-            raise ValueError(
-                f"maxDelay ({self.max_delay:g}s) is shorter than delay ({self.delay:g}s)"
-            )
-        return self
-
-    def delay_before(self, retry: int) -> float:
-        """Seconds to wait before retry number `retry` (1 = the first retry)."""
-        if retry < 1:
-            raise ValueError(f"retry number must be >= 1, got {retry}")
-        return retry_delay(self.strategy, self.delay, self.max_delay, retry)
 
 
 def _condition_syntax(value: str) -> str:
@@ -400,106 +334,6 @@ class Workflow(ManifestModel):
     def from_json(cls, text: str | bytes) -> Workflow:
         """Read back `to_json` output (all checks run again)."""
         return cls.model_validate_json(text)
-
-
-def graph_problems(deps: Mapping[str, Sequence[str]]) -> list[tuple[YamlPath, str]]:
-    """Problems in a step graph given as step -> dependencies, each with its path
-    relative to the workflow: duplicates, self-dependencies, unknown steps, cycles."""
-    problems: list[tuple[YamlPath, str]] = []
-    names = list(deps)
-    for step, wanted in deps.items():
-        seen: set[str] = set()
-        for i, dep in enumerate(wanted):
-            at: YamlPath = ("steps", step, "dependsOn", i)
-            if dep in seen:
-                problems.append((at, f"step {step!r} lists {dep!r} more than once"))
-            elif dep == step:
-                problems.append((at, f"step {step!r} depends on itself"))
-            elif dep not in deps:
-                others = [n for n in names if n != step]
-                problems.append(
-                    (
-                        at,
-                        f"step {step!r} depends on unknown step {dep!r}{did_you_mean(dep, others)}",
-                    )
-                )
-            seen.add(dep)
-    for cycle in _cycles(deps):
-        problems.append(
-            (("steps", cycle[0], "dependsOn"), f"dependency cycle: {' -> '.join(cycle)}")
-        )
-    return problems
-
-
-def ancestors(deps: Mapping[str, Sequence[str]], step: str) -> set[str]:
-    """Every step `step` comes after, transitively through `dependsOn`."""
-    seen: set[str] = set()
-    todo = list(deps.get(step, ()))
-    while todo:
-        dep = todo.pop()
-        if dep not in seen and dep in deps:
-            seen.add(dep)
-            todo.extend(deps[dep])
-    return seen
-
-
-def condition_problems(deps: Mapping[str, Sequence[str]], conditions: Mapping[str, str],
-                       field: str = "if") -> list[tuple[YamlPath, str]]:
-    """Conditions (`if:`) that read a step which is not an ancestor of theirs: its
-    output would not exist when the condition is evaluated. Run on a sound graph."""
-    problems: list[tuple[YamlPath, str]] = []
-    for step, source in conditions.items():
-        at: YamlPath = ("steps", step, *field.split("."))
-        try:
-            compile_condition(source, None)
-        except ExpressionError:
-            continue  # the step's own field reports it
-        try:
-            cond = compile_condition(source, list(deps))
-        except ExpressionError as err:
-            problems.append((at, str(err)))
-            continue
-        above = ancestors(deps, step)
-        for written, name in cond.refs.items():
-            if name not in above:
-                problems.append((at, f"steps.{written} reads step {name!r}, which is not an "
-                                 f"ancestor of {step!r} (add it to dependsOn, directly or "
-                                 "through a step that depends on it)"))
-    return problems
-
-
-def _cycles(deps: Mapping[str, Sequence[str]]) -> list[list[str]]:
-    """Cycles found by a depth-first walk in run order (a -> b: b depends on a),
-    one per back edge, ignoring self-loops and unknown steps."""
-    children: dict[str, list[str]] = {name: [] for name in deps}
-    for name, wanted in deps.items():
-        for dep in dict.fromkeys(wanted):
-            if dep != name and dep in children:
-                children[dep].append(name)
-    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
-    found: list[list[str]] = []
-    seen_sets: set[frozenset[str]] = set()
-    for start in deps:
-        if start in state:
-            continue
-        path = [start]
-        stack = [iter(children[start])]
-        state[start] = 1
-        while stack:
-            child = next(stack[-1], None)
-            if child is None:
-                state[path.pop()] = 2
-                stack.pop()
-            elif state.get(child) == 1:
-                cycle = [*path[path.index(child) :], child]
-                if frozenset(cycle) not in seen_sets:
-                    seen_sets.add(frozenset(cycle))
-                    found.append(cycle)
-            elif child not in state:
-                state[child] = 1
-                path.append(child)
-                stack.append(iter(children[child]))
-    return found
 
 
 def backend_problems(workflow: Any, backends: Sequence[str]) -> list[tuple[YamlPath, str]]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from orchestrator.adapters.store.control import Control, apikey_key, doc_of
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import apikey_key, doc_of
 
 __all__ = ["ApiKeys", "hash_key"]
 

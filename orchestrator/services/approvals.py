@@ -24,7 +24,7 @@ from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.approvals import Gate
-from orchestrator.engine.durable import Waiting
+from orchestrator.engine.durable_waits import Waiting
 from orchestrator.errors import Code, ConditionFailed, Conflict, Forbidden, NotFound, UsageError
 from orchestrator.services.executor import Executor
 from orchestrator.services.hooks import Hooks

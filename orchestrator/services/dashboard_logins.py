@@ -11,7 +11,8 @@ import hashlib
 import secrets
 
 from orchestrator.adapters.store.codec import num
-from orchestrator.adapters.store.control import Control, login_key
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import login_key
 from orchestrator.services.apikeys import ApiKeys
 
 __all__ = ["DashboardLogins"]

@@ -13,7 +13,7 @@ consistent on AWS, and the race would pass on the emulator and fail in productio
 An event with subject K is written under K and `*`; one without a subject under `` and
 `*`. A wait for subject S registers under S and `` (an event without a subject matches
 every wait); a wait for any subject registers under `*`. Each matching pair meets in
-one partition (its keys are built in adapters/store/control.py). The event side pokes
+one partition (its keys are built in adapters/store/control_keys.py). The event side pokes
 each waiting run it finds; the run's worker picks the earliest event in the wait's
 window (from the start of the operation before the wait, less its lookback) and records
 it: first resolution wins, a later event or the timeout changes nothing."""
@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.adapters.store.control import (
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import (
     EVENT_WAITS_FROM,
-    Control,
     Sk,
     doc_of,
     event_wait_event,
@@ -36,7 +36,9 @@ from orchestrator.adapters.store.control import (
     sk_of,
     wait_event_keys,
 )
-from orchestrator.engine.durable import DRIVER, Waiting, row_of
+from orchestrator.engine.durable import DRIVER
+from orchestrator.engine.durable_scopes import row_of
+from orchestrator.engine.durable_waits import Waiting
 
 __all__ = ["EventWaits"]
 

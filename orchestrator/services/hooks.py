@@ -28,13 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.store import Store
-from orchestrator.adapters.store.control import (
-    HOOK_SECRET,
-    Control,
-    doc_of,
-    hook_key,
-    hook_used,
-)
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import HOOK_SECRET, doc_of, hook_key, hook_used
 from orchestrator.errors import Code, Conflict, NotFound, OrchestratorError, UsageError
 from orchestrator.services.signals import Signals
 from orchestrator.services.values import check_value, checked_name

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.store import Store
-from orchestrator.engine.durable import Waiting, wait_entry
+from orchestrator.engine.durable_waits import Waiting, wait_entry
 from orchestrator.errors import Code, ConditionFailed, NotFound, StoreError, UsageError
 from orchestrator.services.values import check_value, checked_name
 

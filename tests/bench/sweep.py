@@ -28,9 +28,9 @@ from infra.emulator import Emulator  # noqa: E402
 from infra.stack import deploy_data_stack  # noqa: E402
 from orchestrator.adapters.aws import make_clients  # noqa: E402
 from orchestrator.adapters.store import Lease  # noqa: E402
+from orchestrator.engine.context import RunContext  # noqa: E402
 from orchestrator.manifest.loader import manifest_from_text  # noqa: E402
 from orchestrator.runtime import Runtime  # noqa: E402
-from orchestrator.services.executor import RunContext  # noqa: E402
 from orchestrator.settings import Settings  # noqa: E402
 from tests.bench.run import RequestCounter  # noqa: E402
 

@@ -48,7 +48,7 @@ from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RUN_TRANSITIONS, STEP_TRANSITIONS, RunStatus, StepStatus
 from orchestrator.errors import Code
-from orchestrator.manifest.workflows import retry_delay
+from orchestrator.manifest.retries import retry_delay
 from tests.chaos.coordination_checks import CoordinationChecks
 from tests.chaos.durable_checks import DurableChecks
 from tests.chaos.figures import durable_figures, figures

@@ -81,7 +81,8 @@ class CallInfo:
 
 def _kind(params: dict[str, Any]) -> str:
     """Which step write an UpdateItem is, from its expressions (see
-    orchestrator/adapters/store/step_writes.py). Unknown ones are just 'write'."""
+    orchestrator/adapters/store/step_writes.py and the step_* modules beside it). Unknown
+    ones are just 'write'."""
     update = str(params.get("UpdateExpression", ""))
     if "lease_owner = :o" in update:
         return "claim"

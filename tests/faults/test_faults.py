@@ -20,11 +20,11 @@ import pytest
 
 from orchestrator.adapters.queue import Dispatch
 from orchestrator.adapters.store import Lease
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.definition import Definition
 from orchestrator.engine.plan import unwritten
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RunStatus, StepStatus
-from orchestrator.services.executor import RunContext
 from tests.support.harness import claim_step, steps_of
 from tests.support.testfns import Recorder
 

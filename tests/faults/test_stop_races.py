@@ -19,11 +19,12 @@ from orchestrator.adapters.aws import make_clients
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.store import Lease
 from orchestrator.engine.attempts import Retry
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.transitions import after_failure
 from orchestrator.runtime import Runtime
-from orchestrator.services.executor import RunContext, Tally
+from orchestrator.services.tally import Tally
 from orchestrator.sweeper import SweepReport
 from tests.support.harness import Harness, claim_step, steps_of
 from tests.support.testfns import Recorder

@@ -24,7 +24,7 @@ import pytest
 from functions.examples import monthly_report
 from functions.examples.durable.store import Log
 from functions.sdk.serving import BackgroundServer
-from orchestrator.adapters.store.control import mutex_key
+from orchestrator.adapters.store.control_keys import mutex_key
 from tests.support.harness import BuildHarness, Harness
 
 ROOT = Path(__file__).resolve().parents[2]

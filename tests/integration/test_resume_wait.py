@@ -20,8 +20,9 @@ import pytest
 
 from infra.emulator import Emulator
 from orchestrator.adapters.store.step_writes import Lease
-from orchestrator.engine.durable import DRIVER, Waiting
+from orchestrator.engine.durable import DRIVER
 from orchestrator.engine.durable_moves import release_of
+from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code, Conflict
 from orchestrator.services.durable_admin import HOLD_RETRY, HOLD_WAIT, DurableAdmin
@@ -50,7 +51,7 @@ def paused_run(env: WorkflowEnv) -> str:
     env.run_until_idle()
     assert env.view(run_id)["waiting"]["kind"] == "signal"
     # The clock stands still: the driver's next claims carry its first claim's time, and
-    # are still known not to be its first (engine.durable.first_holder), so each call is
+    # are still known not to be its first (engine.durable_scopes.first_holder), so each call is
     # given the journal and no step's body runs again (assert_finishes_after_the_fix).
     LEDGER.version[run_id] = 2  # the deploy
     env.send_signal(run_id, "finish", {})

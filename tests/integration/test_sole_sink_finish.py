@@ -11,8 +11,9 @@ import time
 from typing import Any
 
 from orchestrator.adapters.store import Lease
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.states import RunStatus
-from orchestrator.services.executor import RunContext, Tally
+from orchestrator.services.tally import Tally
 from tests.support.harness import Harness, claim_step
 
 MANIFEST = """

@@ -17,7 +17,7 @@ from functions.sdk.protocol import WaitKind
 from functions.sdk.serving import BackgroundServer
 from infra.emulator import Emulator
 from orchestrator.api.app import create_app
-from orchestrator.engine.durable import Waiting
+from orchestrator.engine.durable_waits import Waiting
 from orchestrator.errors import NotFound, UsageError
 from orchestrator.testing import WorkflowEnv
 from tests.support.cli import cli, out_json

@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 from orchestrator.adapters.store import Lease
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.states import StepStatus
-from orchestrator.services.executor import RunContext
 from tests.support.harness import Harness, claim_step
 
 N = 30

@@ -13,8 +13,10 @@ from typing import Any
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.store import Lease
 from orchestrator.adapters.store.join_counts import COUNTS
+from orchestrator.engine.context import RunContext
 from orchestrator.engine.states import StepStatus
-from orchestrator.services.executor import FOLD_FROM, RunContext, Tally
+from orchestrator.services.promotions import FOLD_FROM
+from orchestrator.services.tally import Tally
 from tests.support.harness import Harness, claim_step, steps_of
 from tests.support.testfns import Recorder
 

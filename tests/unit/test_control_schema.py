@@ -1,8 +1,8 @@
-"""The control table's schema has one home, orchestrator/adapters/store/control.py.
+"""The control table's schema has one home, orchestrator/adapters/store/control_keys.py.
 
 Outside `orchestrator/adapters/`, no code spells DynamoDB's attribute encoding (`{"S": ...}`,
 `item["sk"]["S"]`, `.get("N")`) or a key prefix (`f"lock#{...}"`, `"secret#hooks"`): services
-build keys with the builders of `control.py` and read typed values. The scan below keeps it
+build keys with the builders of `control_keys.py` and read typed values. The scan below keeps it
 so; its own test plants each kind of violation and checks that every one is found. The key
 builders are pinned byte for byte: deployed tables hold these items."""
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from orchestrator.adapters.store import control as c
+from orchestrator.adapters.store import control_keys as c
 from orchestrator.adapters.store.codec import is_key
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,15 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from functions.sdk.protocol import WaitKind
-from orchestrator.engine.durable import (
-    DRIVER,
-    Complete,
-    Continue,
-    JournalView,
-    Suspend,
-    Waiting,
-    first_holder,
-)
+from orchestrator.engine.durable import DRIVER, Complete, Continue, Suspend
 from orchestrator.engine.durable_moves import (
     HANDOFF_BEFORE,
     IDLE_CALLS,
@@ -28,6 +20,8 @@ from orchestrator.engine.durable_moves import (
     release_of,
     stands,
 )
+from orchestrator.engine.durable_scopes import JournalView, first_holder
+from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
 

@@ -26,13 +26,13 @@ from orchestrator.engine.durable import (
     BranchDone,
     Complete,
     Continue,
-    JournalView,
     Pause,
     Suspend,
     next_move,
     read_answer,
     read_op,
 )
+from orchestrator.engine.durable_scopes import JournalView
 
 T0 = 1_700_000_000.0
 

@@ -5,16 +5,20 @@ composed by table, so that a call site shows what it touches:
   finish), and their listing (`run_listing.RunListing`: the listing indexes' keys,
   then the rows);
 - `store.steps` (`Steps`): step rows, as whole items (`step_rows.StepRows`: batch
-  writes, reads, outputs) and by guarded moves (`step_writes.StepWrites`: claim, promote,
-  record a success or a retry, redispatch; `step_stops.StepStops`: a final failure, a
-  skip, a stop's flags, an attempt given up at its start check), with the `Lease` a
-  claim carries; a wide join's count, kept in small items apart from its row
-  (`join_counts.JoinCounts`);
+  writes, reads, outputs) and by guarded moves (`step_writes.StepWrites`: claim,
+  redispatch, with the `Lease` a claim carries; `step_promotions.StepPromotions`:
+  promote; `step_outcomes.StepOutcomes`: record a success or a retry;
+  `step_stops.StepStops`: a final failure, a skip, a stop's flags, an attempt given up
+  at its start check); a wide join's count, kept in small items apart from its row
+  (`join_counts.JoinCounts`, which promotes);
 - `store.journal` (`journal.Journal`): a durable run's journal entries and run events;
 - `store.signals` (`signals.SignalStore`): a durable run's queued signals;
 - `store.drivers` (`drivers.Drivers`): a durable run's driver rows and parallels;
 - `store.control` (`control.Control`): the control table's items (locks, throttles,
-  schedules, idempotency keys, hooks, deliveries, event waits);
+  schedules, idempotency keys, hooks, deliveries, event waits): the generic reads and
+  writes (`control_table.ControlTable`) with the named writes of each item kind
+  (`throttles`, `concurrency_locks`, `schedules`, `sweep_shards`, `hook_spends`); the
+  table's keys and codecs are `control_keys`;
 - `store.approvals` (`approvals.ApprovalStore`): approval gates and the inbox, in the
   control table;
 - `store.state` (`state_cells.StateCells`): durable state cells, in the control table;
@@ -45,6 +49,7 @@ from orchestrator.adapters.store.mutexes import MutexStore
 from orchestrator.adapters.store.run_rows import RunRows
 from orchestrator.adapters.store.signals import SignalStore
 from orchestrator.adapters.store.state_cells import StateCells
+from orchestrator.adapters.store.step_outcomes import StepOutcomes
 from orchestrator.adapters.store.step_rows import StepRows
 from orchestrator.adapters.store.step_stops import StepStops
 from orchestrator.adapters.store.step_writes import Lease
@@ -54,10 +59,11 @@ from orchestrator.settings import ResourceNames
 __all__ = ["Lease", "Steps", "Store"]
 
 
-class Steps(StepRows, JoinCounts, StepStops):
+class Steps(StepRows, JoinCounts, StepOutcomes, StepStops):
     """The step rows of the steps table: whole-item reads and writes, and guarded moves
-    (JoinCounts and StepStops are StepWrites with a wide join's count, and with the
-    writes that end a step without its success)."""
+    (JoinCounts, StepOutcomes and StepStops are StepWrites: promotions with a wide
+    join's count, an attempt's success or retry, and the writes that end a step without
+    its success)."""
 
 
 class Store:

@@ -15,10 +15,10 @@ from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import num
-from orchestrator.adapters.store.control import (
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import (
     APPROVALS_PENDING,
     NO_SK,
-    Control,
     approval_key,
     approval_link_key,
     approval_sk,

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.adapters.store.codec import num
-from orchestrator.adapters.store.control import Control, Pk
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import Pk
 
 __all__ = ["Bursts", "burst_key", "trigger_key"]
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import num
-from orchestrator.adapters.store.control import Control, fanout_item_sk, fanout_key
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import fanout_item_sk, fanout_key
 from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 

@@ -8,7 +8,7 @@ run's step rows, beside a durable run's journal):
 | `~c#<join>#`      | `satisfied`, the chunks complete (a join of one chunk has none) |
 
 A join of `WIDE_JOIN` dependencies or more is counted here; a narrower one in its row's
-`satisfied` set (step_writes.satisfy). A dependency is named by its place in the join's
+`satisfied` set (step_promotions.satisfy). A dependency is named by its place in the join's
 `dependsOn` (Definition.places): chunk `place // CHUNK`, number `place % CHUNK` in it.
 
 Why apart: DynamoDB bills a write by the larger of the item's size before and after it,
@@ -37,14 +37,15 @@ from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import num
-from orchestrator.adapters.store.step_writes import Lease, StepWrites
+from orchestrator.adapters.store.step_promotions import StepPromotions
+from orchestrator.adapters.store.step_writes import Lease
 from orchestrator.adapters.store.tables import Item, step_key
 from orchestrator.engine.records import StepRecord
 
 __all__ = ["CHUNK", "COUNTS", "WIDE_JOIN", "JoinCounts", "count_items"]
 
 # A join with at least this many dependencies is counted apart from its row (and a
-# worker folds its completions: services/executor.FOLD_FROM is this).
+# worker folds its completions: services/promotions.FOLD_FROM is this).
 WIDE_JOIN = 8
 # Places per chunk item: 200 numbers of 1 to 3 digits are 500 bytes, which leaves room
 # under 1 KB for the longest run id and step name (about 150 and 128 bytes).
@@ -86,7 +87,7 @@ def count_items(run_id: str, join: str, places: Collection[int], ndeps: int,
     return items
 
 
-class JoinCounts(StepWrites):
+class JoinCounts(StepPromotions):
     """The counts of wide joins, and the promotion they lead to."""
 
     def satisfy_many(

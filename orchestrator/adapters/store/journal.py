@@ -25,7 +25,7 @@ from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import num
-from orchestrator.adapters.store.control import ms_key
+from orchestrator.adapters.store.control_keys import ms_key
 from orchestrator.adapters.store.tables import Tables, step_key
 from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps

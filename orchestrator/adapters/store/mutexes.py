@@ -15,8 +15,8 @@ from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import num
-from orchestrator.adapters.store.control import (
-    Control,
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import (
     Sk,
     mutex_held_key,
     mutex_key,

@@ -16,7 +16,8 @@ from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import num
-from orchestrator.adapters.store.control import Control, sk_of, state_key, state_sk
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import sk_of, state_key, state_sk
 from orchestrator.errors import ConditionFailed
 from orchestrator.strict_json import dumps
 

@@ -4,7 +4,7 @@ because its run is stopping: a final failure (with its run's stop instant, under
 steps it still waits for, and an attempt given up at its start check.
 
 Each write names its move in `engine.states.STEP_MOVES`, as the other step writes do
-(step_writes.py)."""
+(step_writes.py, step_promotions.py, step_outcomes.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.metering import carry
 from orchestrator.adapters.store.codec import num, step_from_item
-from orchestrator.adapters.store.step_writes import StepWrites, _attempt_guard, _creating
+from orchestrator.adapters.store.step_writes import StepWrites, attempt_guard, creating
 from orchestrator.adapters.store.tables import (
     history_clause,
     short_error,
@@ -95,7 +95,7 @@ class StepStops(StepWrites):
                        names: dict[str, str]) -> StepRecord | None:
         """The failure and the run's stop instant in one transaction; the failed row
         (read back: a transaction returns nothing), or None if a guard did not hold."""
-        values, cond = _attempt_guard(values, move, attempt, owner, expired_before)
+        values, cond = attempt_guard(values, move, attempt, owner, expired_before)
         key = step_key(run_id, step)
         names = {"#s": "status", **names}
         try:
@@ -152,7 +152,7 @@ class StepStops(StepWrites):
         if plan is not None:
             update += ", attempt = if_not_exists(attempt, :zero)"
             values[":zero"] = num(0)
-        update, guard = _creating(plan, update, guard, values, names)
+        update, guard = creating(plan, update, guard, values, names)
         attrs = self._guarded(
             f"step {run_id}/{step}: skip",
             Key=step_key(run_id, step),
@@ -177,7 +177,7 @@ class StepStops(StepWrites):
                        " ready_at = if_not_exists(ready_at, :prd)")
             values.update({":pst": {"S": plan.status.value}, ":pat": num(plan.attempt),
                            ":prd": num(plan.ready_at or 0.0)})
-        update, guard = _creating(plan, update, guard, values, names)
+        update, guard = creating(plan, update, guard, values, names)
         return self._guarded(
             f"step {run_id}/{step}: flag",
             Key=step_key(run_id, step),

@@ -1,0 +1,326 @@
+"""The control table's schema: every item around runs that is neither a run nor a step.
+
+This module and the store's control parts are the only code that spells the table's keys
+(the builders below, one per item kind) or reads its attributes (the codecs below, and
+the named reads of `control.Control` and of the parts built on it). Services pass keys
+made here and get typed values back; a test
+(tests/unit/test_control_schema.py) keeps DynamoDB's encoding out of the rest of
+`orchestrator/`. Deployed tables hold these items: the strings never change.
+
+One table, one item kind per key prefix, each changed only by conditional writes:
+
+| pk                          | sk                      | what                                |
+|-----------------------------|-------------------------|-------------------------------------|
+| `idem#<key>`                | `-`                     | an Idempotency-Key and its run      |
+| `delivery#<hook>#<sha256>`  | `-`                     | a webhook delivery id already taken |
+| `event#<name>`              | `<ms>#<id>`             | an event, kept for its retention    |
+| `eventid#<name>#<id>`       | `-`                     | an event id already taken           |
+| `evw#<name>#<subject>`      | `e#<ms>#<id>`           | an event, where waits look for it   |
+| `evw#<name>#<subject>`      | `w#<run>#<scope>#<pos>` | a durable run waiting for an event  |
+| `schedule#<workflow>`       | `-`                     | a schedule's cursor and pause flag  |
+| `lock#<group>#<key>`        | `-`                     | the run holding a concurrency group |
+| `waiting#<group>#<key>`     | `<ms>#<run id>`         | runs queued for a group, in order   |
+| `throttle#<workflow>#<key>` | `-`                     | a throttle budget (its next slot)   |
+| `apikey#<sha256>`           | `-`                     | an API key, stored hashed           |
+| `hook#<sha256>`             | `-`                     | a hook, by token hash (`used`: spent) |
+| `secret#hooks`              | `-`                     | the key hook tokens are made with   |
+| `children#<parent run>`     | `<child run id>`        | a child run of a run                |
+| `approval#<run>`            | `<step>`                | an approval gate and its answer     |
+| `approvals#pending`         | `<ms>#<run>#<step>`     | the inbox: one item per open gate   |
+| `approvallink#<sha256>`     | `-`                     | a gate's single-use answer link     |
+| `state#<entity>`            | `<key>`                 | a durable state cell (`ctx.state`)  |
+| `mutex#<key>`               | `-`                     | a lock's holder (`ctx.lock`, `lock:`) |
+| `mutexq#<key>`              | `<ms>#<holder>`         | what waits for a lock, in arrival order |
+| `mutexheld#<run>`           | `<key>`                 | a lock a run holds (released at its end) |
+| `debounce#<workflow>#<key>` | `-`                     | a debounced burst: its queued run   |
+| `fanout#<run>#<step>`       | `<index>`               | a fan_out step's item: its outcome  |
+| `sweep#wake`                | `<shard>`               | a wake shard's sweeper and cursors  |
+| `sweep#full`                | `-`                     | when the last full sweep ran        |
+
+`<ms>` is a time as 15 zero-padded digits of milliseconds (`ms_key`), so a partition
+sorts by time. An `evw#` subject is the event's key, `` (none) or `*` (any): see
+services/event_waits.py for which partitions an event and a wait write.
+
+Values that are documents (a delivery's run ids, an event payload) are JSON strings in
+`doc`; attributes that conditions test are plain attributes (`holder`, `run_id`, `tat`,
+`spec`, `next_fire`, `paused`, `owner`, ...). Items with `expires_at` expire by TTL, and
+the reads of control_table.py ignore an expired item that DynamoDB has not deleted yet."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, NewType
+
+__all__ = [
+    "ANY_SUBJECT",
+    "APPROVALS_PENDING",
+    "EVENT_WAITS_FROM",
+    "HOOK_SECRET",
+    "NO_SK",
+    "SWEEP_FULL",
+    "SWEEP_WAKE",
+    "Item",
+    "Pk",
+    "Sk",
+    "apikey_key",
+    "approval_key",
+    "approval_link_key",
+    "approval_sk",
+    "child_sk",
+    "children_key",
+    "delivery_key",
+    "doc_of",
+    "event_id_key",
+    "event_key",
+    "event_sk",
+    "event_wait_event",
+    "event_wait_event_sk",
+    "event_wait_events_after",
+    "event_wait_keys",
+    "event_wait_sk",
+    "fanout_item_sk",
+    "fanout_key",
+    "hook_key",
+    "hook_used",
+    "idempotency_key",
+    "inbox_sk",
+    "lock_key",
+    "login_key",
+    "ms_key",
+    "mutex_held_key",
+    "mutex_key",
+    "mutex_queue_key",
+    "mutex_waiter_sk",
+    "schedule_key",
+    "sk_of",
+    "state_key",
+    "state_sk",
+    "throttle_key",
+    "wait_event_keys",
+    "waiting_key",
+    "waiting_sk",
+]
+
+Item = dict[str, Any]
+
+# A control item's partition and sort keys: made only by the builders below, so a key
+# spelled anywhere else does not type-check.
+Pk = NewType("Pk", str)
+Sk = NewType("Sk", str)
+
+# The sort key of an item alone in its partition.
+NO_SK = Sk("-")
+
+
+def ms_key(t: float) -> str:
+    """A time as a sort key: 15-digit zero-padded milliseconds (sorts as it should)."""
+    return f"{int(t * 1000):015d}"
+
+
+# ---- keys: one builder per item kind ---------------------------------------------------
+
+
+def idempotency_key(key: str) -> Pk:
+    """An Idempotency-Key of `POST /runs`."""
+    return Pk(f"idem#{key}")
+
+
+def delivery_key(webhook: str, delivery_id: str) -> Pk:
+    """A webhook's delivery id (kept as its SHA-256: ids are the sender's, of any size)."""
+    return Pk(f"delivery#{webhook}#{hashlib.sha256(delivery_id.encode()).hexdigest()}")
+
+
+def event_key(name: str) -> Pk:
+    """The events of a name (`event_sk`: by arrival)."""
+    return Pk(f"event#{name}")
+
+
+def event_sk(received_at: float, event_id: str) -> Sk:
+    return Sk(f"{ms_key(received_at)}#{event_id}")
+
+
+def event_id_key(name: str, event_id: str) -> Pk:
+    """An event id of a name, claimed by its first delivery."""
+    return Pk(f"eventid#{name}#{event_id}")
+
+
+def schedule_key(workflow: str) -> Pk:
+    return Pk(f"schedule#{workflow}")
+
+
+def lock_key(group_id: str) -> Pk:
+    """The lock of a concurrency group (`Gate.group_id`: `<group>#<key>`)."""
+    return Pk(f"lock#{group_id}")
+
+
+def waiting_key(group_id: str) -> Pk:
+    """The runs waiting for a concurrency group (`waiting_sk`: in arrival order)."""
+    return Pk(f"waiting#{group_id}")
+
+
+def waiting_sk(created_at: float, run_id: str) -> Sk:
+    """A waiting run's place: arrival order, ties broken by run id."""
+    return Sk(f"{ms_key(created_at)}#{run_id}")
+
+
+def throttle_key(workflow: str, key: str) -> Pk:
+    return Pk(f"throttle#{workflow}#{key}")
+
+
+def apikey_key(sha256: str) -> Pk:
+    """An API key, by the hex SHA-256 of the key."""
+    return Pk(f"apikey#{sha256}")
+
+
+def login_key(sha256: str) -> Pk:
+    """A dashboard's one-time login link, by the hex SHA-256 of its token."""
+    return Pk(f"login#{sha256}")
+
+
+def hook_key(sha256: str) -> Pk:
+    """A hook, by the hex SHA-256 of its token."""
+    return Pk(f"hook#{sha256}")
+
+
+# The key hook tokens are made with, when ORCH_HOOK_SECRET does not give one.
+HOOK_SECRET = Pk("secret#hooks")
+
+
+# The inbox's one partition: an item per approval still open, oldest first.
+APPROVALS_PENDING = Pk("approvals#pending")
+
+
+def approval_key(run_id: str) -> Pk:
+    """The partition of a run's approval gates."""
+    return Pk(f"approval#{run_id}")
+
+
+def approval_sk(step: str) -> Sk:
+    return Sk(step)
+
+
+def inbox_sk(created_at: float, run_id: str, step: str) -> Sk:
+    """An open approval's place in the inbox: by when it opened."""
+    return Sk(f"{ms_key(created_at)}#{run_id}#{step}")
+
+
+def approval_link_key(sha256: str) -> Pk:
+    return Pk(f"approvallink#{sha256}")
+
+
+def fanout_key(run_id: str, step: str) -> Pk:
+    """A fan_out step's items' outcomes."""
+    return Pk(f"fanout#{run_id}#{step}")
+
+
+def fanout_item_sk(index: int) -> Sk:
+    return Sk(f"{index:06d}")
+
+
+def mutex_key(key: str) -> Pk:
+    """A lock's item: who holds it."""
+    return Pk(f"mutex#{key}")
+
+
+def mutex_queue_key(key: str) -> Pk:
+    """A lock's waiting line."""
+    return Pk(f"mutexq#{key}")
+
+
+def mutex_waiter_sk(arrived: float, holder: str) -> Sk:
+    return Sk(f"{ms_key(arrived)}#{holder}")
+
+
+def mutex_held_key(run_id: str) -> Pk:
+    """The locks a run holds."""
+    return Pk(f"mutexheld#{run_id}")
+
+
+def state_key(entity: str) -> Pk:
+    """The partition of an entity's state cells."""
+    return Pk(f"state#{entity}")
+
+
+def state_sk(key: str) -> Sk:
+    return Sk(key)
+
+
+def children_key(parent: str) -> Pk:
+    """The child runs of a run (`child_sk`: one item each)."""
+    return Pk(f"children#{parent}")
+
+
+def child_sk(child: str) -> Sk:
+    return Sk(child)
+
+
+# An event wait partition's subject that matches any subject.
+ANY_SUBJECT = "*"
+
+
+def _event_wait_key(name: str, subject: str) -> Pk:
+    return Pk(f"evw#{name}#{subject}")
+
+
+def event_wait_keys(name: str, key: str | None) -> list[Pk]:
+    """Where an event is written for waits to find it: under its key (`` without one)
+    and under `*`."""
+    return [_event_wait_key(name, key or ""), _event_wait_key(name, ANY_SUBJECT)]
+
+
+def wait_event_keys(name: str, subject: str | None) -> list[Pk]:
+    """Where a wait registers and looks: under its subject and `` (an event without a
+    key matches every wait), or under `*` for a wait for any subject."""
+    if subject is None:
+        return [_event_wait_key(name, ANY_SUBJECT)]
+    return list(dict.fromkeys([_event_wait_key(name, subject), _event_wait_key(name, "")]))
+
+
+def event_wait_event_sk(received_at: float, event_id: str) -> Sk:
+    """An event's sort key in an event wait partition (`e#`: before every wait)."""
+    return Sk(f"e#{ms_key(received_at)}#{event_id}")
+
+
+def event_wait_events_after(t: float) -> Sk:
+    """A query bound: the events of an event wait partition received from `t` on."""
+    return Sk(f"e#{ms_key(t)}")
+
+
+def event_wait_sk(run_id: str, scope: str, pos: Any) -> Sk:
+    """A waiting run's sort key in an event wait partition (`w#`: after every event)."""
+    return Sk(f"w#{run_id}#{scope}#{pos}")
+
+
+# A query bound: every waiting run of an event wait partition sorts after it.
+EVENT_WAITS_FROM = Sk("w#")
+
+# The wake shards' items (`<shard>`: one each) and the full sweep's turn.
+SWEEP_WAKE = Pk("sweep#wake")
+SWEEP_FULL = Pk("sweep#full")
+
+
+# ---- codecs: what an item holds, as typed values ---------------------------------------
+
+
+def doc_of(item: Item) -> Any:
+    """An item's JSON document (None: it has none, or there is no item)."""
+    raw = item.get("doc", {}).get("S")
+    return None if raw is None else json.loads(raw)
+
+
+def hook_used(item: Item) -> str | None:
+    """The digest of the request that spent a hook item (its `used`), None if unspent."""
+    used = item.get("used", {}).get("S")
+    return None if used is None else str(used)
+
+
+def sk_of(item: Item) -> Sk:
+    """An item's sort key (a page of a query goes on after the last one's)."""
+    return Sk(str(item["sk"]["S"]))
+
+
+def event_wait_event(item: Item) -> dict[str, Any] | None:
+    """The event an event wait partition's item holds (None: it is a waiting run)."""
+    return doc_of(item) if sk_of(item).startswith("e#") else None
+

@@ -34,8 +34,9 @@ from orchestrator.engine.records import StepRecord
 from orchestrator.errors import ConditionFailed
 from orchestrator.runners import Attempt, BackendRef, RunCache, Runner, StepKind, kind_of
 from orchestrator.runners.base import Fold
-from orchestrator.services.executor import Executor, Tally
+from orchestrator.services.executor import Executor
 from orchestrator.services.folds import Folds
+from orchestrator.services.tally import Tally
 
 __all__ = ["BackendRef", "Worker"]
 

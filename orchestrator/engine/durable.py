@@ -42,49 +42,25 @@ from functions.sdk.protocol import (
     WaitOp,
     parse_op,
 )
-from orchestrator.engine.definition import DRIVER
 from orchestrator.engine.durable_scopes import (
     RESULT_POS,
-    JournalView,
-    branch_scope,
-    first_branches,
-    first_holder,
-    in_view,
-    is_driver,
-    row_of,
-    scope_of,
 )
-from orchestrator.engine.durable_waits import LOCK_RECHECK, Waiting, resolve
+from orchestrator.engine.durable_waits import LOCK_RECHECK, Waiting
 from orchestrator.errors import Code
 
-# LOCK_RECHECK, JournalView, Waiting, branch_scope, first_branches, first_holder, in_view,
-# is_driver, resolve, row_of and scope_of: still importable here for runners/ until they
-# import them from durable_scopes.py and durable_waits.py.
 __all__ = [
-    "DRIVER",
-    "LOCK_RECHECK",
     "BadAnswer",
     "BranchDone",
     "Complete",
     "Continue",
     "Fail",
-    "JournalView",
     "Next",
     "Pause",
     "Suspend",
-    "Waiting",
-    "branch_scope",
     "decides",
-    "first_branches",
-    "first_holder",
-    "in_view",
-    "is_driver",
     "next_move",
     "read_answer",
     "read_op",
-    "resolve",
-    "row_of",
-    "scope_of",
     "wait_of",
 ]
 

@@ -20,14 +20,15 @@ from typing import Any
 from functions.sdk.protocol import WaitKind
 from orchestrator.adapters.store.approvals import Gate
 from orchestrator.engine.context import RunContext
-from orchestrator.engine.durable import Waiting
+from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import Released
 from orchestrator.errors import ConditionFailed
 from orchestrator.runners.base import Attempt
 from orchestrator.runners.waits import park
 from orchestrator.services.approvals import Approvals, rejected_reason
-from orchestrator.services.executor import Executor, Tally
+from orchestrator.services.executor import Executor
+from orchestrator.services.tally import Tally
 from orchestrator.strict_json import dumps
 
 __all__ = ["ApprovalSteps"]

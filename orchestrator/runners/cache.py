@@ -5,6 +5,7 @@ stop flags are read again, at each start check) and the outputs of steps it reco
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -12,11 +13,22 @@ from typing import Any
 from orchestrator.adapters.store import Store
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.records import StepRecord
-from orchestrator.services.executor import LRU
 
 __all__ = ["RunCache"]
 
 _MISSING = object()
+
+
+class LRU(OrderedDict[Any, Any]):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def put(self, key: Any, value: Any) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self.size:
+            self.popitem(last=False)
 
 
 class RunCache:

@@ -26,7 +26,8 @@ from orchestrator.engine.records import StepRecord
 from orchestrator.errors import OrchestratorError, StoreError
 from orchestrator.runners.base import Attempt
 from orchestrator.runners.cache import RunCache
-from orchestrator.services.executor import Executor, Tally
+from orchestrator.services.executor import Executor
+from orchestrator.services.tally import Tally
 
 __all__ = ["CallRunner"]
 

@@ -24,7 +24,7 @@ from functions.sdk.protocol import WaitKind
 from orchestrator.adapters.invoker import Call, Invoker, Result
 from orchestrator.engine.attempts import Fail, Retry, Succeed, after_attempt
 from orchestrator.engine.context import RunContext
-from orchestrator.engine.durable import Waiting
+from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code
 from orchestrator.expressions import ExpressionError
@@ -33,7 +33,8 @@ from orchestrator.runners.base import Attempt
 from orchestrator.runners.cache import RunCache
 from orchestrator.runners.condition import compiled
 from orchestrator.runners.waits import park
-from orchestrator.services.executor import Executor, Tally
+from orchestrator.services.executor import Executor
+from orchestrator.services.tally import Tally
 from orchestrator.strict_json import dumps
 
 __all__ = ["MAX_ITEM_OUTPUT", "FanOutSteps"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from orchestrator.engine.durable import is_driver
+from orchestrator.engine.durable_scopes import is_driver
 from orchestrator.runners.base import Attempt
 
 __all__ = ["StepKind", "kind_of"]

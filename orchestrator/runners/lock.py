@@ -10,15 +10,16 @@ from __future__ import annotations
 from functions.sdk.protocol import WaitKind
 from orchestrator.engine.attempts import Fail
 from orchestrator.engine.context import RunContext
-from orchestrator.engine.durable import LOCK_RECHECK, Waiting
+from orchestrator.engine.durable_waits import LOCK_RECHECK, Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import Released
 from orchestrator.errors import OrchestratorError
 from orchestrator.expressions import ExpressionError, compile_template
 from orchestrator.runners.base import Attempt, Runner
 from orchestrator.runners.waits import park
-from orchestrator.services.executor import Executor, Tally
+from orchestrator.services.executor import Executor
 from orchestrator.services.locks import Locks
+from orchestrator.services.tally import Tally
 
 __all__ = ["LockRunner", "lock_key", "step_lock", "unlock_step"]
 

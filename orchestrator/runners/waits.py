@@ -6,11 +6,12 @@ sweeper's to hand over); a poke (an answer, a hand-over) brings it back sooner."
 from __future__ import annotations
 
 from orchestrator.adapters.messages import Dispatch
-from orchestrator.engine.durable import Waiting
 from orchestrator.engine.durable_moves import release_of
+from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import Released
-from orchestrator.services.executor import Executor, Tally
+from orchestrator.services.executor import Executor
+from orchestrator.services.tally import Tally
 
 __all__ = ["park"]
 

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.store import Store
-from orchestrator.adapters.store.control import Control, Sk, child_sk, children_key, sk_of
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import Sk, child_sk, children_key, sk_of
 from orchestrator.engine.records import RunRecord
 from orchestrator.errors import NotFound
 

@@ -17,7 +17,7 @@ from functions.sdk.protocol import WaitKind
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
-from orchestrator.engine.durable import DRIVER
+from orchestrator.engine.definition import DRIVER
 from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import Released

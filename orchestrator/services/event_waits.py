@@ -36,7 +36,7 @@ from orchestrator.adapters.store.control_keys import (
     sk_of,
     wait_event_keys,
 )
-from orchestrator.engine.durable import DRIVER
+from orchestrator.engine.definition import DRIVER
 from orchestrator.engine.durable_scopes import row_of
 from orchestrator.engine.durable_waits import Waiting
 

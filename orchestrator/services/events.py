@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.adapters.store.control import Control, doc_of, event_id_key, event_key, event_sk
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import doc_of, event_id_key, event_key, event_sk
 from orchestrator.errors import UsageError
 from orchestrator.expressions import compile_expression
 from orchestrator.services.admission import Outcome, StartRequest

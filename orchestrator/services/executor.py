@@ -14,7 +14,6 @@ what follows the attempt (a success, a retry, a failure)."""
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,21 +31,7 @@ from orchestrator.services.promotions import Fold, Promotions
 from orchestrator.services.run_stops import RunStops
 from orchestrator.services.tally import Tally
 
-# Tally: still importable here for worker.py and runners/ until they import it from
-# services/tally.py.
-__all__ = ["LRU", "Executor", "Tally"]
-
-
-class LRU(OrderedDict[Any, Any]):
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self.size = size
-
-    def put(self, key: Any, value: Any) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.size:
-            self.popitem(last=False)
+__all__ = ["Executor"]
 
 
 def _attempt_of(row: StepRecord) -> tuple[str, str, int, str]:

@@ -28,7 +28,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from orchestrator.adapters.invoker import Call, Invoker
-from orchestrator.adapters.store.control import Control, schedule_key
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import schedule_key
 from orchestrator.engine.attempts import OutcomeKind
 from orchestrator.engine.ticks import describe, next_tick, ticks_between
 from orchestrator.errors import Code, NotFound, OrchestratorError, UsageError

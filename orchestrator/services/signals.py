@@ -17,7 +17,7 @@ from orchestrator.adapters.messages import Dispatch
 from orchestrator.adapters.metering import metered
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
-from orchestrator.engine.durable import DRIVER
+from orchestrator.engine.definition import DRIVER
 from orchestrator.errors import Code, Conflict, NotFound
 from orchestrator.services.values import NAME, check_value, checked_name
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from orchestrator.adapters.metering import summed
-from orchestrator.engine.durable import DRIVER
+from orchestrator.engine.definition import DRIVER
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import StepStatus
 from orchestrator.services.cost import estimate

@@ -17,7 +17,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from orchestrator.adapters.store.control import Control, delivery_key
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import delivery_key
 from orchestrator.errors import NotFound, OrchestratorError, Unauthorized, UsageError
 from orchestrator.expressions import ExpressionError, compile_expression
 from orchestrator.services.admission import Outcome, Started, StartRequest

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from functions.sdk.durable.call import RESULT_POS, op_id
-from orchestrator.engine.durable import DRIVER
+from orchestrator.engine.definition import DRIVER
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import STEP_TRANSITIONS, RunStatus, StepStatus
 from tests.chaos.durable_app import (

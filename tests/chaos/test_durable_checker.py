@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from functions.sdk.durable.call import RESULT_POS, op_id
-from orchestrator.engine.definition import Definition, StepSpec, Trigger
-from orchestrator.engine.durable import DRIVER
+from orchestrator.engine.definition import DRIVER, Definition, StepSpec, Trigger
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.services.views import durable_steps

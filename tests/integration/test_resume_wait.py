@@ -20,7 +20,7 @@ import pytest
 
 from infra.emulator import Emulator
 from orchestrator.adapters.store.step_writes import Lease
-from orchestrator.engine.durable import DRIVER
+from orchestrator.engine.definition import DRIVER
 from orchestrator.engine.durable_moves import release_of
 from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord

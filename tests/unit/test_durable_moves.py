@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from functions.sdk.protocol import WaitKind
-from orchestrator.engine.durable import DRIVER, Complete, Continue, Suspend
+from orchestrator.engine.definition import DRIVER
+from orchestrator.engine.durable import Complete, Continue, Suspend
 from orchestrator.engine.durable_moves import (
     HANDOFF_BEFORE,
     IDLE_CALLS,

@@ -15,48 +15,12 @@ codecs of its items and the table of every item kind are in control_keys.py."""
 from __future__ import annotations
 
 from orchestrator.adapters.store.concurrency_locks import ConcurrencyLocks
-from orchestrator.adapters.store.control_keys import (
-    Sk,
-    child_sk,
-    children_key,
-    delivery_key,
-    doc_of,
-    event_id_key,
-    event_key,
-    event_sk,
-    idempotency_key,
-    lock_key,
-    schedule_key,
-    sk_of,
-    throttle_key,
-    waiting_key,
-    waiting_sk,
-)
 from orchestrator.adapters.store.hook_spends import HookSpends
 from orchestrator.adapters.store.schedules import Schedules
 from orchestrator.adapters.store.sweep_shards import SweepShards
 from orchestrator.adapters.store.throttles import Throttles
 
-__all__ = [
-    "Control",
-    # Still importable here for services/admission/, children.py, events.py,
-    # scheduler.py and webhooks.py until they import them from control_keys.py.
-    "Sk",
-    "child_sk",
-    "children_key",
-    "delivery_key",
-    "doc_of",
-    "event_id_key",
-    "event_key",
-    "event_sk",
-    "idempotency_key",
-    "lock_key",
-    "schedule_key",
-    "sk_of",
-    "throttle_key",
-    "waiting_key",
-    "waiting_sk",
-]
+__all__ = ["Control"]
 
 
 class Control(Throttles, ConcurrencyLocks, Schedules, SweepShards, HookSpends):

@@ -18,7 +18,7 @@ from orchestrator.adapters.store.tables import (
     step_key,
     with_requests,
 )
-from orchestrator.engine.durable import DRIVER
+from orchestrator.engine.definition import DRIVER
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import STEP_MOVES, Released, StepStatus
 from orchestrator.errors import ConditionFailed

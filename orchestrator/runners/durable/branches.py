@@ -9,18 +9,14 @@ from collections.abc import Callable
 
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.engine.context import RunContext
-from orchestrator.engine.durable import (
-    DRIVER,
-    JournalView,
-    Waiting,
-    branch_scope,
-    first_branches,
-    row_of,
-)
+from orchestrator.engine.definition import DRIVER
+from orchestrator.engine.durable_scopes import JournalView, branch_scope, first_branches, row_of
+from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
 from orchestrator.errors import ConditionFailed
-from orchestrator.services.executor import Executor, Tally
+from orchestrator.services.executor import Executor
+from orchestrator.services.tally import Tally
 
 __all__ = ["Branches"]
 

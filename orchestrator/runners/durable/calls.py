@@ -24,23 +24,22 @@ from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import (
     BadAnswer,
     Continue,
-    JournalView,
     Next,
     Pause,
-    Waiting,
-    in_view,
     next_move,
     read_answer,
     read_op,
-    scope_of,
     wait_of,
 )
 from orchestrator.engine.durable_moves import new_entries
+from orchestrator.engine.durable_scopes import JournalView, in_view, scope_of
+from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code, error_doc
 from orchestrator.runners.durable.exchange import END, IDLE, Exchange, Item, Lines
-from orchestrator.services.executor import Executor, Tally
+from orchestrator.services.executor import Executor
 from orchestrator.services.hooks import Hooks
+from orchestrator.services.tally import Tally
 from orchestrator.settings import Settings
 from orchestrator.strict_json import dumps
 
@@ -233,7 +232,7 @@ class Calls:
             return Turn(failure=_bad(f"workflow {ctx.served}: {exc}"), committed=committed,
                         checked=checked)
         finally:
-            exchange.stop()
+            exchange.stop(hang_up=end is None)
 
     def _request(self, row: StepRecord, ctx: RunContext, target: Target, raw: bytes) -> Call:
         return Call(url=target.url, secret=target.secret, run_id=row.run_id,

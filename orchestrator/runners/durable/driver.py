@@ -9,8 +9,9 @@ holds it: a timer message (or the sweeper, for waits past the queue's 15-minute 
 or a poke (a signal landed) brings it back to a worker, which resolves the wait before
 calling the workflow again.
 
-Whoever advances the run, the decisions are engine/durable.py's: this module only reads
-and writes."""
+Whoever advances the run, the decisions are the engine's (engine/durable.py: a call's
+answer and the next move; engine/durable_waits.py: when a wait is over): this module
+only reads and writes."""
 
 from __future__ import annotations
 
@@ -32,21 +33,11 @@ from orchestrator.engine.attempts import (
     output_not_kept,
 )
 from orchestrator.engine.context import RunContext
-from orchestrator.engine.durable import (
-    LOCK_RECHECK,
-    BranchDone,
-    Complete,
-    Continue,
-    JournalView,
-    Pause,
-    Suspend,
-    Waiting,
-    first_holder,
-    resolve,
-    scope_of,
-)
+from orchestrator.engine.durable import BranchDone, Complete, Continue, Pause, Suspend
 from orchestrator.engine.durable import Fail as WorkflowFail
 from orchestrator.engine.durable_moves import idle_calls, look_for, over_cap, release_of, stands
+from orchestrator.engine.durable_scopes import JournalView, first_holder, scope_of
+from orchestrator.engine.durable_waits import LOCK_RECHECK, Waiting, resolve
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import Released
 from orchestrator.runners.base import Attempt
@@ -56,10 +47,11 @@ from orchestrator.runners.durable.lookups import Lookups
 from orchestrator.services.approvals import Approvals, reject_run
 from orchestrator.services.children import Children
 from orchestrator.services.event_waits import EventWaits
-from orchestrator.services.executor import Executor, Tally
+from orchestrator.services.executor import Executor
 from orchestrator.services.hooks import Hooks
 from orchestrator.services.locks import Locks
 from orchestrator.services.state_cells import StateService
+from orchestrator.services.tally import Tally
 from orchestrator.strict_json import dumps
 
 __all__ = ["Durable", "Target"]

@@ -70,12 +70,14 @@ class Exchange:
                                         daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Read no more, and hang up now."""
+    def stop(self, *, hang_up: bool = True) -> None:
+        """Read no more, and (`hang_up`) close the connection now: a call stopped before
+        its end. A call read to its end line is let go without hanging up, so its
+        connection is kept for the next call."""
         with self._lock:
             self._stop.set()
             reply = self._reply
-        if reply is not None:
+        if reply is not None and hang_up:
             reply.hang_up()
 
     def take(self, wait: float) -> Item:

@@ -10,8 +10,9 @@ from typing import Any
 
 from functions.sdk.protocol import WaitKind
 from orchestrator.engine.context import RunContext
-from orchestrator.engine.durable import JournalView, Waiting
 from orchestrator.engine.durable_moves import Look
+from orchestrator.engine.durable_scopes import JournalView
+from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
 from orchestrator.errors import Code, InvalidName, UsageError, ValueTooLarge

@@ -13,13 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.store import Store
-from orchestrator.adapters.store.control import (
-    Control,
-    Sk,
-    lock_key,
-    waiting_key,
-    waiting_sk,
-)
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import Sk, lock_key, waiting_key, waiting_sk
 from orchestrator.engine.definition import Gate
 from orchestrator.engine.policies import GroupPolicy
 from orchestrator.engine.records import RunRecord

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from orchestrator.adapters.store.control import Control, idempotency_key
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import idempotency_key
 from orchestrator.errors import Unprocessable, UsageError
 from orchestrator.services.admission.request import StartRequest
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from orchestrator.adapters.store.control import Control, throttle_key
+from orchestrator.adapters.store.control import Control
+from orchestrator.adapters.store.control_keys import throttle_key
 from orchestrator.engine.admission import throttle_slot
 from orchestrator.engine.definition import Throttle
 from orchestrator.engine.policies import ThrottlePolicy

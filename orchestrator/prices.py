@@ -1,6 +1,6 @@
 """Public on-demand prices (AWS, us-east-1, as listed on the services' pricing pages on
 2026-12-01): one dated table for every estimate in the project, a run's cost
-(services/cost.py), a deployed stack's cost standing idle (infra/idle_cost.py) and the
+(services/reads/cost.py), a deployed stack's cost standing idle (infra/idle_cost.py) and the
 benchmarks' bills (tests/bench/). Data only: it imports nothing, so any layer may read it,
 and the Lambda package (orchestrator/ and functions/, never infra/) carries it."""
 

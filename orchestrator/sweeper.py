@@ -33,8 +33,8 @@ from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.engine.wakes import WAKE_SHARDS
 from orchestrator.errors import ConditionFailed, OrchestratorError
-from orchestrator.services.executor import Executor
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.executor import Executor
+from orchestrator.services.execution.tally import Tally
 
 __all__ = ["SweepReport", "Sweeper"]
 

@@ -2,7 +2,7 @@
 hand it to the runner of its step's kind (orchestrator/runners/: call, approval,
 fan-out, durable), which calls, records and advances the run. Stateless: any number of
 them may run, and any may die. The queues' side (the poll loop, deletes, invisibility)
-is adapters/receiving.py; the counts attempts end with are folded in services/folds.py.
+is adapters/receiving.py; the counts attempts end with are folded in services/execution/folds.py.
 
 A worker that promotes a dependant takes the first one straight into its own lease and
 runs it next (a chain costs no queue round-trips); the rest go to the queue for any
@@ -34,9 +34,9 @@ from orchestrator.engine.records import StepRecord
 from orchestrator.errors import ConditionFailed
 from orchestrator.runners import Attempt, BackendRef, RunCache, Runner, StepKind, kind_of
 from orchestrator.runners.base import Fold
-from orchestrator.services.executor import Executor
-from orchestrator.services.folds import Folds
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.executor import Executor
+from orchestrator.services.execution.folds import Folds
+from orchestrator.services.execution.tally import Tally
 
 __all__ = ["BackendRef", "Worker"]
 
@@ -75,7 +75,7 @@ class Worker:
         self._lock = threading.Lock()
         # Received messages (acknowledged, deleted, kept invisible: adapters/receiving.py)
         # and the terminal counts and joins' completions of attempts, folded together
-        # while the poll loop runs (services/folds.py).
+        # while the poll loop runs (services/execution/folds.py).
         self.receipts = Receipts(self.queues, self.settings.visibility_timeout)
         self.folds = Folds(executor, cache.context, cache.cached)
         self.sleep = sleep

@@ -40,8 +40,8 @@ from orchestrator.errors import (
     UsageError,
 )
 from orchestrator.runtime import Runtime
-from orchestrator.services.apikeys import ApiKeys
-from orchestrator.services.hooks import Gone
+from orchestrator.services.access.apikeys import ApiKeys
+from orchestrator.services.durable.hooks import Gone
 
 __all__ = ["create_app"]
 

@@ -13,8 +13,8 @@ from orchestrator.api.requests import limit_of, read_json, validated
 from orchestrator.api.schemas import Schema, ref
 from orchestrator.api.schemas import json_body as _json
 from orchestrator.api.state import api_state
-from orchestrator.services.apikeys import ApiKeys
-from orchestrator.services.approvals import ANONYMOUS
+from orchestrator.services.access.apikeys import ApiKeys
+from orchestrator.services.coordination.approvals import ANONYMOUS
 
 __all__ = ["answer", "answer_link", "get_approval", "inbox", "paths"]
 

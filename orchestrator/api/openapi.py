@@ -34,8 +34,8 @@ from orchestrator.api.operations import op
 from orchestrator.api.requests import MAX_BODY
 from orchestrator.api.schemas import Schema, ref, response_schemas
 from orchestrator.api.schemas import json_body as _json
-from orchestrator.services.events import ID_RE
 from orchestrator.services.runs import RUN_ID_RE
+from orchestrator.services.triggers.events import ID_RE
 from orchestrator.services.values import EVENT_NAME_RULE, MAX_VALUE_BYTES, NAME_RULE
 from orchestrator.strict_json import MAX_DEPTH
 

@@ -204,7 +204,7 @@ def create_key(name: str) -> None:
     The key is printed once, on stdout; only its hash is stored."""
     from orchestrator.adapters.aws import make_clients
     from orchestrator.adapters.store.control import Control
-    from orchestrator.services.apikeys import ApiKeys
+    from orchestrator.services.access.apikeys import ApiKeys
     from orchestrator.settings import Settings
 
     try:

@@ -153,7 +153,7 @@ class LocalStack:
         from orchestrator.api.app import create_app
         from orchestrator.manifest.loader import load_manifest
         from orchestrator.runtime import Runtime
-        from orchestrator.services.apikeys import ApiKeys
+        from orchestrator.services.access.apikeys import ApiKeys
 
         env = dict(self.opts.environ)
         settings = Settings.from_env(env)
@@ -240,7 +240,7 @@ class LocalStack:
         self.echo(f"api        {api.url}   ({auth})")
         self.dashboard_url = f"{api.url}/ui/runs"
         if settings.api_auth:
-            from orchestrator.services.dashboard_logins import DashboardLogins
+            from orchestrator.services.access.dashboard_logins import DashboardLogins
 
             token = DashboardLogins(rt.control).create(time.time())
             self.dashboard_url = f"{api.url}/ui/login?token={token}"

@@ -1,5 +1,5 @@
 """Every command the engine returns: frozen facts about what must change, applied by
-the executor (services/executor.py) as conditional writes and messages, one method per
+the executor (services/execution/executor.py) as conditional writes and messages, one method per
 command. A command decided on stale rows finds its guard false and changes nothing."""
 
 from __future__ import annotations

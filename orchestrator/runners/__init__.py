@@ -26,13 +26,13 @@ from orchestrator.runners.durable import Durable
 from orchestrator.runners.fan_out import FanOutSteps
 from orchestrator.runners.kinds import StepKind, kind_of
 from orchestrator.runners.lock import LockRunner
-from orchestrator.services.approvals import Approvals
-from orchestrator.services.children import Children
-from orchestrator.services.event_waits import EventWaits
-from orchestrator.services.executor import Executor
-from orchestrator.services.hooks import Hooks
-from orchestrator.services.locks import Locks
-from orchestrator.services.state_cells import StateService
+from orchestrator.services.coordination.approvals import Approvals
+from orchestrator.services.coordination.locks import Locks
+from orchestrator.services.coordination.state_cells import StateService
+from orchestrator.services.durable.children import Children
+from orchestrator.services.durable.event_waits import EventWaits
+from orchestrator.services.durable.hooks import Hooks
+from orchestrator.services.execution.executor import Executor
 
 __all__ = ["Attempt", "BackendRef", "RunCache", "Runner", "StepKind", "kind_of", "runners"]
 

@@ -1,6 +1,6 @@
 """A YAML step of kind `approval:`: a gate, not a call.
 
-The worker that claims the step opens its gate (services/approvals.py) and, while the
+The worker that claims the step opens its gate (services/coordination/approvals.py) and, while the
 gate is open, releases the row to wait, as a durable run's driver waits: no lease, its
 `waiting` naming the gate, a timer message for the deadline (or, for a far deadline, a
 wake the sweeper hands to the queue when it comes within reach). An answer pokes the
@@ -26,9 +26,9 @@ from orchestrator.engine.states import Released
 from orchestrator.errors import ConditionFailed
 from orchestrator.runners.base import Attempt
 from orchestrator.runners.waits import park
-from orchestrator.services.approvals import Approvals, rejected_reason
-from orchestrator.services.executor import Executor
-from orchestrator.services.tally import Tally
+from orchestrator.services.coordination.approvals import Approvals, rejected_reason
+from orchestrator.services.execution.executor import Executor
+from orchestrator.services.execution.tally import Tally
 from orchestrator.strict_json import dumps
 
 __all__ = ["ApprovalSteps"]

@@ -15,7 +15,7 @@ from orchestrator.adapters.store import Lease
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.definition import StepSpec
 from orchestrator.engine.records import StepRecord
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.tally import Tally
 
 __all__ = ["Attempt", "BackendRef", "Fold", "Runner"]
 

@@ -26,8 +26,8 @@ from orchestrator.engine.records import StepRecord
 from orchestrator.errors import OrchestratorError, StoreError
 from orchestrator.runners.base import Attempt
 from orchestrator.runners.cache import RunCache
-from orchestrator.services.executor import Executor
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.executor import Executor
+from orchestrator.services.execution.tally import Tally
 
 __all__ = ["CallRunner"]
 

@@ -12,7 +12,7 @@ from orchestrator.engine.definition import StepSpec
 from orchestrator.engine.records import StepRecord
 from orchestrator.expressions.conditions import Condition, compile_condition
 from orchestrator.runners.base import Attempt, Runner
-from orchestrator.services.executor import Executor
+from orchestrator.services.execution.executor import Executor
 
 __all__ = ["CONDITION_FALSE", "ConditionRunner", "compiled", "holds"]
 

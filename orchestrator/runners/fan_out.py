@@ -33,8 +33,8 @@ from orchestrator.runners.base import Attempt
 from orchestrator.runners.cache import RunCache
 from orchestrator.runners.condition import compiled
 from orchestrator.runners.waits import park
-from orchestrator.services.executor import Executor
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.executor import Executor
+from orchestrator.services.execution.tally import Tally
 from orchestrator.strict_json import dumps
 
 __all__ = ["MAX_ITEM_OUTPUT", "FanOutSteps"]

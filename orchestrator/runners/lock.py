@@ -17,9 +17,9 @@ from orchestrator.errors import OrchestratorError
 from orchestrator.expressions import ExpressionError, compile_template
 from orchestrator.runners.base import Attempt, Runner
 from orchestrator.runners.waits import park
-from orchestrator.services.executor import Executor
-from orchestrator.services.locks import Locks
-from orchestrator.services.tally import Tally
+from orchestrator.services.coordination.locks import Locks
+from orchestrator.services.execution.executor import Executor
+from orchestrator.services.execution.tally import Tally
 
 __all__ = ["LockRunner", "lock_key", "step_lock", "unlock_step"]
 

@@ -10,8 +10,8 @@ from orchestrator.engine.durable_moves import release_of
 from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import Released
-from orchestrator.services.executor import Executor
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.executor import Executor
+from orchestrator.services.execution.tally import Tally
 
 __all__ = ["park"]
 

@@ -27,10 +27,10 @@ from orchestrator.services.admission.launch import (
     new_run_id,
 )
 from orchestrator.services.admission.pipeline import Pipeline
-from orchestrator.services.executor import Executor
-from orchestrator.services.journal_follow import JournalFollower
-from orchestrator.services.step_follow import StepFollower
-from orchestrator.services.views import entry_step, render, run_view, view_json
+from orchestrator.services.execution.executor import Executor
+from orchestrator.services.reads.journal_follow import JournalFollower
+from orchestrator.services.reads.step_follow import StepFollower
+from orchestrator.services.reads.views import entry_step, render, run_view, view_json
 
 __all__ = ["MAX_INPUT_BYTES", "RUN_ID_RE", "RunService"]
 

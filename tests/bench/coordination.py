@@ -47,7 +47,7 @@ from orchestrator.adapters.aws import make_clients  # noqa: E402
 from orchestrator.api.app import create_app  # noqa: E402
 from orchestrator.manifest.loader import manifest_from_text  # noqa: E402
 from orchestrator.runtime import Runtime  # noqa: E402
-from orchestrator.services.cost import price_of  # noqa: E402
+from orchestrator.services.reads.cost import price_of  # noqa: E402
 from orchestrator.settings import Settings  # noqa: E402
 from tests.support.testfns import Recorder  # noqa: E402
 from tests.support.testfns import create_app as testfns_app  # noqa: E402

@@ -16,7 +16,7 @@ import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
-from orchestrator.services.dashboard_logins import DashboardLogins
+from orchestrator.services.access.dashboard_logins import DashboardLogins
 from tests.support.browser import SHOTS, open_browser
 from tests.support.harness import Harness
 

@@ -15,7 +15,7 @@ from functions.sdk.durable.call import RESULT_POS, op_id
 from orchestrator.engine.definition import DRIVER, Definition, StepSpec, Trigger
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
-from orchestrator.services.views import durable_steps
+from orchestrator.services.reads.views import durable_steps
 from tests.chaos.checker import check
 from tests.chaos.durable_app import (
     BRANCH_SLEEP,

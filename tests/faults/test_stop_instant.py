@@ -18,7 +18,7 @@ from typing import Any
 from orchestrator.adapters.messages import Dispatch
 from orchestrator.engine.records import StepRecord
 from orchestrator.runtime import Runtime
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.tally import Tally
 from tests.faults.test_stop_races import claim, retried, setup, stop_instant
 from tests.support.harness import Harness, steps_of
 from tests.support.testfns import Recorder

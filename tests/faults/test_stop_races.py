@@ -24,7 +24,7 @@ from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.transitions import after_failure
 from orchestrator.runtime import Runtime
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.tally import Tally
 from orchestrator.sweeper import SweepReport
 from tests.support.harness import Harness, claim_step, steps_of
 from tests.support.testfns import Recorder

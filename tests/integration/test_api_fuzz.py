@@ -45,7 +45,7 @@ from functions.sdk.serving import BackgroundServer
 from infra.emulator import Emulator
 from orchestrator.api.app import create_app
 from orchestrator.api.openapi import openapi_document
-from orchestrator.services.apikeys import ApiKeys
+from orchestrator.services.access.apikeys import ApiKeys
 from tests.support.harness import Harness, fresh_settings
 
 pytestmark = pytest.mark.slow  # ~50 s, mostly generated requests; still runs in CI

@@ -15,7 +15,7 @@ from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from orchestrator.engine.context import RunContext
 from orchestrator.runtime import Runtime
-from orchestrator.services.apikeys import ApiKeys
+from orchestrator.services.access.apikeys import ApiKeys
 from tests.support.harness import Harness, steps_of
 from tests.support.testfns import Recorder
 

@@ -17,7 +17,7 @@ import pytest
 from functions.sdk.serving import BackgroundServer
 from orchestrator.adapters.store.approvals import Gate
 from orchestrator.api.app import create_app
-from orchestrator.services.apikeys import ApiKeys
+from orchestrator.services.access.apikeys import ApiKeys
 from tests.support.cli import cli, out_json
 from tests.support.harness import Harness, steps_of
 

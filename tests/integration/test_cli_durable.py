@@ -14,7 +14,7 @@ import pytest
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from orchestrator.runtime import Runtime
-from orchestrator.services.apikeys import ApiKeys
+from orchestrator.services.access.apikeys import ApiKeys
 from tests.support.cli import cli, out_json
 from tests.support.durable_fns import HOOK_URLS, LEDGER
 from tests.support.harness import Harness

@@ -28,7 +28,7 @@ from orchestrator.client import (
 )
 from orchestrator.errors import OrchestratorError
 from orchestrator.runtime import Runtime
-from orchestrator.services.apikeys import ApiKeys
+from orchestrator.services.access.apikeys import ApiKeys
 from tests.support.cli import cli
 from tests.support.durable_fns import HOOK_URLS, LEDGER
 from tests.support.harness import Harness

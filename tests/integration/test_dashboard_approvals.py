@@ -13,7 +13,7 @@ import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
-from orchestrator.services.apikeys import ApiKeys
+from orchestrator.services.access.apikeys import ApiKeys
 from tests.support.harness import Harness, steps_of
 
 MANIFEST = """

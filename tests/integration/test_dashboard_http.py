@@ -15,8 +15,8 @@ import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
-from orchestrator.services.apikeys import ApiKeys
-from orchestrator.services.dashboard_logins import DashboardLogins
+from orchestrator.services.access.apikeys import ApiKeys
+from orchestrator.services.access.dashboard_logins import DashboardLogins
 from tests.support.harness import Harness
 
 MANIFEST = """

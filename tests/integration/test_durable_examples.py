@@ -30,7 +30,7 @@ from infra.emulator import Emulator
 from orchestrator.adapters.aws import make_clients
 from orchestrator.manifest.loader import lint_manifest, lint_text
 from orchestrator.manifest.routes import read_spec
-from orchestrator.services.hooks import Gone
+from orchestrator.services.durable.hooks import Gone
 from orchestrator.testing import RunFailed, WorkflowEnv
 from tests.support.harness import Harness, fresh_settings
 

@@ -1,5 +1,5 @@
 """Following a durable run: a look at GET /runs/{id} reads what changed since the last
-look, not the whole journal (orchestrator/services/journal_follow.py), and shows exactly
+look, not the whole journal (orchestrator/services/reads/journal_follow.py), and shows exactly
 what a whole read would."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.services.views import durable_steps
+from orchestrator.services.reads.views import durable_steps
 from tests.support.harness import Harness
 
 # No worker runs: the run is never called, and the test writes its journal.

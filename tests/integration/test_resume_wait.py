@@ -1,5 +1,5 @@
 """An operator's resume waits for the worker that paused the run to let the driver go
-(orchestrator/services/durable_admin.py, DurableAdmin._restart): that worker writes the
+(orchestrator/services/durable/admin.py, DurableAdmin._restart): that worker writes the
 pause first and releases the driver after, and a resume in between used to answer 409.
 
 Deterministic: the real engine on the embedded emulator, driven from the test's thread
@@ -25,7 +25,7 @@ from orchestrator.engine.durable_moves import release_of
 from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code, Conflict
-from orchestrator.services.durable_admin import HOLD_RETRY, HOLD_WAIT, DurableAdmin
+from orchestrator.services.durable.admin import HOLD_RETRY, HOLD_WAIT, DurableAdmin
 from orchestrator.testing import WorkflowEnv
 from tests.support.durable_fns import LEDGER
 from tests.support.durable_fns import create_app as durable_app

@@ -21,7 +21,7 @@ from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
 from orchestrator.api.app import create_app
 from orchestrator.prices import PRICES, PRICES_DATE
-from orchestrator.services.cost import estimate
+from orchestrator.services.reads.cost import estimate
 from tests.support.cli import cli, out_json
 from tests.support.harness import Harness
 

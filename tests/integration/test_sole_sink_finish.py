@@ -13,7 +13,7 @@ from typing import Any
 from orchestrator.adapters.store import Lease
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.states import RunStatus
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.tally import Tally
 from tests.support.harness import Harness, claim_step
 
 MANIFEST = """

@@ -1,5 +1,5 @@
 """A follower of a DAG run (GET /runs/{id}) reads what can have changed since its last
-look, and sees exactly what a whole read sees (services/step_follow.py).
+look, and sees exactly what a whole read sees (services/reads/step_follow.py).
 
 Each test moves the rows itself, through the store's own guarded writes (no worker: each
 look is taken when nothing moves), and compares every look with a whole read of the same
@@ -62,7 +62,7 @@ def whole(h: Harness, run_id: str) -> list[dict[str, Any]]:
     run = h.rt.store.runs.get_run(run_id, time.time())
     assert run is not None
     rows = RunContext.of(run).rows(h.rt.store.steps.query_steps(run_id, shown=True))
-    from orchestrator.services.views import run_view
+    from orchestrator.services.reads.views import run_view
 
     return run_view(run, rows, h.rt.executor.load_output)["steps"]  # type: ignore[no-any-return]
 

@@ -14,7 +14,7 @@ import pytest
 from functions.durable import Context, TerminalError, step, workflow
 from functions.sdk import FunctionApp
 from infra.emulator import Emulator
-from orchestrator.services.hooks import Gone
+from orchestrator.services.durable.hooks import Gone
 from orchestrator.testing import RunFailed, RunNotFinished, StillRunning, WorkflowEnv
 
 DAY = 86400.0

@@ -25,7 +25,7 @@ from orchestrator.engine.states import (
     StepStatus,
 )
 from orchestrator.errors import Code
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.tally import Tally
 from tests.support.durable_fns import LEDGER
 from tests.support.harness import Harness, claim_step
 

@@ -15,8 +15,8 @@ from orchestrator.adapters.store import Lease
 from orchestrator.adapters.store.join_counts import COUNTS
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.states import StepStatus
-from orchestrator.services.promotions import FOLD_FROM
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.promotions import FOLD_FROM
+from orchestrator.services.execution.tally import Tally
 from tests.support.harness import Harness, claim_step, steps_of
 from tests.support.testfns import Recorder
 

@@ -11,7 +11,7 @@ import pytest
 from orchestrator.adapters import metering
 from orchestrator.adapters.store.tables import with_requests
 from orchestrator.prices import PRICES
-from orchestrator.services.cost import estimate, price_of
+from orchestrator.services.reads.cost import estimate, price_of
 
 
 def _sent(op: str) -> None:

@@ -39,7 +39,7 @@ One table, one item kind per key prefix, each changed only by conditional writes
 
 `<ms>` is a time as 15 zero-padded digits of milliseconds (`ms_key`), so a partition
 sorts by time. An `evw#` subject is the event's key, `` (none) or `*` (any): see
-services/event_waits.py for which partitions an event and a wait write.
+services/durable/event_waits.py for which partitions an event and a wait write.
 
 Values that are documents (a delivery's run ids, an event payload) are JSON strings in
 `doc`; attributes that conditions test are plain attributes (`holder`, `run_id`, `tat`,

@@ -1,4 +1,4 @@
-"""Hooks in the control table (`hook#<sha256>`, services/hooks.py): the write that spends
+"""Hooks in the control table (`hook#<sha256>`, services/durable/hooks.py): the write that spends
 one, in the same transaction as the signal it sends."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Schedules' cursors in the control table (`schedule#<workflow>`, services/scheduler.py):
+"""Schedules' cursors in the control table (`schedule#<workflow>`, services/triggers/scheduler.py):
 the cadence a cursor was set up for, the next tick it fires at, its pause flag and what
 its last fire did; each tick is taken once by a write guarded on the tick it read."""
 

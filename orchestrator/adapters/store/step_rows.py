@@ -31,7 +31,7 @@ STATE_PROJECTION = (
     " resends, waiting, pokes"
 )
 
-# What a run's view shows of each step (services/views.py): no histories, payloads or
+# What a run's view shows of each step (services/reads/views.py): no histories, payloads or
 # edges but the dependencies, which are most of a row's bytes, and most of the emulator's
 # work answering a follower that looks every quarter of a second.
 VIEW_PROJECTION = (

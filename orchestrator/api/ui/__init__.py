@@ -22,7 +22,7 @@ from orchestrator.adapters.dead_letters import DeadLetters
 from orchestrator.api.ui import actions, live, pages
 from orchestrator.api.ui.session import guarded
 from orchestrator.runtime import Runtime
-from orchestrator.services.dashboard_logins import DashboardLogins
+from orchestrator.services.access.dashboard_logins import DashboardLogins
 
 __all__ = ["UiState", "favicon", "routes", "ui_state"]
 

@@ -4,7 +4,7 @@ page's other parts that follow the run (parts.py: its status, times, cost and ac
 are drawn with it and sent, each as an event of its own, only when they changed.
 
 A run page reads the run through the run-following path (GET /runs/{id}'s: the step
-rows that can have moved, services/step_follow.py), and reads its history only when
+rows that can have moved, services/reads/step_follow.py), and reads its history only when
 that view changed (and its lineage once, if it ended while the page was open); it
 stops when the run has ended. The runs list reads the listing's
 first page. Neither writes anything, and each costs one open page a read every

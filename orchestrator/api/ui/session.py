@@ -15,8 +15,8 @@ from starlette.responses import RedirectResponse, Response
 
 from orchestrator.api.state import api_state
 from orchestrator.errors import Unauthorized
-from orchestrator.services.apikeys import ApiKeys
-from orchestrator.services.approvals import ANONYMOUS
+from orchestrator.services.access.apikeys import ApiKeys
+from orchestrator.services.coordination.approvals import ANONYMOUS
 
 __all__ = ["COOKIE", "guarded", "set_session", "signed_in", "who"]
 

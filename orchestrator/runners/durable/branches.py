@@ -15,8 +15,8 @@ from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
 from orchestrator.errors import ConditionFailed
-from orchestrator.services.executor import Executor
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.executor import Executor
+from orchestrator.services.execution.tally import Tally
 
 __all__ = ["Branches"]
 

@@ -37,9 +37,9 @@ from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code, error_doc
 from orchestrator.runners.durable.exchange import END, IDLE, Exchange, Item, Lines
-from orchestrator.services.executor import Executor
-from orchestrator.services.hooks import Hooks
-from orchestrator.services.tally import Tally
+from orchestrator.services.durable.hooks import Hooks
+from orchestrator.services.execution.executor import Executor
+from orchestrator.services.execution.tally import Tally
 from orchestrator.settings import Settings
 from orchestrator.strict_json import dumps
 

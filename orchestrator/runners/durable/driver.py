@@ -44,14 +44,14 @@ from orchestrator.runners.base import Attempt
 from orchestrator.runners.durable.branches import Branches
 from orchestrator.runners.durable.calls import STOP_CHECK_EVERY, Calls, Target
 from orchestrator.runners.durable.lookups import Lookups
-from orchestrator.services.approvals import Approvals, reject_run
-from orchestrator.services.children import Children
-from orchestrator.services.event_waits import EventWaits
-from orchestrator.services.executor import Executor
-from orchestrator.services.hooks import Hooks
-from orchestrator.services.locks import Locks
-from orchestrator.services.state_cells import StateService
-from orchestrator.services.tally import Tally
+from orchestrator.services.coordination.approvals import Approvals, reject_run
+from orchestrator.services.coordination.locks import Locks
+from orchestrator.services.coordination.state_cells import StateService
+from orchestrator.services.durable.children import Children
+from orchestrator.services.durable.event_waits import EventWaits
+from orchestrator.services.durable.hooks import Hooks
+from orchestrator.services.execution.executor import Executor
+from orchestrator.services.execution.tally import Tally
 from orchestrator.strict_json import dumps
 
 __all__ = ["Durable", "Target"]

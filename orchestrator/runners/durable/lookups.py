@@ -17,13 +17,13 @@ from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
 from orchestrator.errors import Code, InvalidName, UsageError, ValueTooLarge
 from orchestrator.runners.durable.branches import Branches
-from orchestrator.services.approvals import Approvals, gate_outcome
-from orchestrator.services.children import Children, child_run_id
-from orchestrator.services.event_waits import EventWaits
-from orchestrator.services.executor import Executor
-from orchestrator.services.hooks import Hooks
-from orchestrator.services.locks import Locks
-from orchestrator.services.state_cells import StateService
+from orchestrator.services.coordination.approvals import Approvals, gate_outcome
+from orchestrator.services.coordination.locks import Locks
+from orchestrator.services.coordination.state_cells import StateService
+from orchestrator.services.durable.children import Children, child_run_id
+from orchestrator.services.durable.event_waits import EventWaits
+from orchestrator.services.durable.hooks import Hooks
+from orchestrator.services.execution.executor import Executor
 from orchestrator.services.values import check_value, checked_name
 
 __all__ = ["Lookups"]

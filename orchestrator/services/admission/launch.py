@@ -24,7 +24,7 @@ from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.rerun import with_reused
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.errors import ConditionFailed, UsageError
-from orchestrator.services.executor import Executor
+from orchestrator.services.execution.executor import Executor
 from orchestrator.services.values import MAX_VALUE_BYTES, check_value
 
 __all__ = ["MAX_INPUT_BYTES", "RUN_ID_RE", "Launcher", "new_run_id"]

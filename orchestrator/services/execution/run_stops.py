@@ -13,8 +13,8 @@ from orchestrator.engine.transitions import (
     stop_pass,
 )
 from orchestrator.errors import ConditionFailed
-from orchestrator.services.run_finishes import RunFinishes
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.run_finishes import RunFinishes
+from orchestrator.services.execution.tally import Tally
 
 __all__ = ["RunStops"]
 

@@ -26,8 +26,8 @@ from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.approvals import Gate
 from orchestrator.engine.durable_waits import Waiting
 from orchestrator.errors import Code, ConditionFailed, Conflict, Forbidden, NotFound, UsageError
-from orchestrator.services.executor import Executor
-from orchestrator.services.hooks import Hooks
+from orchestrator.services.durable.hooks import Hooks
+from orchestrator.services.execution.executor import Executor
 from orchestrator.services.values import checked_name
 
 __all__ = ["ANONYMOUS", "LINK", "MAX_COMMENT", "MAX_PROMPT", "Approvals", "gate_outcome",

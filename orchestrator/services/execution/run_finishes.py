@@ -18,13 +18,13 @@ from orchestrator.engine.transitions import (
     finish,
 )
 from orchestrator.errors import ConditionFailed, OrchestratorError
-from orchestrator.services.executor_base import ExecutorBase
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.executor_base import ExecutorBase
+from orchestrator.services.execution.tally import Tally
 
 __all__ = ["FINISH_TRIES", "RunFinishes"]
 
 # The executor's logger, as before the executor was split.
-log = logging.getLogger("orchestrator.services.executor")
+log = logging.getLogger("orchestrator.services.execution.executor")
 
 # Reads of a finishing run's rows, when steps keep landing between a read and its flags.
 FINISH_TRIES = 3

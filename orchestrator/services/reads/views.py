@@ -11,7 +11,7 @@ from orchestrator.adapters.metering import summed
 from orchestrator.engine.definition import DRIVER
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import StepStatus
-from orchestrator.services.cost import estimate
+from orchestrator.services.reads.cost import estimate
 
 __all__ = ["durable_steps", "entry_step", "render", "run_view", "step_view", "view_json"]
 

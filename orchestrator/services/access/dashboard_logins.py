@@ -13,7 +13,7 @@ import secrets
 from orchestrator.adapters.store.codec import num
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.control_keys import login_key
-from orchestrator.services.apikeys import ApiKeys
+from orchestrator.services.access.apikeys import ApiKeys
 
 __all__ = ["DashboardLogins"]
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from orchestrator.adapters.metering import metered
 from orchestrator.engine.context import RunContext
 from orchestrator.errors import OrchestratorError
-from orchestrator.services.executor import Executor
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.executor import Executor
+from orchestrator.services.execution.tally import Tally
 
 __all__ = ["FLUSH_NOW_SINKS", "Folds"]
 

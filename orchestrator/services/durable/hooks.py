@@ -31,7 +31,7 @@ from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.control_keys import HOOK_SECRET, doc_of, hook_key, hook_used
 from orchestrator.errors import Code, Conflict, NotFound, OrchestratorError, UsageError
-from orchestrator.services.signals import Signals
+from orchestrator.services.durable.signals import Signals
 from orchestrator.services.values import check_value, checked_name
 from orchestrator.strict_json import dumps
 

@@ -27,9 +27,9 @@ from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.transitions import after_failure
 from orchestrator.errors import ConditionFailed
-from orchestrator.services.promotions import Fold, Promotions
-from orchestrator.services.run_stops import RunStops
-from orchestrator.services.tally import Tally
+from orchestrator.services.execution.promotions import Fold, Promotions
+from orchestrator.services.execution.run_stops import RunStops
+from orchestrator.services.execution.tally import Tally
 
 __all__ = ["Executor"]
 

@@ -13,7 +13,7 @@ from orchestrator.adapters.store.join_counts import WIDE_JOIN
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
-from orchestrator.services.executor_base import ExecutorBase
+from orchestrator.services.execution.executor_base import ExecutorBase
 
 __all__ = ["FOLD_FROM", "Fold", "Promotions"]
 

@@ -25,7 +25,7 @@ from orchestrator.adapters.store.control_keys import doc_of, event_id_key, event
 from orchestrator.errors import UsageError
 from orchestrator.expressions import compile_expression
 from orchestrator.services.admission import Outcome, StartRequest
-from orchestrator.services.event_waits import EventWaits
+from orchestrator.services.durable.event_waits import EventWaits
 from orchestrator.services.runs import RunService
 from orchestrator.services.values import EVENT_NAME, MAX_VALUE_BYTES, check_value, checked_name
 

@@ -15,7 +15,8 @@ from typing import Any
 from functions.sdk.protocol import WaitKind
 from orchestrator.errors import Code
 
-__all__ = ["LOCK_RECHECK", "REFUSABLE", "Resolved", "Waiting", "resolve", "wait_entry"]
+__all__ = ["LOCK_RECHECK", "REFUSABLE", "Committed", "Found", "Held", "Lookup", "Refused",
+           "Resolved", "Waiting", "resolve", "wait_entry"]
 
 # The waits whose lookup can be refused (a name, a value the workflow sent).
 REFUSABLE = frozenset({"signal", "event", "hook", "call", "spawn", "state", "lock"})
@@ -82,75 +83,102 @@ class Resolved:
     entry: dict[str, Any] | None
 
 
-def resolve(waiting: Waiting, now: float, found: Mapping[str, Any] | None = None
-            ) -> Resolved | None:
-    """Whether `waiting` is over at `now`, given what it waits for if it came: the
-    oldest signal queued for it, or the earliest event in its window. None: it still
-    waits. A lookup the orchestrator refused (`found["refused"]`: the error, a name
-    that breaks the rule or a value over the cap) ends the wait as failed: the workflow
-    gets the error where it awaited the operation, as a step's failure."""
+@dataclass(frozen=True)
+class Found:
+    """What a wait looked up, once it came: the signal taken, the event in its window,
+    the hook created, the child started or ended, the parallel's aggregate, the gate's
+    outcome."""
+
+    doc: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Held:
+    """A lock's wait: the lock is held (acquire), or was let go (release)."""
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A state cell's operation, performed: its entry, written with the cell."""
+
+    entry: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A name or a value of the wait the orchestrator refuses (an SDK that checks them
+    never sends one): the error the workflow gets where it awaited the operation."""
+
+    error: Mapping[str, Any]
+
+
+# What a wait's lookups came back with; None: nothing yet.
+Lookup = Found | Held | Committed | Refused | None
+
+
+def resolve(waiting: Waiting, now: float, found: Lookup = None) -> Resolved | None:
+    """Whether `waiting` is over at `now`, given what its lookups found. None: it still
+    waits. A refused lookup ends the wait as failed: the workflow gets the error where
+    it awaited the operation, as a step's failure."""
     due = waiting.until is not None and now >= waiting.until
-    if found is not None and found.get("refused") is not None and waiting.kind in REFUSABLE:
-        return Resolved(wait_entry(waiting, now, status="error", error=dict(found["refused"])))
-    if waiting.kind == "retry":
-        return Resolved(None) if due else None
-    if waiting.kind == "next":
-        return Resolved(None)
-    if waiting.kind == "spawn":
-        # `found`: the child run started.
-        return None if found is None else Resolved(wait_entry(
-            waiting, now, value={"run_id": found.get("run_id")}))
-    if waiting.kind == "call":
-        # `found`: the child, once it has ended (run_id, status, output, error).
-        if found is None:
-            return None
-        if found.get("status") == "success":
-            return Resolved(wait_entry(waiting, now, value=found.get("output"),
-                                       child=found.get("run_id")))
-        error = {"code": Code.CHILD_FAILED, "message": f"child run {found.get('run_id')} ended "
-                 f"{found.get('status')}", "details": {"run_id": found.get("run_id"),
-                                                        "status": found.get("status"),
-                                                        "error": found.get("error")}}
-        return Resolved(wait_entry(waiting, now, status="error", error=error,
-                                   child=found.get("run_id")))
-    if waiting.kind == "parallel":
-        # `found`: the parallel operation's aggregate; over when every branch is done.
-        if found is not None and len(found.get("done") or ()) >= int(waiting.detail["branches"]):
+    if isinstance(found, Refused) and waiting.kind in REFUSABLE:
+        return Resolved(wait_entry(waiting, now, status="error", error=dict(found.error)))
+    doc = found.doc if isinstance(found, Found) else None
+    match waiting.kind:
+        case WaitKind.RETRY:
+            return Resolved(None) if due else None
+        case WaitKind.NEXT:
             return Resolved(None)
-        return None
-    if waiting.kind == "lock":
-        # `found`: the lock is held (acquire) or was let go (release).
-        return None if found is None else Resolved(wait_entry(waiting, now))
-    if waiting.kind == "state":
-        # `found`: the entry the operation was recorded with (with the cell's write).
-        return None if found is None else Resolved(dict(found["committed"]))
-    if waiting.kind == "approval":
-        # `found`: the gate's outcome once it has one (the caller times an open gate
-        # out past its deadline: the gate's record decides, not this clock).
-        if found is None:
-            return None
-        value = {k: found.get(k) for k in ("approved", "timed_out", "by", "at", "comment")}
-        return Resolved(wait_entry(waiting, now, value=value))
-    if waiting.kind == "sleep":
-        return Resolved(wait_entry(waiting, now)) if due else None
-    if waiting.kind == "signal":
-        if found is not None:
-            return Resolved(wait_entry(waiting, now, value=found.get("payload"),
-                                       signal=found.get("id")))
-        if due:
-            return Resolved(wait_entry(waiting, now, status="timeout"))
-        return None
-    if waiting.kind == "hook":
-        # Created (stored) by the caller before this: the entry keeps no token.
-        if found is None:
-            return None
-        value = {k: found.get(k) for k in ("signal", "expires_at", "metadata", "hook")}
-        return Resolved(wait_entry(waiting, now, value=value))
-    if waiting.kind == "event":
-        if found is not None:
-            value = {k: found.get(k) for k in ("name", "key", "id", "data", "received_at")}
-            return Resolved(wait_entry(waiting, now, value=value, event=found.get("id")))
-        if due:
-            return Resolved(wait_entry(waiting, now, status="timeout"))
-        return None
-    return None  # a mismatch waits for an operator
+        case WaitKind.SPAWN:
+            # The child run, started.
+            return None if doc is None else Resolved(wait_entry(
+                waiting, now, value={"run_id": doc.get("run_id")}))
+        case WaitKind.CALL:
+            return None if doc is None else Resolved(_child_ended(waiting, now, doc))
+        case WaitKind.PARALLEL:
+            # The operation's aggregate: over when every branch is done.
+            over = doc is not None and len(doc.get("done") or ()) >= int(
+                waiting.detail["branches"])
+            return Resolved(None) if over else None
+        case WaitKind.LOCK:
+            return Resolved(wait_entry(waiting, now)) if isinstance(found, Held) else None
+        case WaitKind.STATE:
+            return Resolved(dict(found.entry)) if isinstance(found, Committed) else None
+        case WaitKind.APPROVAL:
+            # The gate's outcome once it has one (the caller times an open gate out past
+            # its deadline: the gate's record decides, not this clock).
+            if doc is None:
+                return None
+            value = {k: doc.get(k) for k in ("approved", "timed_out", "by", "at", "comment")}
+            return Resolved(wait_entry(waiting, now, value=value))
+        case WaitKind.SLEEP:
+            return Resolved(wait_entry(waiting, now)) if due else None
+        case WaitKind.SIGNAL:
+            if doc is not None:
+                return Resolved(wait_entry(waiting, now, value=doc.get("payload"),
+                                           signal=doc.get("id")))
+            return Resolved(wait_entry(waiting, now, status="timeout")) if due else None
+        case WaitKind.HOOK:
+            # Created (stored) by the caller before this: the entry keeps no token.
+            if doc is None:
+                return None
+            value = {k: doc.get(k) for k in ("signal", "expires_at", "metadata", "hook")}
+            return Resolved(wait_entry(waiting, now, value=value))
+        case WaitKind.EVENT:
+            if doc is not None:
+                value = {k: doc.get(k) for k in ("name", "key", "id", "data", "received_at")}
+                return Resolved(wait_entry(waiting, now, value=value, event=doc.get("id")))
+            return Resolved(wait_entry(waiting, now, status="timeout")) if due else None
+        case _:
+            return None  # a mismatch waits for an operator
+
+
+def _child_ended(waiting: Waiting, now: float, doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A call's child, ended (run_id, status, output, error): its entry."""
+    if doc.get("status") == "success":
+        return wait_entry(waiting, now, value=doc.get("output"), child=doc.get("run_id"))
+    error = {"code": Code.CHILD_FAILED, "message": f"child run {doc.get('run_id')} ended "
+             f"{doc.get('status')}", "details": {"run_id": doc.get("run_id"),
+                                                 "status": doc.get("status"),
+                                                 "error": doc.get("error")}}
+    return wait_entry(waiting, now, status="error", error=error, child=doc.get("run_id"))

@@ -37,7 +37,15 @@ from orchestrator.engine.durable import BranchDone, Complete, Continue, Pause, S
 from orchestrator.engine.durable import Fail as WorkflowFail
 from orchestrator.engine.durable_moves import idle_calls, look_for, over_cap, release_of, stands
 from orchestrator.engine.durable_scopes import JournalView, first_holder, scope_of
-from orchestrator.engine.durable_waits import LOCK_RECHECK, Waiting, resolve
+from orchestrator.engine.durable_waits import (
+    LOCK_RECHECK,
+    Committed,
+    Found,
+    Lookup,
+    Refused,
+    Waiting,
+    resolve,
+)
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import Released
 from orchestrator.runners.base import Attempt
@@ -128,10 +136,10 @@ class Durable:
             if waiting is not None:
                 if waiting.kind is WaitKind.RETRY:
                     attempts = {waiting.id: waiting.attempt}
-                found = None
+                found: Lookup = None
                 for look in look_for(waiting, fresh_wait):
                     found = self.lookups.look(look, row, ctx, waiting, view, now, carried)
-                    if isinstance(found, dict) and "refused" in found:
+                    if isinstance(found, Refused):
                         break  # resolved as failed: nothing more to look up
                 if waiting.kind in (WaitKind.CALL, WaitKind.SPAWN):
                     # Started: the row keeps no copy of the child's input.
@@ -139,7 +147,7 @@ class Durable:
                                                        if k != "input"})
                 fresh_wait = False
                 done = resolve(waiting, now, found)
-                if done is not None and waiting.kind == "parallel":
+                if done is not None and waiting.kind is WaitKind.PARALLEL:
                     self.branches.settle(run_id, waiting, now)
                 if done is None:
                     if waiting.kind is WaitKind.LOCK:  # still in line: look again later
@@ -152,22 +160,23 @@ class Durable:
                     continue
                 if done.entry is not None:
                     # A state operation's entry was written with the cell, already.
-                    stored = (done.entry if isinstance(found, dict) and "committed" in found
+                    stored = (done.entry if isinstance(found, Committed)
                               else self.store.journal.put_entry(run_id, done.entry, now))
                     if stored is done.entry:  # written now (not another outcome's)
                         telemetry.operation_span(run_id, stored)
-                    if waiting.kind == "signal" and found is not None \
-                            and stored.get("signal") != found.get("id"):
+                    if waiting.kind is WaitKind.SIGNAL and isinstance(found, Found) \
+                            and stored.get("signal") != found.doc.get("id"):
                         # Another outcome won (a timeout written by a stalled holder):
                         # the signal goes back to the queue for the next wait.
-                        self.store.signals.untake_signal(run_id, str(found["key"]),
+                        self.store.signals.untake_signal(run_id, str(found.doc["key"]),
                                                          f"{waiting.scope}#{waiting.pos}")
                     view.add(stored)
-                if waiting.kind == "event" and self.events is not None:
+                if waiting.kind is WaitKind.EVENT and self.events is not None:
                     self.events.forget(run_id, waiting)
-                if waiting.kind == "approval" and found is not None and found.get("rejected"):
+                if waiting.kind is WaitKind.APPROVAL and isinstance(found, Found) \
+                        and found.doc.get("rejected"):
                     # Rejected: the run is cancelled (the kill is recorded first).
-                    reject_run(self.executor, found)
+                    reject_run(self.executor, found.doc)
                     self._give_up(row, tally, self.clock())
                     return
                 waiting = None

@@ -5,14 +5,14 @@ state cell's operation. Each answers what it found (None: nothing yet)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from functions.sdk.protocol import WaitKind
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable_moves import Look
 from orchestrator.engine.durable_scopes import JournalView
-from orchestrator.engine.durable_waits import Waiting
+from orchestrator.engine.durable_waits import Committed, Found, Held, Lookup, Refused, Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import StepStatus
 from orchestrator.errors import Code, InvalidName, UsageError, ValueTooLarge
@@ -47,23 +47,22 @@ class Lookups:
         self.locks = locks
 
     def look(self, look: Look, row: StepRecord, ctx: RunContext, waiting: Waiting,
-              view: JournalView, now: float, carried: dict[str, Waiting]) -> Any:
-        """Carry out one lookup `look_for` asked for; what it found (None: nothing, or
-        `{"refused": error}`: a name or a value of the wait the orchestrator refuses,
-        which an SDK that checks them never sends)."""
+              view: JournalView, now: float, carried: dict[str, Waiting]) -> Lookup:
+        """Carry out one lookup `look_for` asked for: what it found (engine/durable_waits:
+        `Found`, `Held`, `Committed`, `Refused`; None: nothing yet)."""
         try:
             return self._lookup(look, row, ctx, waiting, view, now, carried)
         except (InvalidName, ValueTooLarge) as exc:
-            return {"refused": exc.to_dict()}
+            return Refused(exc.to_dict())
 
     def _lookup(self, look: Look, row: StepRecord, ctx: RunContext, waiting: Waiting,
-                view: JournalView, now: float, carried: dict[str, Waiting]) -> Any:
+                view: JournalView, now: float, carried: dict[str, Waiting]) -> Lookup:
         run_id = row.run_id
         d = waiting.detail
         if look is Look.TAKE_SIGNAL:
             name = checked_name("signal name", waiting.name)
-            return self.store.signals.take_signal(run_id, name,
-                                                  f"{waiting.scope}#{waiting.pos}")
+            return _found(self.store.signals.take_signal(run_id, name,
+                                                         f"{waiting.scope}#{waiting.pos}"))
         if look is Look.REGISTER_EVENT and self.events is not None:
             checked_name("event name", str(d["event"]), event=True)
             # Register first, then look: an event landing in between finds the
@@ -71,33 +70,34 @@ class Lookups:
             self.events.register(run_id, waiting)
         elif look is Look.FIND_EVENT and self.events is not None:
             checked_name("event name", str(d["event"]), event=True)
-            return self.events.find(waiting)
+            return _found(self.events.find(waiting))
         elif look is Look.CREATE_HOOK and self.hooks is not None:
-            return self.hooks.create(run_id, waiting.id, str(d["signal"]), d.get("metadata"),
-                                     d.get("ttl"))
+            return _found(self.hooks.create(run_id, waiting.id, str(d["signal"]),
+                                            d.get("metadata"), d.get("ttl")))
         elif look in (Look.START_CHILD, Look.CHILD) and self.children is not None:
             if look is Look.START_CHILD:
                 check_value(f"input (of child run of {d.get('workflow')!r})", d.get("input"))
-            return self._child(row, waiting, start=look is Look.START_CHILD)
+            return _found(self._child(row, waiting, start=look is Look.START_CHILD))
         elif look is Look.OPEN_PARALLEL:
             self.branches.open_parallel(row, ctx, waiting, view, now, carried)
         elif look is Look.PARALLEL:
-            return self.store.drivers.get_parallel(run_id, waiting.scope, waiting.pos, now)
+            return _found(self.store.drivers.get_parallel(run_id, waiting.scope, waiting.pos,
+                                                          now))
         elif look is Look.APPROVAL and self.approvals is not None:
-            return gate_outcome(self.approvals, run_id, ctx.workflow, waiting, now)
+            return _found(gate_outcome(self.approvals, run_id, ctx.workflow, waiting, now))
         elif look is Look.LOCK and self.locks is not None:
             key = Locks.checked(str(d.get("key")))
             holder = f"{run_id}#{waiting.scope or 'top'}"
             if d.get("action") == "release":
                 self.locks.release(key, holder, run_id)
-                return {"released": True}
-            return {"held": True} if self.locks.acquire(key, holder, run_id, row.step,
-                                                        waiting.since) else None
+                return Held()
+            return Held() if self.locks.acquire(key, holder, run_id, row.step,
+                                                waiting.since) else None
         elif look is Look.STATE and self.state is not None:
             try:
-                return {"committed": self.state.perform(run_id, waiting, now)}
+                return Committed(self.state.perform(run_id, waiting, now))
             except UsageError as exc:  # a name or value the orchestrator refuses
-                return {"refused": exc.to_dict()}
+                return Refused(exc.to_dict())
         return None
 
     def _child(self, row: StepRecord, waiting: Waiting, start: bool) -> dict[str, Any] | None:
@@ -128,3 +128,6 @@ class Lookups:
             out["output"] = {"run_id": child_id, "status": child.status.value}
         return out
 
+
+def _found(doc: Mapping[str, Any] | None) -> Found | None:
+    return None if doc is None else Found(doc)

@@ -24,7 +24,7 @@ import pytest
 from functions.examples import monthly_report
 from functions.examples.durable.store import Log
 from functions.sdk.serving import BackgroundServer
-from orchestrator.adapters.store.control_keys import mutex_key
+from orchestrator.adapters.store.control_keys import lock_item_key
 from tests.support.harness import BuildHarness, Harness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def check_one_at_a_time(h: Harness, log: Log, workflow: str, row: str) -> None:
     done = sections(log, "acme")
     assert [r for r, _, _ in done] == [first, second, third]  # arrival order
     assert all(a[2] <= b[1] for a, b in itertools.pairwise(done)), done
-    assert h.rt.store.mutexes.holder("customer-acme", time.time()) is None
+    assert h.rt.store.locks.holder("customer-acme", time.time()) is None
 
 
 def test_a_lock_per_customer_in_python(demo: tuple[Harness, Path]) -> None:
@@ -122,12 +122,12 @@ def test_a_lock_left_by_a_vanished_run_is_recovered(demo: tuple[Harness, Path]) 
     h, _ = demo
     now = time.time()
     # A holder whose run is gone (its row expired and deleted): nobody will release it.
-    assert h.rt.store.control.put_new(mutex_key("customer-zed"), now=now, attrs={
+    assert h.rt.store.control.put_new(lock_item_key("customer-zed"), now=now, attrs={
         "holder": {"S": "ghost#update"}, "run_id": {"S": "ghost"}, "since": {"N": str(now)}})
-    assert h.rt.store.mutexes.holder("customer-zed", now) is not None
+    assert h.rt.store.locks.holder("customer-zed", now) is not None
     run_id = h.start("customer-update", {"customer": "zed", "seconds": 0.1})
     assert h.wait(run_id)["status"] == "success"
-    assert h.rt.store.mutexes.holder("customer-zed", time.time()) is None
+    assert h.rt.store.locks.holder("customer-zed", time.time()) is None
 
 
 def test_a_lock_is_handed_over_when_its_holders_worker_is_sigkilled(
@@ -161,7 +161,7 @@ def test_a_lock_is_handed_over_when_its_holders_worker_is_sigkilled(
             h.start_sweeper()
 
             def watch() -> bool:
-                held = h.rt.store.mutexes.holder("customer-acme", time.time())
+                held = h.rt.store.locks.holder("customer-acme", time.time())
                 holders.append(None if held is None else held.run_id)
                 return h.rt.runs.get(second).status.terminal  # type: ignore[union-attr]
             until("handed over and done", watch, timeout=40)

@@ -94,7 +94,7 @@ def test_the_keys_are_the_ones_deployed_tables_hold() -> None:
     assert c.event_sk(1.5, "e1") == "000000000001500#e1"
     assert c.event_id_key("order.paid", "e1") == "eventid#order.paid#e1"
     assert c.schedule_key("nightly") == "schedule#nightly"
-    assert c.lock_key("g#k") == "lock#g#k"
+    assert c.holder_key("g#k") == "lock#g#k"
     assert c.waiting_key("g#k") == "waiting#g#k"
     assert c.waiting_sk(2.0, "r1") == "000000000002000#r1"
     assert c.throttle_key("wf", "k") == "throttle#wf#k"

@@ -17,12 +17,12 @@ composed by table, so that a call site shows what it touches:
 - `store.control` (`control.Control`): the control table's items (locks, throttles,
   schedules, idempotency keys, hooks, deliveries, event waits): the generic reads and
   writes (`control_table.ControlTable`) with the named writes of each item kind
-  (`throttles`, `concurrency_locks`, `schedules`, `sweep_shards`, `hook_spends`); the
+  (`throttles`, `group_holders`, `schedules`, `sweep_shards`, `hook_spends`); the
   table's keys and codecs are `control_keys`;
 - `store.approvals` (`approvals.ApprovalStore`): approval gates and the inbox, in the
   control table;
 - `store.state` (`state_cells.StateCells`): durable state cells, in the control table;
-- `store.mutexes` (`mutexes.MutexStore`): locks, their waiting lines and who holds what;
+- `store.locks` (`locks.LockStore`): locks, their waiting lines and who holds what;
 - `store.fanouts` (`fanouts.FanOutItems`): the outcomes of a fan_out step's items;
 - `store.bursts` (`bursts.Bursts`): debounced bursts and the triggers they took.
 
@@ -45,7 +45,7 @@ from orchestrator.adapters.store.drivers import Drivers
 from orchestrator.adapters.store.fanouts import FanOutItems
 from orchestrator.adapters.store.join_counts import JoinCounts
 from orchestrator.adapters.store.journal import Journal
-from orchestrator.adapters.store.mutexes import MutexStore
+from orchestrator.adapters.store.locks import LockStore
 from orchestrator.adapters.store.run_rows import RunRows
 from orchestrator.adapters.store.signals import SignalStore
 from orchestrator.adapters.store.state_cells import StateCells
@@ -90,7 +90,7 @@ class Store:
         self.control = Control(dynamodb, names.control_table)
         self.approvals = ApprovalStore(self.control)
         self.state = StateCells(self.control)
-        self.mutexes = MutexStore(self.control, names.runs_table)
+        self.locks = LockStore(self.control, names.runs_table)
         self.fanouts = FanOutItems(self.control, step_retention)
         self.bursts = Bursts(self.control)
         self.names = names

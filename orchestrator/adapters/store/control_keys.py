@@ -81,17 +81,17 @@ __all__ = [
     "event_wait_sk",
     "fanout_item_sk",
     "fanout_key",
+    "holder_key",
     "hook_key",
     "hook_used",
     "idempotency_key",
     "inbox_sk",
-    "lock_key",
+    "lock_item_key",
+    "lock_line_key",
+    "lock_waiter_sk",
+    "locks_held_key",
     "login_key",
     "ms_key",
-    "mutex_held_key",
-    "mutex_key",
-    "mutex_queue_key",
-    "mutex_waiter_sk",
     "schedule_key",
     "sk_of",
     "state_key",
@@ -149,8 +149,9 @@ def schedule_key(workflow: str) -> Pk:
     return Pk(f"schedule#{workflow}")
 
 
-def lock_key(group_id: str) -> Pk:
-    """The lock of a concurrency group (`Gate.group_id`: `<group>#<key>`)."""
+def holder_key(group_id: str) -> Pk:
+    """The run holding a concurrency group (`Gate.group_id`: `<group>#<key>`); its
+    stored prefix `lock#` predates the one name per thing (a user's lock is `mutex#`)."""
     return Pk(f"lock#{group_id}")
 
 
@@ -218,21 +219,21 @@ def fanout_item_sk(index: int) -> Sk:
     return Sk(f"{index:06d}")
 
 
-def mutex_key(key: str) -> Pk:
+def lock_item_key(key: str) -> Pk:
     """A lock's item: who holds it."""
     return Pk(f"mutex#{key}")
 
 
-def mutex_queue_key(key: str) -> Pk:
+def lock_line_key(key: str) -> Pk:
     """A lock's waiting line."""
     return Pk(f"mutexq#{key}")
 
 
-def mutex_waiter_sk(arrived: float, holder: str) -> Sk:
+def lock_waiter_sk(arrived: float, holder: str) -> Sk:
     return Sk(f"{ms_key(arrived)}#{holder}")
 
 
-def mutex_held_key(run_id: str) -> Pk:
+def locks_held_key(run_id: str) -> Pk:
     """The locks a run holds."""
     return Pk(f"mutexheld#{run_id}")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.control import Control
-from orchestrator.adapters.store.control_keys import Sk, lock_key, waiting_key, waiting_sk
+from orchestrator.adapters.store.control_keys import Sk, holder_key, waiting_key, waiting_sk
 from orchestrator.engine.definition import Gate
 from orchestrator.engine.policies import GroupPolicy
 from orchestrator.engine.records import RunRecord
@@ -77,7 +77,7 @@ class Groups:
             if head is not None and head.run_id != run.run_id:
                 self.try_admit(head)  # the head is queued and due: let it go first
                 return self.reread(run)
-        if not self.control.take_lock(lock_key(gid), run.run_id, now):
+        if not self.control.take_hold(holder_key(gid), run.run_id, now):
             if gate.policy is GroupPolicy.SKIP:
                 return self.try_admit(run)  # re-read the holder to report it
             return run
@@ -96,7 +96,7 @@ class Groups:
             return
         gid = gate.group_id
         now = self.clock()
-        self.control.release_lock(lock_key(gid), run.run_id)
+        self.control.let_go(holder_key(gid), run.run_id)
         # Its waiting entry went when it was admitted (or _head drops it as finished).
         head = self._head(gid, now)
         if head is not None and head.status is RunStatus.QUEUED:
@@ -104,12 +104,12 @@ class Groups:
 
     def _holder(self, gid: str, now: float) -> str | None:
         """The run holding the group, after breaking a lock whose holder has finished."""
-        holder = self.control.lock_holder(lock_key(gid), now)
+        holder = self.control.group_holder(holder_key(gid), now)
         if holder is None:
             return None
         run = self.store.runs.get_run(holder, now)
         if run is None or run.status.terminal:
-            self.control.release_lock(lock_key(gid), holder)
+            self.control.let_go(holder_key(gid), holder)
             log.info("group %s: broke the lock of finished run %s", gid, holder)
             return self._holder(gid, now)  # None, unless another run took it meanwhile
         return holder

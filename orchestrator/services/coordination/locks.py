@@ -31,7 +31,7 @@ RECHECK = 30.0
 class Locks:
     def __init__(self, store: Store, queues: Queues, clock: Callable[[], float]) -> None:
         self.store = store
-        self.mutexes = store.mutexes
+        self.locks = store.locks
         self.queues = queues
         self.clock = clock
 
@@ -44,40 +44,40 @@ class Locks:
         """Whether `holder` (of `run_id`, waiting on step row `row`, in line since
         `arrived`) holds the lock now."""
         now = self.clock()
-        current = self.mutexes.holder(key, now)
+        current = self.locks.holder(key, now)
         if current is not None and current.holder == holder:
             return True
         if current is not None and self._gone(current.run_id, now):
             # Its run ended without releasing (it vanished): free the lock.
-            self.mutexes.release(key, current.holder, current.run_id)
+            self.locks.release(key, current.holder, current.run_id)
             current = None
-        self.mutexes.join(key, holder, run_id, row, arrived, now)
+        self.locks.join(key, holder, run_id, row, arrived, now)
         if current is not None:
             return False
-        for waiter in self.mutexes.line(key, now, limit=10):
+        for waiter in self.locks.line(key, now, limit=10):
             if waiter.holder == holder:
-                return self.mutexes.take(key, holder, run_id, arrived, now)
+                return self.locks.take(key, holder, run_id, arrived, now)
             if not self._gone(waiter.run_id, now):
                 return False  # another is ahead, alive: it goes first
-            self.mutexes.leave(key, waiter)
+            self.locks.leave(key, waiter)
         return False
 
     def release(self, key: str, holder: str, run_id: str) -> None:
         """Free the lock if `holder` holds it, and hand it to the next in line."""
-        if self.mutexes.release(key, holder, run_id):
+        if self.locks.release(key, holder, run_id):
             self.hand_over(key)
 
     def release_all(self, run_id: str) -> None:
         """Release every lock a run holds (it has ended)."""
-        for key, holder in self.mutexes.held_by(run_id, self.clock()):
+        for key, holder in self.locks.held_by(run_id, self.clock()):
             self.release(key, holder, run_id)
 
     def hand_over(self, key: str) -> None:
         """Poke the head of the lock's line: its worker takes the lock."""
         now = self.clock()
-        for waiter in self.mutexes.line(key, now, limit=10):
+        for waiter in self.locks.line(key, now, limit=10):
             if self._gone(waiter.run_id, now):
-                self.mutexes.leave(key, waiter)
+                self.locks.leave(key, waiter)
                 continue
             poked = self.store.drivers.poke_driver(waiter.run_id, now, waiter.row)
             if poked is not None:

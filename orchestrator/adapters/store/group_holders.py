@@ -1,6 +1,8 @@
-"""Concurrency groups in the control table (services/admission/gate.py): the lock of a
-group (`lock#<group>#<key>`: the run holding it) and the runs waiting for it
-(`waiting#<group>#<key>`, one item each, in arrival order)."""
+"""Concurrency groups in the control table (services/admission/concurrency.py): the run
+holding a group (`lock#<group>#<key>`) and the runs waiting for it
+(`waiting#<group>#<key>`, one item each, in arrival order). "Lock" in the code names a
+user's lock only (`ctx.lock`, `lock:`: store/locks.py); the stored prefixes are the data
+format and stay as they are, so items an earlier version wrote are still read."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass
 from orchestrator.adapters.store.control_keys import Pk, Sk, sk_of
 from orchestrator.adapters.store.control_table import ControlTable
 
-__all__ = ["ConcurrencyLocks", "WaitingRun"]
+__all__ = ["GroupHolders", "WaitingRun"]
 
 
 @dataclass(frozen=True)
@@ -20,20 +22,20 @@ class WaitingRun:
     sk: Sk
 
 
-class ConcurrencyLocks(ControlTable):
-    """A concurrency group's lock and its waiting line."""
+class GroupHolders(ControlTable):
+    """A concurrency group's holder and its waiting line."""
 
-    def lock_holder(self, pk: Pk, now: float) -> str | None:
-        """The run holding a concurrency group's lock (None: it is free)."""
+    def group_holder(self, pk: Pk, now: float) -> str | None:
+        """The run holding a concurrency group (None: it is free)."""
         item = self.get(pk, now=now)
         return None if item is None else str(item["holder"]["S"])
 
-    def take_lock(self, pk: Pk, holder: str, now: float) -> bool:
-        """Take a concurrency group's lock (True) unless another run holds it."""
+    def take_hold(self, pk: Pk, holder: str, now: float) -> bool:
+        """Take a concurrency group (True) unless another run holds it."""
         return self.put_new(pk, now=now, attrs={"holder": {"S": holder}})
 
-    def release_lock(self, pk: Pk, holder: str) -> bool:
-        """Free a lock, only if `holder` still holds it."""
+    def let_go(self, pk: Pk, holder: str) -> bool:
+        """Let a group go, only if `holder` still holds it."""
         return self.delete(pk, condition="holder = :me", values={":me": {"S": holder}})
 
     def wait_in_line(self, pk: Pk, sk: Sk, run_id: str, now: float) -> bool:

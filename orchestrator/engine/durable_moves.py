@@ -9,11 +9,12 @@ steps of a DAG."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from functions.sdk.protocol import WaitKind
+from functions.sdk.protocol import JournalEntry, WaitKind
 from orchestrator.engine.durable import Continue, Next
 from orchestrator.engine.durable_scopes import JournalView
 from orchestrator.engine.durable_waits import Waiting
@@ -145,20 +146,22 @@ def release_of(waiting: Waiting, now: float, *, redispatch_after: float,
     return Release(until, until - HANDOFF_BEFORE)
 
 
-def new_entries(view: JournalView, entries: list[dict[str, Any]]
-                ) -> tuple[list[dict[str, Any]], tuple[dict[str, Any], dict[str, Any]] | None]:
+def new_entries(view: JournalView, entries: Sequence[JournalEntry]
+                ) -> tuple[list[JournalEntry], tuple[JournalEntry, dict[str, Any]] | None]:
     """The checkpoints of a batch still to commit, in order. A line sent again (the
     same entry at a place the view or the batch holds already) is dropped. A different
     entry at a held place ends the batch there: `(it, the one held)`, which the caller
     treats as a conflict (the call replays what is committed)."""
-    out: list[dict[str, Any]] = []
-    seen: dict[tuple[str, int], dict[str, Any]] = {}
+    out: list[JournalEntry] = []
+    seen: dict[tuple[str, int], JournalEntry] = {}
     for entry in entries:
-        place = (str(entry.get("scope", "")), int(entry["pos"]))
-        held = view.at(*place) or seen.get(place)
+        place = (entry.scope, entry.pos)
+        committed = view.at(*place)
+        held = committed if committed is not None else (
+            seen[place].doc() if place in seen else None)
         if held is None:
             seen[place] = entry
             out.append(entry)
-        elif held != entry:
+        elif held != entry.doc():
             return out, (entry, held)
     return out, None

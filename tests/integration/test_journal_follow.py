@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from functions.sdk.protocol import JournalEntry
 from orchestrator.services.reads.views import durable_steps
 from tests.support.harness import Harness
 
@@ -25,6 +26,11 @@ def entry(scope: str, pos: int, kind: str = "step", **extra: Any) -> dict[str, A
     return {"scope": scope, "pos": pos, "id": f"{scope}#{pos}", "kind": kind,
             "name": f"{kind}-{scope}-{pos}", "status": "ok", "value": pos,
             "started": 1.0, "ended": 2.0, **extra}
+
+
+def as_entries(docs: list[dict[str, Any]]) -> list[JournalEntry]:
+    """Checkpoints as a call reports them (the protocol's entries)."""
+    return [JournalEntry.model_validate(d) for d in docs]
 
 
 class Reads:
@@ -74,19 +80,21 @@ def test_a_look_reads_what_changed_and_shows_what_a_whole_read_would(h: Harness)
     run_id = h.start("wf", {})
     reads = Reads(h)
     store, now = h.rt.store, time.time()
-    store.journal.commit_entries(run_id, [entry("", i) for i in range(300)], now)
+    store.journal.commit_entries(run_id, as_entries([entry("", i) for i in range(300)]),
+                                 now)
     shown, read = look(h, run_id, reads)
     assert shown == whole(h, run_id, reads) and read == 300  # the first look: all of it
     shown, read = look(h, run_id, reads)
     assert len(shown) == 300 and read == 0  # nothing changed: nothing read
     # A parallel at position 300, running: its branches' entries land (nested ones too).
-    store.journal.commit_entries(run_id, [entry("300:0", 0), entry("300:1", 0),
-                                          entry("300:1/0:0", 0)], now)
+    store.journal.commit_entries(run_id, as_entries([
+        entry("300:0", 0), entry("300:1", 0), entry("300:1/0:0", 0)]), now)
     shown, read = look(h, run_id, reads)
     assert shown == whole(h, run_id, reads) and read == 3  # the running parallel's
     # It ends (its last branch entry, then its own), and the chain goes on.
-    store.journal.commit_entries(run_id, [entry("300:2", 0), entry("", 300, "parallel"),
-                                          *[entry("", i) for i in range(301, 306)]], now)
+    store.journal.commit_entries(run_id, as_entries([
+        entry("300:2", 0), entry("", 300, "parallel"),
+        *[entry("", i) for i in range(301, 306)]]), now)
     shown, read = look(h, run_id, reads)
     assert shown == whole(h, run_id, reads)
     assert read == 6 + 4  # the new top entries, then the ended parallel's branches, once
@@ -97,11 +105,11 @@ def test_a_look_reads_what_changed_and_shows_what_a_whole_read_would(h: Harness)
 def test_a_reset_drops_what_a_follower_kept(h: Harness) -> None:
     run_id = h.start("wf", {})
     store, now = h.rt.store, time.time()
-    store.journal.commit_entries(run_id, [entry("", i) for i in range(6)], now)
+    store.journal.commit_entries(run_id, as_entries([entry("", i) for i in range(6)]), now)
     assert len(steps_of(h, run_id)) == 6
     store.journal.delete_entries(run_id, "", 2)
     assert store.runs.note_run(run_id, time.time(), "run.reset", to=2)
-    store.journal.commit_entries(run_id, [{**entry("", 2), "value": "again"}], now)
+    store.journal.commit_entries(run_id, as_entries([{**entry("", 2), "value": "again"}]), now)
     shown = steps_of(h, run_id)
     assert shown == whole(h, run_id)
     assert [s["position"] for s in shown] == [0, 1, 2] and shown[2]["output"] == "again"

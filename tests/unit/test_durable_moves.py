@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from functions.sdk.protocol import WaitKind
+from functions.sdk.protocol import JournalEntry, WaitKind
 from orchestrator.engine.definition import DRIVER
 from orchestrator.engine.durable import Complete, Continue, Suspend
 from orchestrator.engine.durable_moves import (
@@ -98,16 +98,18 @@ def test_a_released_run_comes_back_by_timer_by_the_sweeper_or_by_a_poke() -> Non
 
 
 def test_a_checkpoint_sent_twice_is_committed_once_and_a_different_one_is_a_clash() -> None:
-    view = JournalView([_entry("", 0)])
-    one, two = _entry("", 1), _entry("", 2)
-    assert new_entries(view, [_entry("", 0), one, one, two]) == ([one, two], None)
-    other = {**_entry("", 1), "name": "renamed"}
-    assert new_entries(view, [one, two, other]) == ([one, two], (other, one))
-    held = {**_entry("", 0), "value": 5}
-    assert new_entries(view, [held, one]) == ([], (held, _entry("", 0)))
+    # Checkpoints are the protocol's entries as parsed; the view holds committed docs.
+    view = JournalView([JournalEntry(**_entry("", 0)).doc()])
+    one, two = JournalEntry(**_entry("", 1)), JournalEntry(**_entry("", 2))
+    again = JournalEntry(**_entry("", 0))
+    assert new_entries(view, [again, one, one, two]) == ([one, two], None)
+    other = JournalEntry(**{**_entry("", 1), "name": "renamed"})
+    assert new_entries(view, [one, two, other]) == ([one, two], (other, one.doc()))
+    held = JournalEntry(**{**_entry("", 0), "value": 5})
+    assert new_entries(view, [held, one]) == ([], (held, again.doc()))
     # The view keeps one entry per place.
     view.add(_entry("", 0))
-    assert len(view) == 1 and view.at("", 0) == _entry("", 0)
+    assert len(view) == 1 and view.at("", 0) == again.doc()
 
 
 def test_only_the_first_claim_of_a_root_driver_skips_reading_its_journal() -> None:

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
+from functions.sdk.protocol import JournalEntry
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.store.codec import num
 from orchestrator.adapters.store.control_keys import ms_key
@@ -184,13 +186,19 @@ class Journal(Tables):
             return self._entry(found)
         return entry
 
-    def commit_entries(self, run_id: str, entries: list[dict[str, Any]], now: float
-                       ) -> list[dict[str, Any]]:
-        """Create entries in order, each write-once as `put_entry`; what is stored at
-        each place, up to and including the first place where another write was first
-        with something else (nothing after it is written). Several entries go in one
-        transaction of up to TRANSACT_MAX (one request; the first conflict cancels it,
-        and its entries are then written one by one)."""
+    def commit_entries(self, run_id: str, entries: Sequence[JournalEntry], now: float
+                       ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """Commit checkpoints (the protocol's entries, as the call reported them) in
+        order, each write-once as `put_entry`: for each place, (the entry as this call
+        stores it, what is stored there), up to and including the first place where
+        another write was first with something else (nothing after it is written).
+        Several entries go in one transaction of up to TRANSACT_MAX (one request; the
+        first conflict cancels it, and its entries are then written one by one)."""
+        docs = [e.doc() for e in entries]
+        return list(zip(docs, self._commit(run_id, docs, now), strict=False))
+
+    def _commit(self, run_id: str, entries: list[dict[str, Any]], now: float
+                ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         i = 0
         while i < len(entries):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from functions.sdk.protocol import DurableOp, EndOp, RecordOp, RetryOp, WaitKind
+from functions.sdk.protocol import DurableOp, EndOp, JournalEntry, RecordOp, RetryOp, WaitKind
 from functions.sdk.protocol.durable import DurableRequestBody, DurableRun
 from orchestrator import telemetry
 from orchestrator.adapters.invoker import Call, Invoker, Result, StreamCut
@@ -189,7 +189,7 @@ class Calls:
                                              " its end line"), committed=committed,
                                 checked=checked)
                 if isinstance(item, Lines):
-                    entries: list[dict[str, Any]] = []
+                    entries: list[JournalEntry] = []
                     for line in item.lines:
                         try:
                             op = read_op(line)
@@ -197,19 +197,20 @@ class Calls:
                             return Turn(failure=_bad(f"workflow {ctx.served}: {exc}"),
                                         committed=committed, checked=checked)
                         if isinstance(op, RecordOp):
-                            entries.append(op.entry.doc())
+                            entries.append(op.entry)
                         elif isinstance(op, EndOp):
                             end = op
                         else:
                             ops.append(op)
+                    # The protocol's entries, as parsed, are what the store commits.
                     entries, clash = new_entries(view, entries)
-                    stored = self.store.journal.commit_entries(row.run_id, entries, self.clock())
-                    if clash is not None and len(stored) == len(entries) \
-                            and stored == entries:
+                    pairs = self.store.journal.commit_entries(row.run_id, entries, self.clock())
+                    if clash is not None and len(pairs) == len(entries) \
+                            and all(ours == got for ours, got in pairs):
                         # The call sent another entry for a place it sent before: the
                         # next call replays what is committed.
-                        entries, stored = [*entries, clash[0]], [*stored, clash[1]]
-                    for ours, got in zip(entries, stored, strict=False):
+                        pairs.append((clash[0].doc(), clash[1]))
+                    for ours, got in pairs:
                         view.add(got)
                         if got != ours:
                             # Another execution committed this place first: nothing this

@@ -12,7 +12,7 @@ stop. The rerun then ends in success: a YAML rerun reuses every step that succee
 "Cancel and rerun": its journal is not carried over).
 
 All of it on the WorkflowEnv's fake clock, except the per-attempt call timeout, which is
-real HTTP time (300 ms an attempt)."""
+real HTTP time (400 ms an attempt)."""
 
 from __future__ import annotations
 
@@ -86,11 +86,11 @@ async def d_pre(run_id: str, input: Any) -> str:
     return "pre"
 
 
-@step("k", retries=2, backoff="linear", delay="30s", timeout="300ms")
+@step("k", retries=2, backoff="linear", delay="30s", timeout="400ms")
 async def d_k(run_id: str, input: Any) -> str:
     CALLS.add(run_id, "k")
-    if _told(input, "hang", "k"):
-        await asyncio.sleep(10)  # past the step's timeout: the SDK cancels it
+    while _told(input, "hang", "k") and not RELEASE.is_set():
+        await asyncio.sleep(0.05)  # past the step's timeout: the SDK cancels it
     _act({k: v for k, v in input.items() if k != "hang"}, "k", _attempt())
     return "k"
 
@@ -145,14 +145,14 @@ def _dag(k: dict[str, Any], post_if: str | None = None) -> dict[str, Any]:
     }})
 
 
-CALL_K = {**WORK, "retry": RETRY, "timeout": "300ms"}
+CALL_K = {**WORK, "retry": RETRY, "timeout": "400ms"}
 DAGS = {
     "call": _dag(CALL_K),
     "condition": _dag({**CALL_K, "if": "${{ !input.skip }}"}),
     "approval": _dag({"approval": {"prompt": "ok?", "timeout": "1h"}},
                      post_if="${{ steps.k.output.approved }}"),
     "lock": _dag({**CALL_K, "lock": "matrix-${{ input.salt }}"}),
-    "fanout": _dag({"backend": "app", "route": "/item", "retry": RETRY, "timeout": "300ms",
+    "fanout": _dag({"backend": "app", "route": "/item", "retry": RETRY, "timeout": "400ms",
                     "fanOut": {"items": "input.items", "maxParallel": 1}}),
 }
 KINDS = [*DAGS, "durable-step", "durable-wait"]
@@ -162,11 +162,11 @@ DURABLE = ("durable-step", "durable-wait")
 @pytest.fixture(scope="module")
 def env(emulator: Emulator) -> Iterator[WorkflowEnv]:
     RELEASE.clear()
-    try:
-        with WorkflowEnv(make_app(), emulator=emulator, dags=DAGS) as e:
+    with WorkflowEnv(make_app(), emulator=emulator, dags=DAGS) as e:
+        try:
             yield e
-    finally:
-        RELEASE.set()
+        finally:
+            RELEASE.set()  # before the servers stop: they wait for their handlers
 
 
 SALT = iter(range(10**6))
@@ -323,7 +323,7 @@ def test_timeout_mid_step(env: WorkflowEnv, kind: str) -> None:
         run_id = start(env, kind)
         stays_stopped(env, run_id, "failed", until_idle=True)
     else:
-        # Every attempt of `k` outlives its timeout (300 ms of real time each): the
+        # Every attempt of `k` outlives its timeout (400 ms of real time each): the
         # step fails once its retries are spent, and the halt stops the run.
         run_id = start(env, kind, hang="k")
         stays_stopped(env, run_id, "failed", until_idle=True)

@@ -25,7 +25,7 @@ import copy
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -145,9 +145,9 @@ class Admission(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         # Every example starts on a quiet system: what the one before left has ended,
-        # and the clock is a day on, past every burst and throttle slot.
+        # and the clock is a day on (on a whole second), past every burst and slot.
         self.env.run_until_idle()
-        self.env.advance(86400 - (self.env.now % 1) + 0.0)
+        self.env.advance(86400 - self.env.now % 1)
         self.salt = f"x{next(SALTS)}"
         self.model = Model()
         self.throttled_starts: list[float] = []
@@ -230,7 +230,7 @@ class Admission(RuleBasedStateMachine):
                     and record.started_at not in self.throttled_starts:
                 self.throttled_starts.append(record.started_at)
         starts = sorted(self.throttled_starts)
-        assert all(b - a >= INTERVAL - SLACK for a, b in zip(starts, starts[1:])), starts
+        assert all(b - a >= INTERVAL - SLACK for a, b in itertools.pairwise(starts)), starts
 
 
 @pytest.fixture(scope="module")

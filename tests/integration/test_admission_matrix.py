@@ -1,7 +1,9 @@
 """Issue 37 §4, admission as a matrix: every trigger source (POST /runs with a chosen
 run_id, POST /runs with an Idempotency-Key, a signed webhook delivery, an event, a
-schedule fire, a rerun) crossed with every admission stage (dedupe, debounce, throttle,
-a concurrency group that queues, one that skips, a cancel while queued).
+schedule fire, a rerun, a child run: POST /runs with a parent_run_id and a chosen
+run_id, as a durable parent's call starts one) crossed with every admission stage
+(dedupe, debounce, throttle, a concurrency group that queues, one that skips, a cancel
+while queued).
 
 The triggers go over real HTTP (create_app on a uvicorn server) into a WorkflowEnv's
 runtime, and the test pumps the worker on the environment's fake clock, so a 60 s
@@ -61,7 +63,7 @@ WORKFLOWS = {
     "skipping": _wf("skipping", concurrency={"group": "gs", "policy": "skip"}),
 }
 
-SOURCES = ["api", "api-key", "webhook", "event", "schedule", "rerun"]
+SOURCES = ["api", "api-key", "webhook", "event", "schedule", "rerun", "child"]
 
 
 @dataclass
@@ -71,6 +73,7 @@ class Ctx:
     calls: Calls
     source: str
     seeds: dict[tuple[str, str], str] = field(default_factory=dict)
+    parent: str = ""
     ticks: dict[tuple[str, str], float] = field(default_factory=dict)
     salt: str = ""
 
@@ -90,6 +93,9 @@ class Ctx:
             return post_event(self.c, f"{wf}.go", {"n": n}, f"{wf}-{ident}")
         if s == "schedule":
             return self._fire(wf, ident)
+        if s == "child":
+            return post_run(self.c, wf, {"n": n}, run_id=f"{wf}-child-{ident}",
+                            parent=self.parent)
         assert s == "rerun"
         assert seed is not None
         return post_rerun(self.c, seed, run_id=f"{wf}-re-{ident}", input={"n": n})
@@ -156,6 +162,7 @@ class World:
     calls: Calls
     source: str
     seeds: dict[tuple[str, str], str]
+    parent: str = ""
     cells: int = 0
 
 
@@ -170,6 +177,8 @@ def world(request: pytest.FixtureRequest, emulator: Emulator) -> Iterator[World]
             probe = Ctx(env, c, calls, w.source)
             probe.seed()
             w.seeds = probe.seeds
+        if w.source == "child":
+            w.parent = post_run(c, "plain", {"n": 0}).run_id
         yield w
 
 
@@ -179,7 +188,7 @@ def ctx(world: World) -> Ctx:
     # Past every throttle period and schedule tick of the cell before.
     world.env.advance("10m")
     return Ctx(world.env, world.c, world.calls, world.source, seeds=world.seeds,
-               salt=f"c{world.cells}")
+               parent=world.parent, salt=f"c{world.cells}")
 
 
 DUP = {"created": False, "duplicate": True, "debounced": False, "outcome": "duplicate"}
@@ -200,6 +209,8 @@ def test_dedupe_a_repeated_trigger_is_one_run(ctx: Ctx) -> None:
     ctx.env.run_until_idle()
     assert ctx.env.status(first.run_id) == "success"
     assert ctx.calls.of(first.run_id) == ["a"]  # called once, not once per trigger
+    if ctx.source == "child":  # linked to its parent once
+        assert ctx.env.rt.children.of(ctx.parent).count(first.run_id) == 1
 
 
 # ---- debounce ----------------------------------------------------------------------------

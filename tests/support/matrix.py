@@ -112,10 +112,12 @@ def _fields(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def post_run(c: httpx.Client, workflow: str, input: Any, *, run_id: str | None = None,
-             key: str | None = None) -> Answer:
+             key: str | None = None, parent: str | None = None) -> Answer:
     body: dict[str, Any] = {"workflow": workflow, "input": input}
     if run_id is not None:
         body["run_id"] = run_id
+    if parent is not None:  # a child run, as a durable parent's ctx.call starts one
+        body["parent_run_id"] = parent
     headers = {"Idempotency-Key": key} if key is not None else {}
     r = c.post("/runs", json=body, headers=headers)
     assert r.status_code in (200, 201), r.text

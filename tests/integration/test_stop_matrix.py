@@ -151,7 +151,8 @@ DAGS = {
     "condition": _dag({**CALL_K, "if": "${{ !input.skip }}"}),
     "approval": _dag({"approval": {"prompt": "ok?", "timeout": "1h"}},
                      post_if="${{ steps.k.output.approved }}"),
-    "lock": _dag({**CALL_K, "lock": "matrix-${{ input.salt }}"}),
+    # One key for every lock cell: a lock a stop left held would block the next run.
+    "lock": _dag({**CALL_K, "lock": "matrix-lock"}),
     "fanout": _dag({"backend": "app", "route": "/item", "retry": RETRY, "timeout": "400ms",
                     "fanOut": {"items": "input.items", "maxParallel": 1}}),
 }
@@ -206,6 +207,17 @@ def stays_stopped(env: WorkflowEnv, run_id: str, status: str, *,
     assert env.status(run_id) == status, env.view(run_id)
     assert CALLS.of(run_id) == seen, "a step was called after the stop"
     assert "post" not in seen
+    # README "A stop takes effect at the instant it is committed": no step.started in
+    # the run's history is later than its stop instant.
+    stop_at = env.rt.runs.get(run_id).stop_at
+    if stop_at is not None:
+        late = [e for e in env.rt.runs.history(run_id)
+                if e.get("type") == "step.started" and float(e["at"]) > stop_at + 0.001]
+        assert not late, late
+    if run_id.startswith("lock-"):  # whatever stopped it, its lock is free again
+        other = start(env, "lock")
+        env.run_until_idle()
+        assert env.status(other) == "success"
 
 
 def reruns(env: WorkflowEnv, old: str, kind: str) -> None:
@@ -245,10 +257,6 @@ def test_cancel_mid_step(env: WorkflowEnv, kind: str) -> None:
     assert env.rt.runs.cancel(run_id, "stop here")
     stays_stopped(env, run_id, "killed")
     assert env.rt.runs.get(run_id).kill_reason == "stop here"
-    if kind == "lock":  # the lock was released: another run takes it at once
-        other = start(env, "lock")
-        env.run_until_idle()
-        assert env.status(other) == "success"
     reruns(env, run_id, kind)
 
 

@@ -24,7 +24,14 @@ from typing import Any
 
 import pytest
 
-from functions.durable import Context, RetryableError, TerminalError, step, workflow
+from functions.durable import (
+    Context,
+    RetryableError,
+    TerminalError,
+    current_step,
+    step,
+    workflow,
+)
 from functions.sdk import FunctionApp, StepRequest
 from infra.emulator import Emulator
 from orchestrator.errors import Conflict, NotFound
@@ -73,8 +80,6 @@ def make_app() -> FunctionApp:
 
 
 def _attempt() -> int:
-    from functions.durable import current_step
-
     info = current_step()
     return 1 if info is None else int(info.attempt)
 
@@ -222,8 +227,10 @@ def stays_stopped(env: WorkflowEnv, run_id: str, status: str, *,
 
 def reruns(env: WorkflowEnv, old: str, kind: str) -> None:
     """A rerun of the stopped run (clean input) succeeds; a YAML one reuses `pre`."""
+    # The condition kind's rerun turns its condition false: the condition is read
+    # again (k is not reused, it ends condition_false) and `post` runs after it.
     new, created = env.rt.runs.rerun(old, input={"salt": f"re-{old}", "items": [0, 1, 2],
-                                                 "skip": False})
+                                                 "skip": kind == "condition"})
     assert created
     env.advance(0)
     if kind == "approval":
@@ -234,6 +241,10 @@ def reruns(env: WorkflowEnv, old: str, kind: str) -> None:
     assert env.status(new.run_id) == "success", env.view(new.run_id)
     calls = CALLS.of(new.run_id)
     assert "post" in calls
+    if kind == "condition":
+        assert "k" not in calls
+        k = next(s for s in env.view(new.run_id)["steps"] if s["step"] == "k")
+        assert k["status"] == "skipped" and k["error"]["code"] == "condition_false"
     if kind in DURABLE:
         assert calls[0] == "pre"  # from the top
     else:

@@ -243,6 +243,7 @@ def machine(emulator: Emulator) -> Iterator[type[Admission]]:
         yield Admission
 
 
+@pytest.mark.timeout(600)  # passing takes seconds; shrinking a failure takes minutes
 def test_admission_matches_the_model(machine: type[Admission]) -> None:
     run_state_machine_as_test(machine, settings=settings(
         max_examples=15, stateful_step_count=15, deadline=None, derandomize=True))

@@ -34,7 +34,7 @@ from functions.durable import (
 )
 from functions.sdk import FunctionApp, StepRequest
 from infra.emulator import Emulator
-from orchestrator.errors import Conflict, NotFound
+from orchestrator.errors import Conflict
 from orchestrator.testing import WorkflowEnv
 from tests.support.matrix import Calls
 
@@ -294,15 +294,9 @@ def test_halt_mid_step(env: WorkflowEnv, kind: str) -> None:
 
 # ---- rejection ---------------------------------------------------------------------------
 
-REJECTED_GATE_REUSED = pytest.mark.xfail(strict=True, raises=NotFound, reason=(
-    "product defect: a rejected YAML gate is recorded as a successful step (output "
-    "approved: false) while the rejection kills the run, so a rerun of that run reuses "
-    "the rejection: the gate is never asked again (no approval 'k' in the new run), "
-    "`post` is skipped by its condition and the rerun ends success without running it"))
-
-
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=REJECTED_GATE_REUSED)
-                                  if k == "approval" else k for k in KINDS])
+# A rejected YAML gate ends its step (approved: false) and kills the run; a rerun asks the
+# gate again rather than reuse the rejection (found here first; RunService.rerun).
+@pytest.mark.parametrize("kind", KINDS)
 def test_rejection_mid_step(env: WorkflowEnv, kind: str) -> None:
     # The rejected gate is `k` itself for the approval kind, else a sibling gate (YAML)
     # or the gate before `k` (durable: one operation at a time).

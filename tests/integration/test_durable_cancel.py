@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.test_durable import until
 from tests.support.durable_fns import LEDGER
 from tests.support.harness import Harness
 from tests.support.testfns import Recorder
@@ -39,14 +40,6 @@ def h(build_harness: Any, tmp_path: Any, app_url: str, testfns: str) -> Iterator
     harness.start_sweeper()
     yield harness
     harness.close()
-
-
-def until(check: Any, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (got := check()):
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-    return got
 
 
 def test_a_cancel_while_a_step_runs_starts_nothing_after_it(h: Harness) -> None:

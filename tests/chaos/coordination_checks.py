@@ -90,7 +90,13 @@ class CoordinationChecks:
         journal = self.snap.journals.get(rid, [])
         entry = next((e for e in journal if e.get("kind") == "approval"), None)
         answers = [d for d in self.snap.drive if d.get("ev") == "answer" and d.get("run") == rid]
-        accepted = [d for d in answers if d.get("status") == 200]
+        # An answer retried after its reply was lost (a killed API, a dropped
+        # connection) finds its own first try committed: 409 naming it as the answerer.
+        # That answer was accepted, not refused (seed 303: b's first try landed as the
+        # API restarted, its 20th was told "approved by b").
+        accepted = [d for d in answers if d.get("status") == 200 or (
+            d.get("status") == 409 and int(d.get("tries") or 1) > 1
+            and f"by {d.get('by')}:" in str((d.get("error") or {}).get("message", "")))]
         if len(accepted) > 1:
             self.bad("gate-outcome", f"{len(accepted)} answers accepted: "
                      f"{[d.get('by') for d in accepted]}", rid)

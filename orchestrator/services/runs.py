@@ -111,9 +111,6 @@ class RunService:
 
     # The create-and-launch stage's, for those that carry a run on (the gate, the sweeper).
 
-    def record(self, *args: Any, **kwargs: Any) -> RunRecord:
-        return self.launcher.record(*args, **kwargs)
-
     def rows_for(self, run: RunRecord) -> list[StepRecord]:
         return self.launcher.rows_for(run)
 

@@ -294,10 +294,6 @@ class Durable:
                 self.queues.timer(msg, now)
         return left
 
-    def wake(self, run_id: str, step: str) -> None:
-        """Poke a driver row; dispatch it if nobody holds it."""
-        self.branches.wake(run_id, step)
-
     def _give_up(self, row: StepRecord, tally: Tally, now: float) -> None:
         """End the driver of a run being cancelled (a no-op if the lease is lost)."""
         gone = self.store.steps.abandon(row.run_id, row.step, row.attempt, row.lease_owner or "",

@@ -90,8 +90,9 @@ class Debouncer:
                         return Started(joined, Outcome.DEBOUNCED)
                     continue  # expired meanwhile: the next round says so
                 except ConditionFailed:
-                    if seen is not None and bursts.taken(seen, now) is not None:
-                        continue  # a repeat of this trigger won: answered above
+                    won = None if seen is None else bursts.taken(seen, now)
+                    if won is not None:
+                        return self._repeat(won, now)  # a repeat of this trigger won
                     replacing = run_id  # its run has started (or ended): a new burst
             due = now + spec.period if spec.max_wait is None else \
                 now + min(spec.period, spec.max_wait)

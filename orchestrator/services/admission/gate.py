@@ -78,17 +78,9 @@ class Admission:
         if run is not None and run.status is RunStatus.QUEUED:
             self.arrive(run)
 
-    def try_admit(self, run: RunRecord) -> RunRecord:
-        """Let the run in if its group is free and it is first in line."""
-        return self.groups.try_admit(run)
-
     def release(self, run: RunRecord) -> None:
         """A run of a group finished: free the lock it held and admit the next one."""
         self.groups.release(run)
-
-    def reserve(self, workflow: str, spec: Any, now: float) -> float | None:
-        """Take the next throttle slot (throttle.py)."""
-        return self.throttles.reserve(workflow, spec, now)
 
     # ---- the queued run's moves --------------------------------------------------------
 

@@ -10,7 +10,7 @@ from typing import Any
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RunStatus
 
-__all__ = ["Outcome", "Started"]
+__all__ = ["Outcome", "Started", "taken"]
 
 
 class Outcome(StrEnum):
@@ -47,10 +47,16 @@ class Started:
     @property
     def created(self) -> bool:
         """Whether this trigger made a new run."""
-        return self.outcome in (Outcome.CREATED, Outcome.QUEUED, Outcome.SKIPPED)
+        return bool(taken(self.outcome)["created"])
 
     def fields(self) -> dict[str, Any]:
         """The answer's fields about how the trigger was taken (every answer the same)."""
-        return {"created": self.created, "duplicate": self.outcome is Outcome.DUPLICATE,
-                "debounced": self.outcome is Outcome.DEBOUNCED,
-                "outcome": self.outcome.value}
+        return taken(self.outcome)
+
+
+def taken(outcome: Outcome) -> dict[str, Any]:
+    """How a trigger was taken, as every answer says it (without the run at hand: a
+    repeat answered from its first delivery)."""
+    return {"created": outcome in (Outcome.CREATED, Outcome.QUEUED, Outcome.SKIPPED),
+            "duplicate": outcome is Outcome.DUPLICATE,
+            "debounced": outcome is Outcome.DEBOUNCED, "outcome": outcome.value}

@@ -25,6 +25,7 @@ from orchestrator.adapters.store.control_keys import doc_of, event_id_key, event
 from orchestrator.errors import UsageError
 from orchestrator.expressions import compile_expression
 from orchestrator.services.admission import Outcome, StartRequest
+from orchestrator.services.admission.result import taken
 from orchestrator.services.durable.event_waits import EventWaits
 from orchestrator.services.runs import RunService
 from orchestrator.services.values import EVENT_NAME, MAX_VALUE_BYTES, check_value, checked_name
@@ -95,12 +96,11 @@ class EventService:
                     or getattr(wf, "debounce", None) is not None:
                 # A debounced workflow's burst knows the run this event joined (and a
                 # repeat of it moves nothing: services/admission/debounce.py).
-                taken = self.runs.admit(StartRequest(wf_name, event, run_id, trigger))
-                run_id = taken.run.run_id
-                fields = taken.fields()
+                admitted = self.runs.admit(StartRequest(wf_name, event, run_id, trigger))
+                run_id = admitted.run.run_id
+                fields = admitted.fields()
             else:
-                fields = {"created": False, "duplicate": True, "debounced": False,
-                          "outcome": Outcome.DUPLICATE.value}
+                fields = taken(Outcome.DUPLICATE)
             started.append({"workflow": wf_name, "run_id": run_id, **fields})
         return {"id": eid, "name": name, "duplicate": not first, "runs": started}
 

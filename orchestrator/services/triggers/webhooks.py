@@ -21,7 +21,8 @@ from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.control_keys import delivery_key
 from orchestrator.errors import NotFound, OrchestratorError, Unauthorized, UsageError
 from orchestrator.expressions import ExpressionError, compile_expression
-from orchestrator.services.admission import Outcome, Started, StartRequest
+from orchestrator.services.admission import Outcome, StartRequest
+from orchestrator.services.admission.result import taken
 from orchestrator.services.runs import RunService
 from orchestrator.services.values import check_value
 from orchestrator.strict_json import parse_json
@@ -94,16 +95,15 @@ class WebhookService:
                     # The first delivery was taken but its process died before the run
                     # was created: this redelivery completes it. A debounced workflow's
                     # burst knows the run the delivery joined (a repeat moves nothing).
-                    taken = self.runs.admit(StartRequest(hook.workflow, input, run_id, trigger))
-                    return {"run_id": taken.run.run_id, "workflow": hook.workflow,
-                            "delivery_id": did, "status": taken.run.status.value,
-                            **Started(taken.run, Outcome.DUPLICATE).fields()}
+                    started = self.runs.admit(StartRequest(hook.workflow, input, run_id, trigger))
+                    return {"run_id": started.run.run_id, "workflow": hook.workflow,
+                            "delivery_id": did, "status": started.run.status.value,
+                            **taken(Outcome.DUPLICATE)}
                 return {"run_id": run_id, "workflow": hook.workflow, "delivery_id": did,
-                        "created": False, "duplicate": True, "debounced": False,
-                        "outcome": Outcome.DUPLICATE.value}
-        taken = self.runs.admit(StartRequest(hook.workflow, input, run_id, trigger))
-        return {"run_id": taken.run.run_id, "workflow": hook.workflow, "delivery_id": did,
-                "status": taken.run.status.value, **taken.fields()}
+                        **taken(Outcome.DUPLICATE)}
+        started = self.runs.admit(StartRequest(hook.workflow, input, run_id, trigger))
+        return {"run_id": started.run.run_id, "workflow": hook.workflow, "delivery_id": did,
+                "status": started.run.status.value, **started.fields()}
 
     def input_of(self, name: str, hook: Any, document: dict[str, Any]) -> Any:
         mapping = getattr(hook, "input", None)

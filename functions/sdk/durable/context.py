@@ -248,12 +248,19 @@ class Context:
         return await self._wait("call", name or workflow, workflow=workflow,
                                 input=sent(input, f"the input of child {workflow!r}"))
 
-    async def spawn(self, workflow: str, input: Any = None, *, name: str | None = None) -> str:
+    async def spawn(self, workflow: str, input: Any = None, *, name: str | None = None,
+                    notify: str | None = None) -> str:
         """Start a child run of `workflow` without waiting for it; returns its run id.
         Cancelling this run cancels it too, while it runs. `input` is at most 256 KiB as
-        JSON, or this raises WorkflowError (value_too_large)."""
+        JSON, or this raises WorkflowError (value_too_large). With `notify`, the child's
+        end sends this run the signal `notify` with the child's outcome {run_id, status,
+        output, error}: `ctx.wait_for_signal(notify)` collects it, before or after."""
+        fields: dict[str, Any] = {}
+        if notify is not None:
+            fields["notify"] = named(notify, "spawn: notify signal name")
         value = await self._wait("spawn", name or workflow, workflow=workflow,
-                                 input=sent(input, f"the input of child {workflow!r}"))
+                                 input=sent(input, f"the input of child {workflow!r}"),
+                                 **fields)
         return str((value or {}).get("run_id"))
 
     async def parallel(self, branches: Sequence[Any], *, max_parallel: int | None = None,

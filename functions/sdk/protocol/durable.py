@@ -48,6 +48,7 @@ __all__ = [
     "RetryOp",
     "SignalOp",
     "SleepOp",
+    "ScriptRef",
     "SpawnOp",
     "StateOp",
     "WaitKind",
@@ -108,6 +109,25 @@ class DurableRequestBody(BaseModel):
     budget: float | None = Field(default=None, gt=0,
                                  description="Version 2: seconds during which the call may"
                                  " start step bodies; past them it reports `next`.")
+    script: ScriptRef | None = Field(
+        default=None,
+        description="A durable shell script's run: which script, by the hash of its text,"
+        " and where to GET the text (a script host runs it; other SDKs ignore it).",
+    )
+
+
+class ScriptRef(BaseModel):
+    """The script a durable shell script's run was started with: its text is stored with
+    the run (the blob store), so the run replays on the text it started on. A host that
+    holds no text of that hash fetches it from `url` (a presigned GET), or takes `text`
+    when the orchestrator sent it inline, and checks the hash before running it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    name: str = Field(min_length=1, max_length=128, description="The script's name.")
+    sha256: str = Field(pattern="^[0-9a-f]{64}$", description="Hex SHA-256 of the text.")
+    url: str | None = Field(default=None, description="A presigned GET URL of the text.")
+    text: str | None = Field(default=None, description="The text itself, when small.")
 
 
 # -- the durable answer: operations -------------------------------------------------------
@@ -286,6 +306,10 @@ class SpawnOp(_WaitBase):
     op: Literal[Op.SPAWN] = Op.SPAWN
     workflow: str = Field(min_length=1)
     input: Any = None
+    # When the child ends, send this run the signal `notify` with the child's outcome
+    # {run_id, status, output, error} (once: its id is the child's run id), so a later
+    # wait for that signal collects it (a script's `activity wait`).
+    notify: str | None = Field(default=None, min_length=1, max_length=128)
 
 
 class ParallelOp(_WaitBase):

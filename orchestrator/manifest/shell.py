@@ -52,6 +52,8 @@ MAX_SCRIPT_BYTES = 1024 * 1024  # as for the manifest itself
 def check_command(source: str) -> str:
     """A `run:` command's holes parse and read only `input` and `steps` (which steps
     is `command_problems`'s check, on the whole workflow)."""
+    if not source.strip():
+        raise ValueError("a run: command must not be empty")
     try:
         compile_template(source, names=COMMAND_NAMES)
     except ExpressionError as err:
@@ -153,8 +155,9 @@ def resolve_shell(workflow: Any, capabilities: Mapping[str, Sequence[str]]
                                  "none declares one: add `capabilities: [shell]` to a backend"))
             return default
         if isinstance(named, str) and named in capabilities and SHELL not in capabilities[named]:
-            problems.append(((*at, "backend"), f"{what}: backend {named!r} does not run shell "
-                             "commands: add `capabilities: [shell]` to it"
+            problems.append(((*at, "backend"), f"{what} needs a backend that runs shell "
+                             f"commands, and {named!r} declares no `shell`: add "
+                             "`capabilities: [shell]` to it"
                              + (f", or name {default!r}" if default else "")))
         return None
 
@@ -163,15 +166,16 @@ def resolve_shell(workflow: Any, capabilities: Mapping[str, Sequence[str]]
     if isinstance(steps, Mapping):
         resolved = {}
         for name, step in steps.items():
-            if isinstance(step, Mapping) and step.get("run") is not None:
+            # (with approval: too, the step itself says the two exclude each other)
+            if (isinstance(step, Mapping) and step.get("run") is not None
+                    and step.get("approval") is None):
                 backend = place(f"run: step {name!r}", ("steps", name), step.get("backend"))
                 if backend is not None:
                     step = {**step, "backend": backend}
             resolved[name] = step
         out["steps"] = resolved
     if workflow.get("script") is not None:
-        backend = place(f"script: workflow (script {workflow['script']!r})", (),
-                        workflow.get("backend"))
+        backend = place("a script: workflow", (), workflow.get("backend"))
         if backend is not None:
             out["backend"] = backend
     return out, problems

@@ -99,7 +99,7 @@ def _condition_syntax(value: str) -> str:
 
 StepCondition = Annotated[str, AfterValidator(_condition_syntax)]
 # A `run:` command: a template over `input` and ancestors' `steps.<name>.output`.
-Command = Annotated[str, Field(min_length=1), AfterValidator(check_command)]
+Command = Annotated[str, AfterValidator(check_command)]
 
 
 class Approval(ManifestModel):
@@ -199,12 +199,17 @@ class Step(ManifestModel):
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
+        self._a_command_only()
         if self.approval is not None and (self.backend is not None or self.route is not None):
             raise ValueError("an approval step calls nothing: drop backend and route")
         if self.approval is not None and self.fan_out is not None:
             raise ValueError("a step is an approval or a fan_out, not both")
         if self.lock is not None and (self.fan_out is not None or self.approval is not None):
             raise ValueError("lock: is for a step that calls its route once")
+        return self
+
+    def _a_command_only(self) -> None:
+        """A `run:` step has no route, approval, fan-out or payload command of its own."""
         if self.run is not None:
             if self.route is not None:
                 raise ValueError("run: and route exclude each other: a run: step calls "
@@ -216,7 +221,6 @@ class Step(ManifestModel):
             if COMMAND_KEY in self.payload:
                 raise ValueError(f"payload.{COMMAND_KEY} is what run: sends: drop it "
                                  "from payload")
-        return self
 
 
 class ForEach(ManifestModel):

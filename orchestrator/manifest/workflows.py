@@ -390,8 +390,10 @@ class Workflow(ManifestModel):
         return topological_order({n: s.depends_on for n, s in self.steps.items()})
 
     def to_json(self) -> str:
-        """The definition as JSON (camelCase keys), as stored with each run."""
-        return self.model_dump_json(by_alias=True)
+        """The definition as JSON (camelCase keys), as stored with each run. A durable
+        workflow leaves out its (empty) steps, which `steps:` as written may not be."""
+        return self.model_dump_json(
+            by_alias=True, exclude={"steps"} if self.durable and not self.steps else None)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Workflow:

@@ -49,7 +49,13 @@ from orchestrator.manifest.models import (
 )
 from orchestrator.manifest.problems import ALIASES, Findings, Sources, as_written, explain
 from orchestrator.manifest.routes import MAX_SPEC_BYTES, OPENAPI_TIMEOUT, Call, SpecRoutes
-from orchestrator.manifest.shell import RUN_ROUTE, command_problems, read_script, resolve_shell
+from orchestrator.manifest.shell import (
+    KNOWN_CAPABILITIES,
+    RUN_ROUTE,
+    command_problems,
+    read_script,
+    resolve_shell,
+)
 from orchestrator.manifest.variables import Variables
 from orchestrator.manifest.yamlsafe import LineMap, YamlPath, load_yaml, load_yaml_file
 from orchestrator.settings import environment
@@ -141,6 +147,15 @@ class _Loaded:
                     "forEach.backend + forEach.route, or forEach.items",
                 )
         for name, backend in self.manifest.backends.items():
+            for capability in backend.capabilities:
+                if capability not in KNOWN_CAPABILITIES:
+                    notes.add(
+                        ("backends", name, "capabilities"),
+                        f"backend {name!r} declares capability {capability!r}, which the "
+                        "orchestrator does not use"
+                        f"{did_you_mean(capability, KNOWN_CAPABILITIES)}"
+                        f" (known: {', '.join(KNOWN_CAPABILITIES)})",
+                    )
             if backend.openapi is None and name in used:
                 notes.add(
                     ("backends", name),

@@ -31,6 +31,7 @@ from orchestrator.manifest.yamlsafe import YamlPath
 __all__ = [
     "COMMAND_KEY",
     "COMMAND_NAMES",
+    "KNOWN_CAPABILITIES",
     "MAX_SCRIPT_BYTES",
     "RUN_ROUTE",
     "SHELL",
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 SHELL = "shell"  # the capability a backend declares to run commands and scripts
+KNOWN_CAPABILITIES = (SHELL,)  # what the orchestrator acts on (lint warns of others)
 RUN_ROUTE = "/run"  # where a shell backend runs one `run:` command
 COMMAND_KEY = "command"  # the payload key that carries it
 COMMAND_NAMES = ("input", "steps")  # what a command's `${{ }}` holes may read

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ManifestError
-from orchestrator.manifest.loader import manifest_from_text
+from orchestrator.manifest.loader import lint_text, manifest_from_text
 from orchestrator.manifest.models import Backend, Manifest
 
 WORKFLOWS = """\
@@ -65,3 +65,18 @@ backends:
     [problem] = caught.value.problems
     assert problem.startswith("manifest.yml:4: backends.api.capabilities"), problem
     assert message in problem
+
+
+def test_lint_warns_of_a_capability_the_orchestrator_does_not_use(tmp_path: Path) -> None:
+    report = lint_text("""\
+backends:
+  api: { url: "http://127.0.0.1:8001" }
+  runner:
+    url: "http://127.0.0.1:8002"
+    capabilities: [shel]
+workflows:
+  w: { steps: { a: { backend: runner, route: /a } } }
+""", base_dir=tmp_path)
+    assert ("manifest.yml:5: backends.runner.capabilities: backend 'runner' declares "
+            "capability 'shel', which the orchestrator does not use (did you mean 'shell'?) "
+            "(known: shell)") in report.warnings

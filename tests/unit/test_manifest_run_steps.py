@@ -275,3 +275,16 @@ def test_a_step_needs_a_route_unless_it_is_a_run_or_an_approval() -> None:
     assert Step.model_validate({"run": "ls"}).route is None
     with pytest.raises(ValueError, match="route"):
         Step.model_validate({"backend": "api"})
+
+
+def test_the_shell_backend_spec_must_list_run(tmp_path: Path) -> None:
+    (tmp_path / "spec.json").write_text(
+        '{"openapi": "3.0.0", "paths": {"/other": {"post": {}}}}', encoding="utf-8")
+    problem = one_problem("""\
+backends:
+  sh: { url: "http://127.0.0.1:8002", capabilities: [shell], openapi: spec.json }
+workflows:
+  w: { steps: { a: { run: "echo" } } }
+""", tmp_path)
+    assert problem.startswith("manifest.yml:4: workflows.w.steps.a.run: step w.a calls "
+                              "POST /run, which is not a POST operation"), problem

@@ -246,7 +246,7 @@ class _Loader:
             calls.extend(targets)
             graph = graph_problems(deps)
             for path, message in graph:
-                found.add((*at, *path), message)
+                found.add((*at, *_as_spelled(raw, path)), message)
             if not graph:
                 for path, message in condition_problems(deps, _raw_conditions(raw)):
                     found.add((*at, *path), message)
@@ -377,6 +377,17 @@ def _raw_conditions(raw: dict[str, Any], within: str | None = None) -> dict[str,
         if isinstance(step, dict) and isinstance(step.get(field), str):
             out[name] = step[field]
     return out
+
+
+def _as_spelled(raw: dict[str, Any], path: YamlPath) -> YamlPath:
+    """A graph problem's path with `depends_on` where the step spells it so."""
+    steps = raw.get("steps")
+    if len(path) > 2 and path[0] == "steps" and path[2] == "dependsOn" and isinstance(
+            steps, dict):
+        step = steps.get(path[1])
+        if isinstance(step, dict) and "depends_on" in step and "dependsOn" not in step:
+            return (*path[:2], "depends_on", *path[3:])
+    return path
 
 
 def _raw_commands(raw: dict[str, Any]) -> dict[str, str]:

@@ -55,6 +55,8 @@ ALIASES = {
     if info.alias and info.alias != name
 }
 _SECRET_FIELDS = ("secret", "secrets")
+# Keys a field also accepts (workflows.py): YAML key -> the other spelling.
+_SPELLINGS: dict[str | int, str] = {"dependsOn": "depends_on"}
 
 
 @dataclass
@@ -104,6 +106,8 @@ def as_written(raw: Any, loc: YamlPath) -> tuple[YamlPath, YamlPath]:
         model_loc.append(part)
         if isinstance(part, int) and isinstance(node, dict):
             continue  # YAML keys are strings: this index is pydantic's wrapping
+        if isinstance(node, dict) and part not in node and _SPELLINGS.get(part) in node:
+            part = _SPELLINGS[str(part)]  # the key as written: `depends_on`
         yaml_loc.append(part)
         if isinstance(node, dict):
             node = node.get(part)

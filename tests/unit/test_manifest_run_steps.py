@@ -115,10 +115,25 @@ def test_depends_on_takes_part_in_the_graph_checks(tmp_path: Path) -> None:
 workflows:
   w:
     steps:
-      a: { run: "echo", depends_on: [nope] }
+      b: { run: "echo" }
+      a:
+        run: "echo"
+        depends_on: [b, nope]
 """, tmp_path)
-    assert problem.startswith("manifest.yml:8: workflows.w.steps.a.dependsOn"), problem
+    assert problem.startswith("manifest.yml:11: workflows.w.steps.a.depends_on[1]: "), problem
     assert "nope" in problem
+
+
+def test_a_malformed_depends_on_is_reported_as_written(tmp_path: Path) -> None:
+    problem = one_problem(BACKENDS + """\
+workflows:
+  w:
+    steps:
+      a:
+        run: "echo"
+        depends_on: 5
+""", tmp_path)
+    assert problem.startswith("manifest.yml:10: workflows.w.steps.a.depends_on: "), problem
 
 
 def test_dependson_and_depends_on_together_are_refused(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """1 · What was declared: the manifest YAML (read safely, with line numbers) turned into a
-typed `Manifest` (models, fields, workflows, triggers, variables, routes) or a list of
+typed `Manifest` (models, fields, workflows, triggers, shell, variables, routes) or a list of
 problems, each naming its file, line and field. Pure: no AWS, no HTTP."""
 
 from __future__ import annotations

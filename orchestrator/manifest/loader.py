@@ -8,6 +8,9 @@ Loading goes section by section so one mistake never hides another:
    `webhooks.*.verify.secrets` entries, nowhere else (so `${{ expr }}` templates in
    workflows are never touched);
 3. `workflows:` entries that are file paths are read (confined to the manifest's folder);
+   `run:` steps and `script:` workflows that name no backend get the first backend with
+   `capabilities: [shell]` (`shell`), and a `script:` file is read once the workflow
+   validates;
 4. each backend, workflow and webhook is validated by the pydantic models (which also
    compile every expression and template), the step graph, backend references and
    webhook workflow references are checked on the raw data, and declared OpenAPI specs

@@ -20,7 +20,8 @@ Each kind reads a fixed set of names, the context its consumer passes: `TRIGGER_
 The models live in three modules, re-exported here: `fields` (the shared base
 model and field types), `workflows` (steps, retry, forEach, the `Workflow` DAG)
 and `triggers` (schedule, event triggers, concurrency, throttle, webhooks).
-`Backend` and the whole `Manifest` are defined here.
+`Backend` and the whole `Manifest` are defined here. What a backend's `capabilities`
+enable (`shell`: `run:` steps and `script:` workflows) is `shell`'s.
 """
 
 from __future__ import annotations

@@ -114,7 +114,8 @@ class Runtime:
         )
         event_waits = EventWaits(control, clock, settings.event_retention)
         signals = Signals(store, queues, clock)
-        children = Children(control, store, clock, start=runs.start, wake=signals.wake)
+        children = Children(control, store, clock, start=runs.start, wake=signals.wake,
+                            signal=signals.send, load_output=executor.load_output)
         events = EventService(control, runs, clock, settings.event_retention,
                               waits=event_waits, wake=signals.wake)
         webhooks = WebhookService(control, runs, clock, settings.delivery_retention)

@@ -38,6 +38,7 @@ from orchestrator.cli import doctor as cli_doctor
 from orchestrator.cli import durable_runs as cli_durable
 from orchestrator.cli import journal as cli_journal
 from orchestrator.cli import runs as cli_runs
+from orchestrator.cli import scripts as cli_scripts
 from orchestrator.cli import state as cli_state
 from orchestrator.cli import triggers as cli_triggers
 from orchestrator.cli import watch as cli_watch
@@ -89,7 +90,7 @@ def main(verbose: bool) -> None:
 for _command in (*cli_runs.COMMANDS, *cli_durable.COMMANDS, *cli_triggers.COMMANDS,
                  *cli_deploy.COMMANDS, *cli_journal.COMMANDS, *cli_doctor.COMMANDS,
                  *cli_workflows.COMMANDS, *cli_watch.COMMANDS, *cli_approvals.COMMANDS,
-                 *cli_state.COMMANDS):
+                 *cli_state.COMMANDS, *cli_scripts.COMMANDS):
     main.add_command(_command)
 for _command in cli_durable.RUNS_COMMANDS:
     cli_runs.runs.add_command(_command)

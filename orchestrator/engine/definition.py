@@ -16,6 +16,7 @@ from typing import Any
 from functions.sdk.protocol import DURABLE_PREFIX
 from orchestrator.engine.policies import GroupPolicy, OnFailure, ThrottlePolicy
 from orchestrator.manifest.graph import topological_order
+from orchestrator.manifest.shell import COMMAND_KEY, RUN_ROUTE, SHELL
 
 __all__ = ["CALL_RETRIES", "DRIVER", "DURABLE_PREFIX", "Definition", "Gate", "StepSpec", "Throttle",
            "Trigger"]
@@ -62,6 +63,9 @@ class Definition:
     reused: Mapping[str, str] = field(default_factory=dict)
     # A durable workflow's name at its backend: the run has one step, its driver.
     durable: str | None = None
+    # A `script:` workflow's {"name", "sha256"}: the bash text the run was started with
+    # (the orchestrator sends that text with each call; None: not a script).
+    script: Mapping[str, str] | None = None
 
     @property
     def ndeps(self) -> dict[str, int]:
@@ -98,7 +102,7 @@ class Definition:
             return [s.name for s in self.steps]
 
     def reusing(self, reused: Mapping[str, str]) -> Definition:
-        return Definition(self.steps, self.on_failure, dict(reused), self.durable)
+        return Definition(self.steps, self.on_failure, dict(reused), self.durable, self.script)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -128,6 +132,8 @@ class Definition:
             doc["reused"] = dict(self.reused)
         if self.durable is not None:
             doc["durable"] = self.durable
+        if self.script is not None:
+            doc["script"] = dict(self.script)
         return doc
 
     @classmethod
@@ -153,37 +159,47 @@ class Definition:
                     fan_out=st.get("fanOut"),
                 )
             )
+        script = doc.get("script")
         return cls(
             tuple(steps), OnFailure(doc.get("onFailure") or "halt"), dict(doc.get("reused") or {}),
-            doc.get("durable"),
+            doc.get("durable"), dict(script) if script else None,
         )
 
     @classmethod
     def of(cls, workflow: Any, backends: Mapping[str, Any], default_timeout: float,
            name: str = "") -> Definition:
         """A manifest workflow's definition (`name`: its name in the manifest), with each
-        step's timeout resolved."""
-        if getattr(workflow, "backend", None) is not None:
-            served = workflow.workflow or name
-            backend = backends.get(workflow.backend)
+        step's timeout resolved. A `run:` step becomes a call of its shell backend's
+        `/run` with the command (a template, as written) in the payload as `command`; a
+        `script:` workflow, a durable one served under `name` by its shell backend."""
+        script = getattr(workflow, "script", None)
+        if getattr(workflow, "backend", None) is not None or script is not None:
+            served = name if script is not None else workflow.workflow or name
+            at = workflow.backend or _shell_backend(backends)
+            backend = backends.get(at)
             timeout = workflow.timeout or (backend.timeout if backend is not None else None)
             driver = StepSpec(
-                name=DRIVER, backend=workflow.backend, route=DURABLE_PREFIX + served,
+                name=DRIVER, backend=at, route=DURABLE_PREFIX + served,
                 retry_max=CALL_RETRIES, retry_strategy="exponential", retry_delay=1.0,
                 retry_max_delay=300.0, timeout=timeout or default_timeout,
             )
-            return cls((driver,), OnFailure.HALT, durable=served)
+            held = None if script is None else {"name": served,
+                                                "sha256": workflow.script_sha256 or ""}
+            return cls((driver,), OnFailure.HALT, durable=served, script=held)
         steps = []
         for name, st in workflow.steps.items():
-            backend = backends.get(st.backend)
+            command = getattr(st, "run", None)
+            at = st.backend or (_shell_backend(backends) if command is not None else "")
+            backend = backends.get(at)
             timeout = st.timeout or (backend.timeout if backend is not None else None)
             steps.append(
                 StepSpec(
                     name=name,
-                    backend=st.backend or "",
-                    route=st.route or "",
+                    backend=at,
+                    route=RUN_ROUTE if command is not None else st.route or "",
                     deps=tuple(st.depends_on),
-                    payload=dict(st.payload),
+                    payload=dict(st.payload) if command is None
+                    else {**st.payload, COMMAND_KEY: command},
                     retry_max=st.retry.max,
                     retry_strategy=st.retry.strategy,
                     retry_delay=st.retry.delay,
@@ -200,6 +216,13 @@ class Definition:
                 )
             )
         return cls(tuple(steps), OnFailure(workflow.on_failure))
+
+
+def _shell_backend(backends: Mapping[str, Any]) -> str:
+    """The first backend declaring `shell` ("" if none: the manifest refuses that, so
+    only a hand-built workflow gets here)."""
+    return next((name for name, b in backends.items()
+                 if SHELL in (getattr(b, "capabilities", None) or ())), "")
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from orchestrator.manifest.models import (
 )
 from orchestrator.manifest.problems import ALIASES, Findings, Sources, as_written, explain
 from orchestrator.manifest.routes import MAX_SPEC_BYTES, OPENAPI_TIMEOUT, Call, SpecRoutes
+from orchestrator.manifest.shell import RUN_ROUTE, command_problems, read_script, resolve_shell
 from orchestrator.manifest.variables import Variables
 from orchestrator.manifest.yamlsafe import LineMap, YamlPath, load_yaml, load_yaml_file
 from orchestrator.settings import environment
@@ -209,6 +210,7 @@ class _Loader:
 
         workflows: dict[str, Workflow] = {}
         calls: list[Call] = []
+        capabilities = {name: backend.capabilities for name, backend in backends.items()}
         for name, raw in raw_workflows.items():
             at = ("workflows", name)
             self._check_name(at, name, found)
@@ -219,6 +221,10 @@ class _Loader:
             if not isinstance(raw, dict):
                 found.add(at, "a workflow is a mapping (with steps:) or a path to a YAML file")
                 continue
+            # `run:` steps and a `script:` get their shell backend when they name none.
+            raw, shell = resolve_shell(raw, capabilities)
+            for path, message in shell:
+                found.add((*at, *path), message)
             # Graph, backend and route checks read the raw mapping, so they still run
             # when a field elsewhere in the workflow is invalid.
             deps, targets = _raw_edges(name, raw)
@@ -232,9 +238,18 @@ class _Loader:
                 for path, message in condition_problems(deps, _raw_conditions(raw, "fanOut"),
                                                         field="fanOut.items"):
                     found.add((*at, *path), message)
+                for path, message in command_problems(deps, _raw_commands(raw)):
+                    found.add((*at, *path), message)
             for path, message in backend_problems(raw, list(raw_backends)):
                 found.add((*at, *path), message)
             model = self._validate(Workflow, raw, at, found)
+            if isinstance(model, Workflow) and model.script is not None:
+                try:
+                    script = read_script(self.base_dir, model.script)
+                except ValueError as err:
+                    found.add((*at, "script"), f"workflow {name!r}: {err}")
+                    continue
+                model = model.with_script(script.text, script.sha256)
             if isinstance(model, Workflow):
                 workflows[name] = model
 
@@ -349,6 +364,15 @@ def _raw_conditions(raw: dict[str, Any], within: str | None = None) -> dict[str,
     return out
 
 
+def _raw_commands(raw: dict[str, Any]) -> dict[str, str]:
+    """Each step's `run:` command that is a string, read leniently from a raw workflow."""
+    steps = raw.get("steps")
+    if not isinstance(steps, dict):
+        return {}
+    return {name: step["run"] for name, step in steps.items()
+            if isinstance(step, dict) and isinstance(step.get("run"), str)}
+
+
 def _raw_edges(workflow: str, raw: dict[str, Any]) -> tuple[dict[str, list[str]], list[Call]]:
     """Dependencies by step and the routes called, read leniently from a raw workflow."""
     deps: dict[str, list[str]] = {}
@@ -357,16 +381,20 @@ def _raw_edges(workflow: str, raw: dict[str, Any]) -> tuple[dict[str, list[str]]
     if isinstance(steps, dict):
         for name, step in steps.items():
             step = step if isinstance(step, dict) else {}
-            wanted = step.get("dependsOn")
+            wanted = step.get("dependsOn", step.get("depends_on"))
             deps[name] = (
                 [d for d in wanted if isinstance(d, str)] if isinstance(wanted, list) else []
             )
+            if isinstance(step.get("run"), str) and "route" not in step:
+                # A `run:` step calls its shell backend's /run (filled in above).
+                step = {**step, "route": RUN_ROUTE, "_at": ("steps", name, "run")}
             callers.append((name, ("steps", name), step))
     for_each = raw.get("forEach")
     if isinstance(for_each, dict):
         callers.append(("forEach", ("forEach",), for_each))
-    if isinstance(raw.get("backend"), str):
+    if isinstance(raw.get("backend"), str) and raw.get("script") is None:
         # A durable workflow: its backend must serve it (the SDK publishes the route).
+        # A `script:` workflow is not checked: its shell backend serves any script.
         named = raw.get("workflow")
         served: str = named if isinstance(named, str) else workflow
         at: YamlPath = ("workflow",) if "workflow" in raw else ("backend",)

@@ -25,8 +25,9 @@ and `triggers` (schedule, event triggers, concurrency, throttle, webhooks).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Self
+from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
@@ -42,6 +43,7 @@ from orchestrator.manifest.fields import (
 )
 from orchestrator.manifest.graph import condition_problems, graph_problems
 from orchestrator.manifest.retries import RetryPolicy
+from orchestrator.manifest.shell import first_capable, resolve_shell
 from orchestrator.manifest.triggers import (
     EVENT_PATTERN,
     KEY_NAMES,
@@ -101,6 +103,10 @@ class Backend(ManifestModel):
     secret: str | None = Field(default=None, repr=False)  # HMAC key for request signatures
     openapi: str | None = None  # spec path (relative to the manifest) or http(s) URL
     timeout: Duration | None = None  # default per-call timeout for its steps
+    # What it can do beyond serving its routes: `shell` runs `run:` steps and `script:`
+    # workflows (orchestrator/manifest/shell.py).
+    capabilities: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]] = Field(
+        default_factory=list, max_length=32)
 
     @field_validator("url")
     @classmethod
@@ -121,12 +127,26 @@ class Manifest(ManifestModel):
     webhooks: dict[Name, Webhook] = Field(default_factory=dict)
     _source: Path = PrivateAttr(default_factory=Path)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_shell_backends(cls, data: Any) -> Any:
+        """Workflows given as mappings get their implied shell backend (as the loader
+        gives them); `_check_backends` reports the ones that have none."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("workflows"), Mapping):
+            return data
+        caps = _capabilities(data.get("backends"))
+        workflows = {name: resolve_shell(raw, caps)[0] if isinstance(raw, Mapping) else raw
+                     for name, raw in data["workflows"].items()}
+        return {**data, "workflows": workflows}
+
     @model_validator(mode="after")
     def _check_backends(self, info: ValidationInfo) -> Self:
         if not checks_deferred(info):
+            caps = _capabilities(self.backends)
             for name, workflow in self.workflows.items():
                 raw = workflow.model_dump(by_alias=True)
                 problems = backend_problems(raw, list(self.backends))
+                problems += resolve_shell(raw, caps)[1]
                 if problems:
                     raise ValueError(
                         "; ".join(f"workflows.{name}.{dotted(p)}: {m}" for p, m in problems)
@@ -143,3 +163,19 @@ class Manifest(ManifestModel):
     @property
     def source(self) -> Path:
         return self._source
+
+    def capable(self, capability: str) -> str | None:
+        """The first backend (declaration order) declaring `capability`, or None."""
+        return first_capable(_capabilities(self.backends), capability)
+
+
+def _capabilities(backends: Any) -> dict[str, list[str]]:
+    """Backend name -> its capabilities, from models or raw mappings (lenient)."""
+    if not isinstance(backends, Mapping):
+        return {}
+    out: dict[str, list[str]] = {}
+    for name, backend in backends.items():
+        caps = (backend.capabilities if isinstance(backend, Backend)
+                else backend.get("capabilities") if isinstance(backend, Mapping) else None)
+        out[str(name)] = [c for c in caps if isinstance(c, str)] if isinstance(caps, list) else []
+    return out

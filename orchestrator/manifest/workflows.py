@@ -15,8 +15,10 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BeforeValidator,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -35,6 +37,7 @@ from orchestrator.manifest.fields import (
 )
 from orchestrator.manifest.graph import condition_problems, graph_problems, topological_order
 from orchestrator.manifest.retries import RetryPolicy
+from orchestrator.manifest.shell import COMMAND_KEY, check_command, command_problems
 from orchestrator.manifest.triggers import (
     Concurrency,
     ConcurrencyGroup,
@@ -95,6 +98,8 @@ def _condition_syntax(value: str) -> str:
 
 
 StepCondition = Annotated[str, AfterValidator(_condition_syntax)]
+# A `run:` command: a template over `input` and ancestors' `steps.<name>.output`.
+Command = Annotated[str, AfterValidator(check_command)]
 
 
 class Approval(ManifestModel):
@@ -156,11 +161,15 @@ class FanOut(ManifestModel):
 class Step(ManifestModel):
     """One POST to `backend`'s `route`, after every step in `depends_on` succeeded,
     if its condition `if` (over `input` and ancestors' `steps.<name>.output`) holds; or,
-    with `approval`, a gate a person answers (no backend, no route)."""
+    with `approval`, a gate a person answers (no backend, no route); or, with `run`, a
+    shell command that a backend with `capabilities: [shell]` runs (no route: the
+    loader fills in `backend` when it is not named; see shell.py)."""
 
     backend: str | None = None
     route: Route | None = None
-    depends_on: list[str] = Field(default_factory=list)
+    # `depends_on` is accepted too, as pipelines copied from reference 002 spell it.
+    depends_on: list[str] = Field(
+        default_factory=list, validation_alias=AliasChoices("dependsOn", "depends_on"))
     payload: dict[PayloadKey, Any] = Field(default_factory=dict)
     retry: RetryPolicy = RetryPolicy()
     timeout: Duration | None = None
@@ -171,13 +180,17 @@ class Step(ManifestModel):
     # take it in arrival order.
     lock: KeyTemplate | None = None
     fan_out: FanOut | None = None
+    run: Command | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _a_call_needs_its_target(cls, data: Any) -> Any:
-        """A step that is not an approval calls `backend` + `route`: each is required
-        (reported at its own place, as a missing field)."""
-        if isinstance(data, Mapping) and data.get("approval") is None:
+        """A step that is not an approval or a `run:` calls `backend` + `route`: each is
+        required (reported at its own place, as a missing field)."""
+        if isinstance(data, Mapping) and "dependsOn" in data and "depends_on" in data:
+            raise ValueError("dependsOn and depends_on are one field: give one of them")
+        if (isinstance(data, Mapping) and data.get("approval") is None
+                and data.get("run") is None):
             missing = [f for f in ("backend", "route") if f not in data]
             if missing:
                 raise ValidationError.from_exception_data("Step", [
@@ -186,6 +199,7 @@ class Step(ManifestModel):
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
+        self._a_command_only()
         if self.approval is not None and (self.backend is not None or self.route is not None):
             raise ValueError("an approval step calls nothing: drop backend and route")
         if self.approval is not None and self.fan_out is not None:
@@ -193,6 +207,20 @@ class Step(ManifestModel):
         if self.lock is not None and (self.fan_out is not None or self.approval is not None):
             raise ValueError("lock: is for a step that calls its route once")
         return self
+
+    def _a_command_only(self) -> None:
+        """A `run:` step has no route, approval, fan-out or payload command of its own."""
+        if self.run is not None:
+            if self.route is not None:
+                raise ValueError("run: and route exclude each other: a run: step calls "
+                                 "its shell backend's /run route")
+            if self.approval is not None:
+                raise ValueError("a step is an approval or a run: command, not both")
+            if self.fan_out is not None:
+                raise ValueError("run: runs one command: drop fanOut")
+            if COMMAND_KEY in self.payload:
+                raise ValueError(f"payload.{COMMAND_KEY} is what run: sends: drop it "
+                                 "from payload")
 
 
 class ForEach(ManifestModel):
@@ -257,6 +285,12 @@ class Workflow(ManifestModel):
         default_factory=list
     )
     description: str | None = None
+    # A durable workflow written in bash: the path of the file, relative to the
+    # manifest. The loader reads it (shell.read_script); the text is not part of the
+    # stored JSON, runs carry its sha256 (engine/definition.py).
+    script: str | None = Field(default=None, min_length=1)
+    _script_text: str | None = PrivateAttr(default=None)
+    _script_sha256: str | None = PrivateAttr(default=None)
 
     @property
     def overlap(self) -> str:
@@ -281,21 +315,48 @@ class Workflow(ManifestModel):
 
     @property
     def durable(self) -> bool:
-        """Whether this is a durable workflow written in code (no steps)."""
-        return self.backend is not None
+        """Whether this is a durable workflow written in code (no steps): served by
+        `backend`, or a `script`."""
+        return self.backend is not None or self.script is not None
+
+    @property
+    def script_text(self) -> str | None:
+        """A `script:` workflow's bash text as read when the manifest loaded (None for
+        other workflows, and for one not read by the loader)."""
+        return self._script_text
+
+    @property
+    def script_sha256(self) -> str | None:
+        """The hex sha256 of `script_text` (None with it)."""
+        return self._script_sha256
+
+    def with_script(self, text: str, sha256: str) -> Self:
+        """This `script:` workflow holding the text read from its file."""
+        if self.script is None:
+            raise ValueError("only a script: workflow holds a script's text")
+        copy = self.model_copy()
+        copy._script_text, copy._script_sha256 = text, sha256
+        return copy
 
     @model_validator(mode="after")
     def _check_graph(self, info: ValidationInfo) -> Self:
-        if self.backend is None and not self.steps:
+        if self.script is not None and self.steps:
+            raise ValueError("steps and script exclude each other: steps declare a DAG, "
+                             "script is a durable workflow written in bash")
+        if self.script is not None and self.workflow is not None:
+            raise ValueError("a script: workflow is served under its own name: drop "
+                             "workflow")
+        if not self.durable and not self.steps:
             raise ValueError("a workflow needs steps (a DAG) or backend (a durable workflow "
-                             "written in code, served by that backend)")
+                             "written in code, served by that backend) or script (a durable "
+                             "workflow written in bash)")
         if self.backend is not None and self.steps:
             raise ValueError("steps and backend exclude each other: steps declare a DAG, "
                              "backend serves a durable workflow written in code")
         if self.debounce is not None and self.throttle is not None:
             raise ValueError("debounce and throttle exclude each other: a debounced burst"
                              " starts one run, whose start a throttle would delay again")
-        if self.backend is None and (self.workflow is not None or self.timeout is not None):
+        if not self.durable and (self.workflow is not None or self.timeout is not None):
             raise ValueError("workflow and timeout belong to a durable workflow: add backend")
         if not checks_deferred(info):
             deps = {name: step.depends_on for name, step in self.steps.items()}
@@ -306,6 +367,8 @@ class Workflow(ManifestModel):
                 problems += condition_problems(
                     deps, {n: s.fan_out.items for n, s in self.steps.items()
                            if s.fan_out is not None}, field="fanOut.items")
+                problems += command_problems(
+                    deps, {n: s.run for n, s in self.steps.items() if s.run is not None})
             if problems:
                 raise ValueError("; ".join(f"{dotted(p)}: {m}" for p, m in problems))
         return self

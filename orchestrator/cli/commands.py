@@ -241,6 +241,8 @@ def create_key(name: str) -> None:
     help="module:factory of the functions app to serve ('none' to serve none).",
 )
 @click.option("--functions-port", default=8001, show_default=True)
+@click.option("--scripts-port", default=8002, show_default=True,
+              help="Port of the script host (durable shell scripts, run: steps); 0: none.")
 @click.option("--emulator-port", default=4566, show_default=True)
 @click.option(
     "--no-emulator",
@@ -280,6 +282,7 @@ def dev(
     host: str,
     functions_app: str,
     functions_port: int,
+    scripts_port: int,
     emulator_port: int,
     no_emulator: bool,
     workers: int,
@@ -291,8 +294,8 @@ def dev(
     demo: bool,
     exit_after_demo: bool,
 ) -> None:
-    """Start the whole stack locally: emulator, tables and queues, functions, API,
-    workers and sweeper. Ctrl-C stops everything."""
+    """Start the whole stack locally: emulator, tables and queues, functions, the script
+    host, API, workers and sweeper. Ctrl-C stops everything."""
     from orchestrator.cli.dev import LocalStack, StackOptions
 
     opts = StackOptions(
@@ -301,6 +304,7 @@ def dev(
         api_port=port,
         functions_app=None if functions_app == "none" else functions_app,
         functions_port=functions_port,
+        scripts_port=scripts_port,
         emulator_port=emulator_port,
         embedded_emulator=not no_emulator and ClientDefaults.from_env().endpoint is None,
         workers=workers,

@@ -372,7 +372,7 @@ def alias(command: click.Command, name: str) -> click.Command:
 
 @click.command("run", params=trigger.params)
 @click.pass_context
-def run(ctx: click.Context, **kwargs: Any) -> None:
+def run(ctx: click.Context, /, **kwargs: Any) -> None:
     """Run script FILE on the stack to its end, printing its run id, its log and how
     it ended (exit 0 if it succeeded, 1 if not); or, when no such file exists, the same
     as `trigger WORKFLOW` (its older name)."""

@@ -31,6 +31,9 @@ from orchestrator.services.durable.hooks import Hooks
 from orchestrator.services.durable.signals import Signals
 from orchestrator.services.execution.executor import Executor
 from orchestrator.services.runs import RunService
+from orchestrator.services.scripts.catalog import Catalog
+from orchestrator.services.scripts.registry import ScriptRegistry
+from orchestrator.services.scripts.texts import ScriptTexts
 from orchestrator.services.triggers.events import EventService
 from orchestrator.services.triggers.scheduler import Scheduler
 from orchestrator.services.triggers.webhooks import WebhookService
@@ -104,9 +107,12 @@ class Runtime:
 
         locks = Locks(store, queues, clock)
         executor = Executor(store, queues, blobs, settings, clock, on_finish=release)
+        # Every workflow a run may name: the manifest's and the stored scripts'.
+        manifest = Catalog(manifest, ScriptRegistry(control, clock), ScriptTexts(blobs))
         runs = RunService(
             executor, manifest, default_timeout=settings.default_step_timeout,
             arrive=arrive, release=release, children_of=children_of,
+            store_script=manifest.texts.put,
         )
         admission = Admission(
             store, control, queues, clock, launch=runs.launch, cancel=runs.cancel,
@@ -114,7 +120,8 @@ class Runtime:
         )
         event_waits = EventWaits(control, clock, settings.event_retention)
         signals = Signals(store, queues, clock)
-        children = Children(control, store, clock, start=runs.start, wake=signals.wake)
+        children = Children(control, store, clock, start=runs.start, wake=signals.wake,
+                            signal=signals.send, load_output=executor.load_output)
         events = EventService(control, runs, clock, settings.event_retention,
                               waits=event_waits, wake=signals.wake)
         webhooks = WebhookService(control, runs, clock, settings.delivery_retention)

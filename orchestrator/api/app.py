@@ -25,7 +25,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from orchestrator import __version__, telemetry
-from orchestrator.api import approvals, cells, durable_runs, runs, triggers, ui, workflows
+from orchestrator.api import (
+    approvals,
+    cells,
+    durable_runs,
+    runs,
+    scripts,
+    triggers,
+    ui,
+    workflows,
+)
 from orchestrator.api.openapi import openapi_document
 from orchestrator.api.requests import MAX_BODY, TooLarge, error
 from orchestrator.api.state import ApiState, api_state
@@ -164,6 +173,11 @@ def _routes() -> list[BaseRoute]:
         _route("/state/{entity}/{key}", cells.put_cell, "PUT"),
         _route("/state/{entity}/{key}", cells.delete_cell, "DELETE"),
         _route("/workflows", workflows.list_workflows, "GET"),
+        _route("/scripts/runs", scripts.submit_script, "POST"),
+        _route("/scripts", scripts.list_scripts, "GET"),
+        _route("/scripts/{name}", scripts.put_script, "PUT"),
+        _route("/scripts/{name}", scripts.get_script, "GET"),
+        _route("/scripts/{name}", scripts.delete_script, "DELETE"),
         _route("/events", triggers.emit_event, "POST"),
         _route("/events", triggers.list_events, "GET"),
         _route("/webhooks/{name}", triggers.deliver_webhook, "POST"),

@@ -12,12 +12,14 @@ __all__ = [
     "CancelRun",
     "CreateHook",
     "EmitEvent",
+    "PutScript",
     "PutStateCell",
     "RerunRun",
     "ResetRun",
     "ResumeRun",
     "RunEvent",
     "StartRun",
+    "SubmitScript",
 ]
 
 
@@ -101,3 +103,27 @@ class RunEvent(_Body):
 
     event_type: str = Field(min_length=1, max_length=128)
     payload: Any = None
+
+
+class ScriptThrottle(_Body):
+    limit: int = Field(ge=1, le=1_000_000, description="Runs per period.")
+    period: str = Field(min_length=1, max_length=32, description="A duration: 1m, 30s, 1h.")
+    key: str = Field(default="", max_length=512, description="The budget's key (one each).")
+
+
+class SubmitScript(_Body):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._~\-]{1,128}$",
+                      description="The script's name (its file's, less `.sh`).")
+    text: str = Field(min_length=1, max_length=256 * 1024, description="The bash text.")
+    input: Any = Field(default=None, description="The run's input (the script reads it as"
+                       " `{\"payload\": input}` at $ORCHESTRATOR_INPUT_FILE).")
+    throttle: ScriptThrottle | None = Field(default=None, description="Start no faster.")
+
+
+class PutScript(_Body):
+    text: str = Field(min_length=1, max_length=256 * 1024, description="The bash text.")
+    on: list[str] = Field(default_factory=list, max_length=20,
+                          description="Event names whose events each start a run.")
+    schedule: dict[str, Any] | None = Field(
+        default=None, description="`{every: D}` or `{cron: C, timezone?: TZ}`: fire by"
+        " itself; a tick that finds the previous run still going is skipped.")

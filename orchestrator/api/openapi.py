@@ -17,18 +17,20 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.api import approvals, cells, durable_runs, runs, triggers, workflows
+from orchestrator.api import approvals, cells, durable_runs, runs, scripts, triggers, workflows
 from orchestrator.api.models import (
     AnswerApproval,
     CancelRun,
     CreateHook,
     EmitEvent,
+    PutScript,
     PutStateCell,
     RerunRun,
     ResetRun,
     ResumeRun,
     RunEvent,
     StartRun,
+    SubmitScript,
 )
 from orchestrator.api.operations import op
 from orchestrator.api.requests import MAX_BODY
@@ -43,7 +45,8 @@ __all__ = ["BODY_MODELS", "openapi_document"]
 
 BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitEvent,
                                             ResumeRun, ResetRun, CreateHook, RunEvent,
-                                            AnswerApproval, PutStateCell)
+                                            AnswerApproval, PutStateCell,
+                                            SubmitScript, PutScript)
 
 # ---- request bodies --------------------------------------------------------------------
 
@@ -124,7 +127,7 @@ def _paths(retention: float) -> dict[str, Schema]:
     """Every resource's paths, each declared beside its handlers, in this order."""
     out: dict[str, Schema] = {}
     for part in (runs.paths(retention), durable_runs.paths(), approvals.paths(), cells.paths(),
-                 workflows.paths(), triggers.paths(), _meta_paths()):
+                 workflows.paths(), triggers.paths(), scripts.paths(), _meta_paths()):
         for path, item in part.items():
             if path in out:
                 raise ValueError(f"path {path!r} is declared by two resources")

@@ -38,6 +38,7 @@ from orchestrator.cli import doctor as cli_doctor
 from orchestrator.cli import durable_runs as cli_durable
 from orchestrator.cli import journal as cli_journal
 from orchestrator.cli import runs as cli_runs
+from orchestrator.cli import scripts as cli_scripts
 from orchestrator.cli import state as cli_state
 from orchestrator.cli import triggers as cli_triggers
 from orchestrator.cli import watch as cli_watch
@@ -89,7 +90,7 @@ def main(verbose: bool) -> None:
 for _command in (*cli_runs.COMMANDS, *cli_durable.COMMANDS, *cli_triggers.COMMANDS,
                  *cli_deploy.COMMANDS, *cli_journal.COMMANDS, *cli_doctor.COMMANDS,
                  *cli_workflows.COMMANDS, *cli_watch.COMMANDS, *cli_approvals.COMMANDS,
-                 *cli_state.COMMANDS):
+                 *cli_state.COMMANDS, *cli_scripts.COMMANDS):
     main.add_command(_command)
 for _command in cli_durable.RUNS_COMMANDS:
     cli_runs.runs.add_command(_command)
@@ -240,6 +241,8 @@ def create_key(name: str) -> None:
     help="module:factory of the functions app to serve ('none' to serve none).",
 )
 @click.option("--functions-port", default=8001, show_default=True)
+@click.option("--scripts-port", default=8002, show_default=True,
+              help="Port of the script host (durable shell scripts, run: steps); 0: none.")
 @click.option("--emulator-port", default=4566, show_default=True)
 @click.option(
     "--no-emulator",
@@ -279,6 +282,7 @@ def dev(
     host: str,
     functions_app: str,
     functions_port: int,
+    scripts_port: int,
     emulator_port: int,
     no_emulator: bool,
     workers: int,
@@ -290,8 +294,8 @@ def dev(
     demo: bool,
     exit_after_demo: bool,
 ) -> None:
-    """Start the whole stack locally: emulator, tables and queues, functions, API,
-    workers and sweeper. Ctrl-C stops everything."""
+    """Start the whole stack locally: emulator, tables and queues, functions, the script
+    host, API, workers and sweeper. Ctrl-C stops everything."""
     from orchestrator.cli.dev import LocalStack, StackOptions
 
     opts = StackOptions(
@@ -300,6 +304,7 @@ def dev(
         api_port=port,
         functions_app=None if functions_app == "none" else functions_app,
         functions_port=functions_port,
+        scripts_port=scripts_port,
         emulator_port=emulator_port,
         embedded_emulator=not no_emulator and ClientDefaults.from_env().endpoint is None,
         workers=workers,

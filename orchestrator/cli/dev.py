@@ -51,6 +51,10 @@ class StackOptions:
     api_port: int = 8080
     functions_app: str | None = "functions.examples.monthly_report:create_app"
     functions_port: int = 8001
+    # The script host (functions/sdk/scripts): serves durable shell scripts and `run:`
+    # steps; a manifest with no `shell` backend gets one, `scripts`, pointing at it.
+    # 0: serve none.
+    scripts_port: int = 8002
     emulator_port: int = 4566
     embedded_emulator: bool = True
     workers: int = 1
@@ -136,6 +140,9 @@ class LocalStack:
             planned.setdefault("FUNCTIONS_URL",
                                f"http://{self.opts.host}:{self.opts.functions_port}")
             planned.setdefault("FUNCTIONS_SECRET", "stand-in")
+        if self.opts.scripts_port:
+            planned.setdefault("SCRIPTS_URL", f"http://{self.opts.host}:{self.opts.scripts_port}")
+            planned.setdefault("SCRIPTS_SECRET", "stand-in")
         load_manifest(self.opts.manifest, planned)
         try:
             self._start()
@@ -151,6 +158,7 @@ class LocalStack:
         from infra.stack import deploy_data_stack
         from orchestrator.adapters.aws import make_clients
         from orchestrator.api.app import create_app
+        from orchestrator.manifest.hosts import with_script_host
         from orchestrator.manifest.loader import load_manifest
         from orchestrator.runtime import Runtime
         from orchestrator.services.access.apikeys import ApiKeys
@@ -203,7 +211,9 @@ class LocalStack:
             env.setdefault("FUNCTIONS_URL", server.url)
             self.echo(f"functions  {server.url}   ({self.opts.functions_app})")
 
-        manifest = load_manifest(self.opts.manifest, env)
+        if self.opts.scripts_port:
+            self._start_scripts(env)
+        manifest = with_script_host(load_manifest(self.opts.manifest, env), env)
         if self.emulator is None:
             clients = make_clients(settings)
         t0 = time.monotonic()
@@ -266,6 +276,31 @@ class LocalStack:
             )
         self._banner(manifest)
 
+    def _start_scripts(self, env: dict[str, str]) -> None:
+        """The script host, signed with a secret of its own (SCRIPTS_URL, SCRIPTS_SECRET
+        for the manifest); in the Lambda mode behind its own handler, invoked as AWS
+        would (functions.sdk.scripts.lambda_host)."""
+        from functions.sdk.serving import BackgroundServer
+
+        secret = env.get("SCRIPTS_SECRET") or secrets.token_hex(16)
+        env["SCRIPTS_SECRET"] = secret
+        if self.opts.lambda_mode:
+            from functions.sdk.scripts import lambda_host
+            from infra.lambda_local import EventFront
+
+            self._setenv("SCRIPTS_SECRET", secret)
+            lambda_host.forget()
+            app: Any = EventFront(lambda_host.handler, function_url=True)
+        else:
+            from functions.sdk.scripts import ScriptHost
+
+            app = ScriptHost(secret).app
+        server = BackgroundServer(app, self.opts.host, self.opts.scripts_port).start()
+        self.servers.append(server)
+        env.setdefault("SCRIPTS_URL", server.url)
+        self.echo(f"scripts    {server.url}   (script host: durable shell scripts,"
+                  " run: steps)")
+
     def _start_emulator(self) -> Any:
         """The embedded emulator: in a process of its own (infra/emulator/process.py),
         unless asked for in this one; in this one too, with one line saying why, where
@@ -313,7 +348,7 @@ class LocalStack:
             values[ENDPOINT_VARIABLE] = settings.endpoint_url
         for service, url in settings.service_endpoints.items():
             values[SERVICE_ENDPOINT_VARIABLES[service]] = url
-        for key in ("FUNCTIONS_URL", "FUNCTIONS_SECRET"):
+        for key in ("FUNCTIONS_URL", "FUNCTIONS_SECRET", "SCRIPTS_URL", "SCRIPTS_SECRET"):
             if key in env:
                 values[key] = env[key]
         for key, value in values.items():

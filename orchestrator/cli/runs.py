@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -369,5 +370,20 @@ def alias(command: click.Command, name: str) -> click.Command:
     )
 
 
-COMMANDS = [trigger, alias(trigger, "run"), runs, show, cancel, alias(cancel, "kill"), rerun,
-            history]
+@click.command("run", params=trigger.params)
+@click.pass_context
+def run(ctx: click.Context, /, **kwargs: Any) -> None:
+    """Run script FILE on the stack to its end, printing its run id, its log and how
+    it ended (exit 0 if it succeeded, 1 if not); or, when no such file exists, the same
+    as `trigger WORKFLOW` (its older name)."""
+    from orchestrator.cli.scripts import run_script
+
+    target = str(kwargs["workflow"])
+    if Path(target).is_file() or target.endswith(".sh"):
+        run_script(target, parse_json(kwargs["input_json"]), kwargs["url"],
+                   kwargs["api_key"], kwargs["timeout"], kwargs["as_json"])
+        return
+    ctx.invoke(trigger, **kwargs)
+
+
+COMMANDS = [trigger, run, runs, show, cancel, alias(cancel, "kill"), rerun, history]

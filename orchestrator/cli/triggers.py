@@ -43,7 +43,8 @@ def event() -> None:
 @click.option("--key", help="The event's key (for workflows' `if` conditions and grouping).")
 @click.option("--id", "event_id",
               help="The event's id: emitting the same id again starts nothing new.")
-@click.option("--data", "data_json", help="The event's data as JSON (or @file.json).")
+@click.option("--data", "--payload", "data_json",
+              help="The event's data as JSON (or @file.json); --payload is the same.")
 @json_option
 @api_options
 def emit_event(

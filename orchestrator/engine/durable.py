@@ -219,8 +219,10 @@ def wait_of(op: WaitOp, now: float, deadline: float | None) -> Waiting | None:
             "signal": op.signal, "metadata": op.metadata, "ttl": op.ttl})
     if isinstance(op, CallOp | SpawnOp):
         kind = WaitKind.CALL if isinstance(op, CallOp) else WaitKind.SPAWN
-        return Waiting(kind, scope, pos, oid, name, since=now, detail={
-            "workflow": op.workflow, "input": op.input})
+        child: dict[str, Any] = {"workflow": op.workflow, "input": op.input}
+        if isinstance(op, SpawnOp) and op.notify is not None:
+            child["notify"] = op.notify
+        return Waiting(kind, scope, pos, oid, name, since=now, detail=child)
     if isinstance(op, ApprovalOp):
         # The gate opens when the wait registers (its deadline: now + timeout).
         return Waiting(WaitKind.APPROVAL, scope, pos, oid, name,

@@ -131,10 +131,11 @@ class RunRecord:
     def follow_ups(self) -> bool:
         """Whether its finish is followed by work another process must redo if the
         finisher dies: a concurrency group's lock to release, a parent run waiting for
-        it. Only then does the finish move its wake (engine/wakes.py)."""
+        it or to notify. Only then does the finish move its wake (engine/wakes.py)."""
         gate, trigger = self.gate, self.trigger
         return bool(gate is not None and gate.group) or self.holds_locks or (
-            trigger is not None and trigger.source == "parent" and "row" in trigger.detail)
+            trigger is not None and trigger.source == "parent"
+            and ("row" in trigger.detail or "notify" in trigger.detail))
 
     @property
     def shown_status(self) -> str:

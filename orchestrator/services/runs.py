@@ -54,6 +54,7 @@ class RunService:
         arrive: Callable[[RunRecord], RunRecord],
         release: Callable[[RunRecord], None],
         children_of: Callable[[str], list[str]] | None = None,
+        store_script: Callable[[str], str] | None = None,
     ) -> None:
         # `arrive` and `release` are admission's: a gated run waits for its group and
         # throttle; a cancelled queued run gives its place up.
@@ -78,7 +79,7 @@ class RunService:
         self.pipeline = Pipeline(
             manifest, self.launcher, self.debouncer,
             IdempotencyKeys(executor.store.control, executor.settings.idempotency_retention),
-            default_timeout=default_timeout, clock=executor.clock)
+            default_timeout=default_timeout, clock=executor.clock, store_script=store_script)
         # A durable run's children: cancelling it cancels them.
         self.children_of = children_of
 

@@ -34,6 +34,7 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `mutexheld#<run>`           | `<key>`                 | a lock a run holds (released at its end) |
 | `debounce#<workflow>#<key>` | `-`                     | a debounced burst: its queued run   |
 | `fanout#<run>#<step>`       | `<index>`               | a fan_out step's item: its outcome  |
+| `scripts`                   | `<name>`                | a script workflow stored by the API |
 | `sweep#wake`                | `<shard>`               | a wake shard's sweeper and cursors  |
 | `sweep#full`                | `-`                     | when the last full sweep ran        |
 
@@ -58,6 +59,7 @@ __all__ = [
     "EVENT_WAITS_FROM",
     "HOOK_SECRET",
     "NO_SK",
+    "SCRIPTS",
     "SWEEP_FULL",
     "SWEEP_WAKE",
     "Item",
@@ -93,6 +95,7 @@ __all__ = [
     "login_key",
     "ms_key",
     "schedule_key",
+    "script_sk",
     "sk_of",
     "state_key",
     "state_sk",
@@ -245,6 +248,14 @@ def state_key(entity: str) -> Pk:
 
 def state_sk(key: str) -> Sk:
     return Sk(key)
+
+
+# The partition of the script workflows stored through the API (`script_sk`: one each).
+SCRIPTS = Pk("scripts")
+
+
+def script_sk(name: str) -> Sk:
+    return Sk(name)
 
 
 def children_key(parent: str) -> Pk:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from functions.sdk.protocol import DurableOp, EndOp, JournalEntry, RecordOp, RetryOp, WaitKind
-from functions.sdk.protocol.durable import DurableRequestBody, DurableRun
+from functions.sdk.protocol.durable import DurableRequestBody, DurableRun, ScriptRef
 from orchestrator import telemetry
 from orchestrator.adapters.invoker import Call, Invoker, Result, StreamCut
 from orchestrator.adapters.store import Store
@@ -40,6 +40,7 @@ from orchestrator.runners.durable.exchange import END, IDLE, Exchange, Item, Lin
 from orchestrator.services.durable.hooks import Hooks
 from orchestrator.services.execution.executor import Executor
 from orchestrator.services.execution.tally import Tally
+from orchestrator.services.scripts.texts import script_url
 from orchestrator.settings import Settings
 from orchestrator.strict_json import dumps
 
@@ -85,6 +86,12 @@ class Calls:
                            now=self.clock(), attempt=row.attempt, subject=ctx.subject,
                            max_value=self.settings.output_hard_cap),
             input=ctx.input, target=scope, attempts=attempts)
+        script = getattr(ctx.definition, "script", None)
+        if script:
+            # A script's run replays on the text it started on: the host fetches it by
+            # hash from the blob store (services/scripts/texts.py).
+            request.script = ScriptRef(name=str(script["name"]), sha256=str(script["sha256"]),
+                                       url=script_url(self.executor.blobs, script["sha256"]))
         if v2:
             request.protocol = self.settings.durable_protocol
             # The call starts no step body past its budget (an HTTP timeout ends it later).

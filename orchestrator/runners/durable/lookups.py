@@ -14,7 +14,6 @@ from orchestrator.engine.durable_moves import Look
 from orchestrator.engine.durable_scopes import JournalView
 from orchestrator.engine.durable_waits import Committed, Found, Held, Lookup, Refused, Waiting
 from orchestrator.engine.records import StepRecord
-from orchestrator.engine.states import StepStatus
 from orchestrator.errors import Code, InvalidName, UsageError, ValueTooLarge
 from orchestrator.runners.durable.branches import Branches
 from orchestrator.services.coordination.approvals import Approvals, gate_outcome
@@ -108,7 +107,8 @@ class Lookups:
         child_id = child_run_id(row.run_id, waiting.id)
         if start:
             self.children.start(row.run_id, row.step, waiting.place(), str(d["workflow"]),
-                                d.get("input"), waits=waiting.kind is WaitKind.CALL)
+                                d.get("input"), waits=waiting.kind is WaitKind.CALL,
+                                notify=d.get("notify"))
             if waiting.kind is WaitKind.SPAWN:
                 return {"run_id": child_id}
             return None
@@ -118,15 +118,7 @@ class Lookups:
                     "error": {"code": Code.RUN_MISSING, "message": "the child run is gone"}}
         if not child.status.terminal:
             return None
-        out: dict[str, Any] = {"run_id": child_id, "status": child.status.value,
-                               "error": child.error}
-        if child.definition.durable is not None:
-            driver = self.store.drivers.get_driver(child_id)
-            if driver is not None and driver.status is StepStatus.SUCCESS:
-                out["output"] = self.executor.load_output(driver)
-        else:
-            out["output"] = {"run_id": child_id, "status": child.status.value}
-        return out
+        return self.children.outcome(child)
 
 
 def _found(doc: Mapping[str, Any] | None) -> Found | None:

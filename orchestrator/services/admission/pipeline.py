@@ -33,8 +33,11 @@ __all__ = ["Pipeline"]
 class Pipeline:
     def __init__(self, manifest: Any, launcher: Launcher, debouncer: Debouncer,
                  keys: IdempotencyKeys | None, *, default_timeout: float,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float],
+                 store_script: Callable[[str], str] | None = None) -> None:
         self.manifest = manifest
+        # Stores a script's text (blob store, by hash) before its run's first call.
+        self.store_script = store_script
         self.launcher = launcher
         self.debouncer = debouncer
         self.keys = keys
@@ -51,8 +54,12 @@ class Pipeline:
     def admit(self, req: StartRequest) -> Started:
         """Take one trigger through the stages: the run it made or joined, and how."""
         # A rerun's definition is the old run's: its workflow may have left the manifest.
-        wf = (self.manifest.workflows.get(req.workflow) if req.definition is not None
+        wf = (req.adhoc if req.adhoc is not None
+              else self.manifest.workflows.get(req.workflow) if req.definition is not None
               else self.workflow(req.workflow))
+        text = getattr(wf, "script_text", None)
+        if text is not None and self.store_script is not None and req.definition is None:
+            self.store_script(text)
         if self.keys is not None:
             req = resolve(req, self.keys, self.clock(), new_run_id)
         definition = req.definition or Definition.of(

@@ -36,3 +36,6 @@ class StartRequest:
     definition: Definition | None = None
     rerun_of: str | None = None
     kept_input: bool = False
+    # A workflow named by no manifest or stored script, given whole: a submitted
+    # script's (`orchestrator submit FILE`), with the throttle it was submitted with.
+    adhoc: Any = None

@@ -7,7 +7,12 @@ item per child) for `GET /runs/{id}/children`; the child's trigger names its par
 (and, for `ctx.call`, the driver row that waits for it). When a child ends, the parent's
 waiting row is poked; the sweeper's pass over finished runs does it again, so a poke
 lost with its process costs one sweep. Cancelling a parent cancels its running
-children."""
+children.
+
+A spawned child may `notify` its parent: when it ends, the parent is sent that signal
+with the child's outcome `{run_id, status, output, error}` (a script's `activity wait`
+waits for it). The signal's id is the child's run id, so the sweeper's repeat of
+`finished` queues nothing twice; a parent that has ended is not signalled."""
 
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.control_keys import Sk, child_sk, children_key, sk_of
 from orchestrator.engine.records import RunRecord
-from orchestrator.errors import NotFound
+from orchestrator.engine.states import StepStatus
+from orchestrator.errors import Conflict, NotFound
 
 __all__ = ["Children", "child_run_id"]
 
@@ -32,21 +38,27 @@ def child_run_id(parent: str, op_id: str) -> str:
 class Children:
     def __init__(self, control: Control, store: Store, clock: Callable[[], float], *,
                  start: Callable[..., tuple[RunRecord, bool]],
-                 wake: Callable[[str, str], object]) -> None:
+                 wake: Callable[[str, str], object],
+                 signal: Callable[..., object] | None = None,
+                 load_output: Callable[[Any], Any] | None = None) -> None:
         self.control = control
         self.store = store
         self.clock = clock
         self._start = start
         self._wake = wake
+        self._signal = signal
+        self._load_output = load_output
 
     def start(self, parent: str, row: str, op: dict[str, Any], workflow: str, input: Any,
-              *, waits: bool) -> RunRecord:
+              *, waits: bool, notify: str | None = None) -> RunRecord:
         """Start (once) the child of operation `op` of run `parent`."""
         run_id = child_run_id(parent, str(op["id"]))
         trigger: dict[str, Any] = {"source": "parent", "parent_run_id": parent,
                                    "scope": op.get("scope", ""), "pos": op.get("pos")}
         if waits:
             trigger["row"] = row
+        if notify is not None:
+            trigger["notify"] = notify
         self.link(parent, run_id, workflow)
         run, _ = self._start(workflow, input, run_id, trigger=trigger)
         return run
@@ -76,11 +88,37 @@ class Children:
         return None if parent is None else str(parent)
 
     def finished(self, run: RunRecord) -> None:
-        """A run ended: wake the parent row waiting for it, if one is."""
+        """A run ended: wake the parent row waiting for it, if one is, or send the
+        parent the signal it asked for."""
         trigger = run.trigger
-        if trigger is None or trigger.source != "parent" or "row" not in trigger.detail:
+        if trigger is None or trigger.source != "parent":
             return
-        self._wake(str(trigger.detail["parent_run_id"]), str(trigger.detail["row"]))
+        parent = str(trigger.detail.get("parent_run_id"))
+        if "row" in trigger.detail:
+            self._wake(parent, str(trigger.detail["row"]))
+        notify = trigger.detail.get("notify")
+        if notify is not None and self._signal is not None:
+            # `run` may be the record its finisher read before the finish: read it again.
+            ended = self.store.runs.get_run(run.run_id, self.clock())
+            if ended is None or not ended.status.terminal:
+                return
+            try:
+                self._signal(parent, str(notify), self.outcome(ended), key=run.run_id)
+            except (Conflict, NotFound):
+                pass  # the parent has ended (or expired): nobody will wait for it
+
+    def outcome(self, child: RunRecord) -> dict[str, Any]:
+        """What a parent learns of its ended child: {run_id, status, output, error}."""
+        out: dict[str, Any] = {"run_id": child.run_id, "status": child.status.value,
+                               "error": child.error}
+        if child.definition.durable is not None:
+            driver = self.store.drivers.get_driver(child.run_id)
+            if (driver is not None and driver.status is StepStatus.SUCCESS
+                    and self._load_output is not None):
+                out["output"] = self._load_output(driver)
+        else:
+            out["output"] = {"run_id": child.run_id, "status": child.status.value}
+        return out
 
     def require(self, run_id: str) -> RunRecord:
         run = self.store.runs.get_run(run_id, self.clock())

@@ -68,14 +68,12 @@ def container() -> Runtime:
     with _lock:
         if "runtime" not in _built:
             from orchestrator import logs, telemetry
-            from orchestrator.manifest.hosts import with_script_host
             from orchestrator.manifest.loader import load_manifest
             from orchestrator.runtime import Runtime
             env = environment()
-            # The script host deployed beside (SCRIPTS_URL), when no backend runs shell.
-            manifest = with_script_host(
-                load_manifest(Path(LambdaSettings.from_env(env).manifest_path), dict(env)),
-                env)
+            # With SCRIPTS_URL, the script host deployed beside (manifest/hosts.py).
+            manifest = load_manifest(Path(LambdaSettings.from_env(env).manifest_path),
+                                     dict(env))
             settings = Settings.from_env(env)
             if env.get("AWS_LAMBDA_FUNCTION_NAME"):  # on Lambda (not `dev --lambda`)
                 logs.configure(settings.log_format)

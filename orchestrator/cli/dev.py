@@ -158,7 +158,6 @@ class LocalStack:
         from infra.stack import deploy_data_stack
         from orchestrator.adapters.aws import make_clients
         from orchestrator.api.app import create_app
-        from orchestrator.manifest.hosts import with_script_host
         from orchestrator.manifest.loader import load_manifest
         from orchestrator.runtime import Runtime
         from orchestrator.services.access.apikeys import ApiKeys
@@ -213,7 +212,7 @@ class LocalStack:
 
         if self.opts.scripts_port:
             self._start_scripts(env)
-        manifest = with_script_host(load_manifest(self.opts.manifest, env), env)
+        manifest = load_manifest(self.opts.manifest, env)
         if self.emulator is None:
             clients = make_clients(settings)
         t0 = time.monotonic()

@@ -192,6 +192,13 @@ def unknown_backend(step: str, backend: str) -> Outcome:
         Code.UNKNOWN_BACKEND, f"step {step}: backend {backend!r} is not configured"))
 
 
+def command_failed(step: str, why: str) -> Outcome:
+    """A `run:` step's command could not be rendered (a hole that fails to evaluate on
+    this run's values): the same input fails the same way, so it is not retried."""
+    return Outcome(OutcomeKind.PERMANENT, error=error_doc(
+        Code.INVALID_VALUE, f"step {step}: its run: command: {why}"))
+
+
 def inputs_unavailable(why: str) -> Outcome:
     """Its dependencies' outputs could not be read (the blob store failed): try again."""
     return Outcome(OutcomeKind.RETRYABLE, error=error_doc(Code.INPUTS_UNAVAILABLE, why))

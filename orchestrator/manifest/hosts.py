@@ -1,27 +1,24 @@
-"""The script host a stack serves beside a manifest (`orchestrator dev`, and its
-Lambda form): a manifest none of whose backends has the `shell` capability gets
-backend `scripts`, at SCRIPTS_URL signed with SCRIPTS_SECRET, so scripts and `run:`
-steps work with any manifest."""
+"""The script host a stack serves beside a manifest (`orchestrator dev`, its Lambda
+form, a deployed stack): a manifest none of whose backends has the `shell` capability
+gets backend `scripts`, at SCRIPTS_URL signed with SCRIPTS_SECRET, so scripts and
+`run:` steps work with any manifest. A manifest's own shell backend wins."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from orchestrator.manifest.models import Backend
 
-__all__ = ["SCRIPTS_BACKEND", "with_script_host"]
+__all__ = ["SCRIPTS_BACKEND", "script_host"]
 
 SCRIPTS_BACKEND = "scripts"
 
 
-def with_script_host(manifest: Any, env: Mapping[str, str]) -> Any:
-    """`manifest`, with backend `scripts` when SCRIPTS_URL is set and no backend has
-    the `shell` capability (a manifest's own shell backend, or `scripts`, wins)."""
+def script_host(backends: Mapping[str, Backend], env: Mapping[str, str]) -> Backend | None:
+    """Backend `scripts` to add to `backends`, or None: SCRIPTS_URL unset, a backend
+    that has `shell` already, or one named `scripts`."""
     url = env.get("SCRIPTS_URL")
-    if (not url or manifest.capable("shell") is not None
-            or SCRIPTS_BACKEND in manifest.backends):
-        return manifest
-    manifest.backends[SCRIPTS_BACKEND] = Backend(
-        url=url, secret=env.get("SCRIPTS_SECRET") or None, capabilities=["shell"])
-    return manifest
+    if (not url or SCRIPTS_BACKEND in backends
+            or any("shell" in b.capabilities for b in backends.values())):
+        return None
+    return Backend(url=url, secret=env.get("SCRIPTS_SECRET") or None, capabilities=["shell"])

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ValidationError
 
 from functions.sdk.protocol import DURABLE_PREFIX
 from orchestrator.errors import ManifestError
+from orchestrator.manifest.hosts import SCRIPTS_BACKEND, script_host
 from orchestrator.manifest.models import (
     DEFER_CHECKS,
     NAME_PATTERN,
@@ -184,7 +185,8 @@ class _Loader:
     ) -> None:
         self.filename = filename
         self.base_dir = base_dir
-        self.variables = Variables(environment() if environ is None else environ)
+        self.environ = environment() if environ is None else environ
+        self.variables = Variables(self.environ)
         self.check_openapi = check_openapi
         self.routes = SpecRoutes(base_dir)
 
@@ -225,6 +227,11 @@ class _Loader:
             model = self._validate(Backend, raw, at, found)
             if isinstance(model, Backend):
                 backends[name] = model
+
+        host = script_host(backends, self.environ)
+        if host is not None:  # the script host a stack serves beside (SCRIPTS_URL)
+            backends[SCRIPTS_BACKEND] = host
+            raw_backends = {**raw_backends, SCRIPTS_BACKEND: {}}
 
         workflows: dict[str, Workflow] = {}
         calls: list[Call] = []

@@ -122,6 +122,14 @@ def command_problems(deps: Mapping[str, Sequence[str]], commands: Mapping[str, s
     return problems
 
 
+def command_steps(source: str, steps: Sequence[str]) -> set[str]:
+    """The steps (of `steps`, a run's step names) whose outputs a command's holes read."""
+    names: set[str] = set()
+    for hole in _holes(source):
+        names.update(compile_condition(hole, list(steps)).refs.values())
+    return names
+
+
 def render_command(source: str, input: Any, outputs: Mapping[str, Any]) -> str:
     """The command with its holes filled: `input` is the run's input, `outputs` the
     ancestors' outputs by step name (`steps.ask_lead` reads step `ask-lead`). Raises

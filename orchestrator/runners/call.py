@@ -9,6 +9,7 @@ gone, or its backend is unknown."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from orchestrator.adapters.invoker import Call, Invoker
 from orchestrator.engine.attempts import (
@@ -16,6 +17,7 @@ from orchestrator.engine.attempts import (
     Retry,
     Succeed,
     after_attempt,
+    command_failed,
     inputs_unavailable,
     output_not_kept,
     run_missing,
@@ -24,6 +26,8 @@ from orchestrator.engine.attempts import (
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import OrchestratorError, StoreError
+from orchestrator.expressions import ExpressionError
+from orchestrator.manifest.shell import COMMAND_KEY, RUN_ROUTE, command_steps, render_command
 from orchestrator.runners.base import Attempt
 from orchestrator.runners.cache import RunCache
 from orchestrator.services.execution.executor import Executor
@@ -54,12 +58,18 @@ class CallRunner:
             except (OrchestratorError, ValueError) as exc:
                 outcome = inputs_unavailable(str(exc))
             else:
-                result = self.invoker.invoke(Call(
-                    url=backend.url_of(row.route), secret=backend.secret, run_id=row.run_id,
-                    workflow=ctx.workflow, step=row.step, attempt=row.attempt,
-                    timeout=row.timeout, input=ctx.input, steps=steps, payload=row.payload,
-                ))
-                outcome, raw = result.outcome, result.raw
+                try:
+                    payload = self.payload(row, ctx)
+                except (ExpressionError, ValueError) as exc:
+                    outcome = command_failed(row.step, str(exc))
+                else:
+                    result = self.invoker.invoke(Call(
+                        url=backend.url_of(row.route), secret=backend.secret,
+                        run_id=row.run_id, workflow=ctx.workflow, step=row.step,
+                        attempt=row.attempt, timeout=row.timeout, input=ctx.input,
+                        steps=steps, payload=payload,
+                    ))
+                    outcome, raw = result.outcome, result.raw
         decision = after_attempt(row, outcome, self.clock(), self.rand())
         ctx = ctx or RunContext.missing(row.run_id)
         if not isinstance(decision, Succeed):
@@ -90,6 +100,18 @@ class CallRunner:
         )
         attempt.ended = True
         return None if res is None else res[0]
+
+    def payload(self, row: StepRecord, ctx: RunContext) -> dict[str, Any]:
+        """The step's payload as sent: a `run:` step's command with its `${{ }}` holes
+        filled from the run's input and the outputs of the ancestors they read."""
+        command = row.payload.get(COMMAND_KEY) if row.route == RUN_ROUTE else None
+        if not isinstance(command, str) or "${{" not in command:
+            return row.payload
+        names = ctx.definition.specs if ctx.definition is not None else {}
+        read = sorted(command_steps(command, list(names)))
+        rows = self.executor.store.steps.get_outputs(row.run_id, read) if read else {}
+        outputs = {name: self.executor.load_output(r) for name, r in rows.items()}
+        return {**row.payload, COMMAND_KEY: render_command(command, ctx.input, outputs)}
 
     def apply(self, row: StepRecord, ctx: RunContext, decision: Retry | Fail,
               tally: Tally) -> None:

@@ -6,13 +6,12 @@ the text they started on."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.adapters.store.control import Control
-from orchestrator.adapters.store.control_keys import SCRIPTS, Sk, script_sk, sk_of
+from orchestrator.adapters.store.scripts import ScriptItems
 
 __all__ = ["ScriptEntry", "ScriptRegistry"]
 
@@ -40,28 +39,20 @@ class ScriptEntry:
 
 class ScriptRegistry:
     def __init__(self, control: Control, clock: Callable[[], float]) -> None:
-        self.control = control
+        self.items = ScriptItems(control)
         self.clock = clock
 
     def put(self, entry: ScriptEntry) -> ScriptEntry:
         entry = ScriptEntry(entry.name, entry.sha256, entry.on, entry.schedule, self.clock())
-        self.control.update(SCRIPTS, script_sk(entry.name), update="SET doc = :d",
-                            values={":d": {"S": json.dumps(entry.doc())}})
+        self.items.put(entry.name, entry.doc())
         return entry
 
     def get(self, name: str) -> ScriptEntry | None:
-        item = self.control.get(SCRIPTS, script_sk(name), now=self.clock())
-        return None if item is None else ScriptEntry.from_doc(json.loads(item["doc"]["S"]))
+        doc = self.items.get(name, self.clock())
+        return None if doc is None else ScriptEntry.from_doc(doc)
 
     def delete(self, name: str) -> bool:
-        return self.control.delete(SCRIPTS, script_sk(name), condition="attribute_exists(pk)")
+        return self.items.delete(name)
 
     def all(self) -> list[ScriptEntry]:
-        out: list[ScriptEntry] = []
-        after: Sk | None = None
-        while True:
-            items = self.control.query(SCRIPTS, now=self.clock(), after=after)
-            out.extend(ScriptEntry.from_doc(json.loads(i["doc"]["S"])) for i in items)
-            if len(items) < 100:
-                return out
-            after = sk_of(items[-1])
+        return [ScriptEntry.from_doc(d) for d in self.items.all(self.clock())]

@@ -198,8 +198,7 @@ class Operations:
         state = self.ctx.state
         if cmd.action == "add":
             won = await state.add(cmd.key, entity=cmd.entity, name=cmd.op)
-            return Answer(0 if won else 3, "", "" if won else
-                          f"orchestrator state add: {cmd.key!r} is already claimed\n")
+            return Answer(0 if won else 3)  # 3: already claimed (the script decides)
         if cmd.action == "incr":
             return Answer(0, text_of(await state.incr(cmd.key, entity=cmd.entity, by=cmd.by,
                                                       name=cmd.op)))

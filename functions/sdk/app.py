@@ -74,6 +74,7 @@ class FunctionApp:
         self._clock = clock
         self._registered: dict[str, StepRoute] = {}
         self._workflows: dict[str, Workflow] = {}
+        self._resolve: Callable[[str], Workflow | None] | None = None
         self._app = Starlette(
             routes=[
                 Route("/openapi.json", self._serve_openapi, methods=["GET"]),
@@ -117,6 +118,24 @@ class FunctionApp:
                 return await self._handle_workflow(wf, request)
 
             self._app.router.routes.append(Route(path, endpoint, methods=["POST"]))
+
+    def resolve_workflows(self, resolve: Callable[[str], Workflow | None]) -> None:
+        """Serve POST /durable/<name> also for names `workflow()` did not list:
+        `resolve(name)` gives the workflow to answer with (None: 404). A script host
+        serves any script a call names this way."""
+        first = self._resolve is None
+        self._resolve = resolve
+        if first:
+            self._app.router.routes.append(
+                Route(DURABLE_PREFIX + "{name:path}", self._serve_resolved, methods=["POST"]))
+
+    async def _serve_resolved(self, request: Request) -> Response:
+        name = str(request.path_params.get("name", ""))
+        wf = self._workflows.get(name) or (self._resolve(name) if self._resolve else None)
+        if wf is None:
+            return error(404, "unknown_workflow", f"no durable workflow {name!r} is served",
+                         False)
+        return await self._handle_workflow(wf, request)
 
     def step(self, path: str, summary: str | None = None) -> Callable[[H], H]:
         """Register the decorated function as the handler of POST `path`.

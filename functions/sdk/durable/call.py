@@ -47,6 +47,7 @@ from functions.sdk.protocol import (
     PlaceDoc,
     RecordOp,
     RetryOp,
+    ScriptRef,
     SignalOp,
     SleepOp,
     SpawnOp,
@@ -62,7 +63,8 @@ __all__ = ["RESULT_POS", "Call", "Place", "Scope", "branch_scope", "current", "n
 RESULT_POS = 99_999_999
 # Entries a call records and then goes on past (a wait's is written by the orchestrator
 # when it ends, and the call that met the wait had stopped there).
-RECORDED_BY_CALLS = frozenset({"step", "patch", "parallel", "result"})
+# ("script": the hash of a durable shell script's text, its run's first entry.)
+RECORDED_BY_CALLS = frozenset({"step", "patch", "parallel", "result", "script"})
 
 _CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("durable_call", default=None)
 _SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durable_scope", default=None)
@@ -195,6 +197,8 @@ class Call:
     max_value: int | None = None
     # Set once this call starts something new (a step body, a wait at the frontier).
     fresh: bool = False
+    # A durable shell script's run: the script the call names (other workflows: None).
+    script: ScriptRef | None = None
     # The orchestrator's time at the call, on this process's monotonic clock.
     _mono: float = field(default_factory=time.monotonic)
 

@@ -22,43 +22,48 @@ class State:
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
 
-    async def _op(self, action: str, key: str, entity: str, **fields: Any) -> Any:
+    async def _op(self, action: str, key: str, entity: str, name: str | None = None,
+                  **fields: Any) -> Any:
         entity = named(entity, f"state.{action}: entity")
         if not isinstance(key, str) or not key or len(key) > 512:
             from functions.sdk.durable.errors import WorkflowError
 
             raise WorkflowError(f"state.{action}: the key is a string of 1 to 512 characters,"
                                 f" got {key!r}")
-        return await self._ctx._wait("state", f"{entity}/{key}", action=action, entity=entity,
-                                     key=key, **fields)
+        return await self._ctx._wait("state", name or f"{entity}/{key}", action=action,
+                                     entity=entity, key=key, **fields)
 
     @staticmethod
     def _ttl(ttl: Duration | None, what: str) -> float | None:
         return None if ttl is None else seconds(ttl, what, allow_zero=False)
 
     async def add(self, key: str, *, entity: str, value: Any = None,
-                  ttl: Duration | None = None) -> bool:
+                  ttl: Duration | None = None, name: str | None = None) -> bool:
         """Claim `key` once for the whole project: True if this run created the cell
         (holding `value`, default true), False if it existed. Recorded: a replay of the
         winner is still the winner."""
-        won = await self._op("add", key, entity, value=sent(value, "state.add: value"),
+        won = await self._op("add", key, entity, name, value=sent(value, "state.add: value"),
                              ttl=self._ttl(ttl, f"state.add {key!r} ttl"))
         return bool(won)
 
-    async def incr(self, key: str, *, entity: str, by: int | float = 1) -> int | float:
+    async def incr(self, key: str, *, entity: str, by: int | float = 1,
+                   name: str | None = None) -> int | float:
         """Add `by` to the number in the cell (0 if there is none) and return the new
-        number, applied once however the run is retried (a ticket, a counter)."""
-        value: int | float = await self._op("incr", key, entity, by=by)
+        number, applied once however the run is retried (a ticket, a counter). `name`
+        names the operation in the journal (default `<entity>/<key>`): a stable name
+        where the key varies from run to run."""
+        value: int | float = await self._op("incr", key, entity, name, by=by)
         return value
 
-    async def get(self, key: str, *, entity: str) -> Any:
+    async def get(self, key: str, *, entity: str, name: str | None = None) -> Any:
         """The cell's value now (None if there is none): a live read, recorded."""
-        return await self._op("get", key, entity)
+        return await self._op("get", key, entity, name)
 
     async def set(self, key: str, value: Any, *, entity: str,
-                  ttl: Duration | None = None) -> None:
-        """Set the cell to `value` (for `ttl`, if given)."""
-        await self._op("set", key, entity, value=sent(value, "state.set: value"),
+                  ttl: Duration | None = None, name: str | None = None) -> None:
+        """Set the cell to `value` (for `ttl`, if given). `name`, for every operation
+        here: its name in the journal (default `<entity>/<key>`)."""
+        await self._op("set", key, entity, name, value=sent(value, "state.set: value"),
                        ttl=self._ttl(ttl, f"state.set {key!r} ttl"))
 
     async def delete(self, key: str, *, entity: str) -> bool:

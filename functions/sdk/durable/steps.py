@@ -101,6 +101,8 @@ class StepCall:
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     options: StepOptions = field(default_factory=StepOptions)
+    # Display text kept in the step's journal entry (a script's `step NAME --label L`).
+    label: str | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> StepCall:
         return replace(self, args=self.args + args, kwargs={**self.kwargs, **kwargs})
@@ -174,7 +176,9 @@ async def run_step(sc: StepCall, *, ends_branch: bool = False) -> Any:
     call.spend()
     attempt = call.attempts.get(place.id, 0) + 1
     info = StepInfo(place, attempt, f"{call.run_id}:{place.id}")
-    ends = {"ends": True} if ends_branch and call.protocol >= 2 else {}
+    ends: dict[str, Any] = {"ends": True} if ends_branch and call.protocol >= 2 else {}
+    if sc.label is not None:
+        ends["label"] = sc.label
     started = call.clock()
     scope.busy = place
     token = _STEP.set(info)

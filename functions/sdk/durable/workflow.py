@@ -114,6 +114,7 @@ def start(wf: Workflow, req: DurableRequestBody, protocol: int,
         until=None if req.budget is None else time.monotonic() + req.budget,
         sink=sink,
         present=present,
+        script=req.script,
     )
     deadline = None if wf.execution_timeout is None else run.started_at + wf.execution_timeout
     return call, deadline

@@ -284,12 +284,12 @@ class LocalStack:
         secret = env.get("SCRIPTS_SECRET") or secrets.token_hex(16)
         env["SCRIPTS_SECRET"] = secret
         if self.opts.lambda_mode:
-            from functions.sdk.scripts import lambda_host
+            from functions.sdk.scripts.lambda_host import forget, handler
             from infra.lambda_local import EventFront
 
             self._setenv("SCRIPTS_SECRET", secret)
-            lambda_host.forget()
-            app: Any = EventFront(lambda_host.handler, function_url=True)
+            forget()
+            app: Any = EventFront(handler, function_url=True)
         else:
             from functions.sdk.scripts import ScriptHost
 

@@ -1,0 +1,47 @@
+"""The script host as an AWS Lambda function behind a Function URL (bash is on Lambda's
+runtime), through the same adapter as any functions app (functions/sdk/lambda_adapter):
+
+    Handler: functions.sdk.scripts.lambda_host.handler
+    SCRIPTS_SECRET=...      # the signing secret the orchestrator's calls carry
+    SCRIPTS_DIR=/var/task/scripts   # optional: scripts deployed with the host
+
+The host is built once per container, on its first event. A script runs under /tmp (the
+one place Lambda writes), with the host's rights: the function's role."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+__all__ = ["create_app", "forget", "handler"]
+
+_built: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def create_app(secret: str | None = None) -> Any:
+    """The script host's FunctionApp (SCRIPTS_DIR: a folder of scripts it serves too)."""
+    from functions.sdk.scripts import ScriptHost
+
+    return ScriptHost(secret, os.environ.get("SCRIPTS_DIR") or None).app
+
+
+def forget() -> None:
+    """Drop the built host: the next event builds it again (a new container)."""
+    with _lock:
+        _built.clear()
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    app = _built.get("app")
+    if app is None:
+        with _lock:
+            if "app" not in _built:
+                from mangum import Mangum
+
+                _built["app"] = Mangum(create_app(os.environ.get("SCRIPTS_SECRET") or None),
+                                       lifespan="off")
+            app = _built["app"]
+    answer: dict[str, Any] = app(event, context)
+    return answer

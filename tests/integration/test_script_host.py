@@ -51,6 +51,13 @@ else
   echo "no answer"
 fi
 """,
+    "upgrade": """
+if got="$(orchestrator wait event plan.upgraded --timeout 1d)"; then
+  echo "upgraded: $got"
+else
+  echo "trial over"
+fi
+""",
     "forever": """
 got="$(orchestrator wait signal go)"
 echo "went: $got"
@@ -192,6 +199,18 @@ def test_a_signal_wait_times_out_with_exit_1_and_a_line_on_stderr(env: WorkflowE
     env.run_until_idle()  # two days pass at once
     log = env.result(run_id)["log"]
     assert "timed out" in log and log.endswith("no answer\n")
+
+
+def test_an_event_wait_prints_the_events_data_or_times_out(env: WorkflowEnv) -> None:
+    run_id = env.start("upgrade")
+    env.advance("1h")
+    env.emit("plan.upgraded", {"plan": "pro"})
+    env.run_until_idle()
+    assert env.result(run_id)["log"] == 'upgraded: {"plan":"pro"}\n'
+    env.advance("1s")  # the fake clock stands still: the next run starts after the event
+    late = env.start("upgrade")
+    env.run_until_idle()
+    assert env.result(late)["log"].endswith("timed out after 86400s\ntrial over\n")
 
 
 def test_state_add_exits_3_for_the_second_claim(env: WorkflowEnv) -> None:

@@ -77,11 +77,10 @@ class RunContext:
         # a sink), so once it succeeds every step has. Not for a run holding a group's
         # lock (its release reads the run) or reusing rows of another run (their
         # expiry is the finish's to check).
-        # A run whose end notifies its parent (a spawned child's `notify`) finishes
-        # through the counted path, whose finish tells its parent at once.
-        notifies = run.trigger is not None and "notify" in run.trigger.detail
-        alone = (len(sinks) == 1 and not run.definition.reused and not notifies
-                 and not (run.gate is not None and run.gate.group))
+        # A run whose finish has follow-ups (a group's next run, locks to hand on, a
+        # parent waiting or to notify) finishes through the counted path, whose finish
+        # does them at once: the one-write finish would leave them to the sweeper.
+        alone = len(sinks) == 1 and not run.definition.reused and not run.follow_ups
         return cls(
             run_id=run.run_id,
             workflow=run.workflow,

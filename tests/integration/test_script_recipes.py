@@ -4,14 +4,13 @@ API, each printing what the recipe says it prints."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.harness import BuildHarness
-from tests.support.scripts import ScriptStack, log_of, script_stack
+from tests.support.scripts import ScriptStack, script_stack
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ functions/sdk/scripts/."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -214,4 +215,25 @@ def schedule_create(file: str, name: str, every: str | None, cron: str | None,
         click.echo(f"schedule {name}: {file} {how}")
 
 
-COMMANDS = [submit, handler, schedule]
+def _in_script(name: str) -> click.Command:
+    """`orchestrator NAME ...` run as a program: inside a script the host's shell
+    function answers it, so reaching here means no script host is listening (run at a
+    terminal, or from a shell the script started without BASH_ENV)."""
+
+    def refuse(args: tuple[str, ...]) -> None:
+        where = ("this shell is not the script's own (its host defines `orchestrator`"
+                 " for the script's bash only)" if "ORCHESTRATOR_CHANNEL_PORT" in os.environ
+                 else "not inside a script run")
+        fail(f"orchestrator {name}: an in-script command: {where}; start the script with"
+             " `orchestrator run FILE` or `orchestrator submit FILE`", EXIT_USAGE)
+
+    return click.Command(
+        name, callback=refuse, add_help_option=False,
+        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        help=f"In a durable script: `{name}` (answered by its script host).",
+    )
+
+
+IN_SCRIPT = ("step", "sleep", "wait", "lock", "activity", "call", "spawn")
+COMMANDS = [submit, handler, schedule, *(_in_script(n) for n in IN_SCRIPT)]

@@ -16,6 +16,7 @@ from orchestrator.cli.diagram import compact, header
 from orchestrator.cli.timeline import TIMES
 from orchestrator.cli.wrapping import cells, wrap
 from orchestrator.presentation.glyphs import DURABLE_GLYPHS, GLYPHS
+from orchestrator.presentation.script_log import script_log
 
 __all__ = ["render_durable"]
 
@@ -47,6 +48,12 @@ def _reason(error: Any) -> str:
 def _line(op: dict[str, Any], ascii_only: bool) -> str:
     glyph = _STATUS.get(str(op.get("status")), ("?", "?"))[1 if ascii_only else 0]
     kind, name = str(op.get("kind") or ""), str(op.get("step") or "")
+    found = op.get("output")
+    out: dict[str, Any] = found if isinstance(found, dict) else {}
+    if kind == "script":  # a shell script's first entry: its name and text's hash
+        name = f"{out.get('script', '')}  sha256 {name[:12]}".strip()
+    elif out.get("label"):  # a script step's label tells its repeats apart
+        name = f"{name} ({out['label']})"
     text = f"{glyph} {kind} {name}".rstrip()
     if op.get("until"):
         text += f"  until {_when(op['until'])}"
@@ -135,8 +142,17 @@ def render_durable(view: dict[str, Any], *, ascii_only: bool = False, width: int
                             .rstrip() + until, width)]
     if view.get("paused"):
         lines += ["", *wrap(f"paused: {view['paused'].get('message', '')}", width)]
-    if view.get("output") is not None:
-        lines += ["", *wrap(f"output: {compact(view['output'])}", width)]
-    if view.get("error"):
-        lines += ["", *wrap(f"error: {compact(view['error'])}", width)]
+    output, error = view.get("output"), view.get("error")
+    log = script_log(view)
+    if log is not None:  # a shell script's run: what it printed, then how it ended
+        lines += ["", "log:", *(f"  {line}" for line in log.splitlines()
+                                for line in wrap(line, max(1, width - 2)))]
+        if isinstance(error, dict):
+            error = {k: v for k, v in error.items() if k != "details"}
+        output = None
+    if output is not None:
+        lines += ["", *wrap(f"output: {compact(output)}", width)]
+    if error:
+        lines += ["", *wrap(f"error: {compact(error)}", width)]
     return "\n".join(lines)
+

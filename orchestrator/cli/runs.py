@@ -29,9 +29,10 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.diagram import render_diagram
 from orchestrator.cli.durable_diagram import render_durable
+from orchestrator.cli.durable_timeline import render_durable_timeline
 from orchestrator.cli.render import render_history, render_run, render_runs
 from orchestrator.cli.timeline import render_timeline
-from orchestrator.cli.wrapping import flow, wrap
+from orchestrator.cli.wrapping import flow
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import NotFound
 
@@ -254,8 +255,9 @@ def render_total(total: dict[str, Any]) -> str:
 @json_option
 @click.option("--ascii", "ascii_only", is_flag=True, default=None, help="Plain ASCII output.")
 @click.option("--timeline", is_flag=True,
-              help="A YAML workflow's run as a waterfall of its attempts: time in the queue, "
-                   "calls and retries' backoff, on one scale as wide as the terminal.")
+              help="A run as a waterfall on one scale as wide as the terminal: a YAML "
+                   "workflow's attempts (time in the queue, calls, retries' backoff), a "
+                   "durable run's operations (steps running, waits).")
 @api_options
 def show(target: str, as_json: bool, ascii_only: bool | None, timeline: bool, url: str,
          api_key: str | None) -> None:
@@ -288,9 +290,9 @@ def show(target: str, as_json: bool, ascii_only: bool | None, timeline: bool, ur
     width = shutil.get_terminal_size((100, 24)).columns
     if view.get("kind") == "durable":
         if timeline:
-            click.echo("\n".join(wrap("--timeline: a durable run's operations are shown in "
-                                      "order", width)), err=True)
-        click.echo(render_durable(view, ascii_only=plain, width=width))
+            click.echo(render_durable_timeline(view, ascii_only=plain, width=width))
+        else:
+            click.echo(render_durable(view, ascii_only=plain, width=width))
     else:
         if timeline:
             with reported():

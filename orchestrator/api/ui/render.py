@@ -16,6 +16,7 @@ from orchestrator.api.ui.layout import detail
 from orchestrator.api.ui.reads import ENDED
 from orchestrator.presentation.glyphs import DURABLE_GLYPHS
 from orchestrator.presentation.glyphs import GLYPHS as TERMINAL_GLYPHS
+from orchestrator.presentation.script_log import script_log
 
 __all__ = ["GLYPHS", "fragment", "macros", "page"]
 
@@ -54,7 +55,7 @@ def _dollars(value: Any) -> str:
 _env = Environment(loader=PackageLoader("orchestrator.api.ui", "templates"),
                    autoescape=select_autoescape(default=True), trim_blocks=True,
                    lstrip_blocks=True)
-_env.filters.update(when=_when, pretty=_pretty, dollars=_dollars,
+_env.filters.update(script_log=script_log, when=_when, pretty=_pretty, dollars=_dollars,
                     glyph=lambda s: GLYPHS.get(str(s), "?"), detail=detail)
 _env.globals.update(took=_took, ended=lambda status: status in ENDED, version=__version__)
 

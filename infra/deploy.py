@@ -55,7 +55,7 @@ LAMBDA_REQUIREMENTS = ("starlette", "pydantic", "httpx", "PyYAML", "cronsim", "s
                        "mangum")
 CODE_PACKAGES = ("orchestrator", "functions")
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
-SECRET_PARAMETERS = ("FunctionsSecret", "WebhookSecret")
+SECRET_PARAMETERS = ("FunctionsSecret", "WebhookSecret", "ScriptsSecret")
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # zip entries' time: the same code, the same hash
 
 

@@ -6,7 +6,6 @@ functions/sdk/scripts/."""
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
@@ -120,6 +119,8 @@ def run_script(path: str, payload: Any, url: str, api_key: str | None, timeout: 
             view = api.run(run_id, steps=False, wait=max(0.1, min(POLL, left)))
         if view["status"] not in ("queued", "running") or left <= 0:
             break
+    with reported():  # with its steps: a durable run's result comes with them
+        view = api.run(run_id)
     if as_json:
         emit(view)
     else:
@@ -221,11 +222,10 @@ def _in_script(name: str) -> click.Command:
     terminal, or from a shell the script started without BASH_ENV)."""
 
     def refuse(args: tuple[str, ...]) -> None:
-        where = ("this shell is not the script's own (its host defines `orchestrator`"
-                 " for the script's bash only)" if "ORCHESTRATOR_CHANNEL_PORT" in os.environ
-                 else "not inside a script run")
-        fail(f"orchestrator {name}: an in-script command: {where}; start the script with"
-             " `orchestrator run FILE` or `orchestrator submit FILE`", EXIT_USAGE)
+        fail(f"orchestrator {name}: an in-script command: not inside a script run (or in"
+             " a shell the script started, where its host's `orchestrator` function is not"
+             " defined); start the script with `orchestrator run FILE` or `orchestrator"
+             " submit FILE`", EXIT_USAGE)
 
     return click.Command(
         name, callback=refuse, add_help_option=False,

@@ -87,7 +87,8 @@ def test_the_stack_deploys_through_a_change_set_and_serves_a_run(
 ) -> None:
     emu, clients = cloud
     plan = d.plan(MANIFEST, "dep", region="us-east-1", no_deps=True,
-                  parameters={"FunctionsApp": "", "WorkerMaxConcurrency": "20"})
+                  parameters={"FunctionsApp": "", "DeployScripts": "no",
+                              "WorkerMaxConcurrency": "20"})
     d.deploy(clients, plan, d.package(plan), timeout=60, echo=lambda s: None)
     names = ResourceNames("dep")
     # (moto answers no outputs for a stack with resource types it skipped)
@@ -172,7 +173,7 @@ def test_an_update_that_replaces_indexes_is_made_one_index_at_a_time(
 ) -> None:
     _, clients = cloud
     plan = d.plan(MANIFEST, "mig", region="us-east-1", no_deps=True,
-                  parameters={"FunctionsApp": ""})
+                  parameters={"FunctionsApp": "", "DeployScripts": "no"})
     code = d.package(plan)
     # A stack deployed before issue 22: the runs table's ALL-projected listing indexes.
     old = copy.deepcopy(plan.template)
@@ -206,7 +207,7 @@ def test_an_update_that_replaces_indexes_is_made_one_index_at_a_time(
 def test_destroy_keeps_the_data_unless_asked(cloud: tuple[Emulator, Any]) -> None:
     _, clients = cloud
     plan = d.plan(MANIFEST, "gone", region="us-east-1", no_deps=True,
-                  parameters={"FunctionsApp": ""})
+                  parameters={"FunctionsApp": "", "DeployScripts": "no"})
     d.deploy(clients, plan, d.package(plan), timeout=60, echo=lambda s: None)
     names = ResourceNames("gone")
     assert d.destroy(clients, "gone", timeout=60) == []

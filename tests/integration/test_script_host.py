@@ -244,12 +244,6 @@ def test_a_lock_with_a_command_runs_it_as_a_step_between_acquire_and_release(
 def test_call_and_spawn_another_script(env: WorkflowEnv) -> None:
     run_id = env.start("parent")
     env.run_until_idle()
-    if env.status(run_id) == "running":
-        # WorkflowEnv does not wake a parent whose called child ended (a Python
-        # workflow's ctx.call waits the same way here): wake it as the orchestrator's
-        # finish hook means to.
-        env.rt.signals.wake(run_id)
-        env.run_until_idle()
     log = env.result(run_id)["log"]
     assert 'called: {"exit_code":0,"log":"42\\n"}\n' in log
     spawned = log.split("spawned: ")[1].strip()
@@ -351,13 +345,7 @@ def test_activity_submit_spawns_the_child_and_wait_prints_its_outcome(
     spawn = next(e for e in env.journal(run_id) if e["kind"] == "spawn")
     child = spawn["value"]["run_id"]
     assert env.result(child) == {"stdout": "probed\n", "stderr": "", "exit_code": 0}
-    # The orchestrator's side of `notify` signals the parent; until it lands, the test
-    # sends what it would.
-    if env.status(run_id) != "success":
-        env.send_signal(run_id, "activity:probe", {"run_id": child, "status": "success",
-                                                   "output": env.result(child),
-                                                   "error": None})
-        env.run_until_idle()
+    # The child's end signalled its parent (`notify`): the wait collected its output.
     assert env.result(run_id)["log"] == "probed\ncollected\n"
 
 

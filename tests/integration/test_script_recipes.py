@@ -54,33 +54,13 @@ def _poll(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
         time.sleep(0.05)
 
 
-INPUT_BUG = ("a handler's run gets the whole event ({name, key, id, data, received_at}) as "
-             "its input, so $ORCHESTRATOR_INPUT_FILE holds {payload: <event>} and the "
-             "recipe's [\"payload\"][\"customer\"] is a KeyError: reference 002 reads the "
-             "event's data there (functions/sdk/scripts/run.py run_script writes the input "
-             "as is; orchestrator/services/triggers/events.py builds the envelope)")
-
-# Each handler recipe runs as written (failing on INPUT_BUG), and with its input read
-# from the event's data instead, which shows that the rest of the recipe works.
-HANDLER_INPUT = pytest.mark.parametrize("as_written", [
-    pytest.param(True, id="as-written", marks=pytest.mark.xfail(strict=True, reason=INPUT_BUG)),
-    pytest.param(False, id="reading-payload.data"),
-])
-
-
-def _handler_recipe(name: str, as_written: bool) -> str:
-    text = (RECIPES / name).read_text()
-    return text if as_written else text.replace('["payload"][', '["payload"]["data"][')
-
-
 def _customer(view: dict[str, Any]) -> str:
     return str(json.dumps(view.get("input")))
 
 
-@HANDLER_INPUT
-def test_trial_upgrade_thanks_and_timeout_downgrades(stack: ScriptStack, as_written: bool) -> None:
+def test_trial_upgrade_thanks_and_timeout_downgrades(stack: ScriptStack) -> None:
     # The reference says to shorten the 14d wait to try the recipe: 3s here.
-    text = _handler_recipe("trial.sh", as_written)
+    text = (RECIPES / "trial.sh").read_text()
     assert "--timeout 14d" in text
     path = stack.recipe("trial.sh", text.replace("--timeout 14d", "--timeout 3s"))
     res = stack.cli("handler", "set", "trials", path, "--on", "trial.started")
@@ -110,9 +90,8 @@ def test_trial_upgrade_thanks_and_timeout_downgrades(stack: ScriptStack, as_writ
     assert stack.steps(by["cust-2"]["run_id"])[-1] == "downgrade"
 
 
-@HANDLER_INPUT
-def test_on_order_handles_each_event_once(stack: ScriptStack, as_written: bool) -> None:
-    path = stack.recipe("on-order.sh", _handler_recipe("on-order.sh", as_written))
+def test_on_order_handles_each_event_once(stack: ScriptStack) -> None:
+    path = stack.recipe("on-order.sh")
     res = stack.cli("handler", "set", "orders", path, "--on", "order.placed")
     assert res.exit_code == 0, res.output
     for _ in range(2):
@@ -162,9 +141,8 @@ def test_lock_serialises_the_locked_sections(stack: ScriptStack) -> None:
         assert start >= prev_end, spans
 
 
-@HANDLER_INPUT
-def test_reindex_debounces_to_the_last_ticket(stack: ScriptStack, as_written: bool) -> None:
-    path = stack.recipe("reindex.sh", _handler_recipe("reindex.sh", as_written))
+def test_reindex_debounces_to_the_last_ticket(stack: ScriptStack) -> None:
+    path = stack.recipe("reindex.sh")
     res = stack.cli("handler", "set", "reindex", path, "--on", "customer.updated")
     assert res.exit_code == 0, res.output
     for _ in range(5):
@@ -234,10 +212,6 @@ def test_rates_fails_at_once_on_another_exit_code(stack: ScriptStack, tmp_path: 
     assert (tmp_path / "tries").read_text().strip() == "1"
 
 
-@pytest.mark.xfail(strict=True, reason="orchestrator run polls the run with steps=false "
-                   "(orchestrator/cli/scripts.py run_script), and a durable run's view "
-                   "carries its output (the log) only with its steps, so a script that "
-                   "succeeds prints no log")
 def test_run_prints_a_successful_scripts_log(stack: ScriptStack) -> None:
     res = stack.cli("run", stack.recipe("approve.sh", "echo hello\n"))
     assert res.exit_code == 0, res.output

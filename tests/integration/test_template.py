@@ -159,6 +159,9 @@ def test_template_yaml_is_sam_with_every_resource() -> None:
         "FunctionsFunction",
         "FunctionsRole",
         "FunctionsLogGroup",
+        "ScriptsFunction",
+        "ScriptsRole",
+        "ScriptsLogGroup",
     }
 
 
@@ -170,10 +173,11 @@ def test_translation_yields_plain_cloudformation() -> None:
 
     assert not [t for t in by_type if t.startswith("AWS::Serverless::")]
     functions = by_type["AWS::Lambda::Function"]
-    # The orchestrator's three entry points and the functions app's, each a callable of
-    # this code base.
+    # The orchestrator's three entry points, the functions app's and the script host's,
+    # each a callable of this code base.
     assert sorted(f["Handler"] for f in functions.values()) == [
         "functions.sdk.lambda_adapter.handler",
+        "functions.sdk.scripts.lambda_host.handler",
         "orchestrator.lambda_handlers.api",
         "orchestrator.lambda_handlers.sweeper",
         "orchestrator.lambda_handlers.worker",
@@ -186,6 +190,12 @@ def test_translation_yields_plain_cloudformation() -> None:
     for name in ("ApiFunction", "WorkerFunction", "SweeperFunction"):
         assert functions[name]["Environment"]["Variables"]["FUNCTIONS_URL"] == url
     assert by_type["AWS::Lambda::Url"]["FunctionsFunctionUrl"]["AuthType"] == "NONE"
+    # The script host: its URL given to the orchestrator's functions, public but signed.
+    scripts = {"Fn::If": ["DeployScripts", {"Fn::GetAtt": ["ScriptsFunctionUrl", "FunctionUrl"]},
+                          ""]}
+    for name in ("ApiFunction", "WorkerFunction", "SweeperFunction"):
+        assert functions[name]["Environment"]["Variables"]["SCRIPTS_URL"] == scripts
+    assert by_type["AWS::Lambda::Url"]["ScriptsFunctionUrl"]["AuthType"] == "NONE"
     for function in functions.values():
         assert function["Environment"]["Variables"]["ORCH_PREFIX"] == {"Ref": "Prefix"}
     mappings = by_type["AWS::Lambda::EventSourceMapping"].values()

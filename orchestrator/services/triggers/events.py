@@ -96,7 +96,10 @@ class EventService:
                     or getattr(wf, "debounce", None) is not None:
                 # A debounced workflow's burst knows the run this event joined (and a
                 # repeat of it moves nothing: services/admission/debounce.py).
-                admitted = self.runs.admit(StartRequest(wf_name, event, run_id, trigger))
+                # A shell script's payload is the event's data (its subject is the
+                # run's, its name and id the trigger's); code workflows get the event.
+                given = data if getattr(wf, "script", None) is not None else event
+                admitted = self.runs.admit(StartRequest(wf_name, given, run_id, trigger))
                 run_id = admitted.run.run_id
                 fields = admitted.fields()
             else:

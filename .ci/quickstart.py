@@ -326,7 +326,7 @@ def newcomer_env() -> dict[str, str]:
 def ports_free(url: str) -> None:
     """The default ports `dev` takes: a clear message now beats a failed start later."""
     port = int(url.rsplit(":", 1)[1].split("/")[0])
-    for p in (port, 8001, 4566):
+    for p in (port, 8001, 8002, 4566):
         with socket.socket() as s:
             s.settimeout(0.5)
             if s.connect_ex(("127.0.0.1", p)) == 0:

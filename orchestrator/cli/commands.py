@@ -242,7 +242,8 @@ def create_key(name: str) -> None:
 )
 @click.option("--functions-port", default=8001, show_default=True)
 @click.option("--scripts-port", default=8002, show_default=True,
-              help="Port of the script host (durable shell scripts, run: steps); 0: none.")
+              help="Port of the script host (durable shell scripts, run: steps).")
+@click.option("--no-scripts", is_flag=True, help="Serve no script host.")
 @click.option("--emulator-port", default=4566, show_default=True)
 @click.option(
     "--no-emulator",
@@ -283,6 +284,7 @@ def dev(
     functions_app: str,
     functions_port: int,
     scripts_port: int,
+    no_scripts: bool,
     emulator_port: int,
     no_emulator: bool,
     workers: int,
@@ -304,7 +306,7 @@ def dev(
         api_port=port,
         functions_app=None if functions_app == "none" else functions_app,
         functions_port=functions_port,
-        scripts_port=scripts_port,
+        scripts_port=None if no_scripts else scripts_port,
         emulator_port=emulator_port,
         embedded_emulator=not no_emulator and ClientDefaults.from_env().endpoint is None,
         workers=workers,

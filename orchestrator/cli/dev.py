@@ -53,8 +53,8 @@ class StackOptions:
     functions_port: int = 8001
     # The script host (functions/sdk/scripts): serves durable shell scripts and `run:`
     # steps; a manifest with no `shell` backend gets one, `scripts`, pointing at it.
-    # 0: serve none.
-    scripts_port: int = 8002
+    # 0: any free port; None: serve none.
+    scripts_port: int | None = 8002
     emulator_port: int = 4566
     embedded_emulator: bool = True
     workers: int = 1
@@ -140,7 +140,7 @@ class LocalStack:
             planned.setdefault("FUNCTIONS_URL",
                                f"http://{self.opts.host}:{self.opts.functions_port}")
             planned.setdefault("FUNCTIONS_SECRET", "stand-in")
-        if self.opts.scripts_port:
+        if self.opts.scripts_port is not None:
             planned.setdefault("SCRIPTS_URL", f"http://{self.opts.host}:{self.opts.scripts_port}")
             planned.setdefault("SCRIPTS_SECRET", "stand-in")
         load_manifest(self.opts.manifest, planned)
@@ -210,7 +210,7 @@ class LocalStack:
             env.setdefault("FUNCTIONS_URL", server.url)
             self.echo(f"functions  {server.url}   ({self.opts.functions_app})")
 
-        if self.opts.scripts_port:
+        if self.opts.scripts_port is not None:
             self._start_scripts(env)
         manifest = load_manifest(self.opts.manifest, env)
         if self.emulator is None:
@@ -294,7 +294,7 @@ class LocalStack:
             from functions.sdk.scripts import ScriptHost
 
             app = ScriptHost(secret).app
-        server = BackgroundServer(app, self.opts.host, self.opts.scripts_port).start()
+        server = BackgroundServer(app, self.opts.host, self.opts.scripts_port or 0).start()
         self.servers.append(server)
         env.setdefault("SCRIPTS_URL", server.url)
         self.echo(f"scripts    {server.url}   (script host: durable shell scripts,"

@@ -285,6 +285,7 @@ def run_dev(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.Compl
     return subprocess.run(
         [sys.executable, "-m", "orchestrator", "dev", "--demo", "--exit-after-demo",
          "--manifest", str(ROOT / "orchestrator.yml"), "--port", "0", "--functions-port", "0",
+         "--scripts-port", "0",
          "--emulator-port", "0", *args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
     )

@@ -62,7 +62,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     with (tmp / "stderr.txt").open("w") as stderr:
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator", "dev", "--manifest", str(MANIFEST),
-             "--port", "0", "--functions-port", "0", "--emulator-port", "0"],
+             "--port", "0", "--functions-port", "0", "--scripts-port", "0", "--emulator-port", "0"],
             cwd=tmp, env=clean_env(), stdout=subprocess.PIPE, stderr=stderr, text=True)
         lines: list[str] = []
         ready = threading.Event()

@@ -51,7 +51,7 @@ def test_dev_with_an_invalid_manifest_prints_its_problems_and_starts_nothing(
     # A session of its own: whatever it starts is in its process group, found by its pid.
     proc = subprocess.Popen(
         [str(ORCHESTRATOR), "dev", "--manifest", str(manifest), "--port", "0",
-         "--functions-port", "0", "--emulator-port", "0"],
+         "--functions-port", "0", "--scripts-port", "0", "--emulator-port", "0"],
         cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -357,7 +357,7 @@ workflows:
 def _stack(tmp_path: Path, echoed: list[str], emulator_port: int = 0) -> LocalStack:
     (tmp_path / "orchestrator.yml").write_text(CHAIN)
     return LocalStack(StackOptions(
-        manifest=tmp_path / "orchestrator.yml", api_port=0, functions_port=0,
+        manifest=tmp_path / "orchestrator.yml", api_port=0, functions_port=0, scripts_port=0,
         emulator_port=emulator_port, functions_app="tests.support.lambda_fns:create_app",
         prefix=f"fall{uuid.uuid4().hex[:6]}", one_core=False,
         environ={"ORCH_API_AUTH": "off"},
@@ -443,7 +443,7 @@ def test_dev_stops_its_emulator_process_when_a_later_part_does_not_start(
     echoed: list[str] = []
     (tmp_path / "orchestrator.yml").write_text(CHAIN)
     stack = LocalStack(StackOptions(
-        manifest=tmp_path / "orchestrator.yml", api_port=0, functions_port=0,
+        manifest=tmp_path / "orchestrator.yml", api_port=0, functions_port=0, scripts_port=0,
         emulator_port=0, functions_app="tests.support.no_such_module:create_app",
         one_core=False, environ={"ORCH_API_AUTH": "off"},
     ), echo=echoed.append)

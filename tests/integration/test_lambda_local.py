@@ -55,7 +55,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     (tmp / "orchestrator.yml").write_text(MANIFEST)
     mp = pytest.MonkeyPatch()
     s = LocalStack(StackOptions(
-        manifest=tmp / "orchestrator.yml", api_port=0, functions_port=0, emulator_port=0,
+        manifest=tmp / "orchestrator.yml", api_port=0, functions_port=0, scripts_port=0,
+        emulator_port=0,
         functions_app="tests.support.lambda_fns:create_app", sweep_interval=1.0,
         prefix="lam", lambda_mode=True,
         environ={"ORCH_API_AUTH": "off", "ORCH_REDISPATCH_AFTER": "2"},
@@ -131,6 +132,20 @@ def test_a_durable_run_sleeps_waits_and_branches_through_the_handlers(stack: Loc
     assert {"step", "sleep", "signal", "parallel"} <= set(kinds)
 
 
+def test_a_shell_script_runs_through_the_lambda_script_host(stack: LocalStack) -> None:
+    text = ('a="$(orchestrator step one -- echo uno)"\n'
+            "orchestrator sleep 1s\n"
+            'orchestrator step two -- echo "dos after $a"\n')
+    with httpx.Client(base_url=stack.api_url, timeout=10) as c:
+        r = c.post("/scripts/runs", json={"name": "lambda-script", "text": text})
+    assert r.status_code == 201, r.text
+    view = wait(stack, r.json()["run_id"])
+    assert view["status"] == "success", view
+    assert view["output"] == {"exit_code": 0, "log": "dos after uno\n"}
+    kinds = [(s["kind"], s["step"]) for s in view["steps"]][1:]
+    assert kinds == [("step", "one"), ("sleep", "sleep"), ("step", "two")]
+
+
 def test_a_schedule_tick_fires_through_the_scheduled_sweeper(stack: LocalStack) -> None:
     rt = stack.runtime
     deadline = time.monotonic() + 30
@@ -152,7 +167,7 @@ def test_the_demo_runs_through_the_handlers() -> None:
            if not k.startswith(("ORCH_", "AWS_", "FUNCTIONS_", "LAMBDA_"))}
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator", "dev", "--lambda", "--exit-after-demo",
-         "--port", "0", "--functions-port", "0", "--emulator-port", "0"],
+         "--port", "0", "--functions-port", "0", "--scripts-port", "0", "--emulator-port", "0"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, env=env,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -19,7 +19,7 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["build", "forget", "handler"]
+__all__ = ["build", "forget", "handler", "serve_event"]
 
 _built: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -51,14 +51,21 @@ def forget() -> None:
         _built.clear()
 
 
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    app = _built.get("app")
+def serve_event(key: str, make: Any, event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Answer one Lambda event with the app cached under `key`, made by `make()` on the
+    container's first event (the script host's handler uses it too)."""
+    app = _built.get(key)
     if app is None:
         with _lock:
-            if "app" not in _built:
-                _built["app"] = build(os.environ["FUNCTIONS_APP"],
-                                      os.environ.get("FUNCTIONS_SECRET") or None,
-                                      os.environ.get("FUNCTIONS_WORK_DIR") or None)
-            app = _built["app"]
+            if key not in _built:
+                _built[key] = make()
+            app = _built[key]
     answer: dict[str, Any] = app(event, context)
     return answer
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    return serve_event("app", lambda: build(os.environ["FUNCTIONS_APP"],
+                                            os.environ.get("FUNCTIONS_SECRET") or None,
+                                            os.environ.get("FUNCTIONS_WORK_DIR") or None),
+                       event, context)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from orchestrator.cli.timeline import MARKS
+from orchestrator.cli.timeline import MARKS, seconds_text
 from orchestrator.cli.wrapping import cells, flow
 from orchestrator.presentation.glyphs import DURABLE_GLYPHS, GLYPHS
 
@@ -22,14 +22,6 @@ NAME_MAX = 28
 # Operations whose time is spent waiting, not running a body.
 WAITS = {"sleep", "signal", "event", "hook", "call", "spawn", "approval", "lock",
          "parallel", "retry"}
-
-
-def _seconds(s: float) -> str:
-    if s < 10:
-        return f"{s:.2f}s"
-    if s < 600:
-        return f"{s:.1f}s"
-    return f"{int(s // 60)}m{int(s % 60):02d}s"
 
 
 def _name(op: dict[str, Any]) -> str:
@@ -60,7 +52,7 @@ def render_durable_timeline(view: dict[str, Any], *, width: int = 100,
         glyph = _STATUS.get(str(op.get("status")), ("?", "?"))[1 if ascii_only else 0]
         start, end = op.get("started_at"), op.get("finished_at")
         took = (end if end is not None else t1) - start if start is not None else None
-        tails.append(f" {glyph}" + (f" {_seconds(max(0.0, took))}" if took else ""))
+        tails.append(f" {glyph}" + (f" {seconds_text(max(0.0, took))}" if took else ""))
     name_w = max((cells(n) for n in names), default=4)
     tail_w = max((cells(t) for t in tails), default=0)
     bar_w = width - name_w - 2 - tail_w
@@ -70,7 +62,7 @@ def render_durable_timeline(view: dict[str, Any], *, width: int = 100,
     per = span / bar_w
     lines = [*flow([str(view.get("workflow")), str(view.get("status")),
                     str(view.get("run_id"))], width),
-             f"{'':<{name_w}}  0s{_seconds(span):>{bar_w - 2}}", ""]
+             f"{'':<{name_w}}  0s{seconds_text(span):>{bar_w - 2}}", ""]
     for op, name, tail in zip(ops, names, tails, strict=True):
         bar = [" "] * bar_w
         start = op.get("started_at")
@@ -89,7 +81,7 @@ def render_durable_timeline(view: dict[str, Any], *, width: int = 100,
             lines.append(f"{name:<{name_w}}  {''.join(bar)}{tail}".rstrip())
     legend = flow([f"{MARKS[k][1 if ascii_only else 0]} {word}" for k, word in
                    (("call", "running"), ("wait", "waiting"))], width, "   ")
-    scale = f"({_seconds(per)} a column)"
+    scale = f"({seconds_text(per)} a column)"
     if cells(f"{legend[-1]}  {scale}") <= width:
         legend[-1] += f"  {scale}"
     else:

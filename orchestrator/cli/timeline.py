@@ -17,7 +17,7 @@ from orchestrator.cli.wrapping import cells, flow
 from orchestrator.presentation.attempt_segments import segments
 from orchestrator.presentation.glyphs import GLYPHS
 
-__all__ = ["render_timeline"]
+__all__ = ["render_timeline", "seconds_text"]
 
 # What a column of a bar shows, by kind: Unicode, ASCII. Later kinds draw over earlier.
 MARKS = {"wait": ("╌", "-"), "queue": ("░", "."), "call": ("█", "#")}
@@ -26,7 +26,7 @@ NAME_MAX = 24
 TIMES = ("\u00d7", "x")  # before a step's count of calls, when over one
 
 
-def _seconds(s: float) -> str:
+def seconds_text(s: float) -> str:
     if s < 10:
         return f"{s:.2f}s"
     if s < 600:
@@ -62,7 +62,7 @@ def render_timeline(view: dict[str, Any], history: Sequence[dict[str, Any]], *,
         calls = [s for s in rows[name] if s.kind == "call"]
         glyph = GLYPHS.get(status[name], ("?", "?"))[1 if ascii_only else 0]
         took = sum(s.end - s.start for s in calls)
-        tail = f" {glyph} {_seconds(took)}" if calls else f" {glyph}"
+        tail = f" {glyph} {seconds_text(took)}" if calls else f" {glyph}"
         if len(calls) > 1:
             tail += f" {TIMES[1 if ascii_only else 0]}{len(calls)}"
         tails[name] = tail
@@ -73,7 +73,7 @@ def render_timeline(view: dict[str, Any], history: Sequence[dict[str, Any]], *,
         name_w, bar_w = 0, max(10, width - 2)
     per = span / bar_w
     lines = [*flow([view["workflow"], view["status"], view["run_id"]], width),
-             f"{'':<{name_w}}  0s{_seconds(span):>{bar_w - 2}}", ""]
+             f"{'':<{name_w}}  0s{seconds_text(span):>{bar_w - 2}}", ""]
     for name in steps:
         bar = [" "] * bar_w
         for kind in ORDER:
@@ -93,7 +93,7 @@ def render_timeline(view: dict[str, Any], history: Sequence[dict[str, Any]], *,
     legend = flow([f"{MARKS[k][1 if ascii_only else 0]} {word}" for k, word in
                    (("queue", "in the queue"), ("call", "calling"),
                     ("wait", "waiting to retry"))], width, "   ")
-    scale = f"({_seconds(per)} a column)"
+    scale = f"({seconds_text(per)} a column)"
     if cells(f"{legend[-1]}  {scale}") <= width:
         legend[-1] += f"  {scale}"
     else:

@@ -17,7 +17,7 @@ from orchestrator.expressions.values import (
     kind_of,
 )
 
-__all__ = ["Template", "compile_template"]
+__all__ = ["Template", "compile_template", "hole_texts"]
 
 _OPEN = re.compile(r"\$\$\{\{|\$\{\{")
 
@@ -109,6 +109,23 @@ def compile_template(source: str, *, names: Collection[str] | None = None) -> Te
     if text:
         parts.append(text)
     return Template(source, parts)
+
+
+def hole_texts(source: str) -> list[str]:
+    """The expression text of each `${{ }}` hole of `source` (a template that compiles:
+    `compile_template` first), in order; `$${{` is literal text."""
+    out: list[str] = []
+    position = 0
+    while (found := _OPEN.search(source, position)) is not None:
+        position = found.end()
+        if found.group() == "$${{":
+            continue
+        end = _hole_end(source, position)
+        if end < 0:
+            break
+        out.append(source[position:end])
+        position = end + 2
+    return out
 
 
 def _hole_end(source: str, start: int) -> int:

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 
 from orchestrator.expressions import ExpressionError
 from orchestrator.expressions.conditions import compile_condition
-from orchestrator.expressions.templates import compile_template
+from orchestrator.expressions.templates import compile_template, hole_texts
 from orchestrator.manifest.graph import ancestors
 from orchestrator.manifest.yamlsafe import YamlPath
 
@@ -63,37 +62,11 @@ def check_command(source: str) -> str:
     return source
 
 
-_OPEN = re.compile(r"\$\$\{\{|\$\{\{")
-
-
 def _holes(source: str) -> list[str]:
     """The expression text of each `${{ }}` hole of `source`, a template that compiles
-    (`ExpressionError` otherwise). The same scan as `compile_template`'s, which keeps
-    its compiled holes to itself: `$${{` is literal text, and a `}}` inside a quoted
-    string does not close a hole."""
+    (`ExpressionError` otherwise)."""
     compile_template(source, names=COMMAND_NAMES)
-    holes: list[str] = []
-    position = 0
-    while (found := _OPEN.search(source, position)) is not None:
-        position = found.end()
-        if found.group() == "$${{":
-            continue
-        quote, index = "", position
-        while index < len(source):
-            char = source[index]
-            if quote:
-                if char == "\\":
-                    index += 1
-                elif char == quote:
-                    quote = ""
-            elif char in "'\"":
-                quote = char
-            elif source.startswith("}}", index):
-                break
-            index += 1
-        holes.append(source[position:index])
-        position = index + 2
-    return holes
+    return hole_texts(source)
 
 
 def command_problems(deps: Mapping[str, Sequence[str]], commands: Mapping[str, str]

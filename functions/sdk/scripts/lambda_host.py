@@ -11,13 +11,12 @@ one place Lambda writes), with the host's rights: the function's role."""
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
+
+from functions.sdk import lambda_adapter
 
 __all__ = ["create_app", "forget", "handler"]
 
-_built: dict[str, Any] = {}
-_lock = threading.Lock()
 
 
 def create_app(secret: str | None = None) -> Any:
@@ -29,19 +28,11 @@ def create_app(secret: str | None = None) -> Any:
 
 def forget() -> None:
     """Drop the built host: the next event builds it again (a new container)."""
-    with _lock:
-        _built.clear()
+    lambda_adapter.forget()
 
 
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    app = _built.get("app")
-    if app is None:
-        with _lock:
-            if "app" not in _built:
-                from mangum import Mangum
-
-                _built["app"] = Mangum(create_app(os.environ.get("SCRIPTS_SECRET") or None),
-                                       lifespan="off")
-            app = _built["app"]
-    answer: dict[str, Any] = app(event, context)
-    return answer
+    return lambda_adapter.serve_event(
+        "scripts", lambda: lambda_adapter.build(f"{__name__}:create_app",
+                                                os.environ.get("SCRIPTS_SECRET") or None),
+        event, context)

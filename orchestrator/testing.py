@@ -103,7 +103,9 @@ class WorkflowEnv:
     (name -> the workflow's mapping, its steps on backend `app`: the app's routes), run
     on the same fake clock (a retry's backoff, an approval's deadline). `emulator`: one to share
     (a session fixture); otherwise the environment starts and stops its own. `start`:
-    the fake clock's first reading (default: the real time now)."""
+    the fake clock's first reading (default: the real time now). `capabilities`: what
+    backend `app` declares beyond its routes (`("shell",)` for a ScriptHost's app: its
+    `run:` steps and `script:` workflows)."""
 
     def __init__(
         self,
@@ -115,9 +117,11 @@ class WorkflowEnv:
         emulator: Emulator | None = None,
         start: float | None = None,
         dags: Mapping[str, Mapping[str, Any]] | None = None,
+        capabilities: Iterable[str] = (),
     ) -> None:
         workflows = list(workflows)
         self.dags = {k: dict(v) for k, v in (dags or {}).items()}
+        self.capabilities = list(capabilities)
         if (app is None) == (not workflows) and not (app is not None and self.dags):
             raise ValueError("give WorkflowEnv an app serving the workflows, or workflows=[...]")
         if app is None:
@@ -182,7 +186,9 @@ class WorkflowEnv:
         """The manifest (one backend, one durable workflow per served name) and the
         variables it reads (`${...}`: the URL and secret are never parsed as YAML)."""
         assert self._server is not None
-        backend = {"url": "${WORKFLOW_ENV_URL}"}
+        backend: dict[str, Any] = {"url": "${WORKFLOW_ENV_URL}"}
+        if self.capabilities:
+            backend["capabilities"] = self.capabilities
         env = {"WORKFLOW_ENV_URL": self._server.url}
         if self.secret:
             backend["secret"] = "${WORKFLOW_ENV_SECRET}"

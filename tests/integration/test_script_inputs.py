@@ -65,3 +65,23 @@ def test_an_in_script_command_outside_a_run_says_so() -> None:
         assert res.exit_code == 2, args
         assert f"orchestrator {args[0]}: an in-script command: not inside a script run" \
             in res.output
+
+
+def test_an_activity_no_backend_can_run_fails_its_script_clearly(stack: ScriptStack,
+                                                                 tmp_path: Path) -> None:
+    path = tmp_path / "gpu.sh"
+    path.write_text("orchestrator activity run train --requires gpu -- echo trained\n")
+    res = stack.cli("run", str(path))
+    assert res.exit_code == 1, res.output
+    run_id = res.output.splitlines()[0].removeprefix("  run: ")
+    view = stack.h.rt.runs.view(run_id)
+    assert view["status"] == "failed", view
+    # The child could not start: the run fails, saying why, instead of waiting for it.
+    assert "no backend has the 'gpu' capability" in view["error"]["message"], view["error"]
+    assert "no backend has the 'gpu' capability" in res.output
+
+
+def test_run_of_a_workflow_name_still_triggers_it(stack: ScriptStack) -> None:
+    res = stack.cli("run", "noop", "--wait")
+    assert res.exit_code == 0, res.output
+    assert "success" in res.output

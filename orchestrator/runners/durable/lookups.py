@@ -14,7 +14,7 @@ from orchestrator.engine.durable_moves import Look
 from orchestrator.engine.durable_scopes import JournalView
 from orchestrator.engine.durable_waits import Committed, Found, Held, Lookup, Refused, Waiting
 from orchestrator.engine.records import StepRecord
-from orchestrator.errors import Code, InvalidName, UsageError, ValueTooLarge
+from orchestrator.errors import Code, InvalidName, NotFound, UsageError, ValueTooLarge
 from orchestrator.runners.durable.branches import Branches
 from orchestrator.services.coordination.approvals import Approvals, gate_outcome
 from orchestrator.services.coordination.locks import Locks
@@ -76,7 +76,11 @@ class Lookups:
         elif look in (Look.START_CHILD, Look.CHILD) and self.children is not None:
             if look is Look.START_CHILD:
                 check_value(f"input (of child run of {d.get('workflow')!r})", d.get("input"))
-            return _found(self._child(row, waiting, start=look is Look.START_CHILD))
+                try:
+                    return _found(self._child(row, waiting, start=True))
+                except NotFound as exc:  # no such workflow (or no backend can run it):
+                    return Refused(exc.to_dict())  # the workflow learns where it asked
+            return _found(self._child(row, waiting, start=False))
         elif look is Look.OPEN_PARALLEL:
             self.branches.open_parallel(row, ctx, waiting, view, now, carried)
         elif look is Look.PARALLEL:

@@ -47,6 +47,9 @@ class Pipeline:
     def workflow(self, name: str) -> Any:
         wf = self.manifest.workflows.get(name)
         if wf is None:
+            why = getattr(self.manifest, "why_missing", None)
+            if why is not None and why(name):
+                raise NotFound(f"workflow {name!r}: {why(name)}")
             known = ", ".join(sorted(self.manifest.workflows)) or "none"
             raise NotFound(f"workflow {name!r} is not defined (known: {known})")
         return wf

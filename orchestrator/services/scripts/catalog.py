@@ -118,6 +118,16 @@ class Catalog:
             self._stored, self._read_at = out, self._monotonic()
         return out
 
+    def why_missing(self, name: str) -> str | None:
+        """Why workflow `name` is not in the catalog, when there is more to say than
+        that it is not defined: an activity no backend can run."""
+        if name.startswith(ACTIVITY + "."):
+            try:
+                self.shell_backend(name[len(ACTIVITY) + 1:])
+            except UsageError as exc:
+                return exc.message
+        return None
+
     def activity(self, capability: str) -> Workflow:
         return Workflow.model_validate({"backend": self.shell_backend(capability),
                                         "workflow": ACTIVITY})

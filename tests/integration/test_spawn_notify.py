@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.durable import Context, TerminalError, step, workflow
+from functions.durable import Context, StepFailed, TerminalError, step, workflow
 from orchestrator.testing import WorkflowEnv
 
 
@@ -50,3 +50,21 @@ def test_a_spawned_child_notifies_its_parent_once_with_its_outcome() -> None:
             env.rt.children.finished(env.rt.runs.get(kid))
         again = env.rt.signals.send(run_id, "done-fast", {}, fast)
         assert again["duplicate"] is True
+
+
+@workflow("orphan")
+async def orphan(ctx: Context, payload: dict[str, Any]) -> dict[str, Any]:
+    try:
+        await ctx.call("no-such-workflow", {})
+    except StepFailed as exc:
+        return {"caught": exc.code, "message": str(exc)}
+    return {"caught": None}
+
+
+def test_a_child_of_an_unknown_workflow_fails_where_it_was_asked_for() -> None:
+    with WorkflowEnv(workflows=[orphan]) as env:
+        run_id = env.start("orphan", {})
+        env.run_until_idle()
+        out = env.result(run_id)
+        assert out["caught"] == "not_found"
+        assert "no-such-workflow" in out["message"]

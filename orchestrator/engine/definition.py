@@ -200,7 +200,10 @@ class Definition:
                     deps=tuple(st.depends_on),
                     payload=dict(st.payload) if command is None
                     else {**st.payload, COMMAND_KEY: command},
-                    retry_max=st.retry.max,
+                    # A `run:` step retries its command only when it says so (a
+                    # reference pipeline's job without `retry:` runs once).
+                    retry_max=(0 if command is not None and "retry" not in st.model_fields_set
+                               else st.retry.max),
                     retry_strategy=st.retry.strategy,
                     retry_delay=st.retry.delay,
                     retry_max_delay=st.retry.max_delay,

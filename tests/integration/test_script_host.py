@@ -311,7 +311,7 @@ def test_the_run_route_answers_the_commands_output(env: WorkflowEnv) -> None:
     assert out == {"stdout": 'hi {"payload": {"x": 1}}\n', "stderr": "", "exit_code": 0}
 
 
-def test_the_run_route_fails_terminally_with_the_exit_status(env: WorkflowEnv) -> None:
+def test_the_run_route_fails_with_the_exit_status(env: WorkflowEnv) -> None:
     run_id = env.start("shellfail")
     env.run_until_idle()
     view = env.view(run_id)

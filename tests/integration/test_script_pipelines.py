@@ -61,6 +61,14 @@ ENRICH = {
     "steps": {"call": {"run": 'echo "called the CRM for ${{ input.tenant }} at $(date +%T)"'}},
 }
 
+# A command that fails its first try (exit 75) and answers on the next: the counter
+# lives in the file the input names.
+FLAKY = ('n=$(( $(cat ${{ input.count }} 2>/dev/null || echo 0) + 1 )); '
+         'echo $n > ${{ input.count }}; [ $n -ge 2 ] || { echo "not yet" >&2; exit 75; }; '
+         'echo "answered on try $n"')
+RETRIED = {"steps": {"fetch": {"run": FLAKY, "retry": {"max": 2, "delay": "5s"}}}}
+ONCE = {"steps": {"fetch": {"run": FLAKY}}}
+
 ECHOED = {
     "escalate": "no answer on the refund for order 1042, asking the team lead\n",
     "refund": "refunded order 1042\n",
@@ -73,7 +81,8 @@ def env(emulator: Emulator) -> Iterator[WorkflowEnv]:
     secret = secrets.token_hex(8)
     with WorkflowEnv(ScriptHost(secret).app, secret=secret, emulator=emulator,
                      capabilities=("shell",),
-                     dags={"refund": REFUND, "enrich": ENRICH}) as env:
+                     dags={"refund": REFUND, "enrich": ENRICH, "retried": RETRIED,
+                           "once": ONCE}) as env:
         yield env
 
 
@@ -303,3 +312,24 @@ def test_submit_with_a_throttle_queues_the_second_run_ten_seconds(stack: ScriptS
     assert rows[0] is not None and rows[1] is not None
     assert rows[0].started_at is not None and rows[1].started_at is not None
     assert rows[1].started_at - rows[0].started_at >= 9.0, rows
+
+
+def test_a_run_step_retries_its_command_only_when_it_declares_retry(
+        env: WorkflowEnv, tmp_path: Path) -> None:
+    # With `retry:`, a failing command is tried again after its backoff (5 s, on the
+    # fake clock) and answers on its second try.
+    run_id = env.start("retried", {"count": str(tmp_path / "a")})
+    env.run_until_idle()
+    view = env.view(run_id)
+    assert view["status"] == "success", view
+    step = next(iter(view["steps"].values())) if isinstance(view["steps"], dict) \
+        else view["steps"][0]
+    assert step["output"]["stdout"] == "answered on try 2\n" and step["attempts"] == 2
+    # Without it, as a reference pipeline's job without `retry:`, it runs once.
+    once = env.start("once", {"count": str(tmp_path / "b")})
+    env.run_until_idle()
+    failed = env.view(once)
+    assert failed["status"] == "failed"
+    assert (tmp_path / "b").read_text().strip() == "1"
+    assert "exit 75: not yet" in str(failed["error"]) or "exit 75: not yet" in str(
+        failed["steps"])

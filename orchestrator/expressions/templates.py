@@ -4,7 +4,7 @@ see "Templates" in `orchestrator.expressions`."""
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from orchestrator.expressions.evaluator import Expression, compile_expression
@@ -57,6 +57,28 @@ class Template:
                 )
             out.append(text)
         return "".join(out)
+
+    def bind(self, context: Mapping[str, Any], placeholder: Callable[[int], str]
+             ) -> tuple[str, list[str]]:
+        """The text with hole number i (from 0) replaced by `placeholder(i)`, and each
+        hole's value as `render` gives it, in order: for a consumer that must never read
+        a value as code (a shell command gets them as variables). Raises
+        `ExpressionError`."""
+        out: list[str] = []
+        values: list[str] = []
+        for part in self._parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            try:
+                values.append(as_text(part.evaluate(context)))
+            except Fault as fault:
+                raise ExpressionError(str(fault), self.source) from None
+            out.append(placeholder(len(values) - 1))
+        if sum(map(len, values)) > MAX_STRING_LENGTH:
+            raise ExpressionError(
+                f"the values are longer than {MAX_STRING_LENGTH} characters", self.source)
+        return "".join(out), values
 
     def __repr__(self) -> str:
         return f"Template({self.source!r})"

@@ -5,7 +5,11 @@
   command in the payload as `command` (`Definition.of` builds that call, so the engine
   sees an ordinary step). The command is a template over `input` and the ancestors'
   `steps.<name>.output` (`COMMAND_NAMES`); only `${{` opens a hole, so the shell's own
-  `$(...)`, `$VAR` and `${VAR}` pass through as written. `render_command` fills it in.
+  `$(...)`, `$VAR` and `${VAR}` pass through as written. `bind_command` turns each hole
+  into a variable of the command's environment (`ORCHESTRATOR_VALUE_<n>`) holding its
+  value, so a value (a webhook's body, an event's data) is never read as shell code: a
+  hole in double quotes is one word, in single quotes it is not expanded.
+  `render_command` gives the text with the values written in (for display).
 - A `script:` workflow is a durable workflow whose code is a bash file, served by its
   shell backend at `/durable/<workflow name>`. The loader reads the file once
   (`read_script`) and the workflow keeps its text and sha256 to send with each run.
@@ -34,7 +38,10 @@ __all__ = [
     "MAX_SCRIPT_BYTES",
     "RUN_ROUTE",
     "SHELL",
+    "VALUES_KEY",
+    "VALUE_VARIABLE",
     "Script",
+    "bind_command",
     "command_problems",
     "first_capable",
     "read_script",
@@ -46,6 +53,7 @@ SHELL = "shell"  # the capability a backend declares to run commands and scripts
 KNOWN_CAPABILITIES = (SHELL,)  # what the orchestrator acts on (lint warns of others)
 RUN_ROUTE = "/run"  # where a shell backend runs one `run:` command
 COMMAND_KEY = "command"  # the payload key that carries it
+VALUES_KEY = "values"  # the payload key that carries its holes' values
 COMMAND_NAMES = ("input", "steps")  # what a command's `${{ }}` holes may read
 MAX_SCRIPT_BYTES = 1024 * 1024  # as for the manifest itself
 
@@ -103,16 +111,36 @@ def command_steps(source: str, steps: Sequence[str]) -> set[str]:
     return names
 
 
+# The environment variable hole number n (from 1) of a `run:` command is given as.
+VALUE_VARIABLE = "ORCHESTRATOR_VALUE_{}"
+
+
+def _context(source: str, input: Any, outputs: Mapping[str, Any]) -> dict[str, Any]:
+    steps: dict[str, Any] = {}
+    for hole in _holes(source):
+        for written, name in compile_condition(hole, list(outputs)).refs.items():
+            steps[written] = {"output": outputs.get(name)}
+    return {"input": input, "steps": steps}
+
+
+def bind_command(source: str, input: Any, outputs: Mapping[str, Any]
+                 ) -> tuple[str, dict[str, str]]:
+    """The command with hole n replaced by `${ORCHESTRATOR_VALUE_n}`, and those
+    variables' values (as `render_command` would write them): what the shell backend
+    runs, the values in its environment, never parsed as code. Raises
+    `ExpressionError` when a hole fails to evaluate."""
+    template = compile_template(source, names=COMMAND_NAMES)
+    text, values = template.bind(_context(source, input, outputs),
+                                 lambda i: "${" + VALUE_VARIABLE.format(i + 1) + "}")
+    return text, {VALUE_VARIABLE.format(i + 1): v for i, v in enumerate(values)}
+
+
 def render_command(source: str, input: Any, outputs: Mapping[str, Any]) -> str:
     """The command with its holes filled: `input` is the run's input, `outputs` the
     ancestors' outputs by step name (`steps.ask_lead` reads step `ask-lead`). Raises
     `ExpressionError` when a hole fails to evaluate."""
     template = compile_template(source, names=COMMAND_NAMES)
-    steps: dict[str, Any] = {}
-    for hole in _holes(source):
-        for written, name in compile_condition(hole, list(outputs)).refs.items():
-            steps[written] = {"output": outputs.get(name)}
-    return template.render({"input": input, "steps": steps})
+    return template.render(_context(source, input, outputs))
 
 
 def first_capable(capabilities: Mapping[str, Sequence[str]], capability: str) -> str | None:

@@ -37,7 +37,12 @@ from orchestrator.manifest.fields import (
 )
 from orchestrator.manifest.graph import condition_problems, graph_problems, topological_order
 from orchestrator.manifest.retries import RetryPolicy
-from orchestrator.manifest.shell import COMMAND_KEY, check_command, command_problems
+from orchestrator.manifest.shell import (
+    COMMAND_KEY,
+    VALUES_KEY,
+    check_command,
+    command_problems,
+)
 from orchestrator.manifest.triggers import (
     Concurrency,
     ConcurrencyGroup,
@@ -218,9 +223,10 @@ class Step(ManifestModel):
                 raise ValueError("a step is an approval or a run: command, not both")
             if self.fan_out is not None:
                 raise ValueError("run: runs one command: drop fanOut")
-            if COMMAND_KEY in self.payload:
-                raise ValueError(f"payload.{COMMAND_KEY} is what run: sends: drop it "
-                                 "from payload")
+            for key in (COMMAND_KEY, VALUES_KEY):
+                if key in self.payload:
+                    raise ValueError(f"payload.{key} is what run: sends: drop it "
+                                     "from payload")
 
 
 class ForEach(ManifestModel):

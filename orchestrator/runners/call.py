@@ -27,7 +27,13 @@ from orchestrator.engine.context import RunContext
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import OrchestratorError, StoreError
 from orchestrator.expressions import ExpressionError
-from orchestrator.manifest.shell import COMMAND_KEY, RUN_ROUTE, command_steps, render_command
+from orchestrator.manifest.shell import (
+    COMMAND_KEY,
+    RUN_ROUTE,
+    VALUES_KEY,
+    bind_command,
+    command_steps,
+)
 from orchestrator.runners.base import Attempt
 from orchestrator.runners.cache import RunCache
 from orchestrator.services.execution.executor import Executor
@@ -103,7 +109,8 @@ class CallRunner:
 
     def payload(self, row: StepRecord, ctx: RunContext) -> dict[str, Any]:
         """The step's payload as sent: a `run:` step's command with its `${{ }}` holes
-        filled from the run's input and the outputs of the ancestors they read."""
+        bound to variables (`values`) holding what they read: the run's input and the
+        outputs of the ancestors (manifest/shell.py: a value is never shell code)."""
         command = row.payload.get(COMMAND_KEY) if row.route == RUN_ROUTE else None
         if not isinstance(command, str) or "${{" not in command:
             return row.payload
@@ -111,7 +118,8 @@ class CallRunner:
         read = sorted(command_steps(command, list(names)))
         rows = self.executor.store.steps.get_outputs(row.run_id, read) if read else {}
         outputs = {name: self.executor.load_output(r) for name, r in rows.items()}
-        return {**row.payload, COMMAND_KEY: render_command(command, ctx.input, outputs)}
+        text, values = bind_command(command, ctx.input, outputs)
+        return {**row.payload, COMMAND_KEY: text, VALUES_KEY: values}
 
     def apply(self, row: StepRecord, ctx: RunContext, decision: Retry | Fail,
               tally: Tally) -> None:

@@ -66,6 +66,8 @@ ENRICH = {
 FLAKY = ('n=$(( $(cat ${{ input.count }} 2>/dev/null || echo 0) + 1 )); '
          'echo $n > ${{ input.count }}; [ $n -ge 2 ] || { echo "not yet" >&2; exit 75; }; '
          'echo "answered on try $n"')
+# A value with shell syntax in it stays text: the hole is a variable, not code.
+QUOTED = {"steps": {"say": {"run": 'echo "got ${{ input.text }}"; ls'}}}
 RETRIED = {"steps": {"fetch": {"run": FLAKY, "retry": {"max": 2, "delay": "5s"}}}}
 ONCE = {"steps": {"fetch": {"run": FLAKY}}}
 
@@ -82,7 +84,7 @@ def env(emulator: Emulator) -> Iterator[WorkflowEnv]:
     with WorkflowEnv(ScriptHost(secret).app, secret=secret, emulator=emulator,
                      capabilities=("shell",),
                      dags={"refund": REFUND, "enrich": ENRICH, "retried": RETRIED,
-                           "once": ONCE}) as env:
+                           "once": ONCE, "quoted": QUOTED}) as env:
         yield env
 
 
@@ -333,3 +335,16 @@ def test_a_run_step_retries_its_command_only_when_it_declares_retry(
     assert (tmp_path / "b").read_text().strip() == "1"
     assert "exit 75: not yet" in str(failed["error"]) or "exit 75: not yet" in str(
         failed["steps"])
+
+
+def test_a_run_steps_values_are_never_shell_code(env: WorkflowEnv) -> None:
+    evil = '$(touch pwned) `touch pwned2`; touch pwned3 "quoted"'
+    run_id = env.start("quoted", {"text": evil})
+    env.run_until_idle()
+    view = env.view(run_id)
+    assert view["status"] == "success", view
+    step = next(iter(view["steps"].values())) if isinstance(view["steps"], dict) \
+        else view["steps"][0]
+    out = step["output"]["stdout"].splitlines()
+    assert out[0] == f"got {evil}"
+    assert not [name for name in out[1:] if name.startswith("pwned")]  # nothing ran

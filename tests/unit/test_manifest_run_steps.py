@@ -13,7 +13,7 @@ from orchestrator.errors import ManifestError
 from orchestrator.expressions import ExpressionError
 from orchestrator.manifest.loader import lint_text, manifest_from_text
 from orchestrator.manifest.models import Manifest, Step, Workflow
-from orchestrator.manifest.shell import render_command
+from orchestrator.manifest.shell import bind_command, render_command
 
 BACKENDS = """\
 backends:
@@ -303,3 +303,12 @@ workflows:
 """, tmp_path)
     assert problem.startswith("manifest.yml:4: workflows.w.steps.a.run: step w.a calls "
                               "POST /run, which is not a POST operation"), problem
+
+
+def test_a_bound_command_carries_its_values_as_variables_never_as_code() -> None:
+    command = 'echo "called ${{ input.tenant }}" ${{ steps.a.output.n }} $${{ x }}'
+    text, values = bind_command(command, {"tenant": "$(touch pwned); `id`"},
+                                {"a": {"n": 3}})
+    assert text == 'echo "called ${ORCHESTRATOR_VALUE_1}" ${ORCHESTRATOR_VALUE_2} ${{ x }}'
+    assert values == {"ORCHESTRATOR_VALUE_1": "$(touch pwned); `id`",
+                      "ORCHESTRATOR_VALUE_2": "3"}

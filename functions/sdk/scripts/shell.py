@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -24,6 +25,22 @@ __all__ = ["RUN_ROUTE", "run_step"]
 RUN_ROUTE = "/run"
 
 
+_VALUE = re.compile(r"ORCHESTRATOR_VALUE_[0-9]{1,4}")
+
+
+def _values(given: Any) -> dict[str, str]:
+    """The command's `${{ }}` holes, bound by the orchestrator to variables
+    `ORCHESTRATOR_VALUE_<n>` (their values never become shell code); others refused."""
+    if given is None:
+        return {}
+    if not isinstance(given, dict) or not all(
+            isinstance(k, str) and _VALUE.fullmatch(k) and isinstance(v, str)
+            for k, v in given.items()):
+        raise TerminalError("the payload's `values` are {ORCHESTRATOR_VALUE_<n>: text}",
+                            code="invalid_payload")
+    return dict(given)
+
+
 async def run_step(req: StepRequest) -> dict[str, Any]:
     """Run the step's `command` with bash (exit 0: its output; else a failure its
     step's `retry:` may retry)."""
@@ -34,7 +51,8 @@ async def run_step(req: StepRequest) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="orchestrator-run-"))
     try:
         (work / ".input.json").write_text(json.dumps({"payload": req.input}))
-        env = {**os.environ, "ORCHESTRATOR_INPUT_FILE": str(work / ".input.json"),
+        env = {**os.environ, **_values(req.payload.get("values")),
+               "ORCHESTRATOR_INPUT_FILE": str(work / ".input.json"),
                "ORCHESTRATOR_RUN_ID": req.run_id}
         if req.idempotency_key:
             env["ORCHESTRATOR_IDEMPOTENCY_KEY"] = req.idempotency_key

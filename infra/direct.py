@@ -139,7 +139,8 @@ def _bucket(s3: Any, props: dict[str, Any], prefix: str) -> list[str]:
                                 r["ServerSideEncryptionByDefault"]}
                                for r in props[prop]["ServerSideEncryptionConfiguration"]]}
         elif prop == "LifecycleConfiguration":
-            value = {"Rules": [{"ID": r["Id"], "Status": r["Status"], "Filter": {"Prefix": ""},
+            value = {"Rules": [{"ID": r["Id"], "Status": r["Status"],
+                                "Filter": {"Prefix": r.get("Prefix", "")},
                                 "Expiration": {"Days": int(r["ExpirationInDays"])}}
                                for r in props[prop]["Rules"]]}
         try:

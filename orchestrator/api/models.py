@@ -112,7 +112,9 @@ class ScriptThrottle(_Body):
 
 
 class SubmitScript(_Body):
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._~\-]{1,128}$",
+    # A workflow's name, not only dots.
+    name: str = Field(min_length=1, max_length=128,
+                      pattern=r"^[A-Za-z0-9._~\-]*[A-Za-z0-9_~\-][A-Za-z0-9._~\-]*$",
                       description="The script's name (its file's, less `.sh`).")
     text: str = Field(min_length=1, max_length=256 * 1024, description="The bash text.")
     input: Any = Field(default=None, description="The run's input (the script reads it as"

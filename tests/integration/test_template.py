@@ -437,7 +437,10 @@ def test_bucket_expires_objects_and_blocks_public_access(
     clients: Clients, names: ResourceNames
 ) -> None:
     rules = clients.s3.get_bucket_lifecycle_configuration(Bucket=names.blob_bucket)["Rules"]
-    assert [(r["Status"], r["Expiration"]) for r in rules] == [("Enabled", {"Days": 31})]
+    # Outputs, journals and call bodies expire; script texts (scripts/) are kept.
+    assert sorted((r["Filter"]["Prefix"], r["Status"], r["Expiration"]["Days"])
+                  for r in rules) == [("calls/", "Enabled", 31), ("journal/", "Enabled", 31),
+                                      ("outputs/", "Enabled", 31)]
     block = clients.s3.get_public_access_block(Bucket=names.blob_bucket)
     assert block["PublicAccessBlockConfiguration"] == {
         "BlockPublicAcls": True,

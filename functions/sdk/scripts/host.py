@@ -48,8 +48,12 @@ class ScriptHost:
                                  " digits and . _ ~ - only")
             self.app.workflow(self.workflow(name))
         self.app.workflow(activity_workflow())
-        self.app.resolve_workflows(self.workflow)
+        self.app.resolve_workflows(self._resolve)
         self.app.step(RUN_ROUTE)(run_step)
+
+    def _resolve(self, name: str) -> Workflow | None:
+        """A name the host did not list: a script's name (never a path: no `/`)."""
+        return self.workflow(name) if _NAME.fullmatch(name) and name != ".." else None
 
     def workflow(self, name: str) -> Workflow:
         """The durable workflow that runs script `name`."""

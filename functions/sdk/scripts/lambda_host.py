@@ -20,8 +20,15 @@ __all__ = ["create_app", "forget", "handler"]
 
 
 def create_app(secret: str | None = None) -> Any:
-    """The script host's FunctionApp (SCRIPTS_DIR: a folder of scripts it serves too)."""
+    """The script host's FunctionApp (SCRIPTS_DIR: a folder of scripts it serves too).
+    Behind a public Function URL it must check every call's signature: without a
+    secret it refuses to start (every call then fails, and the logs say why)."""
     from functions.sdk.scripts import ScriptHost
+
+    if not secret:
+        raise RuntimeError("SCRIPTS_SECRET is empty: the script host runs code sent to a"
+                           " public URL and refuses to serve unsigned calls; deploy with"
+                           " -p ScriptsSecret=<a long random secret>")
 
     return ScriptHost(secret, os.environ.get("SCRIPTS_DIR") or None).app
 

@@ -40,6 +40,7 @@ from functions.sdk.scripts.commands import (
     WaitCmd,
     parse,
 )
+from functions.sdk.scripts.processes import exited, kill_group
 
 __all__ = ["Operations", "run_command", "text_of"]
 
@@ -72,25 +73,23 @@ async def run_command(argv: list[str] | tuple[str, ...], cwd: str, env: dict[str
         return {"stdout": "", "stderr": f"{argv[0]}: command not found\n", "exit_code": 127}
     except PermissionError:
         return {"stdout": "", "stderr": f"{argv[0]}: permission denied\n", "exit_code": 126}
+    talk = asyncio.ensure_future(proc.communicate())
     try:
-        out, err = await proc.communicate()
+        # Its output once its pipes close; if it ends first, leaving a background job
+        # that holds them, that job is killed with its group and the pipes close.
+        await asyncio.wait({talk, asyncio.ensure_future(exited(proc))},
+                           return_when=asyncio.FIRST_COMPLETED)
+        if not talk.done():
+            kill_group(proc.pid)
+        out, err = await talk
     finally:
         if proc.returncode is None:
-            _kill(proc.pid)
+            kill_group(proc.pid)
             await proc.wait()
     code = 1 if proc.returncode is None else proc.returncode
     code = code if code >= 0 else 128 - code
     return {"stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace"),
             "exit_code": code}
-
-
-def _kill(pgid: int) -> None:
-    import signal
-
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @dataclass

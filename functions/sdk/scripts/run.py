@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,8 @@ from functions.sdk.durable.context import Context
 from functions.sdk.failures import TerminalError
 from functions.sdk.scripts.channel import Channel
 from functions.sdk.scripts.operations import Operations
+from functions.sdk.scripts.processes import environment, kill_group
+from functions.sdk.scripts.processes import exited as ended
 from functions.sdk.scripts.shim import SHIM
 from functions.sdk.scripts.texts import Script, Texts
 
@@ -57,13 +57,6 @@ def record_script(script: Script) -> None:
                                        started=scope.now, ended=scope.now))
 
 
-def _kill(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 async def run_script(ctx: Context, name: str, payload: Any, texts: Texts) -> dict[str, Any]:
     """Run workflow `name`'s script for one call of its run (see the module docstring)."""
     call, _ = current()
@@ -80,7 +73,7 @@ async def run_script(ctx: Context, name: str, payload: Any, texts: Texts) -> dic
         (private / "shim.sh").write_text(SHIM)
         (private / "input.json").write_text(json.dumps({"payload": payload}))
         port = await channel.open()
-        env = {k: v for k, v in os.environ.items() if k != IDEMPOTENCY_KEY}
+        env = environment(drop=(IDEMPOTENCY_KEY,))
         env.update({INPUT_FILE: str(private / "input.json"), RUN_ID: ctx.run_id,
                     PORT: str(port), TOKEN: channel.token,
                     "BASH_ENV": str(private / "shim.sh")})
@@ -91,7 +84,8 @@ async def run_script(ctx: Context, name: str, payload: Any, texts: Texts) -> dic
         assert proc.stdout is not None
         reader = asyncio.ensure_future(proc.stdout.read())
         ops = Operations(ctx, channel, env)
-        exited = asyncio.ensure_future(proc.wait())
+        # Its end, not its pipes' (a background job it left may hold them).
+        exited = asyncio.ensure_future(ended(proc))
         try:
             while True:
                 asked = asyncio.ensure_future(channel.requests.get())
@@ -113,7 +107,7 @@ async def run_script(ctx: Context, name: str, payload: Any, texts: Texts) -> dic
     finally:
         channel.close()
         if proc is not None:
-            _kill(proc.pid)
+            kill_group(proc.pid)
             if proc.returncode is None:
                 await proc.wait()
         log = ""

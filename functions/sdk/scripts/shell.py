@@ -9,7 +9,6 @@ retries are 0 then, as a reference pipeline's job without `retry:`)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -19,6 +18,7 @@ from typing import Any
 from functions.sdk.failures import RetryableError, TerminalError
 from functions.sdk.request import StepRequest
 from functions.sdk.scripts.operations import last_line, run_command
+from functions.sdk.scripts.processes import environment
 
 __all__ = ["RUN_ROUTE", "run_step"]
 
@@ -51,7 +51,7 @@ async def run_step(req: StepRequest) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="orchestrator-run-"))
     try:
         (work / ".input.json").write_text(json.dumps({"payload": req.input}))
-        env = {**os.environ, **_values(req.payload.get("values")),
+        env = {**environment(), **_values(req.payload.get("values")),
                "ORCHESTRATOR_INPUT_FILE": str(work / ".input.json"),
                "ORCHESTRATOR_RUN_ID": req.run_id}
         if req.idempotency_key:

@@ -24,7 +24,7 @@ from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.control_keys import Sk, child_sk, children_key, sk_of
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import StepStatus
-from orchestrator.errors import Conflict, NotFound
+from orchestrator.errors import Code, Conflict, NotFound, UsageError
 
 __all__ = ["Children", "child_run_id"]
 
@@ -102,9 +102,17 @@ class Children:
             ended = self.store.runs.get_run(run.run_id, self.clock())
             if ended is None or not ended.status.terminal:
                 return
+            outcome = self.outcome(ended)
             try:
-                self._signal(parent, str(notify), self.outcome(ended), key=run.run_id)
-            except (Conflict, NotFound):
+                try:
+                    self._signal(parent, str(notify), outcome, key=run.run_id)
+                except UsageError as exc:  # the output is past a signal's cap: say so
+                    self._signal(parent, str(notify), {
+                        **outcome, "output": None, "status": "failed",
+                        "error": {"code": Code.OUTPUT_TOO_LARGE.value,
+                                  "message": f"child {run.run_id}'s outcome could not be"
+                                  f" sent: {exc.message}"}}, key=run.run_id)
+            except (Conflict, NotFound, UsageError):
                 pass  # the parent has ended (or expired): nobody will wait for it
 
     def outcome(self, child: RunRecord) -> dict[str, Any]:

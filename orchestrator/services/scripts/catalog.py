@@ -10,12 +10,14 @@ one API process is seen by another's events within that time."""
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from orchestrator.errors import Conflict, NotFound, UsageError
+from orchestrator.errors import Conflict, NotFound, OrchestratorError, UsageError
 from orchestrator.manifest.workflows import Workflow
 from orchestrator.services.scripts.registry import ScriptEntry, ScriptRegistry
 from orchestrator.services.scripts.texts import ScriptTexts, check_script, digest
@@ -27,6 +29,10 @@ SHELL = "shell"
 # `activity.<capability>`: the activity workflow, served at /durable/activity.
 ACTIVITY = "activity"
 TTL = 2.0
+# A workflow's name (the manifest's rule).
+WORKFLOW_NAME = re.compile(r"[A-Za-z0-9._~\-]{1,128}")
+
+log = logging.getLogger(__name__)
 
 
 class Catalog:
@@ -74,6 +80,9 @@ class Catalog:
     def register(self, name: str, text: str, *, on: list[dict[str, Any]] | None = None,
                  schedule: dict[str, Any] | None = None) -> ScriptEntry:
         """Store script workflow `name` (replacing one of that name)."""
+        if not WORKFLOW_NAME.fullmatch(name) or set(name) == {"."}:
+            raise UsageError(f"script name {name!r}: letters, digits and . _ ~ - only,"
+                             " at most 128")
         if name in self.manifest.workflows:
             raise Conflict("conflict", f"workflow {name!r} is the manifest's: a stored "
                            "script may not take its name")
@@ -114,6 +123,10 @@ class Catalog:
                                               **fields)
             except UsageError:
                 continue  # no shell backend any more: nothing could run it
+            except OrchestratorError as exc:  # its text unreadable: the others still serve
+                log.warning("stored script %r: its text %s could not be read: %s",
+                            entry.name, entry.sha256[:12], exc)
+                continue
         with self._lock:
             self._stored, self._read_at = out, self._monotonic()
         return out

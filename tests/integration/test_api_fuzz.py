@@ -53,6 +53,7 @@ pytestmark = pytest.mark.slow  # ~50 s, mostly generated requests; still runs in
 MANIFEST = """
 backends:
   fn: { url: "${FN}" }
+  sh: { url: "${FN}", capabilities: [shell] }   # scripts' runs (no worker runs them)
 workflows:
   chain:
     steps:
@@ -91,6 +92,7 @@ webhooks:
 """
 
 WORKFLOWS = ("chain", "grouped", "order-paid", "nightly", "nosuch")
+SCRIPT_NAMES = ("seed-script", "gone-script-0", "gone-script-1", "gone-script-2")
 SPEC = openapi_document("0")
 OPERATIONS = [(path, method.upper()) for path, item in SPEC["paths"].items() for method in item]
 OPEN = {(path, method.upper()) for path, item in SPEC["paths"].items()
@@ -150,6 +152,9 @@ def live(emulator: Emulator, testfns: str, tmp_path_factory: pytest.TempPathFact
         # State cells to read, write and delete.
         for cell in ("seed", "gone-0", "gone-1", "gone-2"):
             h.rt.state.set("fuzz", cell, {"n": 1})
+        # Stored scripts to read, replace and delete.
+        for name in SCRIPT_NAMES:
+            h.rt.runs.manifest.register(name, "echo seeded\n")
         schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
         yield Live(h, server.url, key, client, schema, "seed-running", "seed-killed", tokens,
                    gated, links)
@@ -243,7 +248,10 @@ def steer(live: Live, case: Any, data: st.DataObject, mode: GenerationMode) -> N
             params["key"] = data.draw(st.sampled_from(keys))
     if isinstance(body, dict) and path == "/hooks":
         body["run_id"] = "seed-durable"
-    if params is not None and "name" in params and "/signals/" in path:
+    if params is not None and "name" in params and path.startswith("/scripts/"):
+        names = list(SCRIPT_NAMES[1:]) if case.method == "DELETE" else ["seed-script", "fresh"]
+        params["name"] = data.draw(st.sampled_from(names))
+    elif params is not None and "name" in params and "/signals/" in path:
         params["name"] = data.draw(st.sampled_from(["approve", "go"]))
     elif params is not None and "name" in params:
         names = ["local", "signed"] if path.startswith("/webhooks") else ["nightly", "chain"]

@@ -210,7 +210,7 @@ def test_an_event_wait_prints_the_events_data_or_times_out(env: WorkflowEnv) -> 
     env.advance("1s")  # the fake clock stands still: the next run starts after the event
     late = env.start("upgrade")
     env.run_until_idle()
-    assert env.result(late)["log"].endswith("timed out after 86400s\ntrial over\n")
+    assert env.result(late)["log"].endswith("timed out after 1d\ntrial over\n")
 
 
 def test_state_add_exits_3_for_the_second_claim(env: WorkflowEnv) -> None:

@@ -348,3 +348,34 @@ def test_a_run_steps_values_are_never_shell_code(env: WorkflowEnv) -> None:
     out = step["output"]["stdout"].splitlines()
     assert out[0] == f"got {evil}"
     assert not [name for name in out[1:] if name.startswith("pwned")]  # nothing ran
+
+
+@pytest.fixture
+def recipes(emulator: Emulator) -> Iterator[WorkflowEnv]:
+    """Reference 002's recipe scripts, served from tests/fixtures/recipes on the fake
+    clock (a wait of days passes at once)."""
+    recipes_dir = Path(__file__).resolve().parents[1] / "fixtures" / "recipes"
+    with WorkflowEnv(ScriptHost(directory=recipes_dir).app, emulator=emulator) as env:
+        yield env
+
+
+def test_the_approval_script_escalates_when_nobody_answers(recipes: WorkflowEnv) -> None:
+    # Both bounded waits time out (2 days, then 1): the lead is paged, the refund is left.
+    run_id = recipes.start("approve")
+    recipes.run_until_idle()
+    log = recipes.result(run_id)["log"]
+    # Each wait that timed out says so on stderr, which is in the log.
+    assert log == ("orchestrator wait signal approve: timed out after 2d\n"
+                   "no answer on the refund for order 1042, asking the team lead\n"
+                   "orchestrator wait signal approve: timed out after 1d\n"
+                   "nobody answered, refund for order 1042 left open\n")
+    # The first wait times out, the lead approves within the day: refunded.
+    second = recipes.start("approve")
+    recipes.advance("2d")
+    recipes.send_signal(second, "approve", {"by": "lead"})
+    recipes.run_until_idle()
+    assert recipes.result(second)["log"] == (
+        "orchestrator wait signal approve: timed out after 2d\n"
+        "no answer on the refund for order 1042, asking the team lead\n"
+        '{"by":"lead"}\n'  # the signal's payload: the recipe leaves it on stdout
+        "refunded order 1042\n")

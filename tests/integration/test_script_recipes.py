@@ -216,3 +216,15 @@ def test_run_prints_a_successful_scripts_log(stack: ScriptStack) -> None:
     res = stack.cli("run", stack.recipe("approve.sh", "echo hello\n"))
     assert res.exit_code == 0, res.output
     assert res.output.splitlines()[1:2] == ["hello"], res.output
+
+
+def test_approve_refunds_on_the_signal(stack: ScriptStack) -> None:
+    res = stack.cli("submit", stack.recipe("approve.sh"))
+    assert res.exit_code == 0, res.output
+    run_id = _poll("the approve run", lambda: _live(stack, "approve"))[0]["run_id"]
+    res = stack.cli("signal", run_id, "approve")
+    assert res.exit_code == 0, res.output
+    (view,) = stack.runs_of("approve", 1)
+    assert view["status"] == "success", view
+    assert "refunded order 1042" in log_of(view)
+    assert stack.steps(run_id) == ["refund"]

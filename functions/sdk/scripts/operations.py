@@ -188,7 +188,7 @@ class Operations:
             value = await self.ctx.wait_for_event(cmd.name, timeout=limit)
         if limit is not None and _timed_out():
             return Answer(1, "", f"orchestrator wait {cmd.kind} {cmd.name}: timed out after"
-                                 f" {cmd.timeout:g}s\n")
+                                 f" {_span(cmd.timeout or 0.0)}\n")
         if cmd.kind == "event" and isinstance(value, dict):
             value = value.get("data")
         return Answer(0, text_of(value))
@@ -253,6 +253,18 @@ def _activity_answer(name: str, outcome: dict[str, Any]) -> Answer:
             f"{error.get('message', '')}\n")
     return Answer(int(code) if isinstance(code, int) and code > 0 else 1,
                   str(details.get("stdout", "")), err)
+
+
+def _span(seconds: float) -> str:
+    """A duration as a person writes it: 2d, 1h30m, 45s, 1.5s."""
+    if seconds < 60 and seconds != int(seconds):
+        return f"{seconds:g}s"
+    left, out = int(seconds), ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            out += f"{left // size}{unit}"
+            left %= size
+    return out or "0s"
 
 
 def _timed_out() -> bool:

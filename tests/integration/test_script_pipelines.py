@@ -24,7 +24,7 @@ from functions.sdk.scripts import ScriptHost
 from infra.emulator import Emulator
 from orchestrator.testing import WorkflowEnv
 from tests.support.harness import BuildHarness
-from tests.support.scripts import ScriptStack, log_of, script_stack
+from tests.support.scripts import RECIPES, ScriptStack, log_of, script_stack
 
 DAY = 86400.0
 
@@ -352,9 +352,9 @@ def test_a_run_steps_values_are_never_shell_code(env: WorkflowEnv) -> None:
 
 @pytest.fixture
 def recipes(emulator: Emulator) -> Iterator[WorkflowEnv]:
-    """Reference 002's recipe scripts, served from tests/fixtures/recipes on the fake
+    """Reference 002's recipe scripts, served from functions/examples/scripts on the fake
     clock (a wait of days passes at once)."""
-    recipes_dir = Path(__file__).resolve().parents[1] / "fixtures" / "recipes"
+    recipes_dir = RECIPES
     with WorkflowEnv(ScriptHost(directory=recipes_dir).app, emulator=emulator) as env:
         yield env
 

@@ -20,7 +20,8 @@ from orchestrator.api.app import create_app
 from tests.support.cli import cli
 from tests.support.harness import BuildHarness, Harness
 
-RECIPES = Path(__file__).resolve().parents[1] / "fixtures" / "recipes"
+# Reference 002's recipes as scripts (the examples users run).
+RECIPES = Path(__file__).resolve().parents[2] / "functions" / "examples" / "scripts"
 
 MANIFEST = """
 backends:
@@ -53,7 +54,7 @@ class ScriptStack:
         return [e["name"] for e in self.journal(run_id) if e.get("kind") == "step"]
 
     def recipe(self, name: str, text: str | None = None) -> str:
-        """Recipe `name` of tests/fixtures/recipes, copied into this stack's folder
+        """Recipe `name` of functions/examples/scripts, copied into this stack's folder
         (`text`: its text with a substitution); its path there."""
         path = self.folder / name
         path.write_text(text if text is not None else (RECIPES / name).read_text())

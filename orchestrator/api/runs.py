@@ -36,7 +36,7 @@ from orchestrator.services.values import check_value
 
 __all__ = [
     "add_run_event", "cancel_run", "decode_cursor", "encode_cursor", "get_run", "list_runs",
-    "paths", "rerun_run", "run_events", "start_run", "summary",
+    "paths", "rerun_run", "run_events", "start_run", "started_answer", "summary",
 ]
 
 # The attributes a listing's LastEvaluatedKey can hold (table and index keys).
@@ -77,7 +77,8 @@ def summary(r: Any) -> dict[str, Any]:
     }
 
 
-def _started(run: Any, created: bool | Started, **extra: Any) -> JSONResponse:
+def started_answer(run: Any, created: bool | Started, **extra: Any) -> JSONResponse:
+    """The answer to a start: the run, how it was taken (201 when created, else 200)."""
     taken = created if isinstance(created, Started) else None
     out = {
         "run_id": run.run_id,
@@ -117,7 +118,7 @@ async def start_run(request: Request) -> JSONResponse:
             req.workflow, req.input, req.run_id, trigger, idempotency_key=key, document=doc))
         if req.parent_run_id is not None:
             rt.children.link(req.parent_run_id, started.run.run_id, started.run.workflow)
-        return _started(started.run, started)
+        return started_answer(started.run, started)
 
     return await run_in_threadpool(start)
 
@@ -203,7 +204,7 @@ async def rerun_run(request: Request) -> JSONResponse:
     run, created = await run_in_threadpool(
         lambda: rt.runs.rerun(request.path_params["run_id"], **kwargs)
     )
-    return _started(run, created, rerun_of=run.rerun_of)
+    return started_answer(run, created, rerun_of=run.rerun_of)
 
 
 # ---- OpenAPI ---------------------------------------------------------------------------

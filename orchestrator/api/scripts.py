@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse
 from orchestrator.api.models import PutScript, SubmitScript
 from orchestrator.api.operations import BODY_ERRORS, body, errors, op, path_param
 from orchestrator.api.requests import read_json, validated
-from orchestrator.api.runs import _started
+from orchestrator.api.runs import started_answer
 from orchestrator.api.schemas import Schema, ref
 from orchestrator.api.schemas import json_body as _json
 from orchestrator.api.state import api_state
@@ -40,7 +40,7 @@ async def submit_script(request: Request) -> JSONResponse:
         started = rt.runs.admit(StartRequest(
             req.name, req.input, None, {"source": "api", "script": req.name},
             idempotency_key=key, document=doc, adhoc=wf))
-        return _started(started.run, started)
+        return started_answer(started.run, started)
 
     return await run_in_threadpool(submit)
 

@@ -61,6 +61,10 @@ def _line(op: dict[str, Any], ascii_only: bool) -> str:
         text += "  waiting"
     if op.get("status") in ("failed", "timed_out") and op.get("error"):
         text += f"  {_reason(op['error'])}"
+    elif isinstance(out.get("stdout"), str) and out["stdout"].strip():
+        # A shell step's output: its first line (the whole is in `show --json`).
+        first = out["stdout"].strip().splitlines()[0]
+        text += f"  {first[:57] + '…' if len(first) > 58 else first}"
     attempts = int(op.get("attempts") or 0)
     if attempts > 1:
         text += f"  {TIMES[1 if ascii_only else 0]}{attempts}"

@@ -35,8 +35,9 @@ def test_show_lists_the_steps_by_label_and_prints_the_log(saga: tuple[ScriptStac
     out = s.cli("show", run_id, "--ascii").output.splitlines()
     assert "ok script saga  sha256 " in "\n".join(out)
     assert [line for line in out if " step " in line] == [
-        "ok step book-flight", "ok step book-hotel", "FAIL step book-car  exit 1: no cars left",
-        "ok step cancel (HT-2207)", "ok step cancel (FL-881)"]
+        "ok step book-flight  FL-881", "ok step book-hotel  HT-2207",
+        "FAIL step book-car  exit 1: no cars left",
+        "ok step cancel (HT-2207)  cancelled HT-2207", "ok step cancel (FL-881)  cancelled FL-881"]
     at = out.index("log:")
     assert out[at + 1:at + 4] == ["  no cars left", "  cancelled HT-2207", "  cancelled FL-881"]
     assert 'error: {"code":"script_failed","message":"script exited 1"}' in out

@@ -13,8 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 import secrets
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from functions.sdk.scripts import ScriptHost
 from infra.emulator import Emulator
 from orchestrator.testing import WorkflowEnv
 from tests.support.harness import BuildHarness
-from tests.support.scripts import RECIPES, ScriptStack, log_of, script_stack
+from tests.support.scripts import RECIPES, ScriptStack, log_of, poll, script_stack
 
 DAY = 86400.0
 
@@ -200,16 +199,6 @@ def live(build_harness: BuildHarness, tmp_path: Path) -> Iterator[ScriptStack]:
         yield s
 
 
-def _poll(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
 
 def _trigger(stack: ScriptStack, workflow: str) -> str:
     res = stack.cli("trigger", workflow)
@@ -233,7 +222,7 @@ def _not_overlapping(stack: ScriptStack, runs: list[dict[str, Any]]) -> None:
 def test_one_deploy_at_a_time_the_second_waits_queued(live: ScriptStack) -> None:
     first = _trigger(live, "deploy-prod")
     second = _trigger(live, "deploy-prod")
-    _poll("the first deploy to run", lambda: _view(live, first)["status"] == "running")
+    poll("the first deploy to run", lambda: _view(live, first)["status"] == "running")
     assert _view(live, second)["status"] == "queued"
     runs = live.runs_of("deploy-prod", 2)
     assert [v["status"] for v in runs] == ["success", "success"], runs

@@ -7,15 +7,14 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.harness import BuildHarness
-from tests.support.scripts import RECIPES, ScriptStack, log_of, script_stack
+from tests.support.scripts import RECIPES, ScriptStack, log_of, poll, script_stack
 
 
 @pytest.fixture
@@ -42,17 +41,6 @@ def _live(stack: ScriptStack, workflow: str) -> list[dict[str, Any]]:
     return [rt.runs.view(r.run_id) for r in listed]
 
 
-def _poll(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """probe()'s first truthy answer, polled under a deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
 
 def _customer(view: dict[str, Any]) -> str:
     return str(json.dumps(view.get("input")))
@@ -76,7 +64,7 @@ def test_trial_upgrade_thanks_and_timeout_downgrades(stack: ScriptStack) -> None
         assert not failed, failed  # fail fast rather than wait out the deadline
         return any("cust-1" in _customer(v) and v.get("waiting") for v in views)
 
-    _poll("cust-1's run to wait", cust1_waiting)
+    poll("cust-1's run to wait", cust1_waiting)
     res = stack.cli("event", "emit", "plan.upgraded", "--key", "cust-1")
     assert res.exit_code == 0, res.output
     runs = stack.runs_of("trials", 2)
@@ -221,7 +209,7 @@ def test_run_prints_a_successful_scripts_log(stack: ScriptStack) -> None:
 def test_approve_refunds_on_the_signal(stack: ScriptStack) -> None:
     res = stack.cli("submit", stack.recipe("approve.sh"))
     assert res.exit_code == 0, res.output
-    run_id = _poll("the approve run", lambda: _live(stack, "approve"))[0]["run_id"]
+    run_id = poll("the approve run", lambda: _live(stack, "approve"))[0]["run_id"]
     res = stack.cli("signal", run_id, "approve")
     assert res.exit_code == 0, res.output
     (view,) = stack.runs_of("approve", 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +73,18 @@ class ScriptStack:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{workflow}: {len(ended)} of {n} runs ended")
             time.sleep(0.05)
+
+
+def poll(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """probe()'s first truthy answer, polled under a deadline (no fixed sleeps)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = probe()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
 
 
 def log_of(view: dict[str, Any]) -> str:

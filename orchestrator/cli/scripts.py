@@ -27,6 +27,7 @@ from orchestrator.cli.common import (
     parse_json,
     reported,
 )
+from orchestrator.presentation.script_log import script_log
 
 __all__ = ["COMMANDS", "read_script", "run_script", "script_name"]
 
@@ -82,18 +83,6 @@ def _submit(api: Any, path: str, payload: Any, idempotency_key: str | None,
         return api.request("POST", "/scripts/runs", json=body, headers=headers)
 
 
-def log_of(view: dict[str, Any]) -> str:
-    """A finished script run's log: what the script printed, from its result or error."""
-    out = view.get("output")
-    if isinstance(out, dict) and isinstance(out.get("log"), str):
-        return str(out["log"])
-    err = view.get("error") or {}
-    details = err.get("details") if isinstance(err, dict) else None
-    if isinstance(details, dict) and isinstance(details.get("log"), str):
-        return str(details["log"])
-    return ""
-
-
 def ending(view: dict[str, Any]) -> str:
     """How a run ended, in words: `succeeded`, or `failed: <message>`."""
     status = view.get("status")
@@ -124,7 +113,7 @@ def run_script(path: str, payload: Any, url: str, api_key: str | None, timeout: 
     if as_json:
         emit(view)
     else:
-        log = log_of(view)
+        log = script_log(view) or ""
         if log:
             sys.stdout.write(log if log.endswith("\n") else log + "\n")
         click.echo(f"  {run_id} {ending(view)}")

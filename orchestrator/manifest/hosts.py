@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from orchestrator.manifest.models import Backend
+from orchestrator.manifest.shell import SHELL
 
 __all__ = ["SCRIPTS_BACKEND", "script_host"]
 
@@ -19,6 +20,6 @@ def script_host(backends: Mapping[str, Backend], env: Mapping[str, str]) -> Back
     that has `shell` already, or one named `scripts`."""
     url = env.get("SCRIPTS_URL")
     if (not url or SCRIPTS_BACKEND in backends
-            or any("shell" in b.capabilities for b in backends.values())):
+            or any(SHELL in b.capabilities for b in backends.values())):
         return None
-    return Backend(url=url, secret=env.get("SCRIPTS_SECRET") or None, capabilities=["shell"])
+    return Backend(url=url, secret=env.get("SCRIPTS_SECRET") or None, capabilities=[SHELL])

@@ -22,12 +22,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from orchestrator.expressions import ExpressionError
 from orchestrator.expressions.conditions import compile_condition
-from orchestrator.expressions.templates import compile_template, hole_texts
+from orchestrator.expressions.templates import Template, compile_template, hole_texts
 from orchestrator.manifest.graph import ancestors
 from orchestrator.manifest.yamlsafe import YamlPath
 
@@ -70,11 +71,22 @@ def check_command(source: str) -> str:
     return source
 
 
-def _holes(source: str) -> list[str]:
-    """The expression text of each `${{ }}` hole of `source`, a template that compiles
-    (`ExpressionError` otherwise)."""
-    compile_template(source, names=COMMAND_NAMES)
-    return hole_texts(source)
+@lru_cache(maxsize=256)
+def _compiled(source: str) -> tuple[Template, tuple[str, ...]]:
+    """A command compiled once per process: its template, and the expression text of
+    each `${{ }}` hole (`ExpressionError` when it does not compile)."""
+    return compile_template(source, names=COMMAND_NAMES), tuple(hole_texts(source))
+
+
+def _holes(source: str) -> tuple[str, ...]:
+    return _compiled(source)[1]
+
+
+@lru_cache(maxsize=256)
+def _reads(source: str, steps: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """What a command's holes read, of `steps`: (as written, step name) pairs."""
+    return tuple(pair for hole in _holes(source)
+                 for pair in compile_condition(hole, list(steps)).refs.items())
 
 
 def command_problems(deps: Mapping[str, Sequence[str]], commands: Mapping[str, str]
@@ -105,10 +117,7 @@ def command_problems(deps: Mapping[str, Sequence[str]], commands: Mapping[str, s
 
 def command_steps(source: str, steps: Sequence[str]) -> set[str]:
     """The steps (of `steps`, a run's step names) whose outputs a command's holes read."""
-    names: set[str] = set()
-    for hole in _holes(source):
-        names.update(compile_condition(hole, list(steps)).refs.values())
-    return names
+    return {name for _, name in _reads(source, tuple(steps))}
 
 
 # The environment variable hole number n (from 1) of a `run:` command is given as.
@@ -116,10 +125,8 @@ VALUE_VARIABLE = "ORCHESTRATOR_VALUE_{}"
 
 
 def _context(source: str, input: Any, outputs: Mapping[str, Any]) -> dict[str, Any]:
-    steps: dict[str, Any] = {}
-    for hole in _holes(source):
-        for written, name in compile_condition(hole, list(outputs)).refs.items():
-            steps[written] = {"output": outputs.get(name)}
+    steps = {written: {"output": outputs.get(name)}
+             for written, name in _reads(source, tuple(outputs))}
     return {"input": input, "steps": steps}
 
 
@@ -129,7 +136,7 @@ def bind_command(source: str, input: Any, outputs: Mapping[str, Any]
     variables' values (as `render_command` would write them): what the shell backend
     runs, the values in its environment, never parsed as code. Raises
     `ExpressionError` when a hole fails to evaluate."""
-    template = compile_template(source, names=COMMAND_NAMES)
+    template = _compiled(source)[0]
     text, values = template.bind(_context(source, input, outputs),
                                  lambda i: "${" + VALUE_VARIABLE.format(i + 1) + "}")
     return text, {VALUE_VARIABLE.format(i + 1): v for i, v in enumerate(values)}
@@ -139,7 +146,7 @@ def render_command(source: str, input: Any, outputs: Mapping[str, Any]) -> str:
     """The command with its holes filled: `input` is the run's input, `outputs` the
     ancestors' outputs by step name (`steps.ask_lead` reads step `ask-lead`). Raises
     `ExpressionError` when a hole fails to evaluate."""
-    template = compile_template(source, names=COMMAND_NAMES)
+    template = _compiled(source)[0]
     return template.render(_context(source, input, outputs))
 
 

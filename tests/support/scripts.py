@@ -17,6 +17,7 @@ import httpx
 from functions.sdk.scripts import ScriptHost
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
+from orchestrator.presentation.script_log import script_log
 from tests.support.cli import cli
 from tests.support.harness import BuildHarness, Harness
 
@@ -88,10 +89,8 @@ def poll(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
 
 
 def log_of(view: dict[str, Any]) -> str:
-    out = view.get("output") or {}
-    if isinstance(out, dict) and "log" in out:
-        return str(out["log"])
-    return str(((view.get("error") or {}).get("details") or {}).get("log", ""))
+    """A script run's log (presentation/script_log.py), "" for none."""
+    return script_log(view) or ""
 
 
 @contextmanager

@@ -47,9 +47,10 @@ class Pipeline:
     def workflow(self, name: str) -> Any:
         wf = self.manifest.workflows.get(name)
         if wf is None:
-            why = getattr(self.manifest, "why_missing", None)
-            if why is not None and why(name):
-                raise NotFound(f"workflow {name!r}: {why(name)}")
+            why_missing = getattr(self.manifest, "why_missing", None)
+            why = why_missing(name) if why_missing is not None else None
+            if why:
+                raise NotFound(f"workflow {name!r}: {why}")
             known = ", ".join(sorted(self.manifest.workflows)) or "none"
             raise NotFound(f"workflow {name!r} is not defined (known: {known})")
         return wf

@@ -18,14 +18,13 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from orchestrator.errors import Conflict, NotFound, OrchestratorError, UsageError
+from orchestrator.manifest.shell import SHELL
 from orchestrator.manifest.workflows import Workflow
 from orchestrator.services.scripts.registry import ScriptEntry, ScriptRegistry
 from orchestrator.services.scripts.texts import ScriptTexts, check_script, digest
 
-__all__ = ["ACTIVITY", "SHELL", "Catalog"]
+__all__ = ["ACTIVITY", "Catalog"]
 
-# The capability of a backend that runs shell (a script host).
-SHELL = "shell"
 # `activity.<capability>`: the activity workflow, served at /durable/activity.
 ACTIVITY = "activity"
 TTL = 2.0

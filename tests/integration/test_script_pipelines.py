@@ -368,3 +368,17 @@ def test_the_approval_script_escalates_when_nobody_answers(recipes: WorkflowEnv)
         "no answer on the refund for order 1042, asking the team lead\n"
         '{"by":"lead"}\n'  # the signal's payload: the recipe leaves it on stdout
         "refunded order 1042\n")
+
+
+def test_a_rejected_gate_stops_the_run_before_any_run_step(env: WorkflowEnv) -> None:
+    # The stop a rejection is: the run is killed, naming who and why, and no `run:`
+    # step below the gate runs its command.
+    run_id = env.start("refund", {"order": "1042"})
+    env.advance(0)
+    env.rt.approvals.answer(run_id, "ask", False, "not this one", "ada")
+    env.run_until_idle()
+    view = env.view(run_id)
+    assert view["status"] == "killed", view
+    assert "rejected by ada" in str(view["error"]) and "not this one" in str(view["error"])
+    out = outputs(env, run_id)
+    assert all(out.get(name) is None for name in ("escalate", "refund", "give-up")), out

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from functions.sdk.scripts import ScriptHost
+from functions.sdk.scripts.commands import parse
 from functions.sdk.scripts.lambda_host import create_app
 from functions.sdk.serving import BackgroundServer
 from infra.emulator import Emulator
@@ -26,6 +27,9 @@ SCRIPTS = {
               "echo after\n",
     # A script that ends leaving a job behind.
     "ender": "sleep 30 &\necho bye\n",
+    # A step past its own timeout: killed, recorded as exit 124, the same on replay.
+    "slow": "rc=0\norchestrator step slow --timeout 1s -- sleep 30 || rc=$?\n"
+            "orchestrator sleep 1h\necho \"rc=$rc\"\n",
     "secrets": 'echo "fs=${FUNCTIONS_SECRET-unset} ss=${SCRIPTS_SECRET-unset}'
                ' ws=${WEBHOOK_SECRET-unset} keep=${KEEP_ME-unset}"\n',
 }
@@ -96,3 +100,13 @@ def test_the_lambda_host_refuses_to_serve_without_a_secret() -> None:
     with pytest.raises(RuntimeError, match="SCRIPTS_SECRET is empty"):
         create_app(None)
     assert create_app("a-secret") is not None
+
+
+def test_a_step_past_its_timeout_is_killed_and_fails_with_124(env: WorkflowEnv) -> None:
+    started = time.monotonic()
+    run_id = env.start("slow")
+    env.run_until_idle()
+    # The sleep after it replays the script: the recorded failure answers again.
+    assert env.result(run_id)["log"] == "sleep: timed out after 1s\nrc=124\n"
+    assert time.monotonic() - started < 20  # not the command's 30 s
+    assert parse(["step", "x", "--timeout", "2m", "--", "true"]).timeout == 120

@@ -2,7 +2,7 @@
 into one frozen record per command (pure: no I/O). A command written wrongly raises
 `UsageError`, which the script sees as a line on stderr and exit status 2.
 
-    step NAME [--label L] -- CMD...
+    step NAME [--label L] [--timeout D] -- CMD...
     sleep DURATION
     wait signal|event NAME [--timeout D]
     state add|incr|get|set KEY [VALUE] --entity E [--op OP] [--by N]
@@ -55,6 +55,8 @@ class StepCmd:
     name: str
     argv: tuple[str, ...]
     label: str | None = None
+    # Past it the command is killed and the step fails with exit 124 (as timeout(1)).
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -209,11 +211,13 @@ def parse(args: Sequence[str]) -> Command:
         raise UsageError(f"orchestrator: give a command ({', '.join(COMMANDS)})")
     head, rest = args[0], list(args[1:])
     if head == "step":
-        a = _split("step", rest, ("label",))
+        a = _split("step", rest, ("label", "timeout"))
         (name,) = _words("step", a, ("NAME",))
         argv = _command("step", a, True)
         assert argv is not None
-        return StepCmd(name, argv, _one(a, "label"))
+        limit = _one(a, "timeout")
+        return StepCmd(name, argv, _one(a, "label"),
+                       None if limit is None else duration(limit, "step --timeout"))
     if head == "sleep":
         a = _split("sleep", rest, ())
         (text,) = _words("sleep", a, ("DURATION",))

@@ -61,9 +61,14 @@ def last_line(text: str) -> str:
     return lines[-1].strip() if lines else ""
 
 
-async def run_command(argv: list[str] | tuple[str, ...], cwd: str, env: dict[str, str]
-                      ) -> dict[str, Any]:
-    """Run `argv` (no shell) to its end: `{stdout, stderr, exit_code}`."""
+# The exit status of a command killed at its timeout (as timeout(1) answers).
+TIMED_OUT = 124
+
+
+async def run_command(argv: list[str] | tuple[str, ...], cwd: str, env: dict[str, str],
+                      timeout: float | None = None) -> dict[str, Any]:
+    """Run `argv` (no shell) to its end, or until `timeout` seconds pass (then its group
+    is killed and it exits TIMED_OUT): `{stdout, stderr, exit_code}`."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
@@ -77,8 +82,9 @@ async def run_command(argv: list[str] | tuple[str, ...], cwd: str, env: dict[str
     try:
         # Its output once its pipes close; if it ends first, leaving a background job
         # that holds them, that job is killed with its group and the pipes close.
-        await asyncio.wait({talk, asyncio.ensure_future(exited(proc))},
-                           return_when=asyncio.FIRST_COMPLETED)
+        _, pending = await asyncio.wait({talk, asyncio.ensure_future(exited(proc))},
+                                        timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        late = len(pending) == 2  # neither its end nor its pipes' before the timeout
         if not talk.done():
             kill_group(proc.pid)
         out, err = await talk
@@ -88,8 +94,10 @@ async def run_command(argv: list[str] | tuple[str, ...], cwd: str, env: dict[str
             await proc.wait()
     code = 1 if proc.returncode is None else proc.returncode
     code = code if code >= 0 else 128 - code
-    return {"stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace"),
-            "exit_code": code}
+    text = err.decode("utf-8", "replace")
+    if late:
+        code, text = TIMED_OUT, text + f"{argv[0]}: timed out after {timeout:g}s\n"
+    return {"stdout": out.decode("utf-8", "replace"), "stderr": text, "exit_code": code}
 
 
 @dataclass
@@ -120,7 +128,7 @@ class Operations:
     async def _answer(self, cmd: Command, req: Request) -> Answer:
         ctx = self.ctx
         if isinstance(cmd, StepCmd):
-            return await self._step(cmd.name, cmd.argv, cmd.label, req)
+            return await self._step(cmd.name, cmd.argv, cmd.label, req, cmd.timeout)
         if isinstance(cmd, SleepCmd):
             await ctx.sleep(timedelta(seconds=cmd.seconds))
             return Answer(0)
@@ -149,7 +157,7 @@ class Operations:
         return Answer(0, json.dumps(output, separators=(",", ":")) + "\n")
 
     async def _step(self, name: str, argv: tuple[str, ...], label: str | None,
-                    req: Request) -> Answer:
+                    req: Request, timeout: float | None = None) -> Answer:
         env = dict(self.base_env if req.env is None else req.env)
         cwd = req.cwd if os.path.isdir(req.cwd) else os.getcwd()
 
@@ -157,7 +165,7 @@ class Operations:
             env["ORCHESTRATOR_IDEMPOTENCY_KEY"] = self.ctx.idempotency_key
             self.channel.busy = name
             try:
-                outcome = await run_command(argv, cwd, env)
+                outcome = await run_command(argv, cwd, env, timeout)
             finally:
                 self.channel.busy = None
             if label is not None:

@@ -20,6 +20,7 @@ import sys
 import threading
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, Listener
+from typing import Any
 
 from botocore.awsrequest import AWSPreparedRequest
 from botocore.compat import HTTPHeaders
@@ -37,7 +38,7 @@ log = logging.getLogger("orchestrator.emulator")
 
 def _serve(emulator: Emulator, conn: Connection) -> None:
     """Answer one parent thread's requests, in order, until it goes away."""
-    handlers: dict[tuple[str, str], InProcess] = {}
+    handlers: dict[tuple[str, str], Any] = {}
     with conn:
         while True:
             try:
@@ -46,7 +47,8 @@ def _serve(emulator: Emulator, conn: Connection) -> None:
                 return
             handler = handlers.get((service, region))
             if handler is None:
-                handler = handlers[(service, region)] = _handler(emulator, service, region)
+                handler = handlers[(service, region)] = emulator.modelled(
+                    _handler(emulator, service, region))
             request = AWSPreparedRequest(method, url, HTTPHeaders(), body,
                                          stream_output=False)
             for name, value in headers:

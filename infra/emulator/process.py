@@ -35,6 +35,7 @@ from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
+from infra.emulator.aws_model import MODEL_VARIABLE
 from infra.emulator.inprocess import DIRECT, Body, body_of, clients_of, hand_over
 
 __all__ = ["AUTHKEY_VARIABLE", "FAILED", "READY", "SOCKET_PATH_MAX", "EmulatorProcess", "Remote",
@@ -129,8 +130,11 @@ class EmulatorProcess:
     """moto in a child process, over HTTP on `host:port` for everyone (port 0: a free
     one, read `.url`) and over a local socket for the clients `attach` is given."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, core: int | None = None
-                 ) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, core: int | None = None,
+                 model: str | None = None) -> None:
+        # The AWS model's file (or `aws`) for the child, as ORCH_EMULATOR_MODEL; None: the
+        # child reads that variable from this process's environment, as it is.
+        self.model = model
         self.host = host
         self.port = port
         self.core = core
@@ -173,6 +177,8 @@ class EmulatorProcess:
                 raise StartFailed(f"its socket's path, {self.address}, is longer than"
                                   f" the {SOCKET_PATH_MAX} bytes a Unix socket's may have")
             env = {**os.environ, AUTHKEY_VARIABLE: self._authkey.hex()}
+            if self.model is not None:
+                env[MODEL_VARIABLE] = self.model
             self._child = subprocess.Popen(
                 [sys.executable, "-m", "infra.emulator.child", "--host", self.host,
                  "--port", str(self.port), "--socket", self.address,

@@ -26,6 +26,7 @@ from typing import Any
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from infra.emulator import speedups
+from infra.emulator.aws_model import AwsModel, from_environ
 from infra.emulator.capabilities import Verdict, report, resolve, versions
 from infra.emulator.dynamodb_lock import SerializeDynamoDB
 from infra.emulator.inprocess import (
@@ -36,6 +37,7 @@ from infra.emulator.inprocess import (
     clients_of,
     hand_over,
 )
+from infra.emulator.modelled import AwsTiming, Modelled, ModelledWSGI
 from infra.emulator.tuning import calm_collector
 
 __all__ = ["Emulator", "main", "self_check"]
@@ -75,12 +77,23 @@ def _request_handler() -> type[WSGIRequestHandler]:
     return type("_QuietHandler", (_Quiet, base), {})
 
 
-class Emulator:
-    """moto over HTTP on `host:port` (port 0 picks a free port; read it from `.url`)."""
+# `Emulator(model=FROM_ENVIRONMENT)`: the AWS model ORCH_EMULATOR_MODEL names, read at start.
+FROM_ENVIRONMENT = "environment"
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+
+class Emulator:
+    """moto over HTTP on `host:port` (port 0 picks a free port; read it from `.url`).
+
+    `model`: the AWS model (infra/emulator/aws_model.py) on every path into it, as an
+    `AwsModel` or an `AwsTiming` (a test's clock, sleep and seed); None, none (and no
+    wrapper installed); by default, what ORCH_EMULATOR_MODEL asks for when it starts."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0,
+                 model: AwsModel | AwsTiming | str | None = FROM_ENVIRONMENT) -> None:
         self.host = host
         self.port = port
+        self._model = model
+        self.timing: AwsTiming | None = None
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
         self._dispatcher: Any = None
@@ -96,7 +109,13 @@ class Emulator:
             raise RuntimeError(f"the emulator is already running at {self.url}")
         speedups.install()
         self._dispatcher = _server_app()
-        app = SerializeDynamoDB(self._dispatcher)
+        model = from_environ() if self._model == FROM_ENVIRONMENT else self._model
+        if isinstance(model, str):
+            raise TypeError(f"model={model!r}: give an AwsModel, an AwsTiming or None")
+        self.timing = AwsTiming(model) if isinstance(model, AwsModel) else model
+        app: Any = SerializeDynamoDB(self._dispatcher)
+        if self.timing is not None:
+            app = ModelledWSGI(app, self.timing)
         # Threaded: a thread per request (werkzeug closes the connection after each
         # response), so a long-poll holds only its own thread and socket.
         try:
@@ -134,8 +153,12 @@ class Emulator:
                     continue  # this client calls the emulator over HTTP
             elif check_once(IN_PROCESS_WSGI, "wsgi", lambda: None) is not None:
                 continue
-            hand_over(client, handler, unsigned=handler.handler is not None)
+            hand_over(client, self.modelled(handler), unsigned=handler.handler is not None)
         return clients
+
+    def modelled(self, handler: InProcess) -> Any:
+        """The handler, behind the AWS model when it is on (else the handler itself)."""
+        return handler if self.timing is None else Modelled(handler, self.timing)
 
     def stop(self) -> None:
         """Stop accepting requests and close the socket. Requests in progress (a long-poll)

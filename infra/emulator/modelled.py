@@ -1,0 +1,187 @@
+"""The AWS model applied: `AwsTiming` (the delays and the partitions' budgets of one
+emulator), and the two wrappers that put it on every path a request takes
+(the design: aws_model.py's docstring).
+
+- `ModelledWSGI`: WSGI middleware outside `SerializeDynamoDB` (HTTP, every process);
+- `Modelled`: around an `InProcess` before-send handler (this process's clients, and the
+  emulator's own process answering its parent).
+
+Each sleeps the request's delay first, with no lock held, then charges a DynamoDB
+request's partitions, then hands the request on (to the lock, and moto) or answers it with
+AWS's throttling error. Neither is installed when the model is off."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from botocore.awsrequest import AWSResponse
+
+from infra.emulator.aws_model import AwsModel, log_normal
+from infra.emulator.capabilities import resolve
+from infra.emulator.dynamodb_lock import WSGIApp, _read_body
+from infra.emulator.inprocess import Body, body_of
+from infra.emulator.partitions import Buckets, charges
+
+__all__ = ["THROTTLED", "AwsTiming", "Modelled", "ModelledWSGI", "operation_of"]
+
+# What DynamoDB answers a request over a partition's budget (HTTP 400): botocore's retry
+# handler knows the code as a throttling error and retries it, as against AWS.
+THROTTLED = "ProvisionedThroughputExceededException"
+_THROTTLED_BODY = {
+    "__type": f"com.amazonaws.dynamodb.v20120810#{THROTTLED}",
+    "message": "The level of configured provisioned throughput for the table was exceeded."
+               " Consider increasing your provisioning level with the UpdateTable API.",
+}
+# A sampled delay's ceiling, in p99s: the log-normal's tail is unbounded, AWS's timeouts are not.
+_CEILING = 10.0
+
+
+class AwsTiming:
+    """The model at work in one emulator: a random stream for the delays (seeded for
+    tests), the partitions' buckets, and the clock and sleep both use (injectable)."""
+
+    def __init__(self, model: AwsModel, *, seed: int | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.model = model
+        self.sleep = sleep
+        self.buckets = Buckets(model, clock)
+        self._random = random.Random(seed)
+        self._random_lock = threading.Lock()
+        self._hash_keys: dict[str, str] = {}
+        self.throttled = 0  # requests answered with THROTTLED so far
+
+    def delay(self, service: str, operation: str) -> float:
+        """A delay, in seconds, drawn from the operation's distribution (0: none)."""
+        latency = self.model.latency_of(service, operation)
+        if latency is None:
+            return 0.0
+        with self._random_lock:
+            gauss = self._random.gauss(0.0, 1.0)
+        return min(log_normal(latency, gauss), _CEILING * latency.p99_ms / 1000)
+
+    def wait(self, service: str, operation: str) -> None:
+        seconds = self.delay(service, operation)
+        if seconds > 0:
+            self.sleep(seconds)
+
+    def admits(self, operation: str, body: bytes) -> bool:
+        """Whether the partitions this DynamoDB request touches can pay for it now (and
+        then they have): False, it is to be throttled. A body it cannot read is admitted."""
+        try:
+            request = json.loads(body or b"{}")
+        except ValueError:
+            return True
+        if not isinstance(request, dict):
+            return True
+        admitted = self.buckets.admit(charges(operation, request, self.model, self.hash_key))
+        if not admitted:
+            self.throttled += 1
+        return admitted
+
+    def hash_key(self, table: str) -> str | None:
+        """The table's partition key attribute, from moto's tables (any account, any
+        region; found once per table). None: no such table, or moto keeps them elsewhere
+        (the request then goes unthrottled)."""
+        found = self._hash_keys.get(table)
+        if found is not None:
+            return found
+        try:
+            backends = resolve("moto.dynamodb.models:dynamodb_backends")
+            for account in dict.values(backends):
+                for backend in dict.values(account):
+                    t = backend.tables.get(table)
+                    if t is not None:
+                        self._hash_keys[table] = t.hash_key_attr
+                        return str(t.hash_key_attr)
+        except (LookupError, AttributeError, TypeError):
+            return None
+        return None
+
+
+def operation_of(target: str, method: str, service_scope: str) -> tuple[str, str] | None:
+    """(service, operation) of a request, from its X-Amz-Target (DynamoDB, SQS's JSON
+    protocol) or its signing scope (S3: the HTTP method stands for the operation)."""
+    prefix, _, operation = target.partition(".")
+    if prefix.startswith("DynamoDB_"):
+        return "dynamodb", operation
+    if prefix == "AmazonSQS":
+        return "sqs", operation
+    if service_scope == "s3":
+        return "s3", method
+    return None
+
+
+def _scope(authorization: str) -> str:
+    # "AWS4-HMAC-SHA256 Credential=<key>/<date>/<region>/<service>/aws4_request, ..."
+    credential = authorization.partition("Credential=")[2].partition(",")[0].split("/")
+    return credential[3] if len(credential) > 3 else ""
+
+
+def _throttled_answer() -> tuple[int, dict[str, str], bytes]:
+    return 400, {"Content-Type": "application/x-amz-json-1.0",
+                 "x-amzn-RequestId": uuid.uuid4().hex}, json.dumps(_THROTTLED_BODY).encode()
+
+
+class ModelledWSGI:
+    """WSGI middleware: each request waits its delay, with no lock held, and a DynamoDB
+    request over its partitions' budget is answered THROTTLED; the rest go on to `app`."""
+
+    def __init__(self, app: WSGIApp, timing: AwsTiming) -> None:
+        self.app = app
+        self.timing = timing
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]
+                 ) -> Iterable[bytes]:
+        found = operation_of(environ.get("HTTP_X_AMZ_TARGET", ""),
+                             environ.get("REQUEST_METHOD", ""),
+                             _scope(environ.get("HTTP_AUTHORIZATION", "")))
+        if found is None:
+            return self.app(environ, start_response)
+        service, operation = found
+        body = None
+        if service == "dynamodb":  # read whole, before the delay: moto reads it again
+            body = _read_body(environ)
+            environ["wsgi.input"] = io.BytesIO(body)
+        self.timing.wait(service, operation)
+        if body is not None and not self.timing.admits(operation, body):
+            status, headers, answer = _throttled_answer()
+            start_response(f"{status} Bad Request", list(headers.items()))
+            return [answer]
+        return self.app(environ, start_response)
+
+
+class Modelled:
+    """A before-send handler around `inner` (an `InProcess`): the request waits its delay,
+    with no lock held, then a DynamoDB request over its budget is answered THROTTLED,
+    the rest by `inner`."""
+
+    def __init__(self, inner: Any, timing: AwsTiming) -> None:
+        self.inner = inner
+        self.timing = timing
+        self.url: str = inner.url
+        self.service: str = inner.service
+
+    def __call__(self, request: Any, **kwargs: Any) -> AWSResponse | None:
+        if not str(request.url).startswith(self.url):
+            return None
+        target = request.headers.get("X-Amz-Target", "")
+        if isinstance(target, bytes):
+            target = target.decode()
+        found = operation_of(target, request.method, self.service)
+        if found is not None:
+            service, operation = found
+            self.timing.wait(service, operation)
+            if service == "dynamodb":
+                request.body = body_of(request)  # read once: `inner` reads it again
+            if service == "dynamodb" and not self.timing.admits(operation, request.body):
+                status, headers, answer = _throttled_answer()
+                return AWSResponse(str(request.url), status, headers, Body(answer))
+        return self.inner(request, **kwargs)  # type: ignore[no-any-return]

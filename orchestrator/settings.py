@@ -23,6 +23,7 @@ explicitly (adapters/aws.py); the usual credential variables are boto3's alone.
 | `OTEL_EXPORTER_OTLP_ENDPOINT` | `Settings.from_env` | set, tracing is on unless ORCH_OTEL=off |
 | `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` | `Settings.from_env` | likewise (OTel reads the rest) |
 | `OTEL_TRACES_EXPORTER` | `Settings.from_env` | likewise unless `none`; `console` prints |
+| `ORCH_EMULATOR_MODEL` | `dev` (and infra's emulator) | the AWS model: `aws`, a file, or `off` |
 | `ORCH_LOG_FORMAT` | `Settings.from_env` | `text`, or `json` (the default in Lambda) |
 | `AWS_LAMBDA_FUNCTION_NAME` | `Settings.from_env` | set by Lambda: logs default to `json` |"""
 
@@ -37,6 +38,7 @@ from orchestrator.errors import UsageError
 __all__ = [
     "DEFAULT_API_URL",
     "DEFAULT_MANIFEST",
+    "EMULATOR_MODEL_VARIABLE",
     "ENDPOINT_VARIABLE",
     "KEY_VARIABLE",
     "MANIFEST_VARIABLE",
@@ -65,6 +67,9 @@ SERVICE_ENDPOINT_VARIABLES = {
     for service in ("dynamodb", "sqs", "s3", "cloudformation")
 }
 MANIFEST_VARIABLE = "ORCH_MANIFEST"
+# The embedded emulator's AWS model (infra/emulator/aws_model.py reads it too, as
+# MODEL_VARIABLE, for emulators started outside the CLI: tests, benches).
+EMULATOR_MODEL_VARIABLE = "ORCH_EMULATOR_MODEL"
 URL_VARIABLE = "ORCHESTRATOR_URL"
 KEY_VARIABLE = "ORCHESTRATOR_API_KEY"
 DEFAULT_MANIFEST = "orchestrator.yml"

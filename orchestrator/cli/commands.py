@@ -266,6 +266,11 @@ def create_key(name: str) -> None:
     help="Run the embedded emulator in this process, not a process of its own (moto's work"
     " then shares this process's interpreter lock and core with the API and the workers).",
 )
+@click.option("--aws-model", "aws_model", is_flag=False, flag_value="aws", default=None,
+              metavar="[FILE]",
+              help="Make the embedded emulator answer in AWS's time: per-operation delays and"
+              " DynamoDB's per-partition throughput, with AWS's throttling error"
+              " (infra/aws_model.yaml, or FILE; ORCH_EMULATOR_MODEL likewise).")
 @click.option("--provision", type=click.Choice(["cloudformation", "direct"]),
               default="cloudformation", show_default=True,
               help="Make the tables, queues and bucket through CloudFormation, or straight"
@@ -291,6 +296,7 @@ def dev(
     sweep_interval: float,
     all_cores: bool,
     emulator_in_process: bool,
+    aws_model: str | None,
     provision: str,
     lambda_mode: bool,
     demo: bool,
@@ -313,6 +319,7 @@ def dev(
         sweep_interval=sweep_interval,
         one_core=not all_cores,
         emulator_process=not emulator_in_process,
+        aws_model=aws_model,
         lambda_mode=lambda_mode,
         provision=provision,
     )

@@ -30,6 +30,7 @@ from infra.emulator.capabilities import facts as emulator_facts
 from orchestrator import telemetry
 from orchestrator.errors import OrchestratorError, UsageError
 from orchestrator.settings import (
+    EMULATOR_MODEL_VARIABLE,
     ENDPOINT_VARIABLE,
     SERVICE_ENDPOINT_VARIABLES,
     Settings,
@@ -66,6 +67,9 @@ class StackOptions:
     # With the embedded emulator, run moto in a process of its own (its work on another
     # core than the API's, the workers' and the functions'); False keeps it in this one.
     emulator_process: bool = True
+    # The AWS model of the embedded emulator (infra/emulator/aws_model.py): "aws" (the
+    # shipped file) or a file's path; None: ORCH_EMULATOR_MODEL's, if set.
+    aws_model: str | None = None
     # Serve through the Lambda handlers, invoked as AWS would (infra/lambda_local.py).
     lambda_mode: bool = False
     # How the tables, queues and bucket are made: "cloudformation" (the data stack), or
@@ -305,17 +309,27 @@ class LocalStack:
         unless asked for in this one; in this one too, with one line saying why, where
         this system has no Unix sockets or the process did not start."""
         from infra.emulator import Emulator
+        from infra.emulator.aws_model import DEFAULT_FILE, AwsModelError, load
         from infra.emulator.process import EmulatorProcess, StartFailed, unavailable
         from infra.emulator.tuning import SWITCH_INTERVAL, spare_core
 
         host, port = self.opts.host, self.opts.emulator_port
+        asked = self.opts.aws_model or self.opts.environ.get(EMULATOR_MODEL_VARIABLE) or None
+        if asked is not None and asked.lower() in ("off", "0", "none"):
+            asked = None
+        try:  # refused here, in one line, before any process starts
+            model = None if asked is None else load(DEFAULT_FILE if asked == "aws" else asked)
+        except AwsModelError as exc:
+            raise OrchestratorError(f"--aws-model: {exc}") from exc
+        if model is not None:
+            self.echo(f"emulator   the AWS model of {DEFAULT_FILE if asked == 'aws' else asked}")
         why = None
         if self.opts.emulator_process:
             why = unavailable()
             if why is None:
                 core = spare_core() if self.opts.one_core else None
                 try:
-                    emulator = EmulatorProcess(host, port, core).start()
+                    emulator = EmulatorProcess(host, port, core, model=asked or "off").start()
                 except StartFailed as exc:
                     why = f"its own process did not start: {exc.reason}"
                 else:
@@ -324,7 +338,7 @@ class LocalStack:
                     return emulator
             self.echo(f"emulator   runs in this process: {why}")
         try:
-            return Emulator(host, port).start()
+            return Emulator(host, port, model=model).start()
         except OSError as exc:  # its port taken, its host not this machine's
             hint = (" (another --emulator-port, or 0 for a free one)"
                     if exc.errno == errno.EADDRINUSE else "")

@@ -12,7 +12,10 @@ invoked the way AWS invokes them.
   back after the visibility timeout, as on AWS);
 - `Schedule`: the sweeper handler invoked once a minute (EventBridge's rate(1 minute)).
 
-The handlers read their configuration from the environment, as on Lambda."""
+The handlers read their configuration from the environment, as on Lambda. With the AWS
+model on, each takes the stack's one `LambdaLimits` (infra/lambda_limits.py: the
+account's concurrency and the invocation delay, and what AWS does over the limit);
+without it (`limits=None`, the default) each runs as it always did."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from infra.lambda_events import Context, http_event, sqs_event
+from infra.lambda_limits import THROTTLED_API, THROTTLED_URL, LambdaLimits
 
 __all__ = ["EventFront", "QueueMapping", "Schedule"]
 
@@ -48,10 +52,23 @@ class EventFront:
         return self.handler(event, Context(timeout=self.timeout))
 
     def __init__(self, handler: Handler, *, timeout: float = 30.0,
-                 function_url: bool = False) -> None:
+                 function_url: bool = False, limits: LambdaLimits | None = None) -> None:
         self.handler = handler
         self.timeout = timeout
         self.function_url = function_url
+        self.limits = limits
+
+    def _limited(self, event: dict[str, Any]) -> dict[str, Any]:
+        # A synchronous invocation over the limit is answered at once, never queued.
+        limits = self.limits
+        assert limits is not None
+        limits.wait()
+        if not limits.try_acquire():
+            return THROTTLED_URL if self.function_url else THROTTLED_API
+        try:
+            return self._invoke(event)
+        finally:
+            limits.release()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -67,7 +84,8 @@ class EventFront:
                      for part in scope.get("query_string", b"").decode().split("&") if part)
         event = http_event(scope["method"], scope["path"], query=query, headers=headers,
                            body=body, base64_body=True, function_url=self.function_url)
-        answer = await asyncio.to_thread(self._invoke, event)
+        answer = await asyncio.to_thread(
+            self._invoke if self.limits is None else self._limited, event)
         raw = answer.get("body") or ""
         data = base64.b64decode(raw) if answer.get("isBase64Encoded") else raw.encode()
         out_headers = [(k.encode(), str(v).encode())
@@ -82,10 +100,18 @@ class EventFront:
 
 
 class QueueMapping:
-    """An SQS event source mapping of `queue_url` onto `handler`."""
+    """An SQS event source mapping of `queue_url` onto `handler`.
+
+    With `limits` (the account's pool), it polls only while the account has a slot free,
+    so a throttled mapping leaves its messages in the queue; an invocation takes its slot
+    once its batch is received (pollers, as on AWS, use none). A batch received as the
+    last slot went elsewhere waits, in flight, for the next one: AWS would let it come
+    back after the visibility timeout and invoke it then; here it is invoked as soon as
+    a slot frees (sooner, never lost: what is not invoked comes back, as any batch)."""
 
     def __init__(self, sqs: Any, queue_url: str, handler: Handler, *, timeout: float = 120.0,
-                 concurrency: int = 4, batch_size: int = 10) -> None:
+                 concurrency: int = 4, batch_size: int = 10,
+                 limits: LambdaLimits | None = None) -> None:
         self.sqs = sqs
         self.url = queue_url
         self.arn = sqs.get_queue_attributes(
@@ -95,14 +121,24 @@ class QueueMapping:
         self.batch_size = batch_size
         self.slots = threading.Semaphore(concurrency)
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="invoke")
+        self.limits = limits
 
     def poll_once(self, *, wait: int = 1, timeout: float | None = None) -> dict[str, Any] | None:
         """Receive one batch and invoke the handler on it (here, not on the pool); what
         the handler answered, or None for an empty receive."""
+        forever = threading.Event()  # never set: wait as long as the account is full
+        if self.limits is not None:
+            self.limits.until_free(forever)
         msgs = self._receive(wait)
         if not msgs:
             return None
-        return self._invoke(msgs, self.timeout if timeout is None else timeout)
+        if self.limits is not None:
+            self.limits.acquire(forever)
+        try:
+            return self._invoke(msgs, self.timeout if timeout is None else timeout)
+        finally:
+            if self.limits is not None:
+                self.limits.release()
 
     def _receive(self, wait: int) -> list[dict[str, Any]]:
         got: list[dict[str, Any]] = self.sqs.receive_message(
@@ -112,6 +148,8 @@ class QueueMapping:
         return got
 
     def _invoke(self, msgs: list[dict[str, Any]], timeout: float) -> dict[str, Any]:
+        if self.limits is not None:
+            self.limits.wait()
         try:
             answer = self.handler(sqs_event(msgs, self.arn), Context(timeout=timeout))
         except Exception:  # the whole batch comes back after the visibility timeout
@@ -126,9 +164,13 @@ class QueueMapping:
         return answer
 
     def run(self, stop: threading.Event) -> None:
-        """Poll until `stop`, up to `concurrency` invocations at once."""
+        """Poll until `stop`, up to `concurrency` invocations at once (and, with
+        `limits`, only while the account has a slot free)."""
         while not stop.is_set():
             if not self.slots.acquire(timeout=0.2):
+                continue
+            if self.limits is not None and not self.limits.until_free(stop):
+                self.slots.release()
                 continue
             try:
                 msgs = self._receive(1)
@@ -140,11 +182,16 @@ class QueueMapping:
             if not msgs:
                 self.slots.release()
                 continue
+            if self.limits is not None and not self.limits.acquire(stop):
+                self.slots.release()  # stopping: the batch comes back after its visibility
+                continue
 
             def invoke(batch: list[dict[str, Any]] = msgs) -> None:
                 try:
                     self._invoke(batch, self.timeout)
                 finally:
+                    if self.limits is not None:
+                        self.limits.release()
                     self.slots.release()
 
             self.pool.submit(invoke)
@@ -155,20 +202,32 @@ class Schedule:
     """`handler` invoked every `every` seconds (from the start of one to the next), each
     invocation with `timeout` seconds, as EventBridge's rate() schedule does."""
 
-    def __init__(self, handler: Handler, *, every: float = 60.0, timeout: float = 60.0) -> None:
+    def __init__(self, handler: Handler, *, every: float = 60.0, timeout: float = 60.0,
+                 limits: LambdaLimits | None = None) -> None:
         self.handler = handler
         self.every = every
         self.timeout = timeout
+        self.limits = limits
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             started = time.monotonic()
-            try:
-                self.handler({"source": "aws.events", "detail-type": "Scheduled Event"},
-                             _Stoppable(self.timeout, stop))
-            except Exception:
-                log.exception("sweeper invocation failed")
+            if self.limits is None:
+                self._tick(stop)
+            elif self.limits.acquire(stop):  # throttled: the event waits its turn
+                try:
+                    self.limits.wait()
+                    self._tick(stop)
+                finally:
+                    self.limits.release()
             stop.wait(max(0.0, started + self.every - time.monotonic()))
+
+    def _tick(self, stop: threading.Event) -> None:
+        try:
+            self.handler({"source": "aws.events", "detail-type": "Scheduled Event"},
+                         _Stoppable(self.timeout, stop))
+        except Exception:
+            log.exception("sweeper invocation failed")
 
 
 class _Stoppable(Context):

@@ -22,13 +22,16 @@ Design of the AWS model (this module, partitions.py, modelled.py):
   and a fixed seed, delays and throttling are deterministic.
 - Off: no model, no wrapper. `Emulator(model=None)` installs neither `ModelledWSGI` nor
   `Modelled`: a request meets exactly the code it met before.
+- Lambda (`dev --lambda` only): the invocation delay (`latency.lambda`) and the account's
+  concurrency (`lambda.concurrency`), one pool across every function of the stack, are
+  applied by infra/lambda_limits.py, not by the emulator (Lambda is not emulated by moto
+  here: infra/lambda_local.py invokes the handlers).
 
-Not modelled (yet): Lambda's invocation delay and its concurrency limit (`dev --lambda`:
-the figures are in the file, nothing applies them); table- and account-level limits;
-adaptive capacity splitting a hot partition's sort-key range; the UnprocessedItems a
-throttled BatchWriteItem returns (a batch over a budget is throttled whole). What
-partitions.py cannot key (a Scan, a Query whose key condition it cannot read) goes
-unthrottled.
+Not modelled (yet): DynamoDB's table- and account-level limits; adaptive capacity
+splitting a hot partition's sort-key range; the UnprocessedItems a throttled
+BatchWriteItem returns (a batch over a budget is throttled whole); Lambda's cold starts,
+burst scaling rate and reserved concurrency. What partitions.py cannot key (a Scan, a
+Query whose key condition it cannot read) goes unthrottled.
 
 The environment: `ORCH_EMULATOR_MODEL` (`aws`: the shipped file; a path: that file;
 empty or `off`: no model), read by `from_environ` when an Emulator starts, never at

@@ -130,6 +130,9 @@ class LocalStack:
         self._saved_env: dict[str, str | None] = {}
         # The interpreter's switch interval before the emulator process's was set.
         self._switch: float | None = None
+        # The embedded emulator's AWS model, and (--lambda) the Lambda limits built from it.
+        self.aws_model: Any = None
+        self._limits: Any = None
 
     def start(self) -> None:
         """Start every part, in order. The manifest is checked before anything starts (an
@@ -205,7 +208,8 @@ class LocalStack:
                 if "FUNCTIONS_SECRET" in env:
                     self._setenv("FUNCTIONS_SECRET", env["FUNCTIONS_SECRET"])
                 lambda_adapter.forget()
-                app: Any = EventFront(lambda_adapter.handler, function_url=True)
+                app: Any = EventFront(lambda_adapter.handler, function_url=True,
+                                      limits=self._lambda_limits())
             else:
                 app = factory(**kwargs)
             server = BackgroundServer(app, self.opts.host, self.opts.functions_port).start()
@@ -293,7 +297,7 @@ class LocalStack:
 
             self._setenv("SCRIPTS_SECRET", secret)
             forget()
-            app: Any = EventFront(handler, function_url=True)
+            app: Any = EventFront(handler, function_url=True, limits=self._lambda_limits())
         else:
             from functions.sdk.scripts import ScriptHost
 
@@ -323,6 +327,7 @@ class LocalStack:
             raise OrchestratorError(f"--aws-model: {exc}") from exc
         if model is not None:
             self.echo(f"emulator   the AWS model of {DEFAULT_FILE if asked == 'aws' else asked}")
+        self.aws_model = model
         why = None
         if self.opts.emulator_process:
             why = unavailable()
@@ -375,11 +380,20 @@ class LocalStack:
         old = set_environment(key, value)
         self._saved_env.setdefault(key, old)
 
+    def _lambda_limits(self) -> Any:
+        """With the AWS model on, the one Lambda account every function of this stack
+        shares (its concurrency, its invocation delay: infra/lambda_limits.py); else None."""
+        if self._limits is None and self.aws_model is not None:
+            from infra.lambda_limits import LambdaLimits
+
+            self._limits = LambdaLimits.from_model(self.aws_model)
+        return self._limits
+
     def _lambda_api(self) -> Any:
         from infra.lambda_local import EventFront
         from orchestrator import lambda_handlers
 
-        return EventFront(lambda_handlers.api)
+        return EventFront(lambda_handlers.api, limits=self._lambda_limits())
 
     def _lambda_workers(self, rt: Any) -> None:
         from infra.lambda_local import QueueMapping, Schedule
@@ -387,9 +401,13 @@ class LocalStack:
 
         for name, url in (("dispatch", rt.queues.dispatch_url), ("timers", rt.queues.timer_url)):
             mapping = QueueMapping(rt.clients.sqs, url, lambda_handlers.worker,
-                                   timeout=LAMBDA_WORKER_TIMEOUT)
+                                   timeout=LAMBDA_WORKER_TIMEOUT, limits=self._lambda_limits())
             self._spawn(f"mapping-{name}", mapping.run, self.stop_event)
-        self._spawn("schedule", Schedule(lambda_handlers.sweeper).run, self.stop_event)
+        self._spawn("schedule", Schedule(lambda_handlers.sweeper, limits=self._lambda_limits()).run,
+                    self.stop_event)
+        if self._limits is not None:
+            self.echo(f"lambda     the AWS model: {self._limits.concurrency} concurrent"
+                      " invocations across the functions, each after Lambda's invocation delay")
         self.echo("lambda     the handlers of orchestrator/lambda_handlers.py, invoked as AWS"
                   " does: API and functions behind HTTP API / Function URL events, SQS batches"
                   f" of 10 ({LAMBDA_WORKER_TIMEOUT:g} s invocations), the sweeper every minute")

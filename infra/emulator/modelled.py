@@ -6,6 +6,10 @@ emulator), and the two wrappers that put it on every path a request takes
 - `Modelled`: around an `InProcess` before-send handler (this process's clients, and the
   emulator's own process answering its parent).
 
+`AwsTiming.stats` counts what the model did (model_stats.py); `ModelledWSGI` serves it at
+`GET /_aws_model/stats` and zeroes it at `POST /_aws_model/reset`, on the emulator's HTTP
+port (in `orchestrator dev`, the emulator process's: its HTTP is served there).
+
 Each sleeps the request's delay first, with no lock held, then charges a DynamoDB
 request's partitions, then hands the request on (to the lock, and moto) or answers it with
 AWS's throttling error. Neither is installed when the model is off."""
@@ -27,9 +31,11 @@ from infra.emulator.aws_model import AwsModel, log_normal
 from infra.emulator.capabilities import resolve
 from infra.emulator.dynamodb_lock import WSGIApp, _read_body
 from infra.emulator.inprocess import Body, body_of
+from infra.emulator.model_stats import ModelStats
 from infra.emulator.partitions import Buckets, charges
 
-__all__ = ["THROTTLED", "AwsTiming", "Modelled", "ModelledWSGI", "operation_of"]
+__all__ = ["RESET_PATH", "STATS_PATH", "THROTTLED", "AwsTiming", "Modelled", "ModelledWSGI",
+           "operation_of"]
 
 # What DynamoDB answers a request over a partition's budget (HTTP 400): botocore's retry
 # handler knows the code as a throttling error and retries it, as against AWS.
@@ -39,6 +45,9 @@ _THROTTLED_BODY = {
     "message": "The level of configured provisioned throughput for the table was exceeded."
                " Consider increasing your provisioning level with the UpdateTable API.",
 }
+# The model's own endpoints on the emulator's HTTP port: no AWS path starts with `/_`.
+STATS_PATH = "/_aws_model/stats"
+RESET_PATH = "/_aws_model/reset"
 # A sampled delay's ceiling, in p99s: the log-normal's tail is unbounded, AWS's timeouts are not.
 _CEILING = 10.0
 
@@ -57,6 +66,7 @@ class AwsTiming:
         self._random_lock = threading.Lock()
         self._hash_keys: dict[str, str] = {}
         self.throttled = 0  # requests answered with THROTTLED so far
+        self.stats = ModelStats(clock)
 
     def delay(self, service: str, operation: str) -> float:
         """A delay, in seconds, drawn from the operation's distribution (0: none)."""
@@ -68,6 +78,8 @@ class AwsTiming:
         return min(log_normal(latency, gauss), _CEILING * latency.p99_ms / 1000)
 
     def wait(self, service: str, operation: str) -> None:
+        """Count the request, and sleep its delay (every path calls this once per request)."""
+        self.stats.request(service, operation)
         seconds = self.delay(service, operation)
         if seconds > 0:
             self.sleep(seconds)
@@ -81,9 +93,13 @@ class AwsTiming:
             return True
         if not isinstance(request, dict):
             return True
-        admitted = self.buckets.admit(charges(operation, request, self.model, self.hash_key))
-        if not admitted:
+        charged = charges(operation, request, self.model, self.hash_key)
+        admitted = self.buckets.admit(charged)
+        if admitted:
+            self.stats.charged(charged)
+        else:
             self.throttled += 1
+            self.stats.throttled(operation)
         return admitted
 
     def hash_key(self, table: str) -> str | None:
@@ -140,6 +156,9 @@ class ModelledWSGI:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]
                  ) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path in (STATS_PATH, RESET_PATH):
+            return self._own(path, environ.get("REQUEST_METHOD", ""), start_response)
         found = operation_of(environ.get("HTTP_X_AMZ_TARGET", ""),
                              environ.get("REQUEST_METHOD", ""),
                              _scope(environ.get("HTTP_AUTHORIZATION", "")))
@@ -156,6 +175,22 @@ class ModelledWSGI:
             start_response(f"{status} Bad Request", list(headers.items()))
             return [answer]
         return self.app(environ, start_response)
+
+    def _own(self, path: str, method: str, start_response: Callable[..., Any]
+             ) -> Iterable[bytes]:
+        """The model's endpoints: its stats (GET), and their reset (POST)."""
+        wanted = "GET" if path == STATS_PATH else "POST"
+        if method != wanted:
+            body = json.dumps({"message": f"{path} takes {wanted}"}).encode()
+            start_response("405 Method Not Allowed", [("Content-Type", "application/json"),
+                                                      ("Allow", wanted)])
+            return [body]
+        if path == RESET_PATH:
+            self.timing.stats.reset()
+        body = json.dumps(self.timing.stats.snapshot()).encode()
+        start_response("200 OK", [("Content-Type", "application/json"),
+                                  ("Content-Length", str(len(body)))])
+        return [body]
 
 
 class Modelled:

@@ -85,6 +85,24 @@ def test_quick_emulator_benchmark_prints_both_sides() -> None:
 
 
 @pytest.mark.slow
+def test_quick_aws_scale_benchmark_runs_every_workload_under_the_model() -> None:
+    r = quick("aws_scale.py")
+    assert r["write_units_per_second"] == 1000
+    assert set(r["workloads"]) == {"w1", "start", "webhook", "durable", "fanout", "foreach",
+                                   "concurrent"}
+    for name, w in r["workloads"].items():
+        assert "error" not in w, (name, w)
+        assert w["model"]["requests"] > 0 and w["cost"]["aws_requests"] > 0
+        proof = w["proof"]
+        assert proof["runs_not_success"] == 0 and proof["called_twice"] == 0
+        assert proof["steps_called"] == proof["steps_expected"] == w["steps"]
+    assert 0 < r["workloads"]["start"]["p50_ms"] <= r["workloads"]["start"]["p99_ms"]
+    for name in ("durable", "fanout", "foreach", "concurrent"):
+        w = r["workloads"][name]
+        assert w["wall_s"] > 0 and w["model"]["bound_s"] > 0 and w["wall_over_bound"] > 0
+
+
+@pytest.mark.slow
 def test_quick_cost_benchmark_prices_every_workload() -> None:
     r = quick("cost.py")
     assert set(r["workloads"]) == {"w1", "w2", "w3", "w4"}

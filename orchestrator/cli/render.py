@@ -216,7 +216,8 @@ def render_schedules(schedules: list[dict[str, Any]], *, now: float | None = Non
         last = relative_time(s.get("last_fire"), now)
         runs = s.get("last_runs") or []
         if runs:
-            shown = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+            count = max(len(runs), int(s.get("last_run_count") or 0))
+            shown = ", ".join(runs[:3]) + (f" and {count - 3} more" if count > 3 else "")
             last += f"  runs {shown}"
         out.append(f"  last  {last}")
         if s.get("missed"):

@@ -120,7 +120,8 @@ def test_schedules_list_pause_resume_trigger(api: tuple[Harness, str]) -> None:
     listed = out_json(cli("schedules", "list", "--json", "--url", url))
     [hourly] = listed["schedules"]
     assert set(hourly) == {"workflow", "schedule", "paused", "next_fire", "last_fire",
-                           "last_runs", "missed", "last_error", "concurrency", "for_each"}
+                           "last_runs", "last_run_count", "missed", "last_error",
+                           "concurrency", "for_each"}
     assert (hourly["workflow"], hourly["schedule"], hourly["paused"]) == (
         "hourly", "every 1h", False)
     assert hourly["next_fire"] % 3600 == 0

@@ -9,11 +9,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from orchestrator.engine.states import RunStatus
+from orchestrator.errors import UsageError
 from orchestrator.runtime import Runtime
+from orchestrator.services.triggers.scheduler import LAST_RUNS
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -40,12 +43,23 @@ workflows:
     concurrency: replace
     steps:
       one: { backend: fn, route: /echo }
+  wide:
+    schedule: { every: 1h }
+    forEach: { items: WIDE_ROWS, key: id }
+    concurrency: allow
+    steps:
+      one: { backend: fn, route: /echo }
+  bad-key:
+    schedule: { every: 1h }
+    forEach: { items: [{ id: a }, { name: b }], key: id }
+    steps:
+      one: { backend: fn, route: /echo }
   broken-rows:
     schedule: { every: 1h }
     forEach: { backend: fn, route: /echo, key: id }
     steps:
       one: { backend: fn, route: /echo }
-"""
+""".replace("WIDE_ROWS", "[" + ", ".join(f"{{ id: r{i:03d} }}" for i in range(250)) + "]")
 
 
 def at(text: str) -> float:
@@ -187,6 +201,50 @@ def test_for_each_rows_from_a_function_and_replace(
     assert "must be a JSON array" in broken["last_error"]["message"]
     assert runs_of(rt, "broken-rows") == []
     assert broken["next_fire"] == at("2026-06-01T11:00:00")  # retried by the next sweep
+
+
+def test_a_wide_for_each_fire_starts_every_row_once_and_keeps_a_bounded_cursor(
+    harness_factory: Any,
+) -> None:
+    # 250 rows, started several at a time: each once, in row order, and the schedule's
+    # item keeps the first LAST_RUNS ids and the count (10,000 ids are over an item's
+    # 400 KB: a cursor that could not be written fired its tick on every sweep).
+    h = harness_factory(MANIFEST)
+    rt, _now, to = clocked(h, at("2026-06-01T10:20:00"))
+    wf = rt.manifest.workflows["wide"]
+    rt.scheduler.tick_one("wide", wf)  # sets the cursor to 11:00
+    to(at("2026-06-01T11:00:01"))
+    fired = rt.scheduler.tick_one("wide", wf)
+    assert [rt.runs.get(r).input for r in fired] == [{"id": f"r{i:03d}"} for i in range(250)]
+    assert len(set(fired)) == 250
+    shown = rt.scheduler.show("wide")
+    assert shown["last_runs"] == fired[:LAST_RUNS] and shown["last_run_count"] == 250
+    assert shown["next_fire"] == at("2026-06-01T12:00:00") and shown["last_error"] is None
+    # The same tick fired again (two sweepers) makes no run twice.
+    again = rt.scheduler.fire("wide", wf, at("2026-06-01T11:00:00"))
+    assert again == fired
+    assert len(runs_of_all(rt, "wide")) == 250
+
+
+def test_a_for_each_row_without_its_key_starts_no_run(harness_factory: Any) -> None:
+    # Every row is checked before any run starts: a bad row loses nothing, and
+    # leaves no half-fired tick.
+    h = harness_factory(MANIFEST)
+    rt, _now, _to = clocked(h, at("2026-06-01T10:20:00"))
+    wf = rt.manifest.workflows["bad-key"]
+    with pytest.raises(UsageError, match="has no key field 'id'"):
+        rt.scheduler.fire("bad-key", wf, at("2026-06-01T11:00:00"))
+    assert runs_of(rt, "bad-key") == []
+
+
+def runs_of_all(rt: Runtime, workflow: str) -> list[Any]:
+    out: list[Any] = []
+    cursor = None
+    while True:
+        runs, cursor = rt.store.runs.list_runs(workflow, rt.clock(), limit=100, start=cursor)
+        out += runs
+        if not cursor:
+            return out
 
 
 def test_the_sweeper_ticks_the_schedules(harness_factory: Any) -> None:

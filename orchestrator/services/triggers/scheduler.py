@@ -24,6 +24,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
@@ -41,6 +42,15 @@ __all__ = ["Scheduler", "fire_run_id"]
 log = logging.getLogger(__name__)
 
 MAX_ROWS = 10_000
+# A forEach fire starts its runs this many at a time: each start is a few requests in
+# turn (the run's row, its first steps, its dispatch), so 10,000 rows one after another
+# took minutes against AWS's latencies (tests/bench/aws_scale.py, issue 39), past an API's
+# and a sweep's time. Each start stays idempotent (its run id is the tick's and the key's).
+FIRE_STARTS = 16
+# The run ids a schedule's item keeps of its last fire (and `last_run_count`, all of
+# them): 10,000 ids are over DynamoDB's 400 KB item, and a cursor that cannot be written
+# fires its tick again on every sweep.
+LAST_RUNS = 100
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:-]")
 
 
@@ -125,15 +135,23 @@ class Scheduler:
                 overlap=_overlap(wf),
             )
             return [run.run_id]
-        out = []
-        for row in self.rows(name, wf, tick):
-            key = _row_key(row, wf.for_each.key)
+        rows = self.rows(name, wf, tick)
+        keys = [_row_key(row, wf.for_each.key) for row in rows]  # every row checked first
+
+        def start(row: Any, key: str) -> str:
             run, _ = self.runs.start(
                 name, row, fire_run_id(name, tick, key, source), trigger={**trigger, "key": key},
                 overlap=_overlap(wf), fire_key=key,
             )
-            out.append(run.run_id)
-        return out
+            return run.run_id
+
+        if len(rows) <= 1:
+            return [start(row, key) for row, key in zip(rows, keys, strict=True)]
+        with ThreadPoolExecutor(min(FIRE_STARTS, len(rows)), "fire") as pool:
+            # In row order. The first failure is raised once the starts under way have
+            # ended, those not begun are dropped: the tick's next fire (the cursor has not
+            # moved) makes them, and finds the others made.
+            return list(pool.map(start, rows, keys))
 
     def rows(self, name: str, wf: Any, tick: float) -> list[Any]:
         fe = wf.for_each
@@ -178,6 +196,7 @@ class Scheduler:
             "next_fire": None if state["paused"] else state["next_fire"],
             "last_fire": state.get("last_fire"),
             "last_runs": state.get("last_runs") or [],
+            "last_run_count": state.get("last_run_count", len(state.get("last_runs") or [])),
             "missed": state.get("missed", 0),
             "last_error": state.get("last_error"),
             "concurrency": _overlap(wf) if wf.group is None else "group",
@@ -227,7 +246,9 @@ class Scheduler:
         due = state["next_fire"]
         doc = {
             "last_fire": due if runs is not None else state.get("last_fire"),
-            "last_runs": runs if runs is not None else state.get("last_runs", []),
+            "last_runs": runs[:LAST_RUNS] if runs is not None else state.get("last_runs", []),
+            "last_run_count": len(runs) if runs is not None else state.get(
+                "last_run_count", len(state.get("last_runs") or [])),
             "missed": int(state.get("missed", 0)) + missed,
             "last_error": None,
         }

@@ -23,19 +23,21 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.awsrequest import AWSResponse
 
 from infra.emulator.aws_model import AwsModel, log_normal
-from infra.emulator.capabilities import resolve
+from infra.emulator.charging import Plan, plan
 from infra.emulator.dynamodb_lock import WSGIApp, _read_body
 from infra.emulator.inprocess import Body, body_of
 from infra.emulator.model_stats import ModelStats
-from infra.emulator.partitions import Buckets, charges
+from infra.emulator.moto_tables import MotoTables
+from infra.emulator.partitions import Buckets
 
-__all__ = ["RESET_PATH", "STATS_PATH", "THROTTLED", "AwsTiming", "Modelled", "ModelledWSGI",
-           "operation_of"]
+__all__ = ["RESET_PATH", "STATS_PATH", "THROTTLED", "Admission", "AwsTiming", "Modelled",
+           "ModelledWSGI", "operation_of"]
 
 # What DynamoDB answers a request over a partition's budget (HTTP 400): botocore's retry
 # handler knows the code as a throttling error and retries it, as against AWS.
@@ -64,8 +66,7 @@ class AwsTiming:
         self.buckets = Buckets(model, clock)
         self._random = random.Random(seed)
         self._random_lock = threading.Lock()
-        self._hash_keys: dict[str, str] = {}
-        self.throttled = 0  # requests answered with THROTTLED so far
+        self.tables = MotoTables()
         self.stats = ModelStats(clock)
 
     def delay(self, service: str, operation: str) -> float:
@@ -84,42 +85,48 @@ class AwsTiming:
         if seconds > 0:
             self.sleep(seconds)
 
-    def admits(self, operation: str, body: bytes) -> bool:
+    def admit(self, operation: str, body: bytes) -> Admission | None:
         """Whether the partitions this DynamoDB request touches can pay for it now (and
-        then they have): False, it is to be throttled. A body it cannot read is admitted."""
+        then they have): None, it is to be throttled; else its `Admission`, to settle
+        once it ran. A body it cannot read is admitted, charged nothing."""
         try:
             request = json.loads(body or b"{}")
         except ValueError:
-            return True
+            request = None
         if not isinstance(request, dict):
-            return True
-        charged = charges(operation, request, self.model, self.hash_key)
-        admitted = self.buckets.admit(charged)
-        if admitted:
-            self.stats.charged(charged)
-        else:
-            self.throttled += 1
+            return Admission(self, operation, "", Plan())
+        table = request.get("TableName", "")
+        cost = plan(operation, request, self.model, self.tables)
+        if not self.buckets.admit(cost.charges):
             self.stats.throttled(operation)
-        return admitted
-
-    def hash_key(self, table: str) -> str | None:
-        """The table's partition key attribute, from moto's tables (any account, any
-        region; found once per table). None: no such table, or moto keeps them elsewhere
-        (the request then goes unthrottled)."""
-        found = self._hash_keys.get(table)
-        if found is not None:
-            return found
-        try:
-            backends = resolve("moto.dynamodb.models:dynamodb_backends")
-            for account in dict.values(backends):
-                for backend in dict.values(account):
-                    t = backend.tables.get(table)
-                    if t is not None:
-                        self._hash_keys[table] = t.hash_key_attr
-                        return str(t.hash_key_attr)
-        except (LookupError, AttributeError, TypeError):
             return None
-        return None
+        self.stats.charged(cost.charges)
+        return Admission(self, operation, table if isinstance(table, str) else "", cost)
+
+
+@dataclass
+class Admission:
+    """An admitted DynamoDB request: once it has run, `settle` debits what it turned out
+    to cost beyond its admission (charging.py), and a table created or deleted is read
+    afresh."""
+    timing: AwsTiming
+    operation: str
+    table: str
+    cost: Plan
+
+    @property
+    def needs_answer(self) -> bool:
+        return self.cost.needs_answer
+
+    def settle(self, status: int, answer: bytes | None) -> None:
+        if self.operation in ("CreateTable", "DeleteTable", "UpdateTable"):
+            self.timing.tables.forget(self.table)
+        if self.cost.settle is None or not 200 <= status < 300:
+            return
+        extra = self.cost.settle(answer)
+        if extra:
+            self.timing.buckets.debit(extra)
+            self.timing.stats.charged(extra)
 
 
 def operation_of(target: str, method: str, service_scope: str) -> tuple[str, str] | None:
@@ -170,11 +177,26 @@ class ModelledWSGI:
             body = _read_body(environ)
             environ["wsgi.input"] = io.BytesIO(body)
         self.timing.wait(service, operation)
-        if body is not None and not self.timing.admits(operation, body):
-            status, headers, answer = _throttled_answer()
+        if body is None:
+            return self.app(environ, start_response)
+        admitted = self.timing.admit(operation, body)
+        if admitted is None:
+            status, headers, refusal = _throttled_answer()
             start_response(f"{status} Bad Request", list(headers.items()))
-            return [answer]
-        return self.app(environ, start_response)
+            return [refusal]
+        seen: list[int] = []
+
+        def started(status: str, headers: Any, *rest: Any) -> Any:
+            seen.append(int(status.split(" ", 1)[0]))
+            return start_response(status, headers, *rest)
+
+        answered = self.app(environ, started)
+        answer: bytes | None = None
+        if admitted.needs_answer:  # moto's answer is whole already: no stream is held
+            answer = b"".join(answered)
+            answered = [answer]
+        admitted.settle(seen[0] if seen else 500, answer)
+        return answered
 
     def _own(self, path: str, method: str, start_response: Callable[..., Any]
              ) -> Iterable[bytes]:
@@ -216,7 +238,14 @@ class Modelled:
             self.timing.wait(service, operation)
             if service == "dynamodb":
                 request.body = body_of(request)  # read once: `inner` reads it again
-            if service == "dynamodb" and not self.timing.admits(operation, request.body):
-                status, headers, answer = _throttled_answer()
-                return AWSResponse(str(request.url), status, headers, Body(answer))
+                admitted = self.timing.admit(operation, request.body)
+                if admitted is None:
+                    status, headers, answer = _throttled_answer()
+                    return AWSResponse(str(request.url), status, headers, Body(answer))
+                response: AWSResponse | None = self.inner(request, **kwargs)
+                if response is not None:
+                    # `content` reads the body once and keeps it, for botocore too.
+                    admitted.settle(response.status_code,
+                                    response.content if admitted.needs_answer else None)
+                return response
         return self.inner(request, **kwargs)  # type: ignore[no-any-return]

@@ -7,8 +7,9 @@ shared by every `EventFront`, `QueueMapping` and `Schedule` of one stack
   as AWS's concurrent-executions quota is per account and region, not per function.
 - Delay: each invocation waits a delay drawn from the model's `latency.lambda.default`
   (a log-normal, `log_normal`, capped at ten p99s as in modelled.py): a warm invocation's
-  overhead, on top of the handler's own time. The random stream is seedable and the sleep
-  injectable, as in `AwsTiming`.
+  overhead, on top of the handler's own time (a synchronous invocation let in holds its
+  slot through it; a throttled one waits it before its answer). The random stream is
+  seedable and the sleep injectable, as in `AwsTiming`.
 - Over the limit, by how the function is invoked:
   - synchronously (`EventFront`: a Function URL, or the HTTP API): answered at once,
     never queued: a Function URL with `THROTTLED_URL` (HTTP 429, TooManyRequestsException);
@@ -79,6 +80,7 @@ class LambdaLimits:
         self.running = 0  # invocations holding a slot now
         self.peak = 0  # the most that ever held one at once
         self.throttled = 0  # synchronous invocations answered THROTTLED_* so far
+        self.throttled_api = 0  # of them, HTTP API ones (THROTTLED_API: a 500 like any)
         self.waiting = 0  # invocations waiting for a slot now (mappings, schedules)
 
     @classmethod
@@ -102,11 +104,14 @@ class LambdaLimits:
         if seconds > 0:
             self.sleep(seconds)
 
-    def try_acquire(self) -> bool:
-        """Take a slot if one is free now (a synchronous invocation): False, throttled."""
+    def try_acquire(self, *, api: bool = False) -> bool:
+        """Take a slot if one is free now (a synchronous invocation): False, throttled.
+        `api`: the invocation is an HTTP API's, counted apart too (its 500 is API
+        Gateway's answer to any invocation error: the count tells throttling from others)."""
         with self._lock:
             if self.running >= self.concurrency:
                 self.throttled += 1
+                self.throttled_api += api
                 return False
             self._take()
             return True
@@ -140,7 +145,9 @@ class LambdaLimits:
     def release(self) -> None:
         with self._freed:
             self.running -= 1
-            self._freed.notify()
+            # Every waiter: one woken by notify() may be an `until_free` that takes no
+            # slot, leaving an `acquire` waiting for its next poll with a slot free.
+            self._freed.notify_all()
 
     def _take(self) -> None:
         self.running += 1

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
+import functools
 import logging
 import threading
 import time
@@ -38,8 +40,22 @@ log = logging.getLogger("orchestrator.lambda_local")
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 
+# The most invocations one `EventFront` runs at once with the AWS model on: its threads
+# (each with an event loop of its own) are made as they are needed, up to the model's
+# concurrency, but a model of thousands would be thousands of threads in one process.
+FRONT_THREADS = 64
+
+
 class EventFront:
-    """An ASGI app: each HTTP request → one invocation of `handler` → the response."""
+    """An ASGI app: each HTTP request → one invocation of `handler` → the response.
+
+    Without limits, the handlers run on the server loop's default executor, as always.
+    With `limits` (the AWS model), on a pool of the front's own, of the model's
+    concurrency but at most FRONT_THREADS (64) threads: the default executor's
+    min(32, cores + 4) threads would hold the front under the account's limit, so a
+    Function URL would never answer 429 at the model's concurrency. Past 64 (a model's
+    concurrency above that), the front queues invocations as the default executor did,
+    and only the account's pool, shared with the other fronts and the mappings, throttles."""
 
     _loops = threading.local()
 
@@ -57,15 +73,29 @@ class EventFront:
         self.timeout = timeout
         self.function_url = function_url
         self.limits = limits
+        self._pool = None if limits is None else ThreadPoolExecutor(
+            min(limits.concurrency, FRONT_THREADS), thread_name_prefix="front")
+
+    async def _run(self, event: dict[str, Any]) -> dict[str, Any]:
+        limits, pool = self.limits, self._pool
+        if limits is None or pool is None:
+            return await asyncio.to_thread(self._invoke, event)
+        # The slot is taken on arrival, here on the loop (a short lock): an invocation
+        # over the limit is answered at once, never queued behind those the pool runs.
+        if not limits.try_acquire(api=not self.function_url):
+            await asyncio.to_thread(limits.wait)  # its delay, as every invocation's
+            return THROTTLED_URL if self.function_url else THROTTLED_API
+        # As asyncio.to_thread does, on the front's own pool: the caller's context goes
+        # too. Shielded: a caller gone does not cancel it before it releases its slot.
+        call = functools.partial(contextvars.copy_context().run, self._limited, event)
+        return await asyncio.shield(asyncio.get_running_loop().run_in_executor(pool, call))
 
     def _limited(self, event: dict[str, Any]) -> dict[str, Any]:
-        # A synchronous invocation over the limit is answered at once, never queued.
+        """An invocation holding its slot: its delay, the handler, the slot freed."""
         limits = self.limits
         assert limits is not None
-        limits.wait()
-        if not limits.try_acquire():
-            return THROTTLED_URL if self.function_url else THROTTLED_API
         try:
+            limits.wait()
             return self._invoke(event)
         finally:
             limits.release()
@@ -84,8 +114,7 @@ class EventFront:
                      for part in scope.get("query_string", b"").decode().split("&") if part)
         event = http_event(scope["method"], scope["path"], query=query, headers=headers,
                            body=body, base64_body=True, function_url=self.function_url)
-        answer = await asyncio.to_thread(
-            self._invoke if self.limits is None else self._limited, event)
+        answer = await self._run(event)
         raw = answer.get("body") or ""
         data = base64.b64decode(raw) if answer.get("isBase64Encoded") else raw.encode()
         out_headers = [(k.encode(), str(v).encode())

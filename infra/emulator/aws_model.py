@@ -35,7 +35,8 @@ Query whose key condition it cannot read) goes unthrottled.
 
 The environment: `ORCH_EMULATOR_MODEL` (`aws`: the shipped file; a path: that file;
 empty or `off`: no model), read by `from_environ` when an Emulator starts, never at
-import (as infra/emulator/speedups reads ORCH_MOTO_STOCK)."""
+import (as infra/emulator/speedups reads ORCH_MOTO_STOCK). `model_file` reads such a
+value, the variable's or `orchestrator dev --aws-model`'s, one way for both."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 __all__ = ["DEFAULT_FILE", "MODEL_VARIABLE", "AwsModel", "AwsModelError", "Latency",
-           "from_environ", "load", "log_normal"]
+           "from_environ", "load", "log_normal", "model_file"]
 
 MODEL_VARIABLE = "ORCH_EMULATOR_MODEL"
 DEFAULT_FILE = Path(__file__).resolve().parent.parent / "aws_model.yaml"
@@ -160,10 +161,20 @@ def load(path: str | Path) -> AwsModel:
         raise AwsModelError(f"{path}: {problems}") from exc
 
 
+def model_file(value: str) -> Path | None:
+    """The model file a setting names (ORCH_EMULATOR_MODEL's value, or `orchestrator dev
+    --aws-model`'s), or None for no model. Surrounding blanks are dropped and the words
+    are read in any case: `aws`, `on` or `1` is the shipped file (DEFAULT_FILE); empty,
+    `off`, `0` or `none` is no model; anything else is a file's path."""
+    value = value.strip()
+    word = value.lower()
+    if word in ("", "off", "0", "none"):
+        return None
+    return DEFAULT_FILE if word in ("aws", "on", "1") else Path(value)
+
+
 def from_environ(environ: Mapping[str, str] | None = None) -> AwsModel | None:
     """The model ORCH_EMULATOR_MODEL asks for (`aws`, or a file's path), or None."""
     env = os.environ if environ is None else environ
-    value = env.get(MODEL_VARIABLE, "").strip()
-    if value.lower() in ("", "off", "0", "none"):
-        return None
-    return load(DEFAULT_FILE if value.lower() in ("aws", "on", "1") else value)
+    path = model_file(env.get(MODEL_VARIABLE, ""))
+    return None if path is None else load(path)

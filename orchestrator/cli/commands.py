@@ -270,7 +270,9 @@ def create_key(name: str) -> None:
               metavar="[FILE]",
               help="Make the embedded emulator answer in AWS's time: per-operation delays and"
               " DynamoDB's per-partition throughput, with AWS's throttling error"
-              " (infra/aws_model.yaml, or FILE; ORCH_EMULATOR_MODEL likewise).")
+              " (infra/aws_model.yaml, or FILE; ORCH_EMULATOR_MODEL likewise: aws, on or 1"
+              " the shipped file, off, 0 or none no model). Needs the embedded emulator:"
+              " refused with --no-emulator or an AWS_ENDPOINT_URL*.")
 @click.option("--provision", type=click.Choice(["cloudformation", "direct"]),
               default="cloudformation", show_default=True,
               help="Make the tables, queues and bucket through CloudFormation, or straight"

@@ -6,17 +6,23 @@ function on a uvicorn of its own process), broken down by part. Figures, not pas
   W1      ms per step, from the runs' own timestamps (created_at to finished_at / 50)
   AWS     the requests a step makes, by operation, each with its mean time as the worker
           saw it (botocore's `before-call` to `after-call`: serializing, the emulator's
-          answer over the socket, parsing), measured inside the W1 runs themselves
+          answer over the socket, parsing), measured inside the W1 runs themselves. A
+          ReceiveMessage that brought messages counts, timed from the later of its start
+          and the last SendMessage's answer (its long poll's wait before the message
+          existed is no step's work); one that came back empty waited for work and does
+          not
   CALL    one POST of a step's body to the no-op function, back to back (httpx, kept-alive)
   FLOOR   requests x their times + CALL: what a step costs with none of the engine's own
           Python; W1 - FLOOR is that Python (and the thread hand-offs between parts)
-  MOTO    with --moto: the same requests' time inside the emulator process alone
-          (its InProcess handler, timed there), to split a request into moto and transport
 
-    python tests/bench/w1_parts.py [--runs 10] [--steps 50] [--json] [--dbos PY]
+The emulator runs without the AWS model (whatever ORCH_EMULATOR_MODEL says): this is the
+local breakdown; tests/bench/aws_scale.py measures under the model.
 
-`--dbos PY` runs ../shared/bench/dbos_bench.py --only W1 with that python in the same
-session (DBOS 3.4 on SQLite), for the side-by-side the issue asks."""
+    python tests/bench/w1_parts.py [--runs 10] [--steps 50] [--json] [--dbos PY [--peer PATH]]
+
+`--dbos PY` runs the DBOS bench (`--peer`, default ../shared/bench/dbos_bench.py beside
+the repository) --only W1 with that python in the same session (DBOS 3.4 on SQLite), for
+the side-by-side the issue asks."""
 
 from __future__ import annotations
 
@@ -59,7 +65,11 @@ async def noop(request):
 app = Starlette(routes=[Route("/noop", noop, methods=["POST"])])
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 """
-PEER = Path("/work/shared/bench/dbos_bench.py")
+# The DBOS bench, beside the repository (--peer to name another).
+PEER = ROOT.parent / "shared" / "bench" / "dbos_bench.py"
+# What an empty ReceiveMessage is filed under: a long poll that waited for work, not a
+# step's work, so left out of the floor.
+EMPTY_RECEIVE = "ReceiveMessage (empty)"
 
 
 class RequestTimer:
@@ -69,6 +79,9 @@ class RequestTimer:
         self.times: dict[str, list[float]] = defaultdict(list)
         self._local = threading.local()
         self._lock = threading.Lock()
+        # When the last SendMessage was answered: the messages this process's receives
+        # bring were sent by this process (its run starts and its worker).
+        self._sent = 0.0
         for c in (clients.dynamodb, clients.sqs, clients.s3):
             c.meta.events.register("before-call", self._before)
             c.meta.events.register("after-call", self._after)
@@ -76,10 +89,19 @@ class RequestTimer:
     def _before(self, model: Any, **_: Any) -> None:
         self._local.t0 = time.perf_counter()
 
-    def _after(self, model: Any, **_: Any) -> None:
-        spent = time.perf_counter() - getattr(self._local, "t0", time.perf_counter())
+    def _after(self, model: Any, parsed: Any = None, **_: Any) -> None:
+        now = time.perf_counter()
+        t0 = getattr(self._local, "t0", now)
+        name = model.name
         with self._lock:
-            self.times[model.name].append(spent)
+            if name in ("SendMessage", "SendMessageBatch"):
+                self._sent = now
+            elif name == "ReceiveMessage":
+                if (parsed or {}).get("Messages"):
+                    t0 = max(t0, self._sent)  # not its wait for the message to exist
+                else:
+                    name = EMPTY_RECEIVE
+            self.times[name].append(now - t0)
 
     def take(self) -> dict[str, list[float]]:
         with self._lock:
@@ -123,12 +145,10 @@ def call_ms(url: str, rounds: int) -> list[float]:
     return out
 
 
-def peer(python: str) -> float | None:
-    if not PEER.exists():
-        return None
+def peer(python: str, bench: Path) -> float | None:
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "d.json")
-        subprocess.run([python, str(PEER), "--db", "sqlite", "--poll", "0.01", "--repeats", "3",
+        subprocess.run([python, str(bench), "--db", "sqlite", "--poll", "0.01", "--repeats", "3",
                         "--only", "W1", "--out", out], check=True, capture_output=True)
         res = json.loads(Path(out).read_text())
     w1 = res.get("W1", {})
@@ -139,7 +159,8 @@ def peer(python: str) -> float | None:
 def measure(runs: int, steps: int) -> dict[str, Any]:
     work = tempfile.mkdtemp(prefix="w1-parts-")
     fn, fn_url = serve_function(work)
-    emulator = EmulatorProcess("127.0.0.1", 0, spare_core()).start()
+    # model="off": never modelled, whatever ORCH_EMULATOR_MODEL this process inherited.
+    emulator = EmulatorProcess("127.0.0.1", 0, spare_core(), model="off").start()
     switch = sys.getswitchinterval()
     try:
         settings = Settings(endpoint_url=emulator.url, prefix="w1p", api_auth=False)
@@ -179,10 +200,10 @@ def measure(runs: int, steps: int) -> dict[str, Any]:
         emulator.stop()
         fn.terminate()
     w1 = statistics.median(per_step)
-    # A ReceiveMessage is a long poll: it waits for work, it is not a step's work.
+    # An empty ReceiveMessage is a long poll that waited for work, not a step's work.
     ops = {op: {"per_step": counts[op] / (runs * steps),
                 "ms_mean": statistics.fmean(v) * 1e3, "ms_p50": statistics.median(v) * 1e3}
-           for op, v in sorted(times.items()) if op != "ReceiveMessage"}
+           for op, v in sorted(times.items()) if op != EMPTY_RECEIVE}
     aws = sum(o["per_step"] * o["ms_mean"] for o in ops.values())
     call_p50 = statistics.median(call)
     return {"runs": runs, "steps": steps, "w1_ms_per_step": w1,
@@ -212,11 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--dbos", default="", help="a python with dbos installed")
+    ap.add_argument("--peer", type=Path, default=PEER,
+                    help="the DBOS bench --dbos runs (default: %(default)s)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    if a.dbos and not a.peer.is_file():
+        ap.error(f"--peer: no DBOS bench at {a.peer}")
     r = measure(a.runs, a.steps)
     if a.dbos:
-        r["dbos_ms_per_step"] = peer(a.dbos)
+        r["dbos_ms_per_step"] = peer(a.dbos, a.peer)
     print(json.dumps(r, indent=1) if a.json else render(r))
     return 0
 

@@ -108,7 +108,7 @@ def test_a_function_url_over_the_concurrency_answers_429(tmp_path: Path) -> None
         assert refused.status_code == 500
         assert refused.json() == {"message": "Internal server error"}
         assert url_handler.inside == 1 and api_handler.inside == 1  # neither was invoked
-        assert limits.throttled == 2
+        assert limits.throttled == 2 and limits.throttled_api == 1
 
         url_handler.go.set()
         api_handler.go.set()
@@ -120,6 +120,55 @@ def test_a_function_url_over_the_concurrency_answers_429(tmp_path: Path) -> None
     assert limits.running == 0 and limits.peak == 2
     # Every invocation waited its delay first, the throttled ones too.
     assert len(slept.seconds) == 5 and all(s > 0 for s in slept.seconds)
+
+
+def test_a_front_runs_as_many_invocations_as_the_account_allows(tmp_path: Path) -> None:
+    # More than the loop's default executor has threads (min(32, cores + 4)): the front
+    # runs on a pool of its own, so the account's limit, not a thread pool, is what
+    # answers 429.
+    n = 40
+    limits = LambdaLimits.from_model(load(_model_file(tmp_path, concurrency=n)),
+                                     seed=1, sleep=Slept())
+    handler = Blocking()
+    with BackgroundServer(EventFront(handler, function_url=True, limits=limits)) as fn:
+        answers: list[httpx.Response] = []
+        threads = [_post_in_background(f"{fn.url}/{i}", answers) for i in range(n)]
+        try:
+            _until(lambda: handler.inside == n, f"{n} invocations in flight")
+            assert limits.running == n
+            over = httpx.post(f"{fn.url}/over", content=b"{}", timeout=DEADLINE)
+            assert over.status_code == 429
+        finally:
+            handler.go.set()
+            for t in threads:
+                t.join(DEADLINE)
+    assert [a.status_code for a in answers] == [200] * n and limits.running == 0
+
+
+def test_a_freed_slot_goes_at_once_to_an_invocation_waiting_for_one() -> None:
+    # A mapping waiting to poll (`until_free`, takes no slot) and a schedule waiting for a
+    # slot (`acquire`): a release wakes both, so the schedule need not wait for its poll.
+    limits = LambdaLimits(1, None)
+    stop = threading.Event()
+    assert limits.try_acquire()
+    polled = threading.Thread(target=limits.until_free, args=(stop, 3600), daemon=True)
+    polled.start()
+    _until(lambda: limits.waiting == 1, "the mapping waiting")  # first in line
+    took = threading.Event()
+    taker = threading.Thread(target=lambda: limits.acquire(stop, 3600) and took.set(),
+                             daemon=True)
+    taker.start()
+    _until(lambda: limits.waiting == 2, "the schedule waiting too")
+    limits.release()
+    try:
+        assert took.wait(DEADLINE), "the freed slot was not taken (woken by its poll only)"
+        assert limits.running == 1
+    finally:
+        stop.set()
+        if took.is_set():
+            limits.release()  # wakes the mapping too, if it went back to waiting
+        polled.join(DEADLINE)
+        taker.join(DEADLINE)
 
 
 @pytest.fixture
@@ -247,15 +296,23 @@ workflows:
 """
 
 
-def _through_api(c: httpx.Client, method: str, path: str, **kwargs: Any) -> httpx.Response:
+def _through_api(c: httpx.Client, limits: LambdaLimits, method: str, path: str,
+                 **kwargs: Any) -> httpx.Response:
     """A call to the API, made again while API Gateway answers that Lambda throttled it
-    (the account's slots are shared with the workers and the functions they call)."""
+    (the account's slots are shared with the workers and the functions they call). A 500
+    the limiter did not throttle (its count of throttled API invocations did not move:
+    this test is the API's only caller) is the handler's own: a failure."""
     answer: httpx.Response | None = None
 
     def answered() -> bool:
         nonlocal answer
+        before = limits.throttled_api
         answer = c.request(method, path, **kwargs)
-        return answer.status_code != 500 or answer.json() != {"message": "Internal server error"}
+        if answer.status_code != 500:
+            return True
+        assert limits.throttled_api > before, f"{method} {path}: {answer.text}"
+        assert answer.json() == {"message": "Internal server error"}
+        return False
 
     _until(answered, f"answered {method} {path}")
     assert answer is not None
@@ -277,14 +334,15 @@ def test_dev_lambda_with_the_aws_model_runs_a_workflow(tmp_path: Path) -> None:
         limits = stack._lambda_limits()
         assert isinstance(limits, LambdaLimits) and limits.concurrency == 4
         with httpx.Client(base_url=stack.api_url, timeout=DEADLINE) as c:
-            r = _through_api(c, "POST", "/runs", json={"workflow": "chain", "input": {"n": 1}})
+            r = _through_api(c, limits, "POST", "/runs",
+                             json={"workflow": "chain", "input": {"n": 1}})
             assert r.status_code == 201, r.text
             run_id = r.json()["run_id"]
             view: dict[str, Any] = {}
 
             def finished() -> bool:
                 nonlocal view
-                view = _through_api(c, "GET", f"/runs/{run_id}").json()
+                view = _through_api(c, limits, "GET", f"/runs/{run_id}").json()
                 return view["status"] not in ("queued", "running")
 
             _until(finished, "finished")

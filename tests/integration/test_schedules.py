@@ -3,6 +3,7 @@ missed fires, pause/resume/trigger, forEach rows and the overlap policy per key.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -59,7 +60,27 @@ workflows:
     forEach: { backend: fn, route: /echo, key: id }
     steps:
       one: { backend: fn, route: /echo }
-""".replace("WIDE_ROWS", "[" + ", ".join(f"{{ id: r{i:03d} }}" for i in range(250)) + "]")
+  throttled:
+    schedule: { every: 1h }
+    forEach: { items: ROWS_100, key: id }
+    throttle: { limit: 1000, period: 1s }
+    steps:
+      one: { backend: fn, route: /echo }
+  one-at-a-time:
+    schedule: { every: 1h }
+    forEach: { items: ROWS_20, key: id }
+    concurrency: { group: nightly, policy: queue }
+    steps:
+      hold: { backend: fn, route: /hold, payload: { seconds: 30 } }
+  debounced:
+    schedule: { every: 1h }
+    forEach: { items: ROWS_20, key: id }
+    debounce: { period: 1m }
+    steps:
+      one: { backend: fn, route: /echo }
+""".replace("WIDE_ROWS", "[" + ", ".join(f"{{ id: r{i:03d} }}" for i in range(250)) + "]") \
+    .replace("ROWS_100", "[" + ", ".join(f"{{ id: t{i:03d} }}" for i in range(100)) + "]") \
+    .replace("ROWS_20", "[" + ", ".join(f"{{ id: z{19 - i:02d} }}" for i in range(20)) + "]")
 
 
 def at(text: str) -> float:
@@ -75,6 +96,21 @@ def clocked(h: Harness, start: float) -> tuple[Runtime, list[float], Callable[[f
         now[0] = t
 
     return rt, now, to
+
+
+def ticking(h: Harness, start: float) -> tuple[Runtime, set[str]]:
+    """A clock a millisecond later at every read (so arrivals are ordered), and the
+    names of the threads that read it (one: the rows started one after another)."""
+    now = [start]
+    threads: set[str] = set()
+
+    def clock() -> float:
+        threads.add(threading.current_thread().name)
+        now[0] += 0.001
+        return now[0]
+
+    rt = Runtime.build(h.rt.settings, h.rt.manifest, clients=h.rt.clients, clock=clock)
+    return rt, threads
 
 
 def runs_of(rt: Runtime, workflow: str) -> list[Any]:
@@ -235,6 +271,64 @@ def test_a_for_each_row_without_its_key_starts_no_run(harness_factory: Any) -> N
     with pytest.raises(UsageError, match="has no key field 'id'"):
         rt.scheduler.fire("bad-key", wf, at("2026-06-01T11:00:00"))
     assert runs_of(rt, "bad-key") == []
+
+
+def test_a_throttled_for_each_fire_starts_its_rows_in_order(harness_factory: Any) -> None:
+    # A throttle is one item (its `tat`) shared by every row: rows started in parallel
+    # contended on it (a tick could fail after the throttle's rounds), and which row got
+    # the first slot was the fastest thread's. The rows start one after another.
+    h = harness_factory(MANIFEST)
+    rt, _now, to = clocked(h, at("2026-06-01T10:20:00"))
+    wf = rt.manifest.workflows["throttled"]
+    rt.scheduler.tick_one("throttled", wf)  # sets the cursor to 11:00
+    to(at("2026-06-01T11:00:01"))
+    fired = rt.scheduler.tick_one("throttled", wf)
+    shown = rt.scheduler.show("throttled")
+    assert shown["last_error"] is None and shown["last_run_count"] == 100
+    runs = [rt.runs.get(r) for r in fired]
+    assert [r.input for r in runs] == [{"id": f"t{i:03d}"} for i in range(100)]
+    assert len({r.run_id for r in runs_of_all(rt, "throttled")}) == 100
+    # One slot each, period / limit = 1 ms apart, in row order.
+    slots = [r.admit_at for r in runs]
+    assert all(s is not None for s in slots)
+    assert slots == sorted(slots) and len(set(slots)) == 100
+
+
+def test_a_group_for_each_fire_queues_its_rows_in_row_order(harness_factory: Any) -> None:
+    # A queue group admits in arrival order: the rows arrive in row order (z19 first,
+    # which sorts last by run id), one after another, never as threads happen to run.
+    h = harness_factory(MANIFEST)
+    rt, threads = ticking(h, at("2026-06-01T11:00:01"))
+    wf = rt.manifest.workflows["one-at-a-time"]
+    fired = rt.scheduler.fire("one-at-a-time", wf, at("2026-06-01T11:00:00"))
+    assert threads == {threading.current_thread().name}  # no row raced another
+    runs = [rt.runs.get(r) for r in fired]
+    assert [r.input["id"] for r in runs] == [f"z{19 - i:02d}" for i in range(20)]
+    assert [r.status for r in runs] == [RunStatus.RUNNING] + [RunStatus.QUEUED] * 19
+    created = [r.created_at for r in runs]
+    assert created == sorted(created) and len(set(created)) == 20
+    # The group's lock passes down the rows in their order.
+    for i in range(1, 4):
+        rt.runs.cancel(fired[i - 1], "next row")
+        rt.admission.arrive(rt.runs.get(fired[i]))
+        assert [rt.runs.get(r).status for r in fired[i:i + 2]] == [RunStatus.RUNNING,
+                                                                   RunStatus.QUEUED]
+
+
+def test_a_debounced_for_each_fire_ends_on_its_last_row(harness_factory: Any) -> None:
+    # A debounce is one burst for every row (an empty key): each row is a trigger that
+    # moves the burst's run onto its input, so the run is the last row's. Rows started
+    # in parallel contended on the burst ("is contended" failed the tick) and the input
+    # was whichever thread wrote last.
+    h = harness_factory(MANIFEST)
+    rt, threads = ticking(h, at("2026-06-01T11:00:01"))
+    wf = rt.manifest.workflows["debounced"]
+    fired = rt.scheduler.fire("debounced", wf, at("2026-06-01T11:00:00"))
+    assert threads == {threading.current_thread().name}  # no row raced another
+    assert len(fired) == 20 and len(set(fired)) == 1
+    assert [r.run_id for r in runs_of_all(rt, "debounced")] == fired[:1]
+    run = rt.runs.get(fired[0])
+    assert run.status is RunStatus.QUEUED and run.input == {"id": "z00"}
 
 
 def runs_of_all(rt: Runtime, workflow: str) -> list[Any]:

@@ -46,6 +46,7 @@ MAX_ROWS = 10_000
 # turn (the run's row, its first steps, its dispatch), so 10,000 rows one after another
 # took minutes against AWS's latencies (tests/bench/aws_scale.py, issue 39), past an API's
 # and a sweep's time. Each start stays idempotent (its run id is the tick's and the key's).
+# Only for a workflow without a gate shared across rows (see `_parallel_starts`).
 FIRE_STARTS = 16
 # The run ids a schedule's item keeps of its last fire (and `last_run_count`, all of
 # them): 10,000 ids are over DynamoDB's 400 KB item, and a cursor that cannot be written
@@ -145,7 +146,7 @@ class Scheduler:
             )
             return run.run_id
 
-        if len(rows) <= 1:
+        if len(rows) <= 1 or not _parallel_starts(wf):
             return [start(row, key) for row, key in zip(rows, keys, strict=True)]
         with ThreadPoolExecutor(min(FIRE_STARTS, len(rows)), "fire") as pool:
             # In row order. The first failure is raised once the starts under way have
@@ -264,6 +265,18 @@ class Scheduler:
 def _overlap(wf: Any) -> str:
     overlap = getattr(wf, "overlap", None) or "skip"
     return str(overlap)
+
+
+def _parallel_starts(wf: Any) -> bool:
+    """Whether a fire may start its rows' runs several at a time: only when no admission
+    gate is shared across rows. A throttle, a debounce or a concurrency group admits
+    through one conditional item (a throttle's `tat`, a burst, a group's lock) that
+    parallel starts would contend on (a throttle gives up after a bounded number of
+    rounds, a burst with StoreError "is contended", failing the tick), and the row that
+    wins a slot or a queue place would be the fastest thread's, not the first row's. The
+    `concurrency: skip | allow | replace` string is checked per row key: no contention."""
+    return (getattr(wf, "throttle", None) is None and getattr(wf, "debounce", None) is None
+            and getattr(wf, "group", None) is None)
 
 
 def _row_key(row: Any, field: str) -> str:

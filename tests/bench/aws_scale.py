@@ -60,6 +60,11 @@ sys.path.insert(0, str(ROOT))
 from infra.emulator.aws_model import DEFAULT_FILE, load  # noqa: E402
 from orchestrator.webhook_signing import sign  # noqa: E402
 
+CORES = os.cpu_count() or 1
+# The worker's threads (ORCH_WORKER_THREADS): under the model a step mostly waits on AWS's
+# latency, and AWS runs up to 50 worker invocations of 10 records each (template.yaml's
+# WorkerMaxConcurrency): more than the default 8 a local worker runs.
+WORKER_THREADS = 32
 WORKLOADS = ("w1", "start", "webhook", "durable", "fanout", "foreach", "concurrent")
 TERMINAL = {"success", "failed", "killed", "skipped", "cancelled"}
 HOOK = "bench"
@@ -190,6 +195,29 @@ def until(what: str, check: Callable[[], Any], timeout: float, every: float = 0.
         time.sleep(every)
 
 
+def tree_cpu_seconds(roots: Iterable[int]) -> float:
+    """User and system CPU seconds of these processes and their live descendants (/proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            rest = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            stats[int(d)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / tick)
+        except (OSError, IndexError, ValueError):
+            continue
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, todo = 0.0, list(roots)
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo.extend(children.get(pid, []))
+    return total
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -198,7 +226,8 @@ def pct(values: list[float], q: float) -> float:
 class Stack:
     """`orchestrator dev --aws-model` and the function server, as subprocesses."""
 
-    def __init__(self, orchestrator: str, model: str, sizes: dict[str, int]) -> None:
+    def __init__(self, orchestrator: str, model: str, sizes: dict[str, int],
+                 worker_threads: int | None = None) -> None:
         self.work = Path(tempfile.mkdtemp(prefix="aws-scale-"))
         self.fn_port, self.api_port, self.emu_port = free_port(), free_port(), free_port()
         (self.work / "fn.py").write_text(FUNCTIONS)
@@ -206,6 +235,8 @@ class Stack:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL")}
         env["FN"] = f"http://127.0.0.1:{self.fn_port}"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        if worker_threads is not None:  # as a user sets it (orchestrator/settings.py)
+            env["ORCH_WORKER_THREADS"] = str(worker_threads)
         self.log = self.work / "dev.log"
         self.fn = subprocess.Popen([sys.executable, str(self.work / "fn.py"), str(self.fn_port)],
                                    env=env, start_new_session=True)
@@ -394,7 +425,10 @@ class Bench:
         self.stack.calls(0)
         self.stack.model_stats(reset=True)
         self.say(f"{name} …")
+        roots = (self.stack.dev.pid, self.stack.fn.pid)
+        cpu0 = tree_cpu_seconds(roots)
         figures, views, steps = body()
+        cpu = tree_cpu_seconds(roots) - cpu0
         stats = self.stack.model_stats()  # before the proof's own reads
         calls = self.stack.calls(-1)
         out = {**figures, "steps": steps, "model": model_figures(stats, self.rate),
@@ -413,6 +447,19 @@ class Bench:
             out["concurrency_bound_s"] = busy / out["worker_concurrency"]
             out["wall_over_concurrency_bound"] = (wall / out["concurrency_bound_s"]
                                                   if wall and out["concurrency_bound_s"] else None)
+        out["cpu_s"] = cpu
+        if wall and out.get("worker_concurrency"):
+            # What holds a scale workload back, here: its hottest partition at the model's
+            # rate (AWS's bound too), its steps' own time over the worker threads at once
+            # (on AWS: Lambda's concurrency, far higher), or this machine's cores doing
+            # the emulator's and the orchestrator's work (not AWS's at all).
+            bounds = {"partition": out["model"]["bound_s"],
+                      "concurrency": out["concurrency_bound_s"],
+                      "cpu": cpu / CORES}
+            out["bounds_s"] = bounds
+            out["bound_by"] = max(bounds, key=lambda k: bounds[k])
+            out["bound_s"] = bounds[out["bound_by"]]
+            out["wall_over_bound"] = wall / out["bound_s"] if out["bound_s"] else None
         if out["cost"]["runs_priced"]:
             out["cost"]["dollars_per_million_steps"] = out["cost"]["dollars"] / steps * 1e6
             out["cost"]["aws_requests_per_step"] = out["cost"]["aws_requests"] / steps
@@ -476,7 +523,8 @@ class Bench:
 
         def body() -> tuple[dict[str, Any], list[dict[str, Any]], int]:
             view = self.stack.finished(self.stack.start("fan"), 3600)
-            return {"wall_s": view["finished_at"] - view["created_at"]}, [view], n + 2
+            return ({"wall_s": view["finished_at"] - view["created_at"],
+                     "worker_concurrency": self.stack.concurrency}, [view], n + 2)
         return self.measure("fanout", body)
 
     def foreach(self) -> dict[str, Any]:
@@ -529,7 +577,7 @@ def proven(p: dict[str, Any]) -> bool:
 def table(results: dict[str, Any]) -> str:
     head = (f"{'workload':10} {'steps':>6} {'p50 ms':>8} {'p99 ms':>8} {'wall s':>8}"
             f" {'ms/step':>8} {'steps/s':>8} {'AWS req':>8} {'$/M steps':>9} {'model req':>9}"
-            f" {'thrott':>6} {'hot WU':>7} {'bound s':>7} {'wall/bd':>7}")
+            f" {'thrott':>6} {'hot WU':>7} {'bound s':>7} {'by':>11} {'wall/bd':>7}")
     lines = [head, "-" * len(head)]
     for name, r in results.items():
         if "error" in r:
@@ -544,11 +592,14 @@ def table(results: dict[str, Any]) -> str:
             f" {_f(per_step, '.2f'):>8} {_f(r.get('steps_per_s'), '.0f'):>8}"
             f" {c['aws_requests']:>8} {_f(c.get('dollars_per_million_steps'), '.2f'):>9}"
             f" {m['requests']:>9} {m['throttled']:>6} {m['hottest_write_units']:>7.0f}"
-            f" {_f(m['bound_s'] if r.get('wall_s') else None, '.2f'):>7}"
+            f" {_f(r.get('bound_s', m['bound_s'] if r.get('wall_s') else None), '.2f'):>7}"
+            f" {r.get('bound_by', 'partition' if r.get('wall_s') else '-'):>11}"
             f" {_f(r.get('wall_over_bound'), '.1f'):>7}")
     lines.append("")
     lines.append("p50/p99: w1 step-to-step gap; start, webhook: POST to the first step's start."
-                 " bound: the hottest partition's write units at the model's rate.")
+                 " bound: the largest of the hottest partition's write units at the model's"
+                 " rate, the steps' own time over the worker threads, and the CPU time of"
+                 f" the stack's processes over this machine's {CORES} cores.")
     for name, r in results.items():
         if "error" in r:
             continue
@@ -592,6 +643,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partition-wcu", type=float,
                     help="the model's write units a second per partition, lowered (or raised)"
                          " from the file's: to see throttling at this machine's load")
+    ap.add_argument("--worker-threads", type=int, default=WORKER_THREADS,
+                    help=f"the worker's threads, ORCH_WORKER_THREADS (default {WORKER_THREADS})")
     ap.add_argument("--only", default=",".join(WORKLOADS))
     ap.add_argument("--quick", action="store_true", help="every workload, small")
     ap.add_argument("--repeats", type=int, default=5, help="w1's runs")
@@ -626,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
         model_file = derived_model(model_file, a.partition_wcu)
     model = load(model_file)
     rate = model.dynamodb.partition.write_units_per_second
-    stack = Stack(a.orchestrator, model_file, sizes)
+    stack = Stack(a.orchestrator, model_file, sizes, a.worker_threads)
     results: dict[str, Any] = {}
     try:
         stack.wait_ready()
@@ -642,7 +695,8 @@ def main(argv: list[str] | None = None) -> int:
     report = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "model": model_file,
               "write_units_per_second": rate,
               "read_units_per_second": model.dynamodb.partition.read_units_per_second,
-              "sizes": sizes, "loadavg_end": list(os.getloadavg()), "workloads": results}
+              "sizes": sizes, "worker_threads": a.worker_threads, "cores": CORES,
+              "loadavg_end": list(os.getloadavg()), "workloads": results}
     say(f"AWS model: {model_file} ({rate:.0f} WCU/s per partition); sizes {sizes}")
     say(table(results))
     if a.out:

@@ -16,6 +16,7 @@ __all__ = [
     "NotFound",
     "OrchestratorError",
     "StoreError",
+    "Throttled",
     "Unauthorized",
     "Unprocessable",
     "UsageError",
@@ -231,6 +232,13 @@ class StoreError(OrchestratorError):
 
     code = Code.STORE_ERROR
     retryable = True
+
+
+class Throttled(StoreError):
+    """AWS refused the request for its throughput (a DynamoDB partition or table over its
+    rate: ProvisionedThroughputExceededException, ThrottlingException,
+    RequestLimitExceeded) and botocore's own retries did not get it through: the request
+    had no effect, and the same request may simply be sent again later."""
 
 
 class ConditionFailed(OrchestratorError):

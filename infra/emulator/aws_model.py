@@ -1,14 +1,18 @@
 """The AWS model's figures: the data file (infra/aws_model.yaml, or a user's own), validated.
 
-Design of the AWS model (this module, partitions.py, modelled.py):
+Design of the AWS model (this module, charging.py, moto_tables.py, partitions.py,
+modelled.py, model_stats.py):
 
 - What: with the model on, the emulator answers like AWS in time. Each request waits a
   delay drawn from its service's and operation's distribution (a log-normal fitted to the
   file's p50 and p99); each DynamoDB request is charged the read or write units AWS would
-  charge it, per partition key (table + partition key value), against token buckets of
-  the documented per-partition rates, and a request over them is answered with AWS's
+  charge it (charging.py: items at their stored size, read from moto's tables by
+  moto_tables.py; a write's global secondary indexes on their own partitions), per
+  partition key (table or index + partition key value), against token buckets of the
+  documented per-partition rates, and a request over them is answered with AWS's
   `ProvisionedThroughputExceededException` (HTTP 400, AWS's JSON body) without reaching
-  moto.
+  moto. What only the answer shows (an update's item after, a Query's items) is debited
+  once moto answered: a partition may go into debt.
 - Where: on every path a request takes. `ModelledWSGI` wraps the server's WSGI app (HTTP,
   every process), `Modelled` wraps an `InProcess` before-send handler (`Emulator.attach`,
   and the emulator's own process's answers to its parent: child.py). Both call one
@@ -28,10 +32,12 @@ Design of the AWS model (this module, partitions.py, modelled.py):
   here: infra/lambda_local.py invokes the handlers).
 
 Not modelled (yet): DynamoDB's table- and account-level limits; adaptive capacity
-splitting a hot partition's sort-key range; the UnprocessedItems a throttled
-BatchWriteItem returns (a batch over a budget is throttled whole); Lambda's cold starts,
-burst scaling rate and reserved concurrency. What partitions.py cannot key (a Scan, a
-Query whose key condition it cannot read) goes unthrottled.
+splitting a hot partition's sort-key range (the model is the pessimistic side); a
+Query's charge for the items it read before a projection or filter (it pays for what it
+returns); the UnprocessedItems a throttled BatchWriteItem returns (a batch over a budget
+is throttled whole); Lambda's cold starts, burst scaling rate and reserved concurrency.
+What charging.py cannot key (a Scan, a Query whose key condition it cannot read, a local
+secondary index) goes unthrottled.
 
 The environment: `ORCH_EMULATOR_MODEL` (`aws`: the shipped file; a path: that file;
 empty or `off`: no model), read by `from_environ` when an Emulator starts, never at

@@ -15,10 +15,14 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from orchestrator.adapters.metering import install as metered_client
-from orchestrator.errors import ConditionFailed, StoreError
+from orchestrator.errors import ConditionFailed, StoreError, Throttled
 from orchestrator.settings import Settings
 
-__all__ = ["Clients", "make_clients", "translate_errors"]
+__all__ = ["THROTTLING", "Clients", "make_clients", "translate_errors"]
+
+# The codes of a request AWS refused for its throughput (it had no effect).
+THROTTLING = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException",
+                        "RequestLimitExceeded", "Throttling", "TooManyRequestsException"})
 
 
 @contextmanager
@@ -32,6 +36,8 @@ def translate_errors(what: str) -> Iterator[None]:
         if code == "ConditionalCheckFailedException":
             item = exc.response.get("Item")
             raise ConditionFailed(f"{what}: guard did not hold", item) from exc
+        if code in THROTTLING:
+            raise Throttled(f"{what}: {code}") from exc
         reasons = exc.response.get("CancellationReasons") or []
         if code == "TransactionCanceledException" and any(
                 r.get("Code") == "ConditionalCheckFailed" for r in reasons):

@@ -568,10 +568,11 @@ def _f(value: Any, spec: str = ".1f") -> str:
 
 
 def proven(p: dict[str, Any]) -> bool:
-    """A workload's proof holds: every run succeeded and every step was called once."""
+    """A workload's proof holds: every run succeeded and every step was called exactly
+    once. An attempt retried (a throttled request that failed its attempt before the call,
+    retried as any) is reported beside it, not a failure: no work was lost or done twice."""
     return (p["runs_not_success"] == 0 and p["steps_called"] == p["steps_expected"]
-            and p["called_twice"] == 0 and p["max_attempt_sent"] <= 1
-            and p["steps_retried"] == 0)
+            and p["called_twice"] == 0)
 
 
 def table(results: dict[str, Any]) -> str:

@@ -28,6 +28,7 @@ from orchestrator.engine.records import StepRecord
 from orchestrator.engine.transitions import after_failure
 from orchestrator.errors import ConditionFailed
 from orchestrator.services.execution.promotions import Fold, Promotions
+from orchestrator.services.execution.recording import recorded
 from orchestrator.services.execution.run_stops import RunStops
 from orchestrator.services.execution.tally import Tally
 
@@ -96,21 +97,18 @@ class Executor(Promotions, RunStops):
             # put whole (store.steps.put_success). A flagged row (its run is stopping or
             # failing) fails that guard and takes the full write, which reads the flags
             # back.
-            done = self.store.steps.put_success(row, output_json=output_json, output_ref=output_ref,
-                                                size=size, now=now, keep_wake=keep_wake,
-                                                skipped=skipped)
+            done = recorded(lambda: self.store.steps.put_success(
+                row, output_json=output_json, output_ref=output_ref, size=size, now=now,
+                keep_wake=keep_wake, skipped=skipped), lease_until=row.lease_until,
+                clock=self.clock)
         except ConditionFailed:
             pass
         if done is None:
             try:
-                done = self.store.steps.record_success(
-                    *_attempt_of(row),
-                    output_json=output_json,
-                    output_ref=output_ref,
-                    size=size,
-                    now=now,
-                    skipped=skipped,
-                )
+                done = recorded(lambda: self.store.steps.record_success(
+                    *_attempt_of(row), output_json=output_json, output_ref=output_ref,
+                    size=size, now=now, skipped=skipped), lease_until=row.lease_until,
+                    clock=self.clock)
             except ConditionFailed:
                 return None
         ended = not done.stopping and done.step == ctx.ends_with and self.end_with(done, ctx)
@@ -149,14 +147,10 @@ class Executor(Promotions, RunStops):
         run (flagged `stopping` while this attempt ran) is skipped instead."""
         now = self.clock()
         try:
-            waiting = self.store.steps.record_retry(
-                *_attempt_of(row),
-                next_attempt=decision.next_attempt,
-                due_at=decision.due_at,
-                error=decision.error,
-                now=now,
-                expired_before=expired_before,
-            )
+            waiting = recorded(lambda: self.store.steps.record_retry(
+                *_attempt_of(row), next_attempt=decision.next_attempt, due_at=decision.due_at,
+                error=decision.error, now=now, expired_before=expired_before),
+                lease_until=row.lease_until, clock=self.clock)
         except ConditionFailed:
             return False
         if waiting.stopping:
@@ -186,13 +180,12 @@ class Executor(Promotions, RunStops):
         `halt` the failure's write is the run's stop instant too (`stop_run`): the pass
         that skips the rest may come late (this process may die first), no start will."""
         try:
-            failed = self.store.steps.record_failure(
-                *_attempt_of(row),
-                error=decision.error,
-                now=self.clock(),
-                expired_before=expired_before,
-                stop_run=ctx.definition is not None and ctx.on_failure is OnFailure.HALT,
-            )
+            stop_run = ctx.definition is not None and ctx.on_failure is OnFailure.HALT
+            now = self.clock()
+            failed = recorded(lambda: self.store.steps.record_failure(
+                *_attempt_of(row), error=decision.error, now=now,
+                expired_before=expired_before, stop_run=stop_run),
+                lease_until=row.lease_until, clock=self.clock)
         except ConditionFailed:
             return False
         if failed.counted:

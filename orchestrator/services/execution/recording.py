@@ -1,0 +1,47 @@
+"""An attempt's outcome is recorded while its lease lasts, even when AWS throttles.
+
+The record of an attempt (its success, its retry, its failure) is one conditional write,
+guarded by the attempt and its lease. If it does not land, the attempt is run again once
+the lease has ended: its function is called a second time. A throttled write (AWS refused
+it for a partition's throughput, `Throttled`, once botocore's own few retries are spent:
+a hot partition of a wide fan-out, tests/bench/aws_scale.py) had no effect, so it is sent
+again, backing off, for as long as the lease leaves time: the outcome the worker holds is
+not thrown away for a second of throttling. Past the lease (or `TRIES` sends) it gives up
+as before, and the attempt's repair takes over."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from orchestrator.errors import Throttled
+
+__all__ = ["FIRST_WAIT", "MAX_WAIT", "SPARE", "TRIES", "recorded"]
+
+T = TypeVar("T")
+
+FIRST_WAIT = 0.05  # seconds before the second send; doubled each time
+MAX_WAIT = 2.0
+SPARE = 1.0  # seconds of the lease left unused: a send must land before it ends
+TRIES = 16
+# Without a lease (a write made for a row nobody holds), how long to keep trying.
+NO_LEASE = 10.0
+
+
+def recorded(write: Callable[[], T], *, lease_until: float | None, clock: Callable[[], float],
+             sleep: Callable[[float], None] = time.sleep) -> T:
+    """`write()`, sent again while it is throttled and the lease leaves time."""
+    deadline = (clock() + NO_LEASE if lease_until is None else lease_until) - SPARE
+    wait = FIRST_WAIT
+    for tries in range(1, TRIES + 1):
+        try:
+            return write()
+        except Throttled:
+            pause = wait * random.uniform(0.5, 1.0)
+            if tries == TRIES or clock() + pause >= deadline:
+                raise
+            sleep(pause)
+            wait = min(wait * 2, MAX_WAIT)
+    raise AssertionError("unreachable")

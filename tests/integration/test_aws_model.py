@@ -30,6 +30,7 @@ from infra.emulator.dynamodb_lock import DYNAMODB_LOCK, SerializeDynamoDB
 from infra.emulator.inprocess import InProcess
 from infra.emulator.modelled import THROTTLED, AwsTiming, Modelled, ModelledWSGI
 from infra.emulator.process import EmulatorProcess
+from tests.support.aws_model import model_data, model_file, validated
 
 
 class FakeTime:
@@ -50,14 +51,11 @@ class FakeTime:
 
 
 def _data(**dynamodb: Any) -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(DEFAULT_FILE.read_text())
-    data["dynamodb"]["partition"].update(dynamodb)
-    return data
+    return model_data(**dynamodb)
 
 
 def _small(write: float = 10, read: float = 30) -> AwsModel:
-    return AwsModel.model_validate(_data(write_units_per_second=write,
-                                         read_units_per_second=read))
+    return validated(model_data(write_units_per_second=write, read_units_per_second=read))
 
 
 def _client(emulator: Emulator, in_process: bool) -> Any:
@@ -223,12 +221,7 @@ def test_off_installs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.slow
 def test_the_emulator_process_applies_the_model_of_its_file(tmp_path: Path) -> None:
-    data = _data(write_units_per_second=5)
-    for operations in data["latency"].values():
-        for latency in operations.values():
-            latency.update(p50_ms=0.1, p99_ms=0.2)
-    path = tmp_path / "model.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = model_file(tmp_path, model_data(fast=True, write_units_per_second=5))
     with EmulatorProcess(model=str(path)) as emulator:
         session = boto3.session.Session(aws_access_key_id="local",
                                         aws_secret_access_key="local", region_name="us-east-1")

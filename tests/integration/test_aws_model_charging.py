@@ -12,13 +12,12 @@ from typing import Any
 
 import boto3
 import pytest
-import yaml
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from infra.emulator import Emulator
-from infra.emulator.aws_model import DEFAULT_FILE, AwsModel
 from infra.emulator.modelled import THROTTLED, AwsTiming
+from tests.support.aws_model import model_data, validated
 
 
 class Clock:
@@ -36,10 +35,8 @@ def clock() -> Clock:
 
 @pytest.fixture
 def emulator(clock: Clock) -> Iterator[Emulator]:
-    data: dict[str, Any] = yaml.safe_load(DEFAULT_FILE.read_text())
-    data["dynamodb"]["partition"].update(write_units_per_second=10, read_units_per_second=30)
-    timing = AwsTiming(AwsModel.model_validate(data), seed=1, clock=clock,
-                       sleep=lambda seconds: None)
+    model = validated(model_data(write_units_per_second=10, read_units_per_second=30))
+    timing = AwsTiming(model, seed=1, clock=clock, sleep=lambda seconds: None)
     with Emulator(model=timing) as e:
         yield e
 

@@ -12,22 +12,20 @@ from typing import Any
 import boto3
 import httpx
 import pytest
-import yaml
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from infra.emulator import Emulator
-from infra.emulator.aws_model import DEFAULT_FILE, MODEL_VARIABLE, AwsModel
+from infra.emulator.aws_model import MODEL_VARIABLE, AwsModel
 from infra.emulator.modelled import RESET_PATH, STATS_PATH, THROTTLED, AwsTiming
 from infra.emulator.process import EmulatorProcess
+from tests.support.aws_model import model_data, model_file
 
 WRITES_PER_SECOND = 10  # a second's burst: ten 1-unit writes, then throttled
 
 
 def _model(write: float = WRITES_PER_SECOND) -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(DEFAULT_FILE.read_text())
-    data["dynamodb"]["partition"]["write_units_per_second"] = write
-    return data
+    return model_data(write_units_per_second=write)
 
 
 def _client(url: str) -> Any:
@@ -112,12 +110,7 @@ def test_without_the_model_there_is_no_stats_endpoint(monkeypatch: pytest.Monkey
 def test_the_emulator_process_serves_the_stats_of_every_path(tmp_path: Path) -> None:
     # `orchestrator dev`'s emulator: its parent's clients over the socket, others over
     # HTTP, one record for both.
-    data = _model(write=1000)
-    for operations in data["latency"].values():
-        for latency in operations.values():
-            latency.update(p50_ms=0.1, p99_ms=0.2)
-    path = tmp_path / "model.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = model_file(tmp_path, model_data(fast=True, write_units_per_second=1000))
     with EmulatorProcess(model=str(path)) as process:
         over_socket = process.attach(_client(process.url))
         table = _table(over_socket)

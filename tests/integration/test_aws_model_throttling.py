@@ -12,10 +12,8 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -23,9 +21,9 @@ from starlette.routing import Route
 
 from functions.sdk.serving import BackgroundServer
 from infra.emulator import Emulator
-from infra.emulator.aws_model import DEFAULT_FILE, AwsModel
 from infra.emulator.modelled import AwsTiming
 from orchestrator.adapters.aws import make_clients
+from tests.support.aws_model import model_data, validated
 from tests.support.harness import Harness, fresh_settings
 
 pytestmark = pytest.mark.slow
@@ -51,12 +49,8 @@ class Calls:
 
 @pytest.fixture
 def throttling() -> Iterator[Emulator]:
-    data: dict[str, Any] = yaml.safe_load(DEFAULT_FILE.read_text())
-    data["dynamodb"]["partition"].update(write_units_per_second=6, read_units_per_second=200)
-    for operations in data["latency"].values():
-        for latency in operations.values():
-            latency.update(p50_ms=0.2, p99_ms=1.0)
-    with Emulator(model=AwsTiming(AwsModel.model_validate(data), seed=5)) as emulator:
+    data = model_data(fast=True, write_units_per_second=6, read_units_per_second=200)
+    with Emulator(model=AwsTiming(validated(data), seed=5)) as emulator:
         yield emulator
 
 

@@ -51,7 +51,8 @@ class Plan:
 
 
 _PLACEHOLDER = re.compile(r":\w+")
-_NAME = re.compile(r"#\w+|\b[A-Za-z_]\w*\b")
+# A path's first name (`#n` or a bare name), not the names nested under it (a.b[0].c).
+_NAME = re.compile(r"(?<![.\w#])(#\w+|[A-Za-z_]\w*)")
 _KEYWORDS = frozenset({"SET", "REMOVE", "ADD", "DELETE", "IF_NOT_EXISTS", "LIST_APPEND"})
 _EQUALS = re.compile(r"(#?[\w.]+)\s*=\s*(:\w+)")
 
@@ -100,13 +101,14 @@ class _Planner:
         the attributes the request names (None: all of them, a whole-item write)."""
         out = []
         for index in shape.indexes:
-            old = None if before is None else before.values.get(index.hash_key)
-            new = None if after is None else after.values.get(index.hash_key)
+            old, new = _entry(index, before), _entry(index, after)
             if old is not None and old == new and before is not None and after is not None:
-                keys_moved = any(before.values.get(k) != after.values.get(k) for k in index.keys)
-                changed = keys_moved or (index.projection != "KEYS_ONLY" if touched is None
-                                         else _reaches(index, touched))
-                if changed:
+                if any(before.values.get(k) != after.values.get(k) for k in index.own):
+                    # Its sort key moved: the old entry deleted, the new one put.
+                    out.append(Charge(index.slot, new, "write", factor * (
+                        self.w(before.projected(index)) + self.w(after.projected(index)))))
+                elif (index.projection != "KEYS_ONLY" if touched is None
+                      else _reaches(index, touched)):
                     out.append(Charge(index.slot, new, "write",
                                       factor * self.w(after.projected(index))))
                 continue
@@ -159,7 +161,7 @@ class _Planner:
         first = [Charge(table, partition, "write", factor * self.w(size))]
         # The index partitions the item is in now: whatever the update does there.
         for index in shape.indexes:
-            old = None if before is None else before.values.get(index.hash_key)
+            old = _entry(index, before)
             if old is not None and before is not None and _reaches(index, touched):
                 first.append(Charge(index.slot, old, "write",
                                     factor * self.w(before.projected(index))))
@@ -214,6 +216,14 @@ class _Planner:
             return _beyond([Charge(slot, partition, "read", factor * self.r(size))], first)
 
         return first, settle
+
+
+def _entry(index: Index, image: Image | None) -> str | None:
+    """The index partition the item is in (its hash key value), or None: not in it (an
+    index holds only the items that have all its own key attributes)."""
+    if image is None or any(k not in image.values for k in index.own):
+        return None
+    return image.values[index.hash_key]
 
 
 def _image_of(item: dict[str, Any]) -> Image:

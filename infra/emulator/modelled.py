@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import random
 import threading
 import time
@@ -34,10 +35,12 @@ from infra.emulator.dynamodb_lock import WSGIApp, _read_body
 from infra.emulator.inprocess import Body, body_of
 from infra.emulator.model_stats import ModelStats
 from infra.emulator.moto_tables import MotoTables
-from infra.emulator.partitions import Buckets
+from infra.emulator.partitions import Buckets, Charge
 
 __all__ = ["RESET_PATH", "STATS_PATH", "THROTTLED", "Admission", "AwsTiming", "Modelled",
            "ModelledWSGI", "operation_of"]
+
+log = logging.getLogger("orchestrator.emulator")
 
 # What DynamoDB answers a request over a partition's budget (HTTP 400): botocore's retry
 # handler knows the code as a throttling error and retries it, as against AWS.
@@ -50,6 +53,8 @@ _THROTTLED_BODY = {
 # The model's own endpoints on the emulator's HTTP port: no AWS path starts with `/_`.
 STATS_PATH = "/_aws_model/stats"
 RESET_PATH = "/_aws_model/reset"
+# A transaction's item over its partition's budget (TransactionCanceledException's reason).
+_THROTTLED_REASON = "Throughput exceeds the current capacity for your table or index."
 # A sampled delay's ceiling, in p99s: the log-normal's tail is unbounded, AWS's timeouts are not.
 _CEILING = 10.0
 
@@ -119,9 +124,25 @@ class Admission:
         return self.cost.needs_answer
 
     def settle(self, status: int, answer: bytes | None) -> None:
+        """Never raises: the request has run, and its answer must reach its client."""
+        try:
+            self._settle(status, answer)
+        except Exception:  # a charge miscounted is the model's, never the request's
+            log.exception("the AWS model could not settle a %s", self.operation)
+
+    def _settle(self, status: int, answer: bytes | None) -> None:
         if self.operation in ("CreateTable", "DeleteTable", "UpdateTable"):
             self.timing.tables.forget(self.table)
-        if self.cost.settle is None or not 200 <= status < 300:
+        if not 200 <= status < 300:
+            # Refused (a condition that failed, a request moto found invalid): AWS still
+            # charges the table's item, but no index entry was written.
+            back = [Charge(c.table, c.key, c.kind, -c.units) for c in self.cost.charges
+                    if "#" in c.table]
+            if back:
+                self.timing.buckets.debit(back)
+                self.timing.stats.charged(back)
+            return
+        if self.cost.settle is None:
             return
         extra = self.cost.settle(answer)
         if extra:
@@ -148,9 +169,25 @@ def _scope(authorization: str) -> str:
     return credential[3] if len(credential) > 3 else ""
 
 
-def _throttled_answer() -> tuple[int, dict[str, str], bytes]:
-    return 400, {"Content-Type": "application/x-amz-json-1.0",
-                 "x-amzn-RequestId": uuid.uuid4().hex}, json.dumps(_THROTTLED_BODY).encode()
+def _throttled_answer(operation: str = "", body: bytes | None = None
+                      ) -> tuple[int, dict[str, str], bytes]:
+    """AWS's answer to a request over its partitions' budget: a transaction is cancelled
+    (each of its items with the reason `ThrottlingError`: the model does not tell which
+    item's partition was over), any other request throttled."""
+    headers = {"Content-Type": "application/x-amz-json-1.0", "x-amzn-RequestId": uuid.uuid4().hex}
+    if operation in ("TransactWriteItems", "TransactGetItems"):
+        try:
+            items = len(json.loads(body or b"{}").get("TransactItems") or []) or 1
+        except (ValueError, AttributeError):
+            items = 1
+        reasons = ", ".join(["ThrottlingError"] * items)
+        answer = {"__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+                  "message": "Transaction cancelled, please refer cancellation reasons for"
+                             f" specific reasons [{reasons}]",
+                  "CancellationReasons": [{"Code": "ThrottlingError",
+                                           "Message": _THROTTLED_REASON}] * items}
+        return 400, headers, json.dumps(answer).encode()
+    return 400, headers, json.dumps(_THROTTLED_BODY).encode()
 
 
 class ModelledWSGI:
@@ -181,7 +218,7 @@ class ModelledWSGI:
             return self.app(environ, start_response)
         admitted = self.timing.admit(operation, body)
         if admitted is None:
-            status, headers, refusal = _throttled_answer()
+            status, headers, refusal = _throttled_answer(operation, body)
             start_response(f"{status} Bad Request", list(headers.items()))
             return [refusal]
         seen: list[int] = []
@@ -195,7 +232,7 @@ class ModelledWSGI:
         if admitted.needs_answer:  # moto's answer is whole already: no stream is held
             answer = b"".join(answered)
             answered = [answer]
-        admitted.settle(seen[0] if seen else 500, answer)
+        admitted.settle(seen[-1] if seen else 500, answer)
         return answered
 
     def _own(self, path: str, method: str, start_response: Callable[..., Any]
@@ -240,7 +277,7 @@ class Modelled:
                 request.body = body_of(request)  # read once: `inner` reads it again
                 admitted = self.timing.admit(operation, request.body)
                 if admitted is None:
-                    status, headers, answer = _throttled_answer()
+                    status, headers, answer = _throttled_answer(operation, request.body)
                     return AWSResponse(str(request.url), status, headers, Body(answer))
                 response: AWSResponse | None = self.inner(request, **kwargs)
                 if response is not None:

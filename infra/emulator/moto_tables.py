@@ -41,6 +41,7 @@ class Index:
     slot: str
     hash_key: str
     keys: tuple[str, ...]  # the index's and the table's key attributes
+    own: tuple[str, ...]  # the index's own key attributes: an item lacking one is not in it
     projection: str  # KEYS_ONLY, INCLUDE or ALL
     include: tuple[str, ...] = ()
 
@@ -149,7 +150,8 @@ def _shape_of(name: str, t: Any) -> Shape | None:
             projection = (gsi.projection or {}).get("ProjectionType", "ALL")
             include = tuple((gsi.projection or {}).get("NonKeyAttributes", []) or ())
             indexes.append(Index(f"{name}#{gsi.name}", hash_key,
-                                 tuple(dict.fromkeys(own + table_keys)), projection, include))
+                                 tuple(dict.fromkeys(own + table_keys)), own, projection,
+                                 include))
         return Shape(t.hash_key_attr, t.range_key_attr, tuple(indexes))
     except (AttributeError, StopIteration, TypeError, KeyError):
         return None

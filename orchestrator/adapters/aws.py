@@ -18,11 +18,14 @@ from orchestrator.adapters.metering import install as metered_client
 from orchestrator.errors import ConditionFailed, StoreError, Throttled
 from orchestrator.settings import Settings
 
-__all__ = ["THROTTLING", "Clients", "make_clients", "translate_errors"]
+__all__ = ["THROTTLING", "TRANSACTION_THROTTLING", "Clients", "make_clients",
+           "translate_errors"]
 
 # The codes of a request AWS refused for its throughput (it had no effect).
 THROTTLING = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException",
                         "RequestLimitExceeded", "Throttling", "TooManyRequestsException"})
+# The cancellation reasons of a transaction cancelled for its throughput.
+TRANSACTION_THROTTLING = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded"})
 
 
 @contextmanager
@@ -42,6 +45,11 @@ def translate_errors(what: str) -> Iterator[None]:
         if code == "TransactionCanceledException" and any(
                 r.get("Code") == "ConditionalCheckFailed" for r in reasons):
             raise ConditionFailed(f"{what}: a guard of the transaction did not hold") from exc
+        codes = {r.get("Code") for r in reasons} - {"None", None}
+        if code == "TransactionCanceledException" and codes and codes <= TRANSACTION_THROTTLING:
+            # A transaction over its capacity is cancelled, not throttled, and botocore
+            # does not retry it; it had no effect.
+            raise Throttled(f"{what}: {code} ({', '.join(sorted(codes))})") from exc
         raise StoreError(f"{what}: {code or exc}") from exc
     except BotoCoreError as exc:
         raise StoreError(f"{what}: {exc}") from exc

@@ -17,6 +17,8 @@ from botocore.exceptions import ClientError
 
 from infra.emulator import Emulator
 from infra.emulator.modelled import THROTTLED, AwsTiming
+from orchestrator.adapters.aws import translate_errors
+from orchestrator.errors import Throttled
 from tests.support.aws_model import model_data, validated
 
 
@@ -103,6 +105,37 @@ def test_an_index_with_one_key_is_a_partition_of_its_own(
     assert _units(emulator)[(f"{table}#active", "S:1")] == (11.0, 0.0)
 
 
+def test_an_index_entry_that_moves_is_two_writes_and_a_refused_write_none(
+        emulator: Emulator, client: Any, clock: Clock) -> None:
+    table = f"charge-{uuid.uuid4().hex[:8]}"
+    client.create_table(
+        TableName=table, BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                              {"AttributeName": "shard", "AttributeType": "N"},
+                              {"AttributeName": "at", "AttributeType": "N"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        GlobalSecondaryIndexes=[{
+            "IndexName": "wake", "Projection": {"ProjectionType": "KEYS_ONLY"},
+            "KeySchema": [{"AttributeName": "shard", "KeyType": "HASH"},
+                          {"AttributeName": "at", "KeyType": "RANGE"}]}])
+    slot = (f"{table}#wake", "N:1")
+    client.put_item(TableName=table, Item={"pk": {"S": "w"}, "shard": {"N": "1"},
+                                           "at": {"N": "10"}})
+    assert _units(emulator)[slot] == (1.0, 0.0)
+    # Its sort key moves within the partition: the old entry deleted, the new one put.
+    client.update_item(TableName=table, Key={"pk": {"S": "w"}}, UpdateExpression="SET #a = :a",
+                       ExpressionAttributeNames={"#a": "at"},
+                       ExpressionAttributeValues={":a": {"N": "20"}})
+    assert _units(emulator)[slot] == (3.0, 0.0)
+    # A write whose condition fails pays for the table's item, not for an index entry.
+    clock.now += 1.0
+    with pytest.raises(ClientError):
+        client.put_item(TableName=table, ConditionExpression="attribute_not_exists(pk)",
+                        Item={"pk": {"S": "w"}, "shard": {"N": "1"}, "at": {"N": "30"}})
+    assert _units(emulator)[slot] == (3.0, 0.0)
+    assert _units(emulator)[(table, "S:w")][0] == 3.0  # the put, the update, the refused put
+
+
 def test_a_write_pays_for_the_larger_of_the_item_before_and_after(
         emulator: Emulator, client: Any, clock: Clock) -> None:
     table = _table(client)
@@ -158,8 +191,46 @@ def test_a_request_larger_than_a_burst_leaves_its_partition_in_debt(
 
 def test_a_request_the_model_cannot_read_is_answered_by_moto(
         emulator: Emulator, client: Any) -> None:
+    # An attribute value that is not a value (botocore would refuse it; a client that
+    # does not check its parameters sends it): moto answers, not the model.
+    # moto takes it (it reads the first type); the model charges it nothing, and does
+    # not turn it into a 500 (its reading of the value raised).
     table = _table(client)
-    with pytest.raises(ClientError) as caught:
-        client.put_item(TableName=table, Item={"pk": {"S": "m"}, "bad": {"N": "not a number"}})
-    assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
-    assert caught.value.response["Error"]["Code"] != THROTTLED
+    loose = _loose(emulator, client)
+    loose.put_item(TableName=table, Item={"pk": {"S": "m"}, "bad": {"S": "a", "N": "1"}})
+    assert "Item" in client.get_item(TableName=table, Key={"pk": {"S": "m"}})
+    assert _units(emulator)[(table, "S:m")] == (0.0, 0.5)  # an eventually consistent get
+
+
+def _loose(emulator: Emulator, like: Any) -> Any:
+    """A client as `like` (HTTP or in-process), that does not check its parameters."""
+    session = boto3.session.Session(aws_access_key_id="local", aws_secret_access_key="local",
+                                    region_name="us-east-1")
+    c = session.client("dynamodb", endpoint_url=emulator.url,
+                       config=Config(retries={"total_max_attempts": 1, "mode": "standard"},
+                                     parameter_validation=False))
+    in_process = any(type(h).__name__ == "Modelled" for h in like.meta.events._emitter
+                     ._handlers.prefix_search("before-send.dynamodb.PutItem"))
+    return emulator.attach(c) if in_process else c
+
+
+def test_a_transaction_over_its_budget_is_cancelled_as_aws_cancels_it(
+        emulator: Emulator, client: Any) -> None:
+    # AWS cancels a transaction over its capacity (reason ThrottlingError) rather than
+    # throttling it; botocore does not retry that, and the orchestrator's adapters take
+    # it for what it is: a request throttled, with no effect (orchestrator/adapters/aws.py).
+    table = _table(client)
+    item = {"Put": {"TableName": table, "Item": {"pk": {"S": "t"}, "blob": {"S": "q" * 3000}}}}
+    for _ in range(2):  # 2 x 3 units x 2 (a transaction): 12 > the 10 a second holds
+        try:
+            client.transact_write_items(TransactItems=[item])
+        except ClientError as exc:
+            caught = exc
+            break
+    else:
+        raise AssertionError("the transaction was never over its budget")
+    error = caught.response
+    assert error["Error"]["Code"] == "TransactionCanceledException"
+    assert [r["Code"] for r in error["CancellationReasons"]] == ["ThrottlingError"]
+    with pytest.raises(Throttled), translate_errors("a transaction"):
+        raise caught

@@ -23,6 +23,7 @@ from functions.sdk.serving import BackgroundServer
 from infra.emulator import Emulator
 from infra.emulator.modelled import AwsTiming
 from orchestrator.adapters.aws import make_clients
+from orchestrator.services.execution import recording
 from tests.support.aws_model import model_data, validated
 from tests.support.harness import Harness, fresh_settings
 
@@ -63,6 +64,7 @@ def test_a_throttled_fan_out_calls_every_step_once(throttling: Emulator, tmp_pat
                  + ", ".join(f"f{i}" for i in range(WIDTH)) + "] }")
     text = ("backends:\n  fn: { url: \"${FN}\" }\nworkflows:\n  fan:\n    steps:\n"
             + "\n".join(steps))
+    sent_again = recording.resends()
     with BackgroundServer(calls.app()) as fn:
         settings = fresh_settings(throttling.url)
         h = Harness.build(settings, text + "\n", tmp_path, {"FN": fn.url},
@@ -80,5 +82,6 @@ def test_a_throttled_fan_out_calls_every_step_once(throttling: Emulator, tmp_pat
             h.close()
     assert throttling.timing is not None
     assert throttling.timing.stats.snapshot()["throttled_total"] > 0  # it was throttled
+    assert recording.resends() > sent_again  # and records were sent again, past botocore's
     assert len(calls.seen) == WIDTH + 2
     assert set(calls.seen.values()) == {1}, [k for k, n in calls.seen.items() if n > 1]

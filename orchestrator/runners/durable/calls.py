@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from functions.sdk.protocol import DurableOp, EndOp, JournalEntry, RecordOp, RetryOp, WaitKind
@@ -39,6 +40,7 @@ from orchestrator.errors import Code, error_doc
 from orchestrator.runners.durable.exchange import END, IDLE, Exchange, Item, Lines
 from orchestrator.services.durable.hooks import Hooks
 from orchestrator.services.execution.executor import Executor
+from orchestrator.services.execution.recording import recorded
 from orchestrator.services.execution.tally import Tally
 from orchestrator.services.scripts.texts import script_url
 from orchestrator.settings import Settings
@@ -162,7 +164,9 @@ class Calls:
             return Turn(failure=_bad(f"workflow {row.run_id}: {exc}"))
         committed = 0
         for entry in entries:
-            stored = self.store.journal.put_entry(row.run_id, entry, self.clock())
+            stored = recorded(partial(self.store.journal.put_entry, row.run_id, entry,
+                                      self.clock()), lease_until=row.lease_until,
+                              clock=self.clock)
             if stored.get("id") != entry.get("id"):
                 after = _conflict(entry, stored, now)
                 break
@@ -211,7 +215,11 @@ class Calls:
                             ops.append(op)
                     # The protocol's entries, as parsed, are what the store commits.
                     entries, clash = new_entries(view, entries)
-                    pairs = self.store.journal.commit_entries(row.run_id, entries, self.clock())
+                    # Write-once puts: one throttled (no effect) is sent again while the
+                    # lease lasts, not left for a replay to run its steps again.
+                    pairs = recorded(partial(self.store.journal.commit_entries, row.run_id,
+                                             entries, self.clock()),
+                                     lease_until=row.lease_until, clock=self.clock)
                     if clash is not None and len(pairs) == len(entries) \
                             and all(ours == got for ours, got in pairs):
                         # The call sent another entry for a place it sent before: the

@@ -32,7 +32,10 @@ from orchestrator.services.execution.recording import recorded
 from orchestrator.services.execution.run_stops import RunStops
 from orchestrator.services.execution.tally import Tally
 
-__all__ = ["Executor"]
+__all__ = ["LATE_RECORD", "Executor"]
+
+# Seconds a success's record may take before its dependant is no longer run inline.
+LATE_RECORD = 1.0
 
 
 def _attempt_of(row: StepRecord) -> tuple[str, str, int, str]:
@@ -130,6 +133,11 @@ class Executor(Promotions, RunStops):
                                           hi=min(lo + size, hi))
                                   for lo in range(size, hi, size)])
             hi = size
+        if keep_one is not None and self.clock() - now > LATE_RECORD:
+            # The record was throttled and sent again (recording.py): the lease the caller
+            # took for running a dependant inline was counted from before; the dependant
+            # goes to the queue, with a lease of its own when a worker claims it.
+            keep_one = None
         inline, sends = self.promote_dependants(done, ctx, keep_one, fold, hi=hi)
         if sends:
             self.queues.dispatch(sends)

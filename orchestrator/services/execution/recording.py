@@ -11,6 +11,8 @@ as before, and the attempt's repair takes over."""
 
 from __future__ import annotations
 
+import itertools
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -18,16 +20,27 @@ from typing import TypeVar
 
 from orchestrator.errors import Throttled
 
-__all__ = ["FIRST_WAIT", "MAX_WAIT", "SPARE", "TRIES", "recorded"]
+__all__ = ["FIRST_WAIT", "MAX_WAIT", "SPARE", "TRIES", "recorded", "resends"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 FIRST_WAIT = 0.05  # seconds before the second send; doubled each time
 MAX_WAIT = 2.0
 SPARE = 1.0  # seconds of the lease left unused: a send must land before it ends
-TRIES = 16
+TRIES = 64  # the lease's end comes first, but for a lease of hours
 # Without a lease (a write made for a row nobody holds), how long to keep trying.
 NO_LEASE = 10.0
+
+
+_resends = itertools.count()
+_sent_again = [0]
+
+
+def resends() -> int:
+    """How many records this process has sent again (for tests and figures)."""
+    return _sent_again[0]
 
 
 def recorded(write: Callable[[], T], *, lease_until: float | None, clock: Callable[[], float],
@@ -42,6 +55,8 @@ def recorded(write: Callable[[], T], *, lease_until: float | None, clock: Callab
             pause = wait * random.uniform(0.5, 1.0)
             if tries == TRIES or clock() + pause >= deadline:
                 raise
+            _sent_again[0] = next(_resends) + 1  # itertools.count: atomic under the GIL
+            log.debug("a record was throttled; sent again in %.2f s (send %d)", pause, tries + 1)
             sleep(pause)
             wait = min(wait * 2, MAX_WAIT)
     raise AssertionError("unreachable")

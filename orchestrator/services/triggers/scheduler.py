@@ -20,6 +20,7 @@ as missed, with the error shown by `orchestrator schedules list`."""
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import logging
 import re
@@ -152,7 +153,11 @@ class Scheduler:
             # In row order. The first failure is raised once the starts under way have
             # ended, those not begun are dropped: the tick's next fire (the cursor has not
             # moved) makes them, and finds the others made.
-            return list(pool.map(start, rows, keys))
+            # Each start in a copy of this thread's context: its log fields and its trace
+            # (logs.py, telemetry.py) are the fire's (a context runs on one thread at once).
+            contexts = [contextvars.copy_context() for _ in rows]
+            return list(pool.map(lambda c, row, key: c.run(start, row, key),
+                                 contexts, rows, keys))
 
     def rows(self, name: str, wf: Any, tick: float) -> list[Any]:
         fe = wf.for_each

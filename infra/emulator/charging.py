@@ -89,6 +89,13 @@ class _Planner:
     def read_factor(self, consistent: bool) -> float:
         return 1.0 if consistent else self.u.eventually_consistent_read_factor
 
+    def keyed(self, table: str, key: dict[str, Any]) -> tuple[Shape | None, str | None]:
+        """The table's shape and the partition `key` names (None, None: not known)."""
+        shape = self.tables.shape(table)
+        if shape is None:
+            return None, None
+        return shape, key_text(key.get(shape.hash_key, {}))
+
     @staticmethod
     def key(shape: Shape, item: dict[str, Any]) -> dict[str, Any]:
         return {k: item[k] for k in (shape.hash_key, shape.range_key) if k and k in item}
@@ -134,8 +141,7 @@ class _Planner:
                 *self.indexes(shape, before, after, None, factor)]
 
     def delete(self, table: str, key: dict[str, Any], factor: float) -> list[Charge]:
-        shape = self.tables.shape(table)
-        partition = None if shape is None else key_text(key.get(shape.hash_key, {}))
+        shape, partition = self.keyed(table, key)
         if shape is None or partition is None:
             return []
         before = self.tables.image(table, key)
@@ -148,8 +154,7 @@ class _Planner:
         """The charges before (the item before, the request's own values), and what the
         item after adds."""
         key = spec.get("Key") or {}
-        shape = self.tables.shape(table)
-        partition = None if shape is None else key_text(key.get(shape.hash_key, {}))
+        shape, partition = self.keyed(table, key)
         if shape is None or partition is None:
             return [], None
         lower = item_size(key) + sum(
@@ -180,8 +185,7 @@ class _Planner:
     # ---- reads -----------------------------------------------------------------------
 
     def get(self, table: str, key: dict[str, Any], factor: float) -> list[Charge]:
-        shape = self.tables.shape(table)
-        partition = None if shape is None else key_text(key.get(shape.hash_key, {}))
+        shape, partition = self.keyed(table, key)
         if shape is None or partition is None:
             return []
         found = self.tables.image(table, key)
@@ -323,9 +327,8 @@ def _plan(operation: str, body: dict[str, Any], p: _Planner, tx: float) -> Plan:
                 elif action == "ConditionCheck":
                     # Charged as a write of the key (no published figure for a check
                     # alone: aws_model.yaml's units `note`).
-                    shape = p.tables.shape(name)
                     key = spec.get("Key") or {}
-                    partition = None if shape is None else key_text(key.get(shape.hash_key, {}))
+                    _, partition = p.keyed(name, key)
                     if partition is not None:
                         out.append(Charge(name, partition, "write", tx * p.w(item_size(key))))
         if not later:

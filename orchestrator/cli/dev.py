@@ -28,9 +28,9 @@ from typing import Any
 
 from infra.emulator.capabilities import facts as emulator_facts
 from orchestrator import telemetry
+from orchestrator.cli.dev_model import asked, loaded, without_emulator
 from orchestrator.errors import OrchestratorError, UsageError
 from orchestrator.settings import (
-    EMULATOR_MODEL_VARIABLE,
     ENDPOINT_VARIABLE,
     SERVICE_ENDPOINT_VARIABLES,
     Settings,
@@ -189,7 +189,8 @@ class LocalStack:
             self.echo(f"           {getattr(self.emulator, 'facts', '') or emulator_facts()}")
         else:
             self.echo(f"endpoint   {endpoints(settings)}")
-            self._no_model_without_emulator(settings)
+            without_emulator(*asked(self.opts.aws_model, self.opts.environ), settings,
+                             self.echo)
             if self.opts.provision == "cloudformation":
                 _one_cloudformation_endpoint(settings)
 
@@ -314,19 +315,13 @@ class LocalStack:
         unless asked for in this one; in this one too, with one line saying why, where
         this system has no Unix sockets or the process did not start."""
         from infra.emulator import Emulator
-        from infra.emulator.aws_model import AwsModelError, load, model_file
         from infra.emulator.process import EmulatorProcess, StartFailed, unavailable
         from infra.emulator.tuning import SWITCH_INTERVAL, spare_core
 
         host, port = self.opts.host, self.opts.emulator_port
-        source, value = self._model_asked()
-        path = model_file(value)
-        try:  # refused here, in one line, before any process starts
-            model = None if path is None else load(path)
-        except AwsModelError as exc:  # its text names the file and the field
-            raise UsageError(f"{source}: {exc}") from exc
+        # Refused here, in one line, before any process starts.
+        path, model = loaded(*asked(self.opts.aws_model, self.opts.environ))
         if path is not None:
-            path = path.resolve()  # the emulator's process may run elsewhere
             self.echo(f"emulator   the AWS model of {path}")
         self.aws_model = model
         why = None
@@ -353,29 +348,6 @@ class LocalStack:
                 f"the embedded emulator did not start on {host}:{port}: {exc}{hint}"
                 + ("" if why is None else f"; before that, {why}")
             ) from exc
-
-    def _model_asked(self) -> tuple[str, str]:
-        """Where the AWS model's setting came from (the flag wins over the variable, so
-        `--aws-model off` turns the variable's off) and its value, as written."""
-        if self.opts.aws_model is not None:
-            return "--aws-model", self.opts.aws_model
-        return EMULATOR_MODEL_VARIABLE, self.opts.environ.get(EMULATOR_MODEL_VARIABLE, "")
-
-    def _no_model_without_emulator(self, settings: Settings) -> None:
-        """The AWS model is the embedded emulator's: asked for by the flag without it, a
-        usage error; by the variable only (set for other runs too), one line, and on."""
-        from infra.emulator.aws_model import model_file
-
-        source, value = self._model_asked()
-        if model_file(value) is None:
-            return
-        configured = settings.endpoint_url or settings.service_endpoints
-        why = f"{ENDPOINT_VARIABLE}* is set" if configured else "--no-emulator"
-        if source == "--aws-model":
-            raise UsageError(f"--aws-model needs the embedded emulator, which is not used"
-                             f" here ({why}): drop --aws-model, or the endpoint")
-        self.echo(f"emulator   {source}={value} does not apply: the embedded emulator is not"
-                  f" used ({why})")
 
     # ---- the Lambda mode ----------------------------------------------------------------
 

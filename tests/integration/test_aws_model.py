@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from infra.emulator.dynamodb_lock import DYNAMODB_LOCK, SerializeDynamoDB
 from infra.emulator.inprocess import InProcess
 from infra.emulator.modelled import THROTTLED, AwsTiming, Modelled, ModelledWSGI
 from infra.emulator.process import EmulatorProcess
-from tests.support.aws_model import model_data, model_file, validated
+from tests.support.aws_model import model_data, model_file, pk_sk_table, validated
 
 
 class FakeTime:
@@ -67,13 +66,7 @@ def _client(emulator: Emulator, in_process: bool) -> Any:
 
 
 def _table(client: Any) -> str:
-    name = f"model-{uuid.uuid4().hex[:8]}"
-    client.create_table(TableName=name, BillingMode="PAY_PER_REQUEST",
-                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                              {"AttributeName": "sk", "AttributeType": "S"}],
-                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                   {"AttributeName": "sk", "KeyType": "RANGE"}])
-    return name
+    return pk_sk_table(client, "model")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ the model's clock frozen and its sleep recorded, so the counts are exact."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from infra.emulator import Emulator
 from infra.emulator.aws_model import MODEL_VARIABLE, AwsModel
 from infra.emulator.modelled import RESET_PATH, STATS_PATH, THROTTLED, AwsTiming
 from infra.emulator.process import EmulatorProcess
-from tests.support.aws_model import model_data, model_file
+from tests.support.aws_model import model_data, model_file, pk_sk_table
 
 WRITES_PER_SECOND = 10  # a second's burst: ten 1-unit writes, then throttled
 
@@ -36,13 +35,7 @@ def _client(url: str) -> Any:
 
 
 def _table(client: Any) -> str:
-    name = f"stats-{uuid.uuid4().hex[:8]}"
-    client.create_table(TableName=name, BillingMode="PAY_PER_REQUEST",
-                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                              {"AttributeName": "sk", "AttributeType": "S"}],
-                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                   {"AttributeName": "sk", "KeyType": "RANGE"}])
-    return name
+    return pk_sk_table(client, "stats")
 
 
 def _put(client: Any, table: str, pk: str, sk: str) -> None:

@@ -3,6 +3,7 @@ figures changed, as data, a validated model, or a file an emulator process reads
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import yaml
 
 from infra.emulator.aws_model import DEFAULT_FILE, AwsModel
 
-__all__ = ["model_data", "model_file", "validated"]
+__all__ = ["model_data", "model_file", "pk_sk_table", "validated"]
 
 
 def model_data(*, fast: bool = False, **partition: float) -> dict[str, Any]:
@@ -33,3 +34,14 @@ def model_file(tmp_path: Path, data: dict[str, Any]) -> Path:
     path = tmp_path / "model.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def pk_sk_table(client: Any, prefix: str) -> str:
+    """A new on-demand table keyed `pk` (hash) and `sk` (range), both strings: its name."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    client.create_table(TableName=name, BillingMode="PAY_PER_REQUEST",
+                        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                              {"AttributeName": "sk", "AttributeType": "S"}],
+                        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                   {"AttributeName": "sk", "KeyType": "RANGE"}])
+    return name

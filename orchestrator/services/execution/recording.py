@@ -11,7 +11,6 @@ as before, and the attempt's repair takes over."""
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
 import time
@@ -34,8 +33,7 @@ TRIES = 64  # the lease's end comes first, but for a lease of hours
 NO_LEASE = 10.0
 
 
-_resends = itertools.count()
-_sent_again = [0]
+_sent_again = [0]  # a count (an int under the GIL: a lost increment is only a figure)
 
 
 def resends() -> int:
@@ -55,7 +53,7 @@ def recorded(write: Callable[[], T], *, lease_until: float | None, clock: Callab
             pause = wait * random.uniform(0.5, 1.0)
             if tries == TRIES or clock() + pause >= deadline:
                 raise
-            _sent_again[0] = next(_resends) + 1  # itertools.count: atomic under the GIL
+            _sent_again[0] += 1
             log.debug("a record was throttled; sent again in %.2f s (send %d)", pause, tries + 1)
             sleep(pause)
             wait = min(wait * 2, MAX_WAIT)

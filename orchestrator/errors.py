@@ -119,6 +119,12 @@ class Code(StrEnum):
                           "409: an answer after the approval's deadline: it timed out")
     FORBIDDEN = "forbidden", False, "403: the API key is not among the approval's approvers"
     RUN_NOT_FINISHED = "run_not_finished", False, "409: rerun of a run still going"
+    VERSION_TAKEN = ("version_taken", False,
+                     "409: a version label registered already with another URL")
+    VERSION_PINNED = ("version_pinned", False,
+                      "409: retire of a version open runs are pinned to")
+    VERSION_GONE = ("version_gone", False, "a durable run's version is not live: the run"
+                    " is paused until migrated or cancelled")
     NOTHING_TO_RERUN = "nothing_to_rerun", False, "409: rerun of a run that succeeded"
     IDEMPOTENCY_KEY_REUSED = ("idempotency_key_reused", False,
                               "422: an Idempotency-Key sent again with another body")

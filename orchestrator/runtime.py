@@ -37,6 +37,7 @@ from orchestrator.services.scripts.texts import ScriptTexts
 from orchestrator.services.triggers.events import EventService
 from orchestrator.services.triggers.scheduler import Scheduler
 from orchestrator.services.triggers.webhooks import WebhookService
+from orchestrator.services.versions import Checker, Moves, Versions
 from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
 from orchestrator.worker import Worker
@@ -68,6 +69,7 @@ class Runtime:
     approvals: Approvals
     state: StateService
     locks: Locks
+    versions: Versions
 
     @classmethod
     def build(
@@ -106,13 +108,14 @@ class Runtime:
             return children.of(run_id)
 
         locks = Locks(store, queues, clock)
+        versions = Versions(store, clock)
         executor = Executor(store, queues, blobs, settings, clock, on_finish=release)
         # Every workflow a run may name: the manifest's and the stored scripts'.
         manifest = Catalog(manifest, ScriptRegistry(control, clock), ScriptTexts(blobs))
         runs = RunService(
             executor, manifest, default_timeout=settings.default_step_timeout,
             arrive=arrive, release=release, children_of=children_of,
-            store_script=manifest.texts.put,
+            store_script=manifest.texts.put, pin=versions.pin,
         )
         admission = Admission(
             store, control, queues, clock, launch=runs.launch, cancel=runs.cancel,
@@ -136,6 +139,7 @@ class Runtime:
             admission, events, webhooks, scheduler, signals,
             DurableAdmin(store, queues, clock), event_waits, hooks, children,
             Approvals(store, queues, hooks, clock), StateService(store, clock), locks,
+            versions,
         )
 
     def backends(self) -> dict[str, BackendRef]:
@@ -154,9 +158,19 @@ class Runtime:
         cache = RunCache(self.store, clock, self.executor.load_output)
         table = runners(self.executor, invoker, cache, clock=clock, rand=rand, sleep=sleep,
                         events=self.event_waits, hooks=self.hooks, children=self.children,
-                        approvals=self.approvals, state=self.state, locks=self.locks)
+                        approvals=self.approvals, state=self.state, locks=self.locks,
+                        versions=self.versions)
         return Worker(self.executor, invoker, self.backends(), table, cache,
                       admit=self.admission.due, clock=clock, sleep=sleep, **kwargs)
+
+    def moves(self, *, threads: int = 16) -> Moves:
+        """Checks of open durable runs against code, and the moves between versions
+        they allow (services/versions/), with a client of their own."""
+        invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock)
+        checker = Checker(self.store, invoker, self.clock, threads=threads)
+        secrets = {name: b.secret for name, b in self.manifest.backends.items()}
+        return Moves(self.store, self.versions, checker, self.clock, secrets=secrets,
+                     cancel=lambda run_id, why: self.runs.cancel(run_id, why))
 
     def released(self, run: RunRecord) -> None:
         """A finished run gives up what it holds and wakes a parent waiting for it."""

@@ -33,6 +33,7 @@ from orchestrator.api import (
     scripts,
     triggers,
     ui,
+    versions,
     workflows,
 )
 from orchestrator.api.openapi import openapi_document
@@ -150,6 +151,8 @@ def _route(path: str, handler: Handler, method: str) -> Route:
 def _routes() -> list[BaseRoute]:
     return [
         _route("/runs", runs.start_run, "POST"),
+        _route("/runs/check", versions.check_runs, "POST"),
+        _route("/runs/migrate", versions.migrate_runs, "POST"),
         _route("/runs", runs.list_runs, "GET"),
         _route("/runs/{run_id}", runs.get_run, "GET"),
         _route("/runs/{run_id}/events", runs.run_events, "GET"),
@@ -185,6 +188,11 @@ def _routes() -> list[BaseRoute]:
         _route("/schedules/{name}/pause", triggers.pause_schedule, "POST"),
         _route("/schedules/{name}/resume", triggers.resume_schedule, "POST"),
         _route("/schedules/{name}/trigger", triggers.trigger_schedule, "POST"),
+        _route("/versions", versions.list_versions, "GET"),
+        _route("/versions/{backend}", versions.list_versions, "GET"),
+        _route("/versions/{backend}", versions.register_version, "POST"),
+        _route("/versions/{backend}/{version}/promote", versions.promote_version, "POST"),
+        _route("/versions/{backend}/{version}/retire", versions.retire_version, "POST"),
         _route("/healthz", healthz, "GET"),
         _route("/openapi.json", openapi, "GET"),
         *ui.routes(),  # the dashboard: signed in by cookie (ui/session.py)

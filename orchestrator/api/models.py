@@ -10,13 +10,18 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "AnswerApproval",
     "CancelRun",
+    "CheckRuns",
     "CreateHook",
     "EmitEvent",
+    "MigrateRuns",
+    "PromoteVersion",
     "PutScript",
     "PutStateCell",
+    "RegisterVersion",
     "RerunRun",
     "ResetRun",
     "ResumeRun",
+    "RetireVersion",
     "RunEvent",
     "StartRun",
     "SubmitScript",
@@ -129,3 +134,41 @@ class PutScript(_Body):
     schedule: dict[str, Any] | None = Field(
         default=None, description="`{every: D}` or `{cron: C, timezone?: TZ}`: fire by"
         " itself; a tick that finds the previous run still going is skipped.")
+
+
+class RegisterVersion(_Body):
+    url: str = Field(min_length=1, max_length=2048,
+                     description="Where this version of the backend's code is served.")
+    version: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="Its label (default: a hash of the OpenAPI document it serves).")
+
+
+class PromoteVersion(_Body):
+    pin_incompatible: bool = Field(
+        default=False, description="Make it current even if some open runs diverge: the"
+        " compatible ones move to it, the others stay pinned to their version.")
+
+
+class RetireVersion(_Body):
+    migrate: bool = Field(default=False, description="Move the compatible runs pinned to"
+                          " it to the current version first.")
+    cancel: bool = Field(default=False, description="Cancel the runs pinned to it first.")
+
+
+class CheckRuns(_Body):
+    version: str | None = Field(default=None, min_length=1, max_length=64,
+                                description="A live version of the backend to check against.")
+    functions_url: str | None = Field(
+        default=None, min_length=1, max_length=2048,
+        description="Or code not deployed yet: a functions app's base URL.")
+    backend: str | None = Field(default=None, min_length=1, max_length=128,
+                                description="The backend (default: the one with versions).")
+    workflow: str | None = Field(default=None, min_length=1, max_length=128,
+                                 description="Only the runs of this workflow.")
+
+
+class MigrateRuns(_Body):
+    to: str = Field(min_length=1, max_length=64, description="The live version to move to.")
+    backend: str | None = Field(default=None, min_length=1, max_length=128)
+    workflow: str | None = Field(default=None, min_length=1, max_length=128)

@@ -17,17 +17,31 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.api import approvals, cells, durable_runs, runs, scripts, triggers, workflows
+from orchestrator.api import (
+    approvals,
+    cells,
+    durable_runs,
+    runs,
+    scripts,
+    triggers,
+    versions,
+    workflows,
+)
 from orchestrator.api.models import (
     AnswerApproval,
     CancelRun,
+    CheckRuns,
     CreateHook,
     EmitEvent,
+    MigrateRuns,
+    PromoteVersion,
     PutScript,
     PutStateCell,
+    RegisterVersion,
     RerunRun,
     ResetRun,
     ResumeRun,
+    RetireVersion,
     RunEvent,
     StartRun,
     SubmitScript,
@@ -46,7 +60,9 @@ __all__ = ["BODY_MODELS", "openapi_document"]
 BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitEvent,
                                             ResumeRun, ResetRun, CreateHook, RunEvent,
                                             AnswerApproval, PutStateCell,
-                                            SubmitScript, PutScript)
+                                            SubmitScript, PutScript, RegisterVersion,
+                                            PromoteVersion, RetireVersion, CheckRuns,
+                                            MigrateRuns)
 
 # ---- request bodies --------------------------------------------------------------------
 
@@ -127,7 +143,8 @@ def _paths(retention: float) -> dict[str, Schema]:
     """Every resource's paths, each declared beside its handlers, in this order."""
     out: dict[str, Schema] = {}
     for part in (runs.paths(retention), durable_runs.paths(), approvals.paths(), cells.paths(),
-                 workflows.paths(), triggers.paths(), scripts.paths(), _meta_paths()):
+                 workflows.paths(), triggers.paths(), scripts.paths(), versions.paths(),
+                 _meta_paths()):
         for path, item in part.items():
             if path in out:
                 raise ValueError(f"path {path!r} is declared by two resources")

@@ -228,6 +228,7 @@ def response_schemas() -> dict[str, Schema]:
             "entity": STRING, "key": STRING, "deleted": {"type": "boolean"}}),
         "ApprovalList": object_schema(["approvals"], {
             "approvals": {"type": "array", "items": ref("Approval")}}),
+        **_version_schemas(),
         "SignalResult": object_schema(["run_id", "signal", "id", "duplicate"], {
             "run_id": STRING, "signal": STRING, "id": STRING,
             "duplicate": {"type": "boolean", "description": "true: sent before (same key)"},
@@ -273,3 +274,53 @@ def response_schemas() -> dict[str, Schema]:
     }
 
 
+
+
+def _version_schemas() -> dict[str, Schema]:
+    """The answers of api/versions.py (services/versions/)."""
+    string, strings = {"type": "string"}, {"type": "array", "items": {"type": "string"}}
+    count = {"type": "integer", "minimum": 0}
+    verdict = object_schema(["run_id", "workflow", "version", "status", "entries"], {
+        "run_id": string, "workflow": string, "version": nullable(string),
+        "status": {"enum": ["compatible", "diverging", "unchecked"]}, "entries": count,
+        "position": {"type": "object", "description": "Where it diverges: scope, pos"},
+        "recorded": {"type": "object", "description": "The operation recorded there"},
+        "issued": {"type": "object", "description": "The operation the code issues there"},
+        "message": string})
+    version = object_schema(
+        ["version", "url", "digest", "registered_at", "retiring", "current", "open_runs"], {
+            "version": string, "url": string, "digest": nullable(string),
+            "registered_at": {"type": "number"}, "retiring": {"type": "boolean"},
+            "current": {"type": "boolean"},
+            "open_runs": {**count, "description": "Open durable runs pinned to it"}})
+    return {
+        "VersionList": object_schema(["backends"], {"backends": {"type": "array", "items":
+            object_schema(["backend", "current", "versions", "unversioned_runs"], {
+                "backend": string, "current": nullable(string),
+                "versions": {"type": "array", "items": version},
+                "unversioned_runs": count})}}),
+        "VersionRegistered": object_schema(["backend", "version", "url", "new"], {
+            "backend": string, "version": string, "url": string, "new": {"type": "boolean"}}),
+        "RunsCheck": object_schema(
+            ["backend", "version", "url", "checked", "compatible", "diverging", "unchecked",
+             "runs"], {
+                "backend": string, "version": nullable(string), "url": string,
+                "checked": count, "compatible": count, "diverging": count,
+                "unchecked": count, "runs": {"type": "array", "items": verdict}}),
+        "RunsMigration": object_schema(
+            ["backend", "to", "moved", "already", "busy", "diverging", "unchecked"], {
+                "backend": string, "to": string, "moved": strings, "already": strings,
+                "busy": {**strings, "description": "Advancing through every look: they"
+                         " stay on their version (live)"},
+                "diverging": {"type": "array", "items": verdict},
+                "unchecked": {"type": "array", "items": verdict}}, open_=True),
+        "VersionPromotion": object_schema(["backend", "version", "promoted", "current"], {
+            "backend": string, "version": string, "promoted": {"type": "boolean"},
+            "current": nullable(string), "was": nullable(string), "checked": count,
+            "compatible": count, "diverging": {"type": "array", "items": verdict},
+            "unchecked": {"type": "array", "items": verdict}, "moved": strings,
+            "busy": strings, "pinned": strings}),
+        "VersionRetired": object_schema(["backend", "version", "retired"], {
+            "backend": string, "version": string, "retired": {"type": "boolean"},
+            "migration": {"type": "object"}, "cancelled": strings}),
+    }

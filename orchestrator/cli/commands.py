@@ -41,6 +41,7 @@ from orchestrator.cli import runs as cli_runs
 from orchestrator.cli import scripts as cli_scripts
 from orchestrator.cli import state as cli_state
 from orchestrator.cli import triggers as cli_triggers
+from orchestrator.cli import versions as cli_versions
 from orchestrator.cli import watch as cli_watch
 from orchestrator.cli import workflows as cli_workflows
 from orchestrator.cli.client import KEY_VARIABLE
@@ -90,9 +91,9 @@ def main(verbose: bool) -> None:
 for _command in (*cli_runs.COMMANDS, *cli_durable.COMMANDS, *cli_triggers.COMMANDS,
                  *cli_deploy.COMMANDS, *cli_journal.COMMANDS, *cli_doctor.COMMANDS,
                  *cli_workflows.COMMANDS, *cli_watch.COMMANDS, *cli_approvals.COMMANDS,
-                 *cli_state.COMMANDS, *cli_scripts.COMMANDS):
+                 *cli_state.COMMANDS, *cli_scripts.COMMANDS, *cli_versions.COMMANDS):
     main.add_command(_command)
-for _command in cli_durable.RUNS_COMMANDS:
+for _command in (*cli_durable.RUNS_COMMANDS, *cli_versions.RUNS_COMMANDS):
     cli_runs.runs.add_command(_command)
 
 

@@ -30,6 +30,7 @@ from infra.emulator.capabilities import facts as emulator_facts
 from orchestrator import telemetry
 from orchestrator.cli.dev_model import asked, loaded, without_emulator
 from orchestrator.errors import OrchestratorError, UsageError
+from orchestrator.services.versions.seeding import register_at_start
 from orchestrator.settings import (
     ENDPOINT_VARIABLE,
     SERVICE_ENDPOINT_VARIABLES,
@@ -244,6 +245,8 @@ class LocalStack:
         )
         telemetry.setup(settings)  # before the API app is made: it gets its server spans
         self.runtime = rt = Runtime.build(settings, manifest, clients=clients)
+        for line in register_at_start(rt.versions, rt.moves, rt.manifest):
+            self.echo(f"versions   {line}")
         if settings.api_auth:
             # The API wants a bearer key: make one for this stack and show it once.
             self.api_key = ApiKeys(rt.control).create("dev", time.time())

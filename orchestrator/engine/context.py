@@ -49,6 +49,9 @@ class RunContext:
     # When it was launched (its rows written and its roots dispatched); None while it
     # waits for admission, or if it never was (refused): its roots are not ready then.
     launched_at: float | None = None
+    # A durable run's version of its backend's code (RunRecord.version), as last read:
+    # each start check reads it again (a migration moves it).
+    version: str | None = None
 
     @property
     def served(self) -> str:
@@ -97,6 +100,7 @@ class RunContext:
             subject=_subject(run),
             follow_ups=run.follow_ups,
             launched_at=run.started_at,
+            version=run.version,
         )
 
     @classmethod

@@ -113,6 +113,10 @@ class RunRecord:
     # A durable run stopped by a replay mismatch (both operations): it is `running`
     # in the state machine and shown as `paused` until resumed, reset or cancelled.
     paused: dict[str, Any] | None = None
+    # A durable run's version of its backend's code (services/versions/): it is called
+    # there while it lives, unless a migration the check allowed moves it. None: the
+    # backend has no versions registered (the backend's url).
+    version: str | None = None
     # It took a lock (`ctx.lock`, a step's `lock:`) at some point: its end releases
     # what it still holds (set in the lock's own transaction; a run that never locks
     # pays nothing at its end).

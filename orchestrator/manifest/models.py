@@ -97,8 +97,15 @@ __all__ = [
 ]
 
 
+VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
 class Backend(ManifestModel):
-    """A deployment of functions: steps POST to `url + route`."""
+    """A deployment of functions: steps POST to `url + route`.
+
+    `versions` names several deployments of its code live at once (label -> URL) and
+    `current` the one new runs start on; `url` is then the current one's. A durable run
+    is called on the version it started on for its whole life (services/versions/)."""
 
     url: str
     secret: str | None = Field(default=None, repr=False)  # HMAC key for request signatures
@@ -108,16 +115,53 @@ class Backend(ManifestModel):
     # workflows (orchestrator/manifest/shell.py).
     capabilities: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]] = Field(
         default_factory=list, max_length=32)
+    versions: dict[Annotated[str, Field(pattern=VERSION_PATTERN)], str] = Field(
+        default_factory=dict, max_length=64)
+    current: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _current_url(cls, data: Any) -> Any:
+        """With `versions`, `url` is the current version's (when not given; a `current`
+        that names none is reported by `_check_current`)."""
+        if (isinstance(data, Mapping) and "url" not in data
+                and isinstance(data.get("versions"), Mapping) and data["versions"]):
+            urls = data["versions"]
+            url = urls.get(data.get("current"), next(iter(urls.values())))
+            return {**data, "url": url}
+        return data
 
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"url {value!r} must be an absolute http:// or https:// URL")
-        if parts.query or parts.fragment:
-            raise ValueError(f"url {value!r} must not carry a query or fragment")
-        return value.rstrip("/")
+        return _absolute(value, "url")
+
+    @field_validator("versions")
+    @classmethod
+    def _check_versions(cls, value: dict[str, str]) -> dict[str, str]:
+        return {label: _absolute(url, f"versions.{label}") for label, url in value.items()}
+
+    @model_validator(mode="after")
+    def _check_current(self) -> Self:
+        if self.versions or self.current is not None:
+            if self.current is None:
+                raise ValueError("versions: name the one new runs start on with current:")
+            if self.current not in self.versions:
+                raise ValueError(f"current {self.current!r} is not one of versions"
+                                 f" ({', '.join(sorted(self.versions))})")
+            if self.url != self.versions[self.current]:
+                raise ValueError(f"url {self.url!r} is not versions.{self.current}'s URL"
+                                 " (leave url out: it is the current version's)")
+        return self
+
+
+def _absolute(value: str, field: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{field} {value!r} must be an absolute http:// or https:// URL")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{field} {value!r} must not carry a query or fragment")
+    return value.rstrip("/")
 
 
 class Manifest(ManifestModel):

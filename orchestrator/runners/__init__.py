@@ -33,6 +33,7 @@ from orchestrator.services.durable.children import Children
 from orchestrator.services.durable.event_waits import EventWaits
 from orchestrator.services.durable.hooks import Hooks
 from orchestrator.services.execution.executor import Executor
+from orchestrator.services.versions import Versions
 
 __all__ = ["Attempt", "BackendRef", "RunCache", "Runner", "StepKind", "kind_of", "runners"]
 
@@ -41,7 +42,7 @@ def runners(executor: Executor, invoker: Invoker, cache: RunCache, *,
             clock: Callable[[], float], rand: Callable[[], float],
             sleep: Callable[[float], object], events: EventWaits, hooks: Hooks,
             children: Children, approvals: Approvals, state: StateService,
-            locks: Locks) -> dict[StepKind, Runner]:
+            locks: Locks, versions: Versions | None = None) -> dict[StepKind, Runner]:
     """The table from step kind to runner."""
     call = CallRunner(executor, invoker, cache, clock=clock, rand=rand)
     return {
@@ -51,5 +52,5 @@ def runners(executor: Executor, invoker: Invoker, cache: RunCache, *,
             executor, invoker, cache, clock=clock, rand=rand, sleep=sleep)),
         StepKind.DURABLE: Durable(executor, invoker, clock=clock, rand=rand, events=events,
                                   hooks=hooks, children=children, approvals=approvals,
-                                  state=state, locks=locks),
+                                  state=state, locks=locks, versions=versions),
     }

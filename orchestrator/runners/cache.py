@@ -62,8 +62,8 @@ class RunCache:
 
     def start_check(self, run_id: str) -> RunContext | None:
         """The start check (DESIGN.md, invariant 5): the run's context with its stop
-        flags as they are now, read strongly consistent (all else a context holds never
-        changes: only the flags are read again, or the whole run if it is not cached).
+        flags and version as they are now, read strongly consistent (all else a context
+        holds never changes: only they are read again, or the whole run if it is not cached).
         None if the run is gone."""
         ctx = self.cached(run_id)
         if ctx is None:
@@ -71,15 +71,15 @@ class RunCache:
         flags = self.store.runs.run_flags(run_id, self.clock())
         if flags is None:
             return None
-        stopping, created_at = flags
+        stopping, created_at, version = flags
         if created_at != ctx.created_at:
             # Another run of this id (the one cached expired, and its row was deleted):
             # its context read whole, strongly consistent, is this start check.
             with self._lock:
                 self._contexts.pop(run_id, None)
             return self.context(run_id)
-        if stopping != ctx.stopping:
-            ctx = replace(ctx, stopping=stopping)
+        if stopping != ctx.stopping or version != ctx.version:
+            ctx = replace(ctx, stopping=stopping, version=version)
             with self._lock:
                 self._contexts.put(run_id, ctx)
         return ctx

@@ -55,6 +55,7 @@ class RunService:
         release: Callable[[RunRecord], None],
         children_of: Callable[[str], list[str]] | None = None,
         store_script: Callable[[str], str] | None = None,
+        pin: Callable[[Any], str | None] | None = None,
     ) -> None:
         # `arrive` and `release` are admission's: a gated run waits for its group and
         # throttle; a cancelled queued run gives its place up.
@@ -74,7 +75,8 @@ class RunService:
         self.arrive = arrive
         self.release = release
         # Admission (services/admission/): its stages, in order, for every trigger.
-        self.launcher = Launcher(executor, arrive)
+        # `pin`: the version of its backend's code a new durable run starts on.
+        self.launcher = Launcher(executor, arrive, pin=pin)
         self.debouncer = Debouncer(executor.store, executor.clock)
         self.pipeline = Pipeline(
             manifest, self.launcher, self.debouncer,

@@ -24,7 +24,9 @@ composed by table, so that a call site shows what it touches:
 - `store.state` (`state_cells.StateCells`): durable state cells, in the control table;
 - `store.locks` (`locks.LockStore`): locks, their waiting lines and who holds what;
 - `store.fanouts` (`fanouts.FanOutItems`): the outcomes of a fan_out step's items;
-- `store.bursts` (`bursts.Bursts`): debounced bursts and the triggers they took.
+- `store.bursts` (`bursts.Bursts`): debounced bursts and the triggers they took;
+- `store.versions` (`versions.VersionRows`): the live versions of each backend's code
+  and the current one.
 
 Each part shares `tables.Tables` (the client, the table names, the wake times and
 retention); `codec` holds the item encoding of rows.
@@ -53,6 +55,7 @@ from orchestrator.adapters.store.step_outcomes import StepOutcomes
 from orchestrator.adapters.store.step_rows import StepRows
 from orchestrator.adapters.store.step_stops import StepStops
 from orchestrator.adapters.store.step_writes import Lease
+from orchestrator.adapters.store.versions import VersionRows
 from orchestrator.engine.wakes import WakeTimes
 from orchestrator.settings import ResourceNames
 
@@ -93,6 +96,7 @@ class Store:
         self.locks = LockStore(self.control, names.runs_table)
         self.fanouts = FanOutItems(self.control, step_retention)
         self.bursts = Bursts(self.control)
+        self.versions = VersionRows(self.control, names.runs_table, names.steps_table)
         self.names = names
         # What every part was built with: a row's retention and the wake times.
         self.step_retention = step_retention

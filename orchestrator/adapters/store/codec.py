@@ -244,6 +244,7 @@ def run_from_item(item: Item) -> RunRecord:
         expires_at=_n(item, "expires_at"),
         trigger=_typed(item, "trigger", Trigger.from_json),
         rerun_of=_s(item, "rerun_of"),
+        version=_s(item, "version"),
         gate=_typed(item, "gate", Gate.from_json),
         admit_at=_n(item, "admit_at"),
         started_at=_n(item, "started_at"),
@@ -292,6 +293,8 @@ def run_to_item(r: RunRecord) -> Item:
         item["gate"] = {"S": dumps(r.gate.to_json())}
     if r.rerun_of is not None:
         item["rerun_of"] = {"S": r.rerun_of}
+    if r.version is not None:
+        item["version"] = {"S": r.version}
     if r.history:
         item["history"] = {"L": [{"S": dumps(e)} for e in r.history]}
     item.update(requests_item(r.requests))

@@ -35,6 +35,8 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `debounce#<workflow>#<key>` | `-`                     | a debounced burst: its queued run   |
 | `fanout#<run>#<step>`       | `<index>`               | a fan_out step's item: its outcome  |
 | `scripts`                   | `<name>`                | a script workflow stored by the API |
+| `versions#<backend>`        | `-`                     | a backend's current version         |
+| `versions#<backend>`        | `v#<label>`             | a live version of a backend's code  |
 | `sweep#wake`                | `<shard>`               | a wake shard's sweeper and cursors  |
 | `sweep#full`                | `-`                     | when the last full sweep ran        |
 
@@ -100,6 +102,8 @@ __all__ = [
     "state_key",
     "state_sk",
     "throttle_key",
+    "version_sk",
+    "versions_key",
     "wait_event_keys",
     "waiting_key",
     "waiting_sk",
@@ -248,6 +252,16 @@ def state_key(entity: str) -> Pk:
 
 def state_sk(key: str) -> Sk:
     return Sk(key)
+
+
+def versions_key(backend: str) -> Pk:
+    """The partition of a backend's versions: its head (`NO_SK`, the current one) and
+    one item per live version (`version_sk`)."""
+    return Pk(f"versions#{backend}")
+
+
+def version_sk(label: str) -> Sk:
+    return Sk(f"v#{label}")
 
 
 # The partition of the script workflows stored through the API (`script_sk`: one each).

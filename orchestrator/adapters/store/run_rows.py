@@ -103,15 +103,17 @@ class RunRows(RunListing):
             return None
         return run
 
-    def run_flags(self, run_id: str, now: float) -> tuple[bool, float] | None:
-        """(whether the run is cancelled, halted or halting; when it was created), read
-        now (strongly consistent): a step's start check. Its flags alone, not the
-        definition and input a whole read decodes; its creation time tells it from an
-        earlier run of the same id. None if the run is gone (or expired)."""
+    def run_flags(self, run_id: str, now: float) -> tuple[bool, float, str | None] | None:
+        """(whether the run is cancelled, halted or halting; when it was created; its
+        version), read now (strongly consistent): a step's start check. Its flags alone,
+        not the definition and input a whole read decodes; its creation time tells it
+        from an earlier run of the same id; a migration moves its version. None if the
+        run is gone (or expired)."""
         with _translate(f"run {run_id}: read its stop flags"):
             resp = self.ddb.get_item(
                 TableName=self.runs, Key={"run_id": {"S": run_id}}, ConsistentRead=True,
-                ProjectionExpression="kill_requested, halted, stop_at, expires_at, created_at",
+                ProjectionExpression="kill_requested, halted, stop_at, expires_at, created_at,"
+                                     " version",
             )
         item = resp.get("Item")
         if item is None:
@@ -123,7 +125,8 @@ class RunRows(RunListing):
             item.get(k, {}).get("BOOL", False) for k in ("kill_requested", "halted"))
         # Stored in integer milliseconds (it is a listing index's sort key), as the
         # codec decodes it.
-        return stopping, int(item.get("created_at", {}).get("N", "0")) / 1000.0
+        return (stopping, int(item.get("created_at", {}).get("N", "0")) / 1000.0,
+                item.get("version", {}).get("S"))
 
     def _update_running(
         self,

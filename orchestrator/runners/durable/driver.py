@@ -48,6 +48,7 @@ from orchestrator.engine.durable_waits import (
 )
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import Released
+from orchestrator.errors import Code
 from orchestrator.runners.base import Attempt
 from orchestrator.runners.durable.branches import Branches
 from orchestrator.runners.durable.calls import STOP_CHECK_EVERY, Calls, Target
@@ -60,6 +61,7 @@ from orchestrator.services.durable.event_waits import EventWaits
 from orchestrator.services.durable.hooks import Hooks
 from orchestrator.services.execution.executor import Executor
 from orchestrator.services.execution.tally import Tally
+from orchestrator.services.versions import Versions
 from orchestrator.strict_json import dumps
 
 __all__ = ["Durable", "Target"]
@@ -72,8 +74,11 @@ class Durable:
                  clock: Callable[[], float], rand: Callable[[], float],
                  events: EventWaits | None = None, hooks: Hooks | None = None,
                  children: Children | None = None, approvals: Approvals | None = None,
-                 state: StateService | None = None, locks: Locks | None = None) -> None:
+                 state: StateService | None = None, locks: Locks | None = None,
+                 versions: Versions | None = None) -> None:
         self.executor = executor
+        # Where each version of a backend's code is served (services/versions/).
+        self.versions = versions
         self.locks = locks
         self.approvals = approvals
         self.state = state
@@ -100,9 +105,28 @@ class Durable:
         """The durable runner: the claimed driver row's run, advanced (runners/base.py)."""
         row, ctx, backend = attempt.row, attempt.ctx, attempt.backend
         assert ctx is not None and backend is not None
-        self.advance(row, ctx, Target(backend.url_of(row.route), backend.secret),
+        url = backend.url_of(row.route)
+        if ctx.version is not None and self.versions is not None:
+            # The run is called on the version it started on (or a migration moved it to).
+            served = self.versions.url_of(row.backend, ctx.version)
+            if served is None:
+                self._version_gone(row, ctx, attempt.tally)
+                return None
+            url = served.rstrip("/") + row.route
+        self.advance(row, ctx, Target(url, backend.secret),
                      attempt.tally, room=lambda: attempt.room((row.step,)))
         return None
+
+    def _version_gone(self, row: StepRecord, ctx: RunContext, tally: Tally) -> None:
+        """The run's version is not live (retired under it: a retire counts the runs
+        pinned to a version, but a start that read the current version just before it
+        moved may land after the count). It is paused, its journal untouched, for
+        `runs migrate` (which checks it) or a cancel."""
+        message = (f"version {ctx.version!r} of {row.backend!r} is not live: migrate the"
+                   " run to a live version (orchestrator runs migrate) or cancel it")
+        waiting = Waiting(WaitKind.MISMATCH, since=self.clock())
+        self._pause(row, row.pokes, Pause(waiting, {"code": Code.VERSION_GONE.value,
+                                                    "message": message}), tally)
 
     def advance(self, row: StepRecord, ctx: RunContext, target: Target, tally: Tally,
                 room: Callable[[], bool]) -> None:

@@ -42,8 +42,11 @@ def new_run_id(workflow: str, now: float) -> str:
 class Launcher:
     """`arrive`: the gate's, for a run created queued."""
 
-    def __init__(self, executor: Executor, arrive: Callable[[RunRecord], RunRecord]) -> None:
+    def __init__(self, executor: Executor, arrive: Callable[[RunRecord], RunRecord], *,
+                 pin: Callable[[Definition], str | None] | None = None) -> None:
         self.executor = executor
+        # The version of its backend's code a durable run starts on (services/versions/).
+        self.pin = pin
         self.store = executor.store
         self.clock = executor.clock
         self.arrive = arrive
@@ -105,6 +108,7 @@ class Launcher:
             gate=gate,
             started_at=None if gate else now,
             admit_at=admit_at,
+            version=self.pin(definition) if self.pin is not None else None,
             history=(
                 {"at": round(now, 3), "type": f"run.{status.value}",
                  "trigger": trigger.to_json()},

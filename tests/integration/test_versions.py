@@ -1,0 +1,158 @@
+"""Versions of a backend's code served at once: every durable run is called on the
+version it started on; `runs check` replays every open run against a version (or a URL)
+running nothing; `versions promote` makes a version current only once every open run was
+checked against it, moving the compatible ones; `versions retire` refuses while runs are
+pinned. Three FunctionApps over real HTTP, moto through boto3, the API and the CLI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from functions.sdk.serving import BackgroundServer
+from orchestrator.api.app import create_app as create_api
+from tests.integration.test_cli_durable import until
+from tests.support.cli import cli, out_json
+from tests.support.harness import Harness
+from tests.support.versioned_fns import CALLS
+from tests.support.versioned_fns import create_app as create_fns
+
+MANIFEST = """
+backends:
+  shop:
+    versions: { v1: "${V1}", v2: "${V2}", v3: "${V3}" }
+    current: v1
+    secret: versions-secret
+workflows:
+  order: { backend: shop, timeout: 30s }
+"""
+
+
+@pytest.fixture
+def stack(build_harness: Any, tmp_path: Any) -> Iterator[tuple[Harness, str, dict[str, str]]]:
+    servers = [BackgroundServer(create_fns(v)) for v in (1, 2, 3)]
+    urls = {f"v{i + 1}": s.__enter__().url for i, s in enumerate(servers)}
+    h = build_harness(MANIFEST, tmp_path, {k.upper(): u for k, u in urls.items()})
+    assert h.rt.versions.seed(h.rt.manifest.backends) == {}
+    h.start_workers(1, threads=4)
+    try:
+        with BackgroundServer(create_api(h.rt)) as api:
+            yield h, api.url, urls
+    finally:
+        h.close()
+        for s in servers:
+            s.__exit__(None, None, None)
+
+
+def _waiting(h: Harness, run_id: str) -> bool:
+    driver = h.rt.store.drivers.get_driver(run_id)
+    return bool(driver is not None and driver.waiting and driver.lease_owner is None
+                and driver.waiting.get("kind") == "signal")
+
+
+def _start(h: Harness, n: int) -> list[str]:
+    ids = [h.start("order", {"n": i}) for i in range(n)]
+    for run_id in ids:
+        until(lambda rid=run_id: _waiting(h, rid))
+    return ids
+
+
+def test_runs_are_checked_promoted_and_called_on_their_version(
+        stack: tuple[Harness, str, dict[str, str]]) -> None:
+    h, api, urls = stack
+    old = _start(h, 3)
+    assert all(h.rt.store.runs.get_run(r, h.rt.clock()).version == "v1" for r in old)
+    assert all(CALLS.of(r) == [("reserve", 1)] for r in old)
+
+    listed = out_json(cli("versions", "--json", "--url", api))
+    (shop,) = listed["backends"]
+    assert shop["current"] == "v1"
+    assert {v["version"]: v["open_runs"] for v in shop["versions"]} == {"v1": 3, "v2": 0,
+                                                                       "v3": 0}
+    ok = cli("runs", "check", "--version", "v2", "--json", "--url", api)
+    assert ok.exit_code == 0, ok.output
+    assert out_json(ok)["compatible"] == 3
+    bad = cli("runs", "check", "--version", "v3", "--url", api)
+    assert bad.exit_code == 1, bad.output
+    assert "diverging at position 1: recorded signal 'go', issued step 'audit'" in bad.stdout
+    by_url = cli("runs", "check", "--functions-url", urls["v3"], "--json", "--url", api)
+    assert by_url.exit_code == 1 and json.loads(by_url.stdout)["diverging"] == 3
+
+    # Not promoted while a run diverges: nothing moves, v1 stays current.
+    refused = cli("versions", "promote", "v3", "--url", api)
+    assert refused.exit_code == 1, refused.output
+    assert "not promoted: v1 stays current" in refused.stdout
+    assert h.rt.versions.registry("shop").current == "v1"
+    promoted = cli("versions", "promote", "v2", "--json", "--url", api)
+    assert promoted.exit_code == 0, promoted.output
+    assert sorted(out_json(promoted)["moved"]) == sorted(old)
+    assert all(h.rt.store.runs.get_run(r, h.rt.clock()).version == "v2" for r in old)
+
+    # v1 has no run left: it retires; the current one does not.
+    assert cli("versions", "retire", "v1", "--url", api).exit_code == 0
+    current = cli("versions", "retire", "v2", "--url", api)
+    assert current.exit_code == 2 and "current version" in current.stderr
+    for run_id in old:
+        h.rt.signals.send(run_id, "go", {})
+    for run_id in old:
+        assert h.wait(run_id)["output"] == {"charged_by": 2}
+        assert CALLS.of(run_id) == [("reserve", 1), ("charge", 2)]
+
+
+def test_incompatible_runs_stay_pinned_and_block_their_versions_retire(
+        stack: tuple[Harness, str, dict[str, str]]) -> None:
+    h, api, _ = stack
+    (a,) = _start(h, 1)
+    pinned = cli("versions", "promote", "v3", "--pin-incompatible", "--json", "--url", api)
+    assert pinned.exit_code == 0, pinned.output
+    assert out_json(pinned)["pinned"] == [a]
+    (b,) = _start(h, 1)  # a new run starts on the new current version
+    assert h.rt.store.runs.get_run(b, h.rt.clock()).version == "v3"
+    retire = cli("versions", "retire", "v1", "--url", api)
+    assert retire.exit_code == 2, retire.output
+    assert "1 open run is pinned to version 'v1'" in retire.stderr
+    assert "v1" in h.rt.versions.registry("shop").live
+    for run_id in (a, b):
+        h.rt.signals.send(run_id, "go", {})
+    assert h.wait(a)["output"] == {"charged_by": 1}
+    assert h.wait(b)["output"] == {"charged_by": 3}
+    assert CALLS.of(a) == [("reserve", 1), ("charge", 1)]
+    assert CALLS.of(b) == [("reserve", 3), ("audit", 3), ("charge", 3)]
+    # Once its last run ended, v1 retires.
+    assert cli("versions", "retire", "v1", "--url", api).exit_code == 0
+
+
+def test_retire_cancel_and_migrate_move_the_runs_off_first(
+        stack: tuple[Harness, str, dict[str, str]]) -> None:
+    h, api, _ = stack
+    a, b = _start(h, 2)
+    h.rt.moves().promote("shop", "v3", pin_incompatible=True)
+    moved = cli("versions", "retire", "v1", "--cancel", "--json", "--url", api)
+    assert moved.exit_code == 0, moved.output
+    assert sorted(out_json(moved)["cancelled"]) == sorted([a, b])
+    assert h.wait(a)["status"] == "killed"
+
+
+def test_bad_input_gets_a_clear_error_and_changes_nothing(
+        stack: tuple[Harness, str, dict[str, str]], testfns: str) -> None:
+    h, api, urls = stack
+    unknown = cli("runs", "check", "--version", "v9", "--url", api)
+    assert unknown.exit_code == 4 and "no live version 'v9'" in unknown.stderr
+    not_app = cli("runs", "check", "--functions-url", testfns, "--url", api)
+    assert not_app.exit_code == 2 and "not a functions app" in not_app.stderr
+    both = cli("runs", "check", "--url", api)
+    assert both.exit_code == 2
+    taken = cli("versions", "register", urls["v3"], "--version", "v1", "--url", api)
+    assert taken.exit_code == 2 and "served elsewhere already" in taken.stderr
+    assert cli("versions", "promote", "v9", "--url", api).exit_code == 4
+    assert cli("versions", "nope", "--url", api).exit_code == 4
+    registry = h.rt.versions.registry("shop")
+    assert registry.current == "v1" and set(registry.live) == {"v1", "v2", "v3"}
+    # Registering by what the code publishes: the label is its hash, and stays put.
+    new = out_json(cli("versions", "register", urls["v2"], "--json", "--url", api))
+    assert new["version"].startswith("h-") and new["new"] is True
+    again = out_json(cli("versions", "register", urls["v2"], "--json", "--url", api))
+    assert again == {**new, "new": False}

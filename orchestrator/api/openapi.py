@@ -17,7 +17,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.api import approvals, cells, durable_runs, runs, scripts, triggers, workflows
+from orchestrator.api import (
+    approvals,
+    cells,
+    durable_runs,
+    run_copies,
+    runs,
+    scripts,
+    triggers,
+    workflows,
+)
 from orchestrator.api.models import (
     AnswerApproval,
     CancelRun,
@@ -29,6 +38,7 @@ from orchestrator.api.models import (
     ResetRun,
     ResumeRun,
     RunEvent,
+    RunExport,
     StartRun,
     SubmitScript,
 )
@@ -46,7 +56,7 @@ __all__ = ["BODY_MODELS", "openapi_document"]
 BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitEvent,
                                             ResumeRun, ResetRun, CreateHook, RunEvent,
                                             AnswerApproval, PutStateCell,
-                                            SubmitScript, PutScript)
+                                            SubmitScript, PutScript, RunExport)
 
 # ---- request bodies --------------------------------------------------------------------
 
@@ -126,8 +136,9 @@ def _meta_paths() -> dict[str, Schema]:
 def _paths(retention: float) -> dict[str, Schema]:
     """Every resource's paths, each declared beside its handlers, in this order."""
     out: dict[str, Schema] = {}
-    for part in (runs.paths(retention), durable_runs.paths(), approvals.paths(), cells.paths(),
-                 workflows.paths(), triggers.paths(), scripts.paths(), _meta_paths()):
+    for part in (runs.paths(retention), durable_runs.paths(), run_copies.paths(),
+                 approvals.paths(), cells.paths(), workflows.paths(), triggers.paths(),
+                 scripts.paths(), _meta_paths()):
         for path, item in part.items():
             if path in out:
                 raise ValueError(f"path {path!r} is declared by two resources")

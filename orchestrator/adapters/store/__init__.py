@@ -24,7 +24,9 @@ composed by table, so that a call site shows what it touches:
 - `store.state` (`state_cells.StateCells`): durable state cells, in the control table;
 - `store.locks` (`locks.LockStore`): locks, their waiting lines and who holds what;
 - `store.fanouts` (`fanouts.FanOutItems`): the outcomes of a fan_out step's items;
-- `store.bursts` (`bursts.Bursts`): debounced bursts and the triggers they took.
+- `store.bursts` (`bursts.Bursts`): debounced bursts and the triggers they took;
+- `store.copies` (`run_copies.RunCopies`): a run read whole for an export, and one
+  imported from another stack (inert: nothing here advances it).
 
 Each part shares `tables.Tables` (the client, the table names, the wake times and
 retention); `codec` holds the item encoding of rows.
@@ -46,6 +48,7 @@ from orchestrator.adapters.store.fanouts import FanOutItems
 from orchestrator.adapters.store.join_counts import JoinCounts
 from orchestrator.adapters.store.journal import Journal
 from orchestrator.adapters.store.locks import LockStore
+from orchestrator.adapters.store.run_copies import RunCopies
 from orchestrator.adapters.store.run_rows import RunRows
 from orchestrator.adapters.store.signals import SignalStore
 from orchestrator.adapters.store.state_cells import StateCells
@@ -93,6 +96,7 @@ class Store:
         self.locks = LockStore(self.control, names.runs_table)
         self.fanouts = FanOutItems(self.control, step_retention)
         self.bursts = Bursts(self.control)
+        self.copies = RunCopies(dynamodb, names, **shared)
         self.names = names
         # What every part was built with: a row's retention and the wake times.
         self.step_retention = step_retention

@@ -33,10 +33,9 @@ from orchestrator.cli.common import (
     reported,
 )
 from orchestrator.errors import NotFound, OrchestratorError
+from orchestrator.settings import FROM_KEY_VARIABLE
 
-__all__ = ["FROM_KEY_VARIABLE", "RUNS_COMMANDS"]
-
-FROM_KEY_VARIABLE = "ORCHESTRATOR_FROM_API_KEY"
+__all__ = ["RUNS_COMMANDS"]
 # The `format` of an export this CLI can import (orchestrator/api/models.py).
 EXPORT_FORMAT = "orchestrator.run-export/1"
 
@@ -55,7 +54,7 @@ def _at(where: str) -> Iterator[None]:
 @click.argument("run_id", metavar="RUN")
 @click.option("--from", "source", required=True, metavar="URL",
               help="The deployed stack's orchestrator API, to copy the run from.")
-@click.option("--from-api-key", envvar=FROM_KEY_VARIABLE, show_envvar=True,
+@click.option("--from-api-key", envvar=FROM_KEY_VARIABLE,
               help=f"Bearer key for the --from API (${FROM_KEY_VARIABLE}).")
 @json_option
 @api_options

@@ -23,6 +23,7 @@ import pytest
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app as create_api
 from orchestrator.engine.reconcile import SweepPolicy, reconcile
+from orchestrator.services.access.apikeys import ApiKeys
 from orchestrator.sweeper import SweepReport
 from tests.integration.test_cli_durable import MANIFEST, until
 from tests.support.cli import cli, out_json
@@ -173,6 +174,31 @@ def test_an_imported_run_is_inert_its_workers_and_sweeper_never_advance_it(
     assert s.there.wait(run_id)["status"] == "success"
     assert rows(s.here, run_id) == before
     assert s.here.rt.runs.view(run_id)["status"] == "running"
+
+
+def test_a_pull_from_a_stack_with_keys_sends_the_from_key(
+        stacks: Stacks, build_harness: Any, app_url: str, testfns: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--from-api-key (or $ORCHESTRATOR_FROM_API_KEY) goes to --from, --api-key to
+    --url: a deployed stack wants its own key."""
+    s = stacks
+    locked = build_harness(MANIFEST, tmp_path, {"APP": app_url, "FN": testfns},
+                           api_auth=True)
+    try:
+        key = ApiKeys(locked.rt.control).create("puller", time.time())
+        run_id = locked.start("dag", {})
+        with BackgroundServer(create_api(locked.rt)) as there:
+            args = ("runs", "pull", run_id, "--from", there.url, "--url", s.here_url)
+            refused = cli(*args)
+            assert refused.exit_code == 5 and there.url in refused.stderr
+            assert httpx.get(f"{s.here_url}/runs/{run_id}").status_code == 404
+            monkeypatch.setenv("ORCHESTRATOR_FROM_API_KEY", key)
+            res = cli(*args, "--json")
+            assert out_json(res)["run_id"] == run_id
+    finally:
+        locked.close()
+    view = s.here.rt.runs.view(run_id)  # a DAG run, queued or running there, inert here
+    assert view["imported"] == there.url and view["workflow"] == "dag"
 
 
 def test_bad_pulls_and_imports_change_nothing(stacks: Stacks, app_url: str) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "UsageError",
     "ValueTooLarge",
     "error_doc",
+    "imported_run",
 ]
 
 
@@ -206,6 +207,13 @@ class Conflict(OrchestratorError):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def imported_run(run_id: str, source: str, what: str) -> Conflict:
+    """The refusal of `what` (a signal, a cancel...) for a run copied from another stack
+    (`runs pull`): such a copy is read and replayed, never advanced."""
+    return Conflict(Code.CONFLICT, f"run {run_id!r} was imported from {source}: it is a"
+                    f" read-only copy here ({what} would advance it); act on it there")
 
 
 class Unauthorized(OrchestratorError):

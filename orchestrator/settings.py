@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_MANIFEST",
     "EMULATOR_MODEL_VARIABLE",
     "ENDPOINT_VARIABLE",
+    "FROM_KEY_VARIABLE",
     "KEY_VARIABLE",
     "MANIFEST_VARIABLE",
     "SERVICE_ENDPOINT_VARIABLES",
@@ -72,6 +73,8 @@ MANIFEST_VARIABLE = "ORCH_MANIFEST"
 EMULATOR_MODEL_VARIABLE = "ORCH_EMULATOR_MODEL"
 URL_VARIABLE = "ORCHESTRATOR_URL"
 KEY_VARIABLE = "ORCHESTRATOR_API_KEY"
+# The key of the API `orchestrator runs pull --from` copies a run from.
+FROM_KEY_VARIABLE = "ORCHESTRATOR_FROM_API_KEY"
 DEFAULT_MANIFEST = "orchestrator.yml"
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 # OpenTelemetry's own variables: any of them set turns tracing on by default.

@@ -60,6 +60,8 @@ class SweepReport:
     # Wakes read (rows that might have needed a look) and runs re-armed for later.
     woken: int = 0
     rearmed: int = 0
+    # Runs copied from another stack it came upon and left alone (`runs pull`).
+    imported: int = 0
 
 
 class Sweeper:
@@ -211,6 +213,12 @@ class Sweeper:
     def _sweep_one(self, run: RunRecord, at_run_level: set[str], now: float,
                    report: SweepReport, policy: SweepPolicy) -> None:
         run_id = run.run_id
+        if run.imported is not None:
+            # A copy of another stack's run (`runs pull`): nothing here moves it on, or
+            # releases what it held there (its import gave it no wake; this is the
+            # guard should a row of it ever come up).
+            report.imported += 1
+            return
         if run.status is RunStatus.QUEUED:
             self.sweep_queued(run, now, report)
         elif run.status.terminal:

@@ -29,6 +29,7 @@ from orchestrator.api import (
     approvals,
     cells,
     durable_runs,
+    run_copies,
     runs,
     scripts,
     triggers,
@@ -37,7 +38,7 @@ from orchestrator.api import (
     workflows,
 )
 from orchestrator.api.openapi import openapi_document
-from orchestrator.api.requests import MAX_BODY, TooLarge, error
+from orchestrator.api.requests import TooLarge, error
 from orchestrator.api.state import ApiState, api_state
 from orchestrator.errors import (
     ConditionFailed,
@@ -109,7 +110,7 @@ async def _on_error(request: Request, exc: Exception) -> Response:
         resp.headers.update(exc.headers or {})
         return resp
     if isinstance(exc, TooLarge):
-        return error(413, "body_too_large", f"request body exceeds {MAX_BODY} bytes")
+        return error(413, "body_too_large", f"request body exceeds {exc.limit} bytes")
     if isinstance(exc, Unauthorized):
         resp = error(401, exc.code, exc.message)
         resp.headers["WWW-Authenticate"] = "Bearer"
@@ -164,6 +165,8 @@ def _routes() -> list[BaseRoute]:
         _route("/runs/{run_id}/children", durable_runs.children, "GET"),
         _route("/runs/{run_id}/journal", durable_runs.journal, "GET"),
         _route("/runs/{run_id}/parent", durable_runs.parent, "GET"),
+        _route("/runs/{run_id}/export", run_copies.export_run, "GET"),
+        _route("/runs/import", run_copies.import_run, "POST"),
         _route("/hooks", durable_runs.create_hook, "POST"),
         _route("/hooks/{token}", durable_runs.execute_hook, "POST"),
         _route("/runs/{run_id}/reset", durable_runs.reset_run, "POST"),

@@ -3,7 +3,7 @@ from them too). Unknown fields are refused, so a misspelt field is a 422 naming 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +23,7 @@ __all__ = [
     "ResumeRun",
     "RetireVersion",
     "RunEvent",
+    "RunExport",
     "StartRun",
     "SubmitScript",
 ]
@@ -172,3 +173,28 @@ class MigrateRuns(_Body):
     to: str = Field(min_length=1, max_length=64, description="The live version to move to.")
     backend: str | None = Field(default=None, min_length=1, max_length=128)
     workflow: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+# The `format` of a run's export (GET /runs/{id}/export, POST /runs/import): a new
+# version is a new string, and an import refuses any it does not know.
+EXPORT_FORMAT = "orchestrator.run-export/1"
+
+
+class RunExport(_Body):
+    """A run as its stack stores it, to import into another (`orchestrator runs pull`):
+    its rows as DynamoDB JSON (binary values base64), the blobs they reference inlined."""
+
+    format: Literal["orchestrator.run-export/1"] = Field(
+        description="The document's kind and version.")
+    run_id: str = Field(min_length=1, max_length=200)
+    exported_at: float = Field(description="When it was read (Unix seconds).")
+    run: dict[str, Any] = Field(description="The run row (DynamoDB JSON).")
+    rows: list[dict[str, Any]] = Field(
+        description="Every item of the run's partition of the steps table: step rows, a"
+        " durable run's driver, journal entries, signals, run events (DynamoDB JSON).")
+    blobs: dict[str, str] = Field(default_factory=dict,
+                                  description="The values kept in the blob store that the"
+                                  " rows reference, by key.")
+    source: str | None = Field(default=None, max_length=2000,
+                               description="Where it was exported from (an import marks"
+                               " the run `imported` from it).")

@@ -21,6 +21,7 @@ from orchestrator.api import (
     approvals,
     cells,
     durable_runs,
+    run_copies,
     runs,
     scripts,
     triggers,
@@ -43,6 +44,7 @@ from orchestrator.api.models import (
     ResumeRun,
     RetireVersion,
     RunEvent,
+    RunExport,
     StartRun,
     SubmitScript,
 )
@@ -62,7 +64,7 @@ BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitE
                                             AnswerApproval, PutStateCell,
                                             SubmitScript, PutScript, RegisterVersion,
                                             PromoteVersion, RetireVersion, CheckRuns,
-                                            MigrateRuns)
+                                            MigrateRuns, RunExport)
 
 # ---- request bodies --------------------------------------------------------------------
 
@@ -142,9 +144,9 @@ def _meta_paths() -> dict[str, Schema]:
 def _paths(retention: float) -> dict[str, Schema]:
     """Every resource's paths, each declared beside its handlers, in this order."""
     out: dict[str, Schema] = {}
-    for part in (runs.paths(retention), durable_runs.paths(), approvals.paths(), cells.paths(),
-                 workflows.paths(), triggers.paths(), scripts.paths(), versions.paths(),
-                 _meta_paths()):
+    for part in (runs.paths(retention), durable_runs.paths(), run_copies.paths(),
+                 approvals.paths(), cells.paths(), workflows.paths(), triggers.paths(),
+                 scripts.paths(), versions.paths(), _meta_paths()):
         for path, item in part.items():
             if path in out:
                 raise ValueError(f"path {path!r} is declared by two resources")

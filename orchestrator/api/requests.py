@@ -27,28 +27,32 @@ MAX_BODY = 1024 * 1024
 
 
 class TooLarge(Exception):
-    pass
+    def __init__(self, limit: int = MAX_BODY) -> None:
+        super().__init__(limit)
+        self.limit = limit
 
 
 def error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-async def read_body(request: Request) -> bytes:
-    """The raw body, refused (TooLarge) as soon as it passes MAX_BODY."""
+async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
+    """The raw body, refused (TooLarge) as soon as it passes `limit` bytes."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        raise TooLarge()
-    body = b""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise TooLarge(limit)
+    chunks: list[bytes] = []
+    size = 0
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise TooLarge()
-    return body
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(limit)
+    return b"".join(chunks)
 
 
-async def read_json(request: Request) -> Any:
-    body = await read_body(request)
+async def read_json(request: Request, limit: int = MAX_BODY) -> Any:
+    body = await read_body(request, limit)
     return {} if not body else parse_json(body)
 
 

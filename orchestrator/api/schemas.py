@@ -110,6 +110,8 @@ def response_schemas() -> dict[str, Schema]:
              "error": nullable({"type": "object"}), "created_at": TIME,
              "started_at": nullable_time, "finished_at": nullable_time,
              "kill_reason": nullable_string, "trigger": trigger, "rerun_of": nullable_string,
+             "imported": {**nullable_string, "description": "Copied from another stack"
+                          " (`runs pull`): where from. Nothing here advances it"},
              "parent_run_id": {**nullable_string, "description": "The run's parent (a"
                                " durable run's child, or started with parent_run_id)"},
              "admission": nullable(ref("Admission")),
@@ -186,6 +188,12 @@ def response_schemas() -> dict[str, Schema]:
             "journal": {"type": "array", "items": {"type": "object"},
                         "description": "Every recorded operation: scope, pos, id, kind,"
                         " name, status, value or error, started, ended"}}),
+        "RunImported": object_schema(["run_id", "imported", "items", "blobs", "status"], {
+            "run_id": STRING,
+            "imported": {**STRING, "description": "Where it came from (the export's source)"},
+            "items": {"type": "integer", "minimum": 1, "description": "Items written"},
+            "blobs": {"type": "integer", "minimum": 0, "description": "Blobs written"},
+            "status": {**STRING, "description": "Its status, as it was there (kept)"}}),
         "RunChildren": object_schema(["run_id", "children"], {
             "run_id": STRING, "children": {"type": "array", "items": ref("RunSummary")}}),
         "RunParent": object_schema(["run_id", "parent_run_id", "parent"], {

@@ -37,6 +37,7 @@ from orchestrator.cli import deploy as cli_deploy
 from orchestrator.cli import doctor as cli_doctor
 from orchestrator.cli import durable_runs as cli_durable
 from orchestrator.cli import journal as cli_journal
+from orchestrator.cli import run_copies as cli_run_copies
 from orchestrator.cli import runs as cli_runs
 from orchestrator.cli import scripts as cli_scripts
 from orchestrator.cli import state as cli_state
@@ -93,7 +94,8 @@ for _command in (*cli_runs.COMMANDS, *cli_durable.COMMANDS, *cli_triggers.COMMAN
                  *cli_workflows.COMMANDS, *cli_watch.COMMANDS, *cli_approvals.COMMANDS,
                  *cli_state.COMMANDS, *cli_scripts.COMMANDS, *cli_versions.COMMANDS):
     main.add_command(_command)
-for _command in (*cli_durable.RUNS_COMMANDS, *cli_versions.RUNS_COMMANDS):
+for _command in (*cli_durable.RUNS_COMMANDS, *cli_versions.RUNS_COMMANDS,
+                 *cli_run_copies.RUNS_COMMANDS):
     cli_runs.runs.add_command(_command)
 
 

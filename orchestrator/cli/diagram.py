@@ -316,6 +316,8 @@ def header(view: dict[str, Any], ascii_only: bool, now: float | None,
         lines += wrap(f"trigger {trigger_label(view['trigger'])}", width)
     if view.get("rerun_of"):
         lines += wrap(f"rerun of {view['rerun_of']}", width)
+    if view.get("imported"):
+        lines += wrap(f"imported from {view['imported']} (read-only here)", width)
     return [*lines, ""]
 
 

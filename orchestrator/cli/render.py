@@ -79,6 +79,8 @@ def render_run(view: dict[str, Any], *, ascii_only: bool | None = None) -> str:
         lines.append(f"trigger {trigger_label(view['trigger'])}")
     if view.get("rerun_of"):
         lines.append(f"rerun of {view['rerun_of']}")
+    if view.get("imported"):
+        lines.append(f"imported from {view['imported']} (read-only here)")
     lines.append("")
     if view.get("kind") == "durable":
         return "\n".join(lines + _durable_lines(view, ascii_only))

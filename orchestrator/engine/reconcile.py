@@ -49,8 +49,9 @@ def reconcile(
     """Everything a sweep must repair in one run, from a snapshot of its rows.
 
     The snapshot may be stale; every command is applied as a conditional write, so a
-    decision made on old facts finds its guard false and changes nothing."""
-    if run.status.terminal:
+    decision made on old facts finds its guard false and changes nothing. A run
+    imported from another stack is never repaired: it is a copy to read and replay."""
+    if run.status.terminal or run.imported is not None:
         return []
     cmds: list[Command] = []
     by_name = {s.step: s for s in steps}

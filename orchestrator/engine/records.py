@@ -121,6 +121,10 @@ class RunRecord:
     # what it still holds (set in the lock's own transaction; a run that never locks
     # pays nothing at its end).
     holds_locks: bool = False
+    # Copied from another stack (`orchestrator runs pull`): the API it came from. Such
+    # a run is inert here: no sweep repairs it, no worker advances it (its status is
+    # the one it had there).
+    imported: str | None = None
     history: tuple[dict[str, Any], ...] = ()
     # The AWS requests made for the run that its run-row writes carried (the rest are
     # on its step rows), by "service.Operation" (adapters/metering.py).

@@ -16,7 +16,7 @@ from orchestrator.engine.context import RunContext
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.engine.transitions import killed_error
-from orchestrator.errors import ConditionFailed, Conflict, NotFound
+from orchestrator.errors import ConditionFailed, Conflict, NotFound, imported_run
 from orchestrator.services.admission import Started, StartRequest
 from orchestrator.services.admission.debounce import Debouncer
 from orchestrator.services.admission.dedupe import IdempotencyKeys
@@ -192,6 +192,8 @@ class RunService:
     def _cancel(self, run_id: str, reason: str) -> bool:
         now = self.executor.clock()
         run = self.store.runs.get_run(run_id, now)
+        if run is not None and run.imported is not None:
+            raise imported_run(run_id, run.imported, "a cancel")
         if run is None or run.status.terminal:
             return False
         if run.status is RunStatus.QUEUED:

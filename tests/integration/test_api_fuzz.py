@@ -19,6 +19,7 @@ import hmac
 import json
 import socket
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -121,6 +122,8 @@ class Live:
     hook_tokens: list[str]  # hooks of the durable seed run (each works once)
     gated: list[str]  # runs whose approval gate `ask` is open (each answers once)
     link_tokens: list[str]  # those gates' single-use links
+    # The killed seed run's export, which an import steered to it takes under a new id.
+    export: dict[str, Any]
 
 
 @pytest.fixture(scope="module")
@@ -155,9 +158,10 @@ def live(emulator: Emulator, testfns: str, tmp_path_factory: pytest.TempPathFact
         # Stored scripts to read, replace and delete.
         for name in SCRIPT_NAMES:
             h.rt.runs.manifest.register(name, "echo seeded\n")
+        export = client.get("/runs/seed-killed/export").json()
         schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
         yield Live(h, server.url, key, client, schema, "seed-running", "seed-killed", tokens,
-                   gated, links)
+                   gated, links, export)
     h.close()
 
 
@@ -258,6 +262,12 @@ def steer(live: Live, case: Any, data: st.DataObject, mode: GenerationMode) -> N
         params["name"] = data.draw(st.sampled_from(names))
     if isinstance(body, dict) and path == "/runs":
         body["workflow"] = data.draw(st.sampled_from(WORKFLOWS))
+    if isinstance(body, dict) and path == "/runs/import":
+        # The killed seed's rows under an id of their own (or its own: a 409).
+        run_id = data.draw(st.sampled_from([f"seed-import-{uuid.uuid4().hex[:12]}",
+                                            live.killed]))
+        body.clear()
+        body.update(json.loads(json.dumps(live.export).replace(live.killed, run_id)))
     if isinstance(body, dict) and path == "/events":
         body["name"] = "order.paid"  # its trigger's `if` then runs over the fuzzed data
     if isinstance(case.query, dict) and case.method == "GET":

@@ -26,7 +26,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_jsonable_python
 
@@ -54,6 +54,9 @@ from functions.sdk.protocol import (
     StateOp,
 )
 from functions.sdk.protocol.values import MAX_VALUE_BYTES, name_problem, normal_name, value_bytes
+
+if TYPE_CHECKING:
+    from functions.sdk.durable.debugging import Stops
 
 __all__ = ["RESULT_POS", "Call", "Place", "Scope", "branch_scope", "current", "named", "op_id",
            "roundtrip", "sent"]
@@ -199,6 +202,8 @@ class Call:
     fresh: bool = False
     # A durable shell script's run: the script the call names (other workflows: None).
     script: ScriptRef | None = None
+    # Mode replay: where the call stops in the debugger (debugging.py); else None.
+    debug: Stops | None = None
     # The orchestrator's time at the call, on this process's monotonic clock.
     _mono: float = field(default_factory=time.monotonic)
 
@@ -300,6 +305,8 @@ class Call:
         n = scope.counts.get(name, 0)
         scope.counts[name] = n + 1
         place = Place(scope.id, scope.pos, op_id(scope.id, name, n), kind, name)
+        if self.debug is not None:
+            self.debug.before(place)
         scope.pos += 1
         self.issued += 1
         if self.max_steps is not None and self.issued > self.max_steps:
@@ -318,6 +325,8 @@ class Call:
         if rec.kind != place.kind or rec.id != place.id:
             recorded = {"scope": rec.scope, "pos": rec.pos, "id": rec.id, "kind": rec.kind,
                         "name": rec.name}
+            if self.debug is not None:
+                self.debug.diverged(recorded, place)
             self.emit(MismatchOp(recorded=recorded, issued=PlaceDoc(**place.doc()),
                                  message=str(ReplayMismatch(recorded, place.doc()))))
             self.halted = True

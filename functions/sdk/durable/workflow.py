@@ -18,6 +18,7 @@ from typing import Any
 
 from functions.sdk.durable.call import Call, Scope, roundtrip
 from functions.sdk.durable.context import Context
+from functions.sdk.durable.debugging import Stops
 from functions.sdk.durable.durations import Duration, seconds
 from functions.sdk.durable.errors import StepFailed, Suspend, WorkflowError
 from functions.sdk.failures import TerminalError
@@ -106,7 +107,8 @@ def start(wf: Workflow, req: DurableRequestBody, protocol: int,
         now=run.now,
         target=req.target,
         attempts=dict(req.attempts),
-        check=req.mode == "check",
+        check=req.mode in ("check", "replay"),
+        debug=Stops(req.break_at) if req.mode == "replay" else None,
         subject=run.subject,
         max_value=run.max_value,
         max_steps=wf.max_steps,
@@ -151,11 +153,16 @@ async def play(wf: Workflow, call: Call, payload: Any, deadline: float | None) -
 
 async def advance(wf: Workflow, body: Mapping[str, Any] | DurableRequestBody,
                   protocol: int | None = None) -> dict[str, Any]:
-    """One call of `wf`, every operation in one answer `{"ops": [...], "deadline": ...}`.
-    `body` is the request (run, input, journal, target, attempts, mode); `protocol` the
-    version whose rules the call follows (default: the one the body asks for)."""
+    """One call of `wf`, every operation in one answer `{"ops": [...], "deadline": ...}`
+    (mode replay: and `stops`, where it stopped in the debugger: debugging.py).
+    `body` is the request (run, input, journal, target, attempts, mode, break_at);
+    `protocol` the version whose rules the call follows (default: the one the body asks
+    for)."""
     req = request_of(body)
     version = min(req.protocol if protocol is None else protocol, max(PROTOCOLS))
     call, deadline = start(wf, req, version)
     await play(wf, call, req.input, deadline)
-    return {"ops": [op_doc(op) for op in call.ops], "deadline": deadline}
+    answer: dict[str, Any] = {"ops": [op_doc(op) for op in call.ops], "deadline": deadline}
+    if call.debug is not None:
+        answer["stops"] = call.debug.stops
+    return answer

@@ -101,8 +101,14 @@ class DurableRequestBody(BaseModel):
     attempts: dict[str, int] = Field(
         default_factory=dict, description="Failed attempts so far of the frontier's steps, by id.",
     )
-    mode: str = Field(default="run", pattern="^(run|check)$",
-                      description="run: advance; check: replay only, run nothing.")
+    mode: str = Field(default="run", pattern="^(run|check|replay)$",
+                      description="run: advance; check: replay only, run nothing; replay:"
+                      " as check, and stop in the debugger (breakpoint()) of the process"
+                      " serving the call, before `break_at` or at the first mismatch.")
+    break_at: str | None = Field(
+        default=None, min_length=1, max_length=512,
+        description="Mode replay: the name (or id) of the operation before which the"
+        " replay stops in the debugger; none: it stops only at a mismatch.")
     protocol: int = Field(default=1, ge=1,
                           description="The newest protocol version the orchestrator speaks:"
                           " 2 asks for a stream of checkpoints (if the SDK speaks it).")
@@ -391,6 +397,9 @@ class DurableAnswer(BaseModel):
 
     ops: list[DurableOp] = Field(max_length=1000)
     deadline: float | None = Field(default=None, description="The run's execution deadline.")
+    stops: list[dict[str, Any]] | None = Field(
+        default=None, description="Mode replay: where the replay stopped in the debugger"
+        " ({reason: break | mismatch, scope, pos, id, kind, name}).")
 
 
 DurableRequestBody.model_rebuild()

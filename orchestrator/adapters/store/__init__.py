@@ -26,7 +26,9 @@ composed by table, so that a call site shows what it touches:
 - `store.fanouts` (`fanouts.FanOutItems`): the outcomes of a fan_out step's items;
 - `store.bursts` (`bursts.Bursts`): debounced bursts and the triggers they took;
 - `store.versions` (`versions.VersionRows`): the live versions of each backend's code
-  and the current one.
+  and the current one;
+- `store.copies` (`run_copies.RunCopies`): a run read whole for an export, and one
+  imported from another stack (inert: nothing here advances it).
 
 Each part shares `tables.Tables` (the client, the table names, the wake times and
 retention); `codec` holds the item encoding of rows.
@@ -48,6 +50,7 @@ from orchestrator.adapters.store.fanouts import FanOutItems
 from orchestrator.adapters.store.join_counts import JoinCounts
 from orchestrator.adapters.store.journal import Journal
 from orchestrator.adapters.store.locks import LockStore
+from orchestrator.adapters.store.run_copies import RunCopies
 from orchestrator.adapters.store.run_rows import RunRows
 from orchestrator.adapters.store.signals import SignalStore
 from orchestrator.adapters.store.state_cells import StateCells
@@ -97,6 +100,7 @@ class Store:
         self.fanouts = FanOutItems(self.control, step_retention)
         self.bursts = Bursts(self.control)
         self.versions = VersionRows(self.control, names.runs_table, names.steps_table)
+        self.copies = RunCopies(dynamodb, names, **shared)
         self.names = names
         # What every part was built with: a row's retention and the wake times.
         self.step_retention = step_retention

@@ -239,6 +239,7 @@ def run_from_item(item: Item) -> RunRecord:
         stop_at=_n(item, "stop_at"),
         paused=_json(item, "paused"),
         holds_locks=bool(item.get("holds_locks", {}).get("BOOL", False)),
+        imported=_s(item, "imported"),
         error=_json(item, "error"),
         finished_at=_n(item, "finished_at"),
         expires_at=_n(item, "expires_at"),
@@ -295,6 +296,8 @@ def run_to_item(r: RunRecord) -> Item:
         item["rerun_of"] = {"S": r.rerun_of}
     if r.version is not None:
         item["version"] = {"S": r.version}
+    if r.imported is not None:
+        item["imported"] = {"S": r.imported}
     if r.history:
         item["history"] = {"L": [{"S": dumps(e)} for e in r.history]}
     item.update(requests_item(r.requests))

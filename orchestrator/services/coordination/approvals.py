@@ -25,7 +25,15 @@ from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.approvals import Gate
 from orchestrator.engine.durable_waits import Waiting
-from orchestrator.errors import Code, ConditionFailed, Conflict, Forbidden, NotFound, UsageError
+from orchestrator.errors import (
+    Code,
+    ConditionFailed,
+    Conflict,
+    Forbidden,
+    NotFound,
+    UsageError,
+    imported_run,
+)
 from orchestrator.services.durable.hooks import Hooks
 from orchestrator.services.execution.executor import Executor
 from orchestrator.services.values import checked_name
@@ -107,6 +115,8 @@ class Approvals:
         now = self.clock()
         self._refuse_closed(gate, now)
         run = self.store.runs.get_run(run_id, now)
+        if run is not None and run.imported is not None:
+            raise imported_run(run_id, run.imported, "an answer")
         if run is None or run.status.terminal:
             raise Conflict(Code.RUN_FINISHED, f"run {run_id!r} has already finished: "
                            f"approval {step!r} can no longer be answered")

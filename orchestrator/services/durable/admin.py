@@ -21,7 +21,7 @@ from orchestrator.engine.definition import DRIVER
 from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import Released
-from orchestrator.errors import Code, Conflict, NotFound, UsageError
+from orchestrator.errors import Code, Conflict, NotFound, UsageError, imported_run
 
 __all__ = ["DurableAdmin"]
 
@@ -48,6 +48,8 @@ class DurableAdmin:
         if run.definition.durable is None:
             raise Conflict(Code.CONFLICT, f"run {run_id!r} is a run of DAG workflow "
                            f"{run.workflow!r}: only durable runs resume or reset")
+        if run.imported is not None:
+            raise imported_run(run_id, run.imported, "a resume or a reset")
         if run.status.terminal:
             raise Conflict(Code.RUN_FINISHED, f"run {run_id!r} has already finished "
                            f"({run.status.value}); start it again with rerun")

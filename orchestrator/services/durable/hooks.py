@@ -30,7 +30,14 @@ from typing import Any
 from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.control_keys import HOOK_SECRET, doc_of, hook_key, hook_used
-from orchestrator.errors import Code, Conflict, NotFound, OrchestratorError, UsageError
+from orchestrator.errors import (
+    Code,
+    Conflict,
+    NotFound,
+    OrchestratorError,
+    UsageError,
+    imported_run,
+)
 from orchestrator.services.durable.signals import Signals
 from orchestrator.services.values import check_value, checked_name
 from orchestrator.strict_json import dumps
@@ -108,6 +115,8 @@ class Hooks:
             raise NotFound(f"run {run_id!r} not found (or expired)")
         if run.definition.durable is None:
             raise Conflict(Code.CONFLICT, f"run {run_id!r} is not a durable run")
+        if run.imported is not None:
+            raise imported_run(run_id, run.imported, "a hook")
         if run.status.terminal:
             raise Conflict(Code.RUN_FINISHED, f"run {run_id!r} has already finished")
         return self.create(run_id, f"api:{secrets.token_hex(8)}", signal, metadata, ttl,
@@ -141,6 +150,8 @@ class Hooks:
         check_value("the hook's signal payload (the body with the hook's metadata merged"
                     " over it)", payload)
         run = self.store.runs.get_run(run_id, now)
+        if run is not None and run.imported is not None:
+            raise imported_run(run_id, run.imported, "a hook's signal")
         if run is None or run.status.terminal:
             # Refused before it is used up: a finished run reads no signal.
             raise Conflict(Code.RUN_FINISHED, f"the hook's run {run_id} has already"

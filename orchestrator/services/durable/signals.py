@@ -18,7 +18,7 @@ from orchestrator.adapters.metering import metered
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
 from orchestrator.engine.definition import DRIVER
-from orchestrator.errors import Code, Conflict, NotFound
+from orchestrator.errors import Code, Conflict, NotFound, imported_run
 from orchestrator.services.values import NAME, check_value, checked_name
 
 __all__ = ["SIGNAL_NAME", "Signals"]
@@ -55,6 +55,8 @@ class Signals:
                            f"{run.workflow!r}: only durable workflows take signals")
         sid = (hashlib.sha256(key.encode()).hexdigest()[:32] if key is not None
                else uuid.uuid4().hex)
+        if run.imported is not None:
+            raise imported_run(run_id, run.imported, "a signal")
         if run.status.terminal:
             if key is not None and self.store.signals.signal_sent(run_id, name, sid):
                 # A resend of a signal delivered before the run ended.

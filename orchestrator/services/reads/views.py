@@ -126,6 +126,7 @@ def run_view(
         "kill_reason": run.kill_reason,
         "trigger": None if run.trigger is None else run.trigger.to_json(),
         "rerun_of": run.rerun_of,
+        "imported": run.imported,
         "parent_run_id": (None if run.trigger is None
                           else run.trigger.detail.get("parent_run_id")),
         "admission": None

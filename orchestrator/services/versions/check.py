@@ -56,7 +56,8 @@ class Verdict:
     issued: dict[str, Any] | None = None
     message: str | None = None
     # The driver row as read before the journal: its last claim (None: never claimed),
-    # and whether a worker held it (the run was advancing: a move waits for it).
+    # and whether a worker held it or it waited on a parallel (the run was advancing:
+    # a move waits for it).
     claimed_at: float | None = None
     held: bool = False
     driver: str = "$run"
@@ -124,7 +125,10 @@ class Checker:
             "run_id": run.run_id, "workflow": run.workflow, "version": run.version,
             "entries": len(journal),
             "claimed_at": driver.attempt_started if driver is not None else None,
-            "held": driver is not None and driver.lease_owner is not None}
+            # A run waiting on a parallel advances through its branches' own rows,
+            # which a move's guard does not cover: it moves once the parallel is over.
+            "held": driver is not None and (driver.lease_owner is not None or (
+                driver.waiting or {}).get("kind") == WaitKind.PARALLEL)}
         trigger = run.trigger
         golden = {"run_id": run.run_id, "workflow": served, "input": run.input,
                   "started_at": run.started_at or run.created_at, "journal": journal,

@@ -6,9 +6,10 @@ assemble the same parts here, so there is one way the system is put together."""
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.adapters.aws import Clients, make_clients
@@ -44,6 +45,8 @@ from orchestrator.worker import Worker
 
 __all__ = ["Runtime"]
 
+_MOVES_LOCK = threading.Lock()
+
 
 @dataclass
 class Runtime:
@@ -70,6 +73,7 @@ class Runtime:
     state: StateService
     locks: Locks
     versions: Versions
+    _moves: Moves | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def build(
@@ -163,14 +167,18 @@ class Runtime:
         return Worker(self.executor, invoker, self.backends(), table, cache,
                       admit=self.admission.due, clock=clock, sleep=sleep, **kwargs)
 
-    def moves(self, *, threads: int = 16) -> Moves:
+    def moves(self) -> Moves:
         """Checks of open durable runs against code, and the moves between versions
-        they allow (services/versions/), with a client of their own."""
-        invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock)
-        checker = Checker(self.store, invoker, self.clock, threads=threads)
-        secrets = {name: b.secret for name, b in self.manifest.backends.items()}
-        return Moves(self.store, self.versions, checker, self.clock, secrets=secrets,
-                     cancel=lambda run_id, why: self.runs.cancel(run_id, why))
+        they allow (services/versions/), with an HTTP client of their own (made once)."""
+        with _MOVES_LOCK:
+            if self._moves is None:
+                invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock)
+                checker = Checker(self.store, invoker, self.clock)
+                secrets = {name: b.secret for name, b in self.manifest.backends.items()}
+                self._moves = Moves(self.store, self.versions, checker, self.clock,
+                                    secrets=secrets,
+                                    cancel=lambda run_id, why: self.runs.cancel(run_id, why))
+            return self._moves
 
     def released(self, run: RunRecord) -> None:
         """A finished run gives up what it holds and wakes a parent waiting for it."""

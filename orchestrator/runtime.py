@@ -177,7 +177,8 @@ class Runtime:
                 secrets = {name: b.secret for name, b in self.manifest.backends.items()}
                 self._moves = Moves(self.store, self.versions, checker, self.clock,
                                     secrets=secrets,
-                                    cancel=lambda run_id, why: self.runs.cancel(run_id, why))
+                                    cancel=lambda run_id, why: self.runs.cancel(run_id, why),
+                                    resume=self.durable.resume)
             return self._moves
 
     def released(self, run: RunRecord) -> None:

@@ -156,3 +156,23 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(
     assert new["version"].startswith("h-") and new["new"] is True
     again = out_json(cli("versions", "register", urls["v2"], "--json", "--url", api))
     assert again == {**new, "new": False}
+
+
+def test_a_run_whose_version_is_gone_pauses_and_goes_on_once_migrated(
+        stack: tuple[Harness, str, dict[str, str]]) -> None:
+    """A run pinned to a version that is not live (as a start racing a retire leaves
+    one) is paused, never called elsewhere; `runs migrate` checks it, moves it and
+    resumes it."""
+    h, api, _ = stack
+    (a,) = _start(h, 1)
+    driver = h.rt.store.drivers.get_driver(a)
+    assert driver is not None
+    h.rt.store.versions.move_run(a, "$run", "v1", "v0", driver.attempt_started, h.rt.clock())
+    h.rt.signals.send(a, "go", {})
+    paused = until(lambda: h.rt.store.runs.get_run(a, h.rt.clock()).paused)
+    assert paused["code"] == "version_gone" and "'v0'" in paused["message"]
+    assert CALLS.of(a) == [("reserve", 1)]
+    moved = cli("runs", "migrate", "--to", "v2", "--json", "--url", api)
+    assert out_json(moved)["moved"] == [a]
+    assert h.wait(a)["output"] == {"charged_by": 2}
+    assert CALLS.of(a) == [("reserve", 1), ("charge", 2)]

@@ -60,7 +60,8 @@ class Verdict:
     # a move waits for it).
     claimed_at: float | None = None
     held: bool = False
-    driver: str = "$run"
+    # Why the run is paused, if it is (`version_gone`: its version was retired under it).
+    paused: str | None = None
 
     @property
     def compatible(self) -> bool:
@@ -124,6 +125,7 @@ class Checker:
         base: dict[str, Any] = {
             "run_id": run.run_id, "workflow": run.workflow, "version": run.version,
             "entries": len(journal),
+            "paused": str((run.paused or {}).get("code")) if run.paused else None,
             "claimed_at": driver.attempt_started if driver is not None else None,
             # A run waiting on a parallel advances through its branches' own rows,
             # which a move's guard does not cover: it moves once the parallel is over.

@@ -17,7 +17,14 @@ from typing import Any
 from orchestrator.adapters.published import published
 from orchestrator.adapters.store import Store
 from orchestrator.engine.definition import DRIVER
-from orchestrator.errors import Code, ConditionFailed, Conflict, NotFound, UsageError
+from orchestrator.errors import (
+    Code,
+    ConditionFailed,
+    Conflict,
+    NotFound,
+    OrchestratorError,
+    UsageError,
+)
 from orchestrator.services.versions.check import Checker, Target, Verdict, open_durable
 from orchestrator.services.versions.registry import Versions, digest_label
 
@@ -32,13 +39,16 @@ RECHECK_EVERY = 0.2
 class Moves:
     def __init__(self, store: Store, versions: Versions, checker: Checker,
                  clock: Callable[[], float], *, secrets: Mapping[str, str | None],
-                 cancel: Callable[[str, str], Any], settle: float = SETTLE) -> None:
+                 cancel: Callable[[str, str], Any],
+                 resume: Callable[[str], Any] | None = None, settle: float = SETTLE) -> None:
         self.store = store
         self.versions = versions
         self.checker = checker
         self.clock = clock
         self.secrets = secrets
         self.cancel = cancel
+        # A run paused because its version went away goes on once moved to a live one.
+        self.resume = resume
         self.settle = settle
 
     def backend_of(self, backend: str | None) -> str:
@@ -109,6 +119,11 @@ class Moves:
                                          verdict.claimed_at, self.clock())
         except ConditionFailed:
             return False  # it moved on (or ended) since its check
+        if verdict.paused == Code.VERSION_GONE and self.resume is not None:
+            try:
+                self.resume(verdict.run_id)
+            except OrchestratorError:  # held or ended meanwhile: `runs resume` will do
+                pass
         return True
 
     def promote(self, backend: str, label: str, *,

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from functions.sdk.serving import BackgroundServer
@@ -66,6 +67,9 @@ def test_runs_are_checked_promoted_and_called_on_their_version(
     old = _start(h, 3)
     assert all(h.rt.store.runs.get_run(r, h.rt.clock()).version == "v1" for r in old)
     assert all(CALLS.of(r) == [("reserve", 1)] for r in old)
+    shown = cli("show", old[0], "--url", api, "--ascii")
+    assert "version: v1" in shown.stdout.splitlines(), shown.output
+    assert httpx.get(f"{api}/runs/{old[0]}").json()["version"] == "v1"
 
     listed = out_json(cli("versions", "--json", "--url", api))
     (shop,) = listed["backends"]

@@ -20,6 +20,7 @@ from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.control import Control
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.wakes import WakeTimes
+from orchestrator.errors import UsageError
 from orchestrator.runners import BackendRef, RunCache, runners
 from orchestrator.services.admission import Admission
 from orchestrator.services.coordination.approvals import Approvals
@@ -34,11 +35,11 @@ from orchestrator.services.execution.executor import Executor
 from orchestrator.services.runs import RunService
 from orchestrator.services.scripts.catalog import Catalog
 from orchestrator.services.scripts.registry import ScriptRegistry
-from orchestrator.services.scripts.texts import ScriptTexts
+from orchestrator.services.scripts.texts import ScriptTexts, check_script, script_url
 from orchestrator.services.triggers.events import EventService
 from orchestrator.services.triggers.scheduler import Scheduler
 from orchestrator.services.triggers.webhooks import WebhookService
-from orchestrator.services.versions import Checker, Moves, Versions
+from orchestrator.services.versions import Checker, Moves, Target, Versions
 from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
 from orchestrator.worker import Worker
@@ -178,8 +179,19 @@ class Runtime:
                 self._moves = Moves(self.store, self.versions, checker, self.clock,
                                     secrets=secrets,
                                     cancel=lambda run_id, why: self.runs.cancel(run_id, why),
-                                    resume=self.durable.resume)
+                                    resume=self.durable.resume, script_host=self._script_target)
             return self._moves
+
+    def _script_target(self, text: str) -> Target:
+        """Where script runs are checked against `text`: the shell backend, with the
+        text stored (by its hash) for the host to fetch."""
+        name = self.manifest.capable("shell")
+        if name is None:
+            raise UsageError("no backend here runs scripts (capability shell)")
+        backend = self.manifest.backends[name]
+        sha = self.manifest.texts.put(check_script(text, "script"))
+        return Target(backend.url, backend.secret,
+                      script={"sha256": sha, "url": script_url(self.blobs, sha)})
 
     def released(self, run: RunRecord) -> None:
         """A finished run gives up what it holds and wakes a parent waiting for it."""

@@ -29,6 +29,11 @@ backends:
     secret: versions-secret
 workflows:
   order: { backend: shop, timeout: 30s }
+  placed:
+    backend: shop
+    workflow: order
+    on: { event: order.placed }
+    concurrency: { group: "tenant-${{ input.data.tenant }}" }
 """
 
 
@@ -180,3 +185,27 @@ def test_a_run_whose_version_is_gone_pauses_and_goes_on_once_migrated(
     assert out_json(moved)["moved"] == [a]
     assert h.wait(a)["output"] == {"charged_by": 2}
     assert CALLS.of(a) == [("reserve", 1), ("charge", 2)]
+
+
+def test_every_trigger_path_pins_and_a_queued_run_moves_with_a_promotion(
+        stack: tuple[Harness, str, dict[str, str]]) -> None:
+    """Runs started by an event, one of them queued behind its concurrency group's
+    holder: both pinned to the current version; a promotion checks and moves the queued
+    one too (nothing recorded yet), which then runs on the new version."""
+    h = stack[0]
+    h.rt.events.emit("order.placed", {"tenant": "t1"})
+    h.rt.events.emit("order.placed", {"tenant": "t1"})
+    listed = until(lambda: (lambda runs: runs if len(runs) == 2 else None)(
+        h.rt.store.runs.list_runs("placed", h.rt.clock(), limit=10)[0]))
+    first, queued = (h.rt.store.runs.get_run(r.run_id, h.rt.clock())
+                     for r in sorted(listed, key=lambda r: r.created_at))
+    assert queued.status.value == "queued" and queued.version == first.version == "v1"
+    until(lambda: _waiting(h, first.run_id))
+    promoted = h.rt.moves().promote("shop", "v2")
+    assert sorted(promoted["moved"]) == sorted([first.run_id, queued.run_id])
+    h.rt.signals.send(first.run_id, "go", {})
+    assert h.wait(first.run_id)["output"] == {"charged_by": 2}
+    until(lambda: _waiting(h, queued.run_id))
+    h.rt.signals.send(queued.run_id, "go", {})
+    assert h.wait(queued.run_id)["output"] == {"charged_by": 2}
+    assert CALLS.of(queued.run_id) == [("reserve", 2), ("charge", 2)]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchestratorError, UsageError
+from orchestrator.settings import environment
 
 __all__ = ["POLL_EVERY", "Reloader", "reloading", "source_root"]
 
@@ -170,7 +170,7 @@ class Reloader:
             self.echo(f"reload     {label} retired: no run is pinned to it")
 
     def _serve(self, label: str) -> Served:
-        env = {**os.environ, **self.env}
+        env = {**environment(), **self.env}
         proc = subprocess.Popen(
             [sys.executable, "-m", "orchestrator.cli.serve_functions", self.spec,
              "--host", self.host],

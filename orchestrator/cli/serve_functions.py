@@ -7,7 +7,6 @@ retired the version). FUNCTIONS_SECRET, if set, is the secret the app is built w
 from __future__ import annotations
 
 import inspect
-import os
 import signal
 import sys
 import threading
@@ -19,6 +18,7 @@ __all__ = ["main"]
 def main(argv: list[str] | None = None) -> int:
     from functions.sdk.serving import BackgroundServer
     from orchestrator.cli.dev import load_factory
+    from orchestrator.settings import environment
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 3 or args[1] != "--host":
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     factory = load_factory(args[0])
     kwargs: dict[str, Any] = {}
-    secret = os.environ.get("FUNCTIONS_SECRET")
+    secret = environment().get("FUNCTIONS_SECRET")
     if secret and "secret" in inspect.signature(factory).parameters:
         kwargs["secret"] = secret
     server = BackgroundServer(factory(**kwargs), args[2], 0).start()

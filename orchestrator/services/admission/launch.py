@@ -108,13 +108,21 @@ class Launcher:
             gate=gate,
             started_at=None if gate else now,
             admit_at=admit_at,
-            version=self.pin(definition) if self.pin is not None else None,
+            version=self._pin(rid, definition),
             history=(
                 {"at": round(now, 3), "type": f"run.{status.value}",
                  "trigger": trigger.to_json()},
             ),
         )
         return run
+
+    def _pin(self, run_id: str, definition: Definition) -> str | None:
+        """The version the run starts on; the registry's read, when one is made (at
+        most once a second a process), is the run's request."""
+        if self.pin is None:
+            return None
+        with metered(run_id):
+            return self.pin(definition)
 
     def _create(self, run: RunRecord, run_id: str | None) -> tuple[RunRecord, bool]:
         rid, now, gate = run.run_id, run.created_at, run.gate

@@ -107,8 +107,9 @@ class Durable:
         assert ctx is not None and backend is not None
         url = backend.url_of(row.route)
         if ctx.version is not None and self.versions is not None:
-            # The run is called on the version it started on (or a migration moved it to).
-            served = self.versions.url_of(row.backend, ctx.version)
+            # The run is called on the version it started on (or a migration moved it to),
+            # read afresh at each claim: another process may have retired it.
+            served = self.versions.callable_url(row.backend, ctx.version)
             if served is None:
                 self._version_gone(row, ctx, attempt.tally)
                 return None

@@ -1,8 +1,9 @@
 """A stack's versions of its backends' code (adapters/store/versions.py), as the rest
 of the orchestrator asks about them: the version a new durable run starts on (`pin`,
 the current one, read at most once a second), where a version is served (`url_of`: a
-label names one URL for good, so it is kept once read), and the registrations the
-manifest declares (`seed`).
+label names one URL for good, so it is kept once read; `callable_url`, for a call of a
+run: read afresh, since another process may have retired it), and the registrations
+the manifest declares (`seed`).
 
 A backend with no version registered has none: its runs record no version and are
 called at its manifest URL, as before versions existed."""
@@ -75,6 +76,18 @@ class Versions:
             return url
         version = self.registry(backend).live.get(label)
         return None if version is None else version.url
+
+    def callable_url(self, backend: str, label: str) -> str | None:
+        """Where a run pinned to `label` is to be called now, read afresh (a version
+        retired by another process leaves no trace in this one's memory); None if it
+        is not live. A version being retired is called only once the use is noted on
+        it, which makes its retire refused (adapters/store/versions.py)."""
+        version = self.rows.get(backend, label)
+        if version is None:
+            return None
+        if version.retiring is not None and not self.rows.use(backend, label, self.clock()):
+            return None
+        return version.url
 
     def forget(self, backend: str, label: str) -> None:
         """A retired version's URL is no longer served from this process's memory."""

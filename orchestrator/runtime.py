@@ -6,9 +6,10 @@ assemble the same parts here, so there is one way the system is put together."""
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.adapters.aws import Clients, make_clients
@@ -19,6 +20,7 @@ from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.control import Control
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.wakes import WakeTimes
+from orchestrator.errors import UsageError
 from orchestrator.runners import BackendRef, RunCache, runners
 from orchestrator.services.admission import Admission
 from orchestrator.services.coordination.approvals import Approvals
@@ -33,16 +35,18 @@ from orchestrator.services.execution.executor import Executor
 from orchestrator.services.runs import RunService
 from orchestrator.services.scripts.catalog import Catalog
 from orchestrator.services.scripts.registry import ScriptRegistry
-from orchestrator.services.scripts.texts import ScriptTexts
+from orchestrator.services.scripts.texts import ScriptTexts, check_script, script_url
 from orchestrator.services.triggers.events import EventService
 from orchestrator.services.triggers.scheduler import Scheduler
 from orchestrator.services.triggers.webhooks import WebhookService
-from orchestrator.services.versions import Checker, Moves, Versions
+from orchestrator.services.versions import Checker, Moves, Target, Versions
 from orchestrator.settings import Settings
 from orchestrator.sweeper import Sweeper
 from orchestrator.worker import Worker
 
 __all__ = ["Runtime"]
+
+_MOVES_LOCK = threading.Lock()
 
 
 @dataclass
@@ -70,6 +74,7 @@ class Runtime:
     state: StateService
     locks: Locks
     versions: Versions
+    _moves: Moves | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def build(
@@ -163,14 +168,30 @@ class Runtime:
         return Worker(self.executor, invoker, self.backends(), table, cache,
                       admit=self.admission.due, clock=clock, sleep=sleep, **kwargs)
 
-    def moves(self, *, threads: int = 16) -> Moves:
+    def moves(self) -> Moves:
         """Checks of open durable runs against code, and the moves between versions
-        they allow (services/versions/), with a client of their own."""
-        invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock)
-        checker = Checker(self.store, invoker, self.clock, threads=threads)
-        secrets = {name: b.secret for name, b in self.manifest.backends.items()}
-        return Moves(self.store, self.versions, checker, self.clock, secrets=secrets,
-                     cancel=lambda run_id, why: self.runs.cancel(run_id, why))
+        they allow (services/versions/), with an HTTP client of their own (made once)."""
+        with _MOVES_LOCK:
+            if self._moves is None:
+                invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock)
+                checker = Checker(self.store, invoker, self.clock)
+                secrets = {name: b.secret for name, b in self.manifest.backends.items()}
+                self._moves = Moves(self.store, self.versions, checker, self.clock,
+                                    secrets=secrets,
+                                    cancel=lambda run_id, why: self.runs.cancel(run_id, why),
+                                    resume=self.durable.resume, script_host=self._script_target)
+            return self._moves
+
+    def _script_target(self, text: str) -> Target:
+        """Where script runs are checked against `text`: the shell backend, with the
+        text stored (by its hash) for the host to fetch."""
+        name = self.manifest.capable("shell")
+        if name is None:
+            raise UsageError("no backend here runs scripts (capability shell)")
+        backend = self.manifest.backends[name]
+        sha = self.manifest.texts.put(check_script(text, "script"))
+        return Target(backend.url, backend.secret,
+                      script={"sha256": sha, "url": script_url(self.blobs, sha)})
 
     def released(self, run: RunRecord) -> None:
         """A finished run gives up what it holds and wakes a parent waiting for it."""

@@ -167,6 +167,10 @@ class CheckRuns(_Body):
                                 description="The backend (default: the one with versions).")
     workflow: str | None = Field(default=None, min_length=1, max_length=128,
                                  description="Only the runs of this workflow.")
+    script: str | None = Field(
+        default=None, min_length=1, max_length=256 * 1024,
+        description="Or a script workflow's new text: its open runs (workflow, required)"
+        " checked against it (each stays on the text it started on).")
 
 
 class MigrateRuns(_Body):

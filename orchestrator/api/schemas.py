@@ -122,6 +122,9 @@ def response_schemas() -> dict[str, Schema]:
              "output": {**ANY, "description": "A durable run's result, once it succeeded"},
              "paused": nullable({"type": "object", "description": "A paused durable run:"
                                   " the replay mismatch, both operations shown"}),
+             "version": {**nullable_string, "description": "A durable run's version of its"
+                         " backend's code: it is called there (none: its backend has no"
+                         " versions registered)"},
              "waiting": nullable({"type": "object", "description": "What a durable run"
                                    " waits for (kind, name, until)"}),
              "cost": ref("RunCost")},

@@ -79,19 +79,26 @@ async def retire_version(request: Request) -> JSONResponse:
 
 async def check_runs(request: Request) -> JSONResponse:
     req = validated(CheckRuns, await read_json(request))
-    if (req.version is None) == (req.functions_url is None):
-        raise UsageError("give exactly one of version and functions_url")
+    if sum(x is not None for x in (req.version, req.functions_url, req.script)) != 1:
+        raise UsageError("give exactly one of version, functions_url and script")
+    if req.script is not None and req.workflow is None:
+        raise UsageError("script: name the script workflow its runs are of (workflow)")
     moves = _moves(request)
 
     def check() -> dict[str, Any]:
-        backend = moves.backend_of(req.backend)
-        if req.version is not None:
-            target = moves.target(backend, req.version)
+        if req.script is not None:
+            assert req.workflow is not None
+            target, verdicts = moves.check_script(req.workflow, req.script)
+            backend = "scripts"
         else:
-            assert req.functions_url is not None
-            moves.require_app(req.functions_url)
-            target = Target(req.functions_url, moves.secrets.get(backend))
-        verdicts = moves.check(backend, target, workflow=req.workflow)
+            backend = moves.backend_of(req.backend)
+            if req.version is not None:
+                target = moves.target(backend, req.version)
+            else:
+                assert req.functions_url is not None
+                moves.require_app(req.functions_url)
+                target = Target(req.functions_url, moves.secrets.get(backend))
+            verdicts = moves.check(backend, target, workflow=req.workflow)
         diverging = [v for v in verdicts if v.status == "diverging"]
         unchecked = [v for v in verdicts if v.status == "unchecked"]
         return {"backend": backend, "version": target.version, "url": target.url,

@@ -285,6 +285,11 @@ def create_key(name: str) -> None:
               help="Serve through the Lambda handlers, invoked as AWS invokes them (HTTP API"
               " and Function URL events, SQS batches, the sweeper's schedule), not the"
               " long-lived worker and sweeper.")
+@click.option("--reload", "reload_", is_flag=True,
+              help="Watch the functions app's code: on a change, serve the new code beside"
+              " the old as a new version, check every open durable run against it (printed),"
+              " make it current for new runs and keep the old one while runs are pinned to"
+              " it.")
 @click.option("--demo", is_flag=True, help="Trigger the demo workflow and print its outcome.")
 @click.option("--exit-after-demo", is_flag=True, help="Stop once the demo run finished.")
 def dev(
@@ -304,6 +309,7 @@ def dev(
     aws_model: str | None,
     provision: str,
     lambda_mode: bool,
+    reload_: bool,
     demo: bool,
     exit_after_demo: bool,
 ) -> None:
@@ -327,6 +333,7 @@ def dev(
         aws_model=aws_model,
         lambda_mode=lambda_mode,
         provision=provision,
+        reload=reload_,
     )
     from orchestrator.settings import Settings
 

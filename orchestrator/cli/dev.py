@@ -76,6 +76,8 @@ class StackOptions:
     # How the tables, queues and bucket are made: "cloudformation" (the data stack), or
     # "direct" through the services' APIs, for an endpoint without CloudFormation.
     provision: str = "cloudformation"
+    # Serve each change of the functions app's code as a new version (cli/dev_reload.py).
+    reload: bool = False
     environ: dict[str, str] = field(default_factory=lambda: dict(environment()))
 
 
@@ -119,6 +121,7 @@ class LocalStack:
         self.opts = opts
         self.echo = echo
         self.emulator: Any = None
+        self.reloader: Any = None
         self.servers: list[Any] = []
         self.threads: list[threading.Thread] = []
         self.stop_event = threading.Event()
@@ -247,6 +250,8 @@ class LocalStack:
         self.runtime = rt = Runtime.build(settings, manifest, clients=clients)
         for line in register_at_start(rt.versions, rt.moves, rt.manifest):
             self.echo(f"versions   {line}")
+        if self.opts.reload:
+            self._start_reload(rt, env)
         if settings.api_auth:
             # The API wants a bearer key: make one for this stack and show it once.
             self.api_key = ApiKeys(rt.control).create("dev", time.time())
@@ -461,8 +466,16 @@ class LocalStack:
         status: str = view["status"]
         return status
 
+    def _start_reload(self, rt: Any, env: dict[str, str]) -> None:
+        from orchestrator.cli.dev_reload import reloading
+
+        self.reloader = reloading(self.opts.functions_app, self.functions_url,
+                                  self.opts.lambda_mode, self.opts.host, rt, env, self.echo)
+
     def stop(self) -> None:
         self.stop_event.set()
+        if self.reloader is not None:
+            self.reloader.stop()
         for t in self.threads:
             t.join(timeout=10)
         for s in reversed(self.servers):

@@ -146,6 +146,8 @@ def render_durable(view: dict[str, Any], *, ascii_only: bool = False, width: int
                             .rstrip() + until, width)]
     if view.get("paused"):
         lines += ["", *wrap(f"paused: {view['paused'].get('message', '')}", width)]
+    if view.get("version"):  # the version of its backend's code it is called on
+        lines += ["", f"version: {view['version']}"]
     output, error = view.get("output"), view.get("error")
     log = script_log(view)
     if log is not None:  # a shell script's run: what it printed, then how it ended

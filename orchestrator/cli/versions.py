@@ -6,6 +6,7 @@ ones."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -145,18 +146,31 @@ def retire(label: str, migrate: bool, cancel: bool, backend: str | None, url: st
 @click.command("check")
 @click.option("--version", "label", help="A live version to check against.")
 @click.option("--functions-url", help="Or code not deployed yet: a functions app's URL.")
+@click.option("--script", "script_path", type=click.Path(exists=True, dir_okay=False),
+              help="Or a script workflow's new text (a file): its runs (--workflow) are"
+              " checked against it.")
 @click.option("--workflow", help="Only the runs of this workflow.")
 @backend_option
 @api_options
 @json_option
-def check(label: str | None, functions_url: str | None, workflow: str | None,
-          backend: str | None, url: str, api_key: str | None, as_json: bool) -> None:
+def check(label: str | None, functions_url: str | None, script_path: str | None,
+          workflow: str | None, backend: str | None, url: str, api_key: str | None,
+          as_json: bool) -> None:
     """Replay every open durable run's journal against code, running nothing: each
     compatible, or diverging at its first position (exit 1 if any diverges)."""
-    if (label is None) == (functions_url is None):
-        raise click.UsageError("give one of --version and --functions-url")
+    if sum(x is not None for x in (label, functions_url, script_path)) != 1:
+        raise click.UsageError("give one of --version, --functions-url and --script")
+    if script_path is not None and workflow is None:
+        raise click.UsageError("--script: name the script workflow with --workflow")
+    script = None
+    if script_path is not None:
+        try:
+            script = Path(script_path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.UsageError(f"{script_path}: cannot read it as text ({exc})") from None
     body = {k: v for k, v in (("version", label), ("functions_url", functions_url),
-                              ("workflow", workflow), ("backend", backend)) if v}
+                              ("script", script), ("workflow", workflow),
+                              ("backend", backend)) if v}
     with reported():
         doc = client(url, api_key).request("POST", "/runs/check", json=body, timeout=LONG)
     if as_json:
@@ -164,7 +178,8 @@ def check(label: str | None, functions_url: str | None, workflow: str | None,
     else:
         for v in doc["runs"]:
             click.echo(_verdict_line(v))
-        click.echo(f"{doc['checked']} open runs checked against {label or functions_url}:"
+        click.echo(f"{doc['checked']} open runs checked against"
+                   f" {label or functions_url or script_path}:"
                    f" {doc['compatible']} compatible, {doc['diverging']} diverging"
                    + (f", {doc['unchecked']} not checked" if doc["unchecked"] else ""))
     if doc["diverging"] or doc["unchecked"]:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from functions.sdk.serving import BackgroundServer
@@ -28,6 +29,11 @@ backends:
     secret: versions-secret
 workflows:
   order: { backend: shop, timeout: 30s }
+  placed:
+    backend: shop
+    workflow: order
+    on: { event: order.placed }
+    concurrency: { group: "tenant-${{ input.data.tenant }}" }
 """
 
 
@@ -66,6 +72,9 @@ def test_runs_are_checked_promoted_and_called_on_their_version(
     old = _start(h, 3)
     assert all(h.rt.store.runs.get_run(r, h.rt.clock()).version == "v1" for r in old)
     assert all(CALLS.of(r) == [("reserve", 1)] for r in old)
+    shown = cli("show", old[0], "--url", api, "--ascii")
+    assert "version: v1" in shown.stdout.splitlines(), shown.output
+    assert httpx.get(f"{api}/runs/{old[0]}").json()["version"] == "v1"
 
     listed = out_json(cli("versions", "--json", "--url", api))
     (shop,) = listed["backends"]
@@ -156,3 +165,47 @@ def test_bad_input_gets_a_clear_error_and_changes_nothing(
     assert new["version"].startswith("h-") and new["new"] is True
     again = out_json(cli("versions", "register", urls["v2"], "--json", "--url", api))
     assert again == {**new, "new": False}
+
+
+def test_a_run_whose_version_is_gone_pauses_and_goes_on_once_migrated(
+        stack: tuple[Harness, str, dict[str, str]]) -> None:
+    """A run pinned to a version that is not live (as a start racing a retire leaves
+    one) is paused, never called elsewhere; `runs migrate` checks it, moves it and
+    resumes it."""
+    h, api, _ = stack
+    (a,) = _start(h, 1)
+    driver = h.rt.store.drivers.get_driver(a)
+    assert driver is not None
+    h.rt.store.versions.move_run(a, "$run", "v1", "v0", driver.attempt_started, h.rt.clock())
+    h.rt.signals.send(a, "go", {})
+    paused = until(lambda: h.rt.store.runs.get_run(a, h.rt.clock()).paused)
+    assert paused["code"] == "version_gone" and "'v0'" in paused["message"]
+    assert CALLS.of(a) == [("reserve", 1)]
+    moved = cli("runs", "migrate", "--to", "v2", "--json", "--url", api)
+    assert out_json(moved)["moved"] == [a]
+    assert h.wait(a)["output"] == {"charged_by": 2}
+    assert CALLS.of(a) == [("reserve", 1), ("charge", 2)]
+
+
+def test_every_trigger_path_pins_and_a_queued_run_moves_with_a_promotion(
+        stack: tuple[Harness, str, dict[str, str]]) -> None:
+    """Runs started by an event, one of them queued behind its concurrency group's
+    holder: both pinned to the current version; a promotion checks and moves the queued
+    one too (nothing recorded yet), which then runs on the new version."""
+    h = stack[0]
+    h.rt.events.emit("order.placed", {"tenant": "t1"})
+    h.rt.events.emit("order.placed", {"tenant": "t1"})
+    listed = until(lambda: (lambda runs: runs if len(runs) == 2 else None)(
+        h.rt.store.runs.list_runs("placed", h.rt.clock(), limit=10)[0]))
+    first, queued = (h.rt.store.runs.get_run(r.run_id, h.rt.clock())
+                     for r in sorted(listed, key=lambda r: r.created_at))
+    assert queued.status.value == "queued" and queued.version == first.version == "v1"
+    until(lambda: _waiting(h, first.run_id))
+    promoted = h.rt.moves().promote("shop", "v2")
+    assert sorted(promoted["moved"]) == sorted([first.run_id, queued.run_id])
+    h.rt.signals.send(first.run_id, "go", {})
+    assert h.wait(first.run_id)["output"] == {"charged_by": 2}
+    until(lambda: _waiting(h, queued.run_id))
+    h.rt.signals.send(queued.run_id, "go", {})
+    assert h.wait(queued.run_id)["output"] == {"charged_by": 2}
+    assert CALLS.of(queued.run_id) == [("reserve", 2), ("charge", 2)]

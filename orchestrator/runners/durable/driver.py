@@ -106,7 +106,8 @@ class Durable:
         row, ctx, backend = attempt.row, attempt.ctx, attempt.backend
         assert ctx is not None and backend is not None
         url = backend.url_of(row.route)
-        if ctx.version is not None and self.versions is not None:
+        script = ctx.definition is not None and ctx.definition.script
+        if ctx.version is not None and self.versions is not None and not script:
             # The run is called on the version it started on (or a migration moved it to),
             # read afresh at each claim: another process may have retired it.
             served = self.versions.callable_url(row.backend, ctx.version)

@@ -145,6 +145,7 @@ def run_view(
     if run.definition.durable is not None:
         view["kind"] = "durable"
         view["paused"] = run.paused
+        view["version"] = run.version
         if steps is not None:
             driver = next((s for s in steps if s.step == DRIVER), None)
             view["output"] = (load(driver) if driver is not None

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from functions.sdk.durable.call import op_id
 from functions.sdk.durable.golden import check_body
 from functions.sdk.protocol import DURABLE_PREFIX, WaitKind
 from orchestrator.adapters.invoker import Call, Invoker
@@ -23,7 +24,8 @@ from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RunStatus
 from orchestrator.strict_json import dumps
 
-__all__ = ["CHECK_TIMEOUT", "Checker", "Target", "Verdict", "driver_backend", "open_durable"]
+__all__ = ["CHECK_TIMEOUT", "Checker", "Target", "Verdict", "driver_backend", "open_durable",
+           "open_scripts"]
 
 CHECK_TIMEOUT = 30.0
 # The waits a driver registers at its frontier, which the new code must issue again there.
@@ -39,6 +41,9 @@ class Target:
     url: str
     secret: str | None
     version: str | None = None
+    # A script's new text ({sha256, url}: stored, fetched by the host by hash): script
+    # runs are checked against it, at the script host `url`.
+    script: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,8 @@ class Verdict:
     # a move waits for it).
     claimed_at: float | None = None
     held: bool = False
-    driver: str = "$run"
+    # Why the run is paused, if it is (`version_gone`: its version was retired under it).
+    paused: str | None = None
 
     @property
     def compatible(self) -> bool:
@@ -82,6 +88,17 @@ def driver_backend(run: RunRecord) -> str | None:
     if definition.durable is None or getattr(definition, "script", None):
         return None
     return definition.steps[0].backend if definition.steps else None
+
+
+def open_scripts(store: Store, now: float, workflow: str, *, batch: int = 100
+                 ) -> Iterator[RunRecord]:
+    """The open runs of script workflow `workflow` (each on the text it started on)."""
+    ids = store.runs.active_run_ids()
+    for i in range(0, len(ids), batch):
+        for run in store.runs.get_runs(ids[i:i + batch], now).values():
+            if (run.definition.script and run.workflow == workflow
+                    and run.status in (RunStatus.RUNNING, RunStatus.QUEUED)):
+                yield run
 
 
 def open_durable(store: Store, now: float, *, backend: str | None = None,
@@ -124,6 +141,7 @@ class Checker:
         base: dict[str, Any] = {
             "run_id": run.run_id, "workflow": run.workflow, "version": run.version,
             "entries": len(journal),
+            "paused": str((run.paused or {}).get("code")) if run.paused else None,
             "claimed_at": driver.attempt_started if driver is not None else None,
             # A run waiting on a parallel advances through its branches' own rows,
             # which a move's guard does not cover: it moves once the parallel is over.
@@ -134,7 +152,12 @@ class Checker:
                   "started_at": run.started_at or run.created_at, "journal": journal,
                   "subject": trigger.detail.get("key") if trigger is not None
                   and trigger.source == "event" else None}
-        raw = dumps(check_body(golden)).encode()
+        if target.script is not None:
+            golden["journal"] = _on_text(journal, target.script["sha256"])
+        body = check_body(golden)
+        if target.script is not None:
+            body["script"] = {"name": served, **target.script}
+        raw = dumps(body).encode()
         result = self.invoker.invoke(Call(
             url=target.url.rstrip("/") + DURABLE_PREFIX + served, secret=target.secret,
             run_id=run.run_id, workflow=run.workflow, step="$check", attempt=1,
@@ -182,6 +205,16 @@ def _at_frontier(waiting: dict[str, Any] | None, ops: list[dict[str, Any]],
                        f"the run waits for {recorded['kind']} {recorded['name']!r} at"
                        f" position {pos}, where the new code issues"
                        f" {issued['kind']} {issued.get('name')!r}"), **base)
+
+
+def _on_text(journal: list[dict[str, Any]], sha256: str) -> list[dict[str, Any]]:
+    """A script run's journal as if it had started on the text of hash `sha256`: its
+    first entry, the text's hash (a changed text is a mismatch there by design: a run
+    runs the text it started on), names the new one, so that the check compares the
+    operations the two texts issue."""
+    return [{**e, "name": sha256, "id": op_id("", sha256, 0)}
+            if e.get("kind") == "script" and not e.get("scope") and e.get("pos") == 0
+            else e for e in journal]
 
 
 def _place(doc: dict[str, Any]) -> dict[str, Any]:

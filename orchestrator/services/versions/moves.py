@@ -17,8 +17,21 @@ from typing import Any
 from orchestrator.adapters.published import published
 from orchestrator.adapters.store import Store
 from orchestrator.engine.definition import DRIVER
-from orchestrator.errors import Code, ConditionFailed, Conflict, NotFound, UsageError
-from orchestrator.services.versions.check import Checker, Target, Verdict, open_durable
+from orchestrator.errors import (
+    Code,
+    ConditionFailed,
+    Conflict,
+    NotFound,
+    OrchestratorError,
+    UsageError,
+)
+from orchestrator.services.versions.check import (
+    Checker,
+    Target,
+    Verdict,
+    open_durable,
+    open_scripts,
+)
 from orchestrator.services.versions.registry import Versions, digest_label
 
 __all__ = ["Moves"]
@@ -32,13 +45,20 @@ RECHECK_EVERY = 0.2
 class Moves:
     def __init__(self, store: Store, versions: Versions, checker: Checker,
                  clock: Callable[[], float], *, secrets: Mapping[str, str | None],
-                 cancel: Callable[[str, str], Any], settle: float = SETTLE) -> None:
+                 cancel: Callable[[str, str], Any],
+                 resume: Callable[[str], Any] | None = None,
+                 script_host: Callable[[str], Target] | None = None,
+                 settle: float = SETTLE) -> None:
         self.store = store
         self.versions = versions
         self.checker = checker
         self.clock = clock
         self.secrets = secrets
         self.cancel = cancel
+        # A run paused because its version went away goes on once moved to a live one.
+        self.resume = resume
+        # A script's new text -> the target its runs are checked at (the shell backend).
+        self.script_host = script_host
         self.settle = settle
 
     def backend_of(self, backend: str | None) -> str:
@@ -109,6 +129,11 @@ class Moves:
                                          verdict.claimed_at, self.clock())
         except ConditionFailed:
             return False  # it moved on (or ended) since its check, or `to` is retiring
+        if verdict.paused == Code.VERSION_GONE and self.resume is not None:
+            try:
+                self.resume(verdict.run_id)
+            except OrchestratorError:  # held or ended meanwhile: `runs resume` will do
+                pass
         return True
 
     def promote(self, backend: str, label: str, *,
@@ -221,3 +246,13 @@ class Moves:
     def require_app(self, url: str) -> None:
         """UsageError (naming the URL) unless a functions app answers at `url`."""
         published(url)
+
+    def check_script(self, workflow: str, text: str) -> tuple[Target, list[Verdict]]:
+        """The open runs of script workflow `workflow` checked against a new `text`
+        (each stays on the text it started on whatever the check says: this tells
+        before its name is given the new text whether runs like them would pause)."""
+        if self.script_host is None:
+            raise UsageError("no backend here runs scripts (capability shell)")
+        target = self.script_host(text)
+        runs = list(open_scripts(self.store, self.clock(), workflow))
+        return target, self.checker.check_all(runs, target)

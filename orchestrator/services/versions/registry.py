@@ -21,10 +21,15 @@ from orchestrator.adapters.store.versions import Registry
 from orchestrator.engine.definition import Definition
 from orchestrator.errors import Code, ConditionFailed, Conflict, NotFound
 
-__all__ = ["CURRENT_TTL", "Versions", "digest_label"]
+__all__ = ["CURRENT_TTL", "Versions", "digest_label", "script_version"]
 
 # How long a process keeps a backend's current version before reading it again.
 CURRENT_TTL = 1.0
+
+
+def script_version(sha256: str) -> str:
+    """A script run's version: its text's hash, shortened."""
+    return "s-" + sha256[:12]
 
 
 def digest_label(published: bytes) -> str:
@@ -62,10 +67,12 @@ class Versions:
 
     def pin(self, definition: Definition) -> str | None:
         """The version a new run of `definition` starts on: its backend's current one,
-        for a durable Python workflow (a script's text is its own version)."""
-        if definition.durable is None or getattr(definition, "script", None) \
-                or not definition.steps:
+        for a durable Python workflow; a script's text is its own version (`s-` and
+        its hash: the run is called with that text whatever its name holds later)."""
+        if definition.durable is None or not definition.steps:
             return None
+        if definition.script:
+            return script_version(str(definition.script.get("sha256", "")))
         return self.current(definition.steps[0].backend)
 
     def url_of(self, backend: str, label: str) -> str | None:

@@ -109,8 +109,9 @@ class Durable:
         script = ctx.definition is not None and ctx.definition.script
         if ctx.version is not None and self.versions is not None and not script:
             # The run is called on the version it started on (or a migration moved it to),
-            # read afresh at each claim: another process may have retired it.
-            served = self.versions.callable_url(row.backend, ctx.version)
+            # read afresh unless seen live since the run began: another process may have
+            # retired it.
+            served = self.versions.callable_url(row.backend, ctx.version, ctx.created_at)
             if served is None:
                 self._version_gone(row, ctx, attempt.tally)
                 return None

@@ -32,7 +32,10 @@ the API, the ledger), and the figures of a seed. Each violation names its check:
 
 A durable run gets the run-level checks above (one run per key, progress, its row's
 transitions and history, errors, the API's history) and, for its driver rows, journal,
-signals, step bodies and waits, durable_checks.py's."""
+signals, step bodies and waits, durable_checks.py's; for the versions of its code it
+was pinned to and moved between during the deploy in the middle (`version-*`,
+`deploy`), version_checks.py's. A `run.migrated` entry comes only while the run is
+queued or running."""
 
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ from tests.chaos.durable_checks import DurableChecks
 from tests.chaos.figures import durable_figures, figures
 from tests.chaos.jsonl import digest
 from tests.chaos.snapshot import Call, Snapshot
+from tests.chaos.version_checks import VersionChecks
 
 __all__ = ["Report", "Violation", "check", "looks_like_printout"]
 
@@ -146,6 +150,7 @@ class _Check:
         self.start_before_due: list[float] = []
         self.durable = DurableChecks(snap, self.bad, self.findings, TOL, self.error_doc)
         self.coordination = CoordinationChecks(snap, self.bad, TOL)
+        self.versions = VersionChecks(snap, self.bad, self.findings, TOL)
 
     def bad(self, check: str, message: str, run: str | None = None, step: str | None = None,
             at: float | None = None) -> None:
@@ -214,6 +219,7 @@ class _Check:
         if run.definition.durable is not None:
             self.durable.run(run, rows)
             self.durable.view(run)
+            self.versions.run(run)
             self.error_doc((self.snap.views.get(rid) or {}).get("error"), "view error", rid,
                            None)
             self.history_api(run, rows)
@@ -256,6 +262,10 @@ class _Check:
             elif typ in RUN_FLAGS:
                 if status is not R.RUNNING:
                     self.bad("run-transition", f"{typ} while {status}", run.run_id)
+            elif typ == "run.migrated":
+                if status not in (R.QUEUED, R.RUNNING):
+                    self.bad("run-transition", f"{typ} while {status}", run.run_id,
+                             at=e.get("at"))
             else:
                 self.findings[f"unknown run entry {typ}"] += 1
         if status is not run.status:
@@ -657,6 +667,7 @@ def check(snap: Snapshot, *, bound: float) -> Report:
     c = _Check(snap, bound)
     c.runs()
     c.coordination.all()
+    c.versions.deploy()
     c.items()
     for v in c.out:
         v.rows = _rows(snap, v)
@@ -664,4 +675,5 @@ def check(snap: Snapshot, *, bound: float) -> Report:
     figs = figures(snap, c.calls, c.findings, c.start_before_due,
                    Counter(v.check for v in c.out))
     figs["durable"] = durable_figures(snap, c.durable)
+    figs["versions"] = c.versions.figures()
     return Report(c.out, figs)

@@ -3,7 +3,9 @@ restarted and finally stopped by its id (never by name), all of them at `close()
 
 - `emulator`: `python -m infra.emulator --port P` (its state is the system's: never
   killed);
-- `fn`: `python -m tests.chaos.ledger_server ...` (the function server, its ledger);
+- `fn`: `python -m tests.chaos.ledger_server ...` (the function server, its ledger; it
+  also serves every version of the durable backend, which the manifest declares and
+  `start()` registers);
 - `api`: `orchestrator api --manifest M --port P`, with `ORCH_API_AUTH=off`;
 - `worker-1..3`: `orchestrator worker` with the botocore faults and aimed crashes of
   tests.chaos.faults;
@@ -156,6 +158,7 @@ class Cluster:
         wait_until("the emulator", lambda: _answers(self.emulator_url), 60)
         self.deploy()
         self.manifest.write_text(manifest_text(self.fn_url))
+        self.register_versions()
         orch = {
             **base, **ORCH_DEFAULTS, **self.opts.env,
             "AWS_ENDPOINT_URL": self.emulator_url, "ORCH_PREFIX": self.prefix,
@@ -200,6 +203,21 @@ class Cluster:
         clients = make_clients(Settings(endpoint_url=self.emulator_url, prefix=self.prefix))
         deploy_data_stack(clients, self.prefix, timeout=60)
         self.void_queue = clients.sqs.create_queue(QueueName=f"{self.prefix}-void")["QueueUrl"]
+
+    def register_versions(self) -> None:
+        """Register the versions the manifest declares, its `current:` current, as
+        `orchestrator dev` does when it starts (`orchestrator api` and `worker` leave
+        it to a deploy)."""
+        from orchestrator.adapters.aws import make_clients
+        from orchestrator.adapters.store import Store
+        from orchestrator.manifest.loader import load_manifest
+        from orchestrator.services.versions import Versions
+        from orchestrator.settings import Settings
+
+        settings = Settings(endpoint_url=self.emulator_url, prefix=self.prefix)
+        store = Store(make_clients(settings).dynamodb, settings.names)
+        manifest = load_manifest(self.manifest, {}, check_openapi=False)
+        Versions(store, time.time).seed(manifest.backends)
 
     def add(self, name: str, role: str, argv: list[str], env: dict[str, str]) -> Proc:
         proc = Proc(name, role, argv, {**env, "CHAOS_PROC": name}, self.dir / "logs")

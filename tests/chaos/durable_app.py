@@ -24,7 +24,14 @@ The workflows (their shapes are constants here, which the checker reads):
 - `dlock`: a step, then a step inside `ctx.lock` of one key per seed (every dlock run of
   a seed takes turns);
 - `dgate`: `ctx.approval("gate")` (GATE_TIMEOUT), answered by the harness twice at once
-  (or not at all: it times out, and a late answer must change nothing), then a step."""
+  (or not at all: it times out, and a late answer must change nothing), then a step.
+
+They are served in three versions at once (VERSIONS: a deploy in the middle of the
+faults), and every `bstart` names the version whose code ran it (`ver`): `v1`, the
+code as above; `v2`, a compatible change (the bodies' values say which version made
+them, the operations are the same); `v3` (INCOMPATIBLE), which also issues a step
+`audit` at place 1 of the AUDITED workflows, so a run of v1 or v2 that is past its
+first step diverges from it (a run may move there only before that step committed)."""
 
 from __future__ import annotations
 
@@ -39,6 +46,7 @@ from functions.sdk.durable.steps import current_step
 from tests.chaos.jsonl import JsonlWriter, digest
 
 __all__ = [
+    "AUDITED",
     "BODY_HOLD",
     "BRANCH_SLEEP",
     "CHAIN_SLEEP",
@@ -47,9 +55,11 @@ __all__ = [
     "EVENT_SHORT_TIMEOUT",
     "EVENT_TIMEOUT",
     "GATE_TIMEOUT",
+    "INCOMPATIBLE",
     "MAX_PARALLEL",
     "PARALLEL_BRANCHES",
     "SIGNAL_WAITS",
+    "VERSIONS",
     "WORKFLOWS",
     "durable_workflows",
 ]
@@ -68,14 +78,22 @@ BODY_HOLD = 0.15
 GATE_TIMEOUT = 10.0
 WORKFLOWS = ("dchain", "dsignals", "dparallel", "devent", "dtimeout", "dclaim", "dlock",
              "dgate")
+# The versions of the code served at once (label -> number), the one that breaks runs
+# in flight, and the workflows it changes (a step `audit` at place 1).
+VERSIONS = {"v1": 1, "v2": 2, "v3": 3}
+INCOMPATIBLE = "v3"
+AUDITED = ("dchain", "dsignals")
 
 
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)  # the SDK's numbers are milliseconds
 
 
-def durable_workflows(ledger: JsonlWriter) -> list[Workflow]:
-    """The workflows above, their bodies writing to `ledger`."""
+def durable_workflows(ledger: JsonlWriter, version: str = "v1") -> list[Workflow]:
+    """The workflows above as `version` (VERSIONS) has them, their bodies writing to
+    `ledger`."""
+    number = VERSIONS[version]
+    audited = version == INCOMPATIBLE
 
     def body(ctx: Context, payload: Any, name: str, *, fail_first: bool = False
              ) -> Callable[[], Awaitable[Any]]:
@@ -88,6 +106,7 @@ def durable_workflows(ledger: JsonlWriter) -> list[Workflow]:
                 "name": (payload or {}).get("name"), "wf": ctx.workflow,
                 "scope": info.place.scope, "pos": info.place.pos, "op": info.place.id,
                 "step": name, "attempt": ctx.attempt, "key": ctx.idempotency_key,
+                "ver": version,
             })
             await asyncio.sleep(BODY_HOLD)
             if fail_first and ctx.attempt == 1:
@@ -95,6 +114,8 @@ def durable_workflows(ledger: JsonlWriter) -> list[Workflow]:
                               "out": None, "error": "retryable"})
                 raise RetryableError(f"{name}: attempt 1 fails on purpose")
             value = {"nonce": uuid.uuid4().hex, "step": name, "attempt": ctx.attempt}
+            if number > 1:
+                value["by"] = number  # v2's compatible change: what a step returns
             # Written before the value leaves: the ledger may know a value no call
             # delivered, never the reverse.
             ledger.write({"ev": "bend", "id": bid, "t": time.time(), "value": value,
@@ -106,6 +127,8 @@ def durable_workflows(ledger: JsonlWriter) -> list[Workflow]:
     async def dchain(ctx: Context, payload: Any) -> Any:
         values = []
         for i in range(CHAIN_STEPS):
+            if i == 1 and audited:
+                await step("audit", body(ctx, payload, "audit"))
             if i:
                 await ctx.sleep(_ms(CHAIN_SLEEP))
             values.append(await step(f"s{i}", body(ctx, payload, f"s{i}")))
@@ -115,6 +138,8 @@ def durable_workflows(ledger: JsonlWriter) -> list[Workflow]:
 
     async def dsignals(ctx: Context, payload: Any) -> Any:
         first = await step("prepare", body(ctx, payload, "prepare"))
+        if audited:
+            await step("audit", body(ctx, payload, "audit"))
         got = [await ctx.wait_for_signal(name) for name in SIGNAL_WAITS]
         last = await step("finish", body(ctx, payload, "finish"))
         return {"got": got, "steps": [first, last]}

@@ -21,10 +21,12 @@ Routes (the step's `payload` tunes them):
 - `/big`: `bytes` of JSON (over the inline limit: the output goes to the blob bucket);
 - `/huge`: `bytes` of JSON over the output hard cap: the step fails `output_too_large`;
 - `/nonjson`: 200 with a text body: the step fails `invalid_output`;
-- `/durable/<name>`: the durable workflows of durable_app (a FunctionApp behind this
-  server), whose step bodies write `bstart` / `bend` lines. Each call is a `dcall` line
-  (run, target scope, journal length, the call's attempt) and a `ddone` line (status,
-  fault, the operations answered), `ddone` written before the answer leaves.
+- `/<v>/durable/<name>`: the durable workflows of durable_app in version `<v>` (a
+  FunctionApp per version behind this server: the backend's versions, served at once;
+  `/durable/<name>` is v1's), whose step bodies write `bstart` / `bend` lines. Each call
+  is a `dcall` line (run, version, target scope, journal length, the call's attempt,
+  `mode` `check` for a check's replay) and a `ddone` line (status, fault, the
+  operations answered), `ddone` written before the answer leaves.
 
 Faults of `/work` (decided from a hash of the seed, the run's name, the step and the
 attempt, so a seed replays the same faults whatever the order of arrival; none once the
@@ -33,7 +35,9 @@ attempt, so a seed replays the same faults whatever the order of arrival; none o
 half a response, closes the connection). A durable call meets the same faults, decided
 from the seed, the run's name, the target scope, the journal's length and the call's
 attempt: the 5xx and 429 answer without running the workflow; `hang` and `drop` run it
-(a step body included) and then lose or delay the answer."""
+(a step body included) and then lose or delay the answer. A check's replay (`versions
+promote` asking whether a run may move) meets none: a check that failed only leaves a
+run where it is, which the integration tests show; here it would only stall the deploy."""
 
 from __future__ import annotations
 
@@ -55,7 +59,7 @@ from starlette.types import Receive, Scope, Send
 
 from functions.sdk import FunctionApp, signing
 from functions.sdk.protocol import DURABLE_PREFIX
-from tests.chaos.durable_app import durable_workflows
+from tests.chaos.durable_app import VERSIONS, durable_workflows
 from tests.chaos.jsonl import JsonlWriter, digest
 
 __all__ = ["FN_FAULTS", "create_app", "fn_fault", "main"]
@@ -104,13 +108,14 @@ class StepHandler:
 class DurableHandler:
     """POST /durable/<name>: the FunctionApp serving the workflows, behind the faults."""
 
-    def __init__(self, server: FunctionServer, app: FunctionApp) -> None:
+    def __init__(self, server: FunctionServer, app: FunctionApp, version: str) -> None:
         self.server = server
         self.app = app
+        self.version = version
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw = await Request(scope, receive).body()
-        await self.server.durable(self.app, scope, raw, send)
+        await self.server.durable(self.app, self.version, scope, raw, send)
 
 
 class FunctionServer:
@@ -211,7 +216,8 @@ class FunctionServer:
         return JSONResponse(output, status_code=status, headers=headers)
 
 
-    async def durable(self, app: FunctionApp, scope: Scope, raw: bytes, send: Send) -> None:
+    async def durable(self, app: FunctionApp, version: str, scope: Scope, raw: bytes,
+                      send: Send) -> None:
         call = uuid.uuid4().hex[:12]
         try:
             body = json.loads(raw)
@@ -224,13 +230,14 @@ class FunctionServer:
         size = len(journal) if isinstance(journal, list) and "journal_ref" not in body else None
         attempt = int(run.get("attempt") or 0)
         headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+        mode = body.get("mode")
         self.ledger.write({
             "ev": "dcall", "id": call, "t": time.time(), "route": scope.get("path"),
             "run": run.get("run_id"), "name": inp.get("name"), "target": target,
-            "journal": size, "attempt": attempt,
+            "journal": size, "attempt": attempt, "ver": version, "mode": mode,
             "key": headers.get(signing.IDEMPOTENCY_HEADER.lower()),
         })
-        fault = None if self.calm_now() else fn_fault(
+        fault = None if self.calm_now() or mode == "check" else fn_fault(
             self.seed, str(inp.get("name")), f"durable:{target}:{size}", attempt, self.fault_rate)
         answer: Response | None = None
         if fault == "5xx":
@@ -250,7 +257,11 @@ class FunctionServer:
             async def keep(message: Any) -> None:
                 sent.append(dict(message))
 
-            await app(scope, receive, keep)  # type: ignore[arg-type]
+            # The app serves /durable/<name>: a version's prefix is this server's.
+            path = str(scope.get("path", ""))
+            inner = path[len(version) + 1:] if path.startswith(f"/{version}/") else path
+            await app({**scope, "path": inner, "raw_path": inner.encode()}, receive,
+                      keep)  # type: ignore[arg-type]
         if fault == "hang":
             await asyncio.sleep(self.step_timeout + 1.0)
         status = answer.status_code if answer is not None else int(sent[0].get("status", 500))
@@ -282,11 +293,14 @@ def create_app(server: FunctionServer) -> Starlette:
     routes = [Route("/healthz", healthz, methods=["GET"])]
     for path in ("/work", "/flaky", "/fail", "/big", "/huge", "/nonjson"):
         routes.append(Route(path, StepHandler(server, path), methods=["POST"]))
-    durable = FunctionApp(secret=server.secret)
-    durable.workflow(*durable_workflows(server.ledger))
-    for name in durable.workflows:
-        routes.append(Route(DURABLE_PREFIX + name, DurableHandler(server, durable),
-                            methods=["POST"]))
+    for version in VERSIONS:
+        durable = FunctionApp(secret=server.secret)
+        durable.workflow(*durable_workflows(server.ledger, version))
+        handler = DurableHandler(server, durable, version)
+        for name in durable.workflows:
+            routes.append(Route(f"/{version}{DURABLE_PREFIX}{name}", handler, methods=["POST"]))
+            if version == "v1":
+                routes.append(Route(DURABLE_PREFIX + name, handler, methods=["POST"]))
     return Starlette(routes=routes)
 
 

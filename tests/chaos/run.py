@@ -28,6 +28,7 @@ from typing import Any
 
 from tests.chaos.checker import Report, check
 from tests.chaos.cluster import FN_SECRET, Cluster, ClusterOptions, wait_until
+from tests.chaos.deploy import DeployPlan, deploy, deploy_plan
 from tests.chaos.durable_drive import start_driving
 from tests.chaos.jsonl import JsonlWriter, read_jsonl
 from tests.chaos.schedule import Event, make_schedule, play
@@ -43,6 +44,7 @@ class SeedResult:
     report: Report
     schedule: list[Event]
     elapsed: float
+    rollout: DeployPlan
     workdir: Path
     phases: dict[str, float] = field(default_factory=dict)
 
@@ -53,7 +55,8 @@ class SeedResult:
     def to_json(self) -> dict[str, Any]:
         return {"seed": self.seed, "ok": self.ok, "elapsed": round(self.elapsed, 1),
                 "phases": self.phases, "workdir": str(self.workdir),
-                "schedule": [e.describe() for e in self.schedule], **self.report.to_json()}
+                "schedule": [e.describe() for e in self.schedule],
+                "deploy": self.rollout.describe(), **self.report.to_json()}
 
 
 def run_seed(seed: int, *, soak: bool = False, bound: float = 120.0,
@@ -69,6 +72,7 @@ def run_seed(seed: int, *, soak: bool = False, bound: float = 120.0,
     lease = opts.step_timeout + float({**_orch_env(), **opts.env}["ORCH_LEASE_MARGIN"])
     schedule = make_schedule(seed, duration, workers=opts.workers, sweepers=opts.sweepers,
                              lease=lease)
+    rollout = deploy_plan(seed, duration)
     phases: dict[str, float] = {}
     ok = False
     halt = threading.Event()  # the durable runs' senders stop, whatever happens
@@ -86,8 +90,13 @@ def run_seed(seed: int, *, soak: bool = False, bound: float = 120.0,
             submitter = threading.Thread(
                 target=_submit_all, args=(cluster.api_url, subs, seed, stop, log, drive),
                 daemon=True)
+            deploy_log = JsonlWriter(folder / "deploy.jsonl")
+            deployer = threading.Thread(
+                target=deploy, args=(cluster.api_url, rollout, deploy_log,
+                                     time.time() + duration + 60.0, halt, log), daemon=True)
             t0 = time.monotonic()
             submitter.start()
+            deployer.start()
             play(cluster, schedule, stop)
             submitter.join(timeout=120)
             cluster.calm()
@@ -96,6 +105,10 @@ def run_seed(seed: int, *, soak: bool = False, bound: float = 120.0,
             log(f"faults stopped after {phases['faults']}s; settling (bound {bound:g}s)")
             ids = [s.run_id for s in subs if s.run_id]
             _settle(cluster, ids, calm_at + bound)
+            # A promotion still answering when the faults stopped (the API was down a
+            # while) ends meanwhile: waited for here, not before the calm.
+            deployer.join(timeout=60)
+            deploy_log.close()
             phases["settle"] = round(time.time() - calm_at, 1)
             drive.join(within=15.0)
             t1 = time.monotonic()
@@ -106,7 +119,8 @@ def run_seed(seed: int, *, soak: bool = False, bound: float = 120.0,
                            api_url=cluster.api_url, ledger=cluster.ledger,
                            faults=folder / "faults",
                            submitted={s.spec.name: (s.key, s.run_id) for s in subs},
-                           calm_at=calm_at, drive=folder / "drive.jsonl")
+                           calm_at=calm_at, drive=folder / "drive.jsonl",
+                           deploy=folder / "deploy.jsonl")
         report = check(snap, bound=bound)
         phases["check"] = round(time.monotonic() - t1, 1)
         ok = not report.violations
@@ -116,7 +130,8 @@ def run_seed(seed: int, *, soak: bool = False, bound: float = 120.0,
         halt.set()
         if ok and not keep and workdir is None:
             shutil.rmtree(folder, ignore_errors=True)
-    return SeedResult(seed, report, schedule, time.monotonic() - began, folder, phases)
+    return SeedResult(seed, report, schedule, time.monotonic() - began, rollout, folder,
+                      phases)
 
 
 def _orch_env() -> dict[str, str]:
@@ -206,7 +221,8 @@ def render(res: SeedResult, *, verbose: bool = False) -> str:
     lines = [f"seed {res.seed}: {'ok' if res.ok else 'VIOLATIONS'} in {res.elapsed:.1f}s "
              f"{res.phases}"]
     kinds = Counter(e.kind for e in res.schedule)
-    lines.append(f"  schedule: {len(res.schedule)} events {dict(kinds)}")
+    lines.append(f"  schedule: {len(res.schedule)} events {dict(kinds)}, "
+                 f"{json.dumps(res.rollout.describe())}")
     if verbose:
         lines += [f"    {json.dumps(e.describe())}" for e in res.schedule]
     for key in ("runs", "runs_by_status", "steps", "steps_by_status", "calls", "answers",
@@ -214,7 +230,7 @@ def render(res: SeedResult, *, verbose: bool = False) -> str:
                 "reexecutions_after_delivered_2xx", "ready_to_start", "ready_to_call",
                 "due_to_start", "due_to_call", "history_start_before_due",
                 "last_step_to_run_finished", "settle_after_calm", "largest_item",
-                "dlq_messages", "durable", "findings", "violations"):
+                "dlq_messages", "durable", "versions", "findings", "violations"):
         lines.append(f"  {key}: {json.dumps(f.get(key))}")
     for v in res.report.violations:
         lines.append(f"  VIOLATION {v.check}: run {v.run} step {v.step}: {v.message}")

@@ -125,6 +125,10 @@ class Snapshot:
     drive: list[dict[str, Any]] = field(default_factory=list)
     # The control table's items (approval gates, state cells, locks) by "pk/sk", raw.
     control: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The deploy's promotions through the API (deploy.py: each answer), and the check
+    # calls (replays in check mode: a promotion's) the function server received.
+    deploy: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[Call] = field(default_factory=list)
 
 
 def dump(snap: Snapshot, path: Path) -> None:
@@ -132,7 +136,7 @@ def dump(snap: Snapshot, path: Path) -> None:
     doc = {
         "calm_at": snap.calm_at,
         "runs": {rid: {"workflow": r.workflow, "status": r.status.value, "halted": r.halted,
-                       "error": r.error, "created_at": r.created_at,
+                       "error": r.error, "created_at": r.created_at, "version": r.version,
                        "finished_at": r.finished_at, "history": list(r.history),
                        "steps": {n: {"status": s.status.value, "attempt": s.attempt,
                                      "max_attempts": s.max_attempts, "error": s.error,
@@ -141,6 +145,7 @@ def dump(snap: Snapshot, path: Path) -> None:
                                  for n, s in snap.steps.get(rid, {}).items()}}
                  for rid, r in snap.runs.items()},
         "submitted": snap.submitted,
+        "deploy": snap.deploy,
     }
     doc["journals"] = snap.journals
     doc["signals"] = {rid: [vars(s) for s in sigs] for rid, sigs in snap.signals.items()}
@@ -265,7 +270,7 @@ def read_faults(folder: Path) -> list[dict[str, Any]]:
 
 def collect(*, endpoint: str, prefix: str, api_url: str, ledger: Path, faults: Path,
             submitted: dict[str, tuple[str, str | None]], calm_at: float,
-            drive: Path | None = None) -> Snapshot:
+            drive: Path | None = None, deploy: Path | None = None) -> Snapshot:
     from orchestrator.adapters.aws import make_clients
     from orchestrator.settings import Settings
 
@@ -312,7 +317,10 @@ def collect(*, endpoint: str, prefix: str, api_url: str, ledger: Path, faults: P
     for sigs in snap.signals.values():
         sigs.sort(key=lambda s: s.sk)
     snap.calls = read_ledger(ledger)
-    snap.bodies, snap.dcalls = read_durable(ledger)
+    snap.bodies, calls = read_durable(ledger)
+    snap.dcalls = [c for c in calls if c.recv.get("mode") != "check"]
+    snap.checks = [c for c in calls if c.recv.get("mode") == "check"]
     snap.faults = read_faults(faults)
     snap.drive = list(read_jsonl(drive)) if drive is not None else []
+    snap.deploy = list(read_jsonl(deploy)) if deploy is not None else []
     return snap

@@ -13,8 +13,10 @@ them through the API (retried across API restarts, one run per Idempotency-Key).
   answers, a 100 kB output (passed on intact through the blob bucket), independent
   branches (only the failed branches are skipped);
 - the durable workflows of durable_app (`dchain`, `dsignals`, `dparallel`, `devent`,
-  `dtimeout`, `dclaim`, `dlock`, `dgate`), served at /durable/<name>; what the harness
-  sends them (signals, events, answers to gates) is durable_drive's.
+  `dtimeout`, `dclaim`, `dlock`, `dgate`), of backend `dfn`, whose versions (`v1`,
+  `v2`, `v3`) the function server serves at /<v>/durable/<name>; what the harness
+  sends them (signals, events, answers to gates) is durable_drive's, the deploy in the
+  middle (deploy.py) moves them between versions.
 
 Every `/work` step and every durable call may also meet the function server's random
 faults (ledger_server)."""
@@ -29,10 +31,16 @@ from typing import Any
 
 import httpx
 
+from tests.chaos.durable_app import VERSIONS as DURABLE_VERSIONS
 from tests.chaos.durable_app import WORKFLOWS as DURABLE_WORKFLOWS
 
-__all__ = ["CI_SIZE", "SOAK_SIZE", "RunSpec", "Submission", "manifest", "plan", "submit"]
+__all__ = ["CI_SIZE", "DURABLE_BACKEND", "FIRST_VERSION", "SOAK_SIZE", "RunSpec", "Submission",
+           "manifest", "plan", "submit"]
 
+# The backend of the durable workflows: durable_app's versions, all served by the
+# function server (`<fn>/<v>`), the first current when the stack starts.
+DURABLE_BACKEND = "dfn"
+FIRST_VERSION = "v1"
 WORK_RETRY = "{ max: 6, strategy: linear, delay: 200ms, maxDelay: 2s }"
 # Runs per workflow.
 CI_SIZE = {"chain": 1, "fanout": 1, "diamond": 3, "flaky": 2, "halting": 2, "independent": 2,
@@ -94,14 +102,17 @@ def manifest(fn_url: str, secret: str, timeout: float) -> str:
         _step("huge", "/huge", ["root"], {"bytes": 1100000}),
         _step("join", deps=["ok4", "b2"]),
     ])
+    versions = ", ".join(f'{v}: "{fn_url}/{v}"' for v in DURABLE_VERSIONS)
     lines = [
         "backends:",
         f'  fn: {{ url: "{fn_url}", secret: "{secret}", timeout: {timeout:g}s }}',
+        f'  dfn: {{ versions: {{ {versions} }}, current: {FIRST_VERSION}, secret: "{secret}",'
+        f" timeout: {timeout:g}s }}",
         "workflows:",
     ]
     for name, (on_failure, steps) in wf.items():
         lines += [f"  {name}:", f"    onFailure: {on_failure}", "    steps:", *steps]
-    lines += [f"  {name}: {{ backend: fn }}" for name in DURABLE_WORKFLOWS]
+    lines += [f"  {name}: {{ backend: {DURABLE_BACKEND} }}" for name in DURABLE_WORKFLOWS]
     return "\n".join(lines) + "\n"
 
 

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from functions.sdk.serving import BackgroundServer
+from orchestrator.adapters.store.control_keys import version_sk, versions_key
 from orchestrator.api.app import create_app as create_api
 from tests.integration.test_cli_durable import until
 from tests.support.cli import cli, out_json
@@ -172,11 +173,17 @@ def test_a_run_whose_version_is_gone_pauses_and_goes_on_once_migrated(
     """A run pinned to a version that is not live (as a start racing a retire leaves
     one) is paused, never called elsewhere; `runs migrate` checks it, moves it and
     resumes it."""
-    h, api, _ = stack
+    h, api, urls = stack
     (a,) = _start(h, 1)
     driver = h.rt.store.drivers.get_driver(a)
     assert driver is not None
-    h.rt.store.versions.move_run(a, "$run", "v1", "v0", driver.attempt_started, h.rt.clock())
+    # As a start racing a retire leaves it (test_versions_race.py drives that race):
+    # pinned to a version whose item is gone.
+    rows = h.rt.store.versions
+    rows.register("shop", "v0", urls["v1"], None, h.rt.clock())
+    rows.move_run(a, "$run", "shop", "v1", "v0", driver.attempt_started, h.rt.clock())
+    rows.ddb.delete_item(TableName=rows.table,
+                         Key=rows.control.key(versions_key("shop"), version_sk("v0")))
     h.rt.signals.send(a, "go", {})
     paused = until(lambda: h.rt.store.runs.get_run(a, h.rt.clock()).paused)
     assert paused["code"] == "version_gone" and "'v0'" in paused["message"]

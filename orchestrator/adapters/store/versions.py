@@ -6,7 +6,15 @@ when it was registered, and `retiring` while a retire counts the runs pinned to 
 A label names one URL for good: registering it again with another URL is refused. The
 head moves only to a live version that is not being retired, and a version is deleted
 only while it is not current and its retire's mark still holds (one transaction each),
-so no run can start on a version being retired once its retire has marked it."""
+so no run can start on a version being retired once its retire has marked it.
+
+A run that started on a version just before its retire marked it may still be written
+after the retire counted the runs pinned to it. So a worker reads its run's version
+each time it claims the run (`get`), and calls a version being retired only once it
+has noted the use on the version's item (`use`); the retire deletes the version only
+if no use was noted since its mark: the retire is refused, or the worker finds the
+version gone and calls nothing. A run is moved only onto a live version that is not
+being retired (`move_run`)."""
 
 from __future__ import annotations
 
@@ -96,6 +104,26 @@ class VersionRows:
                 live[version.label] = version
         return Registry(backend, current, live)
 
+    def get(self, backend: str, label: str) -> Version | None:
+        """One version as it is now (strongly consistent), None if it is not live."""
+        with _translate(f"version {backend}/{label}: read"):
+            item = self.ddb.get_item(TableName=self.table, Key=self._key(backend, label),
+                                     ConsistentRead=True).get("Item")
+        return None if item is None else _version(item)
+
+    def use(self, backend: str, label: str, now: float) -> bool:
+        """Note that a run is about to call `label`, which is being retired: its retire
+        then cannot delete it. False if it was deleted already (nothing to call)."""
+        try:
+            with _translate(f"version {backend}/{label}: use"):
+                self.ddb.update_item(
+                    TableName=self.table, Key=self._key(backend, label),
+                    UpdateExpression="SET used = :now", ConditionExpression="attribute_exists(pk)",
+                    ExpressionAttributeValues={":now": num(now)})
+        except ConditionFailed:
+            return False
+        return True
+
     def register(self, backend: str, label: str, url: str, digest: str | None,
                  now: float) -> bool:
         """Make `label` a live version at `url`. True if this call registered it, False
@@ -148,7 +176,7 @@ class VersionRows:
                     "ExpressionAttributeValues": {":v": {"S": label}}}},
                 {"Update": {
                     "TableName": self.table, "Key": self._key(backend, label),
-                    "UpdateExpression": "SET retiring = :t",
+                    "UpdateExpression": "SET retiring = :t REMOVE used",
                     "ConditionExpression": "attribute_exists(pk) AND"
                                            " attribute_not_exists(retiring)",
                     "ExpressionAttributeValues": {":t": num(now)}}}])
@@ -159,13 +187,15 @@ class VersionRows:
             with _translate(f"version {backend}/{label}: keep"):
                 self.ddb.update_item(
                     TableName=self.table, Key=self._key(backend, label),
-                    UpdateExpression="REMOVE retiring", ConditionExpression="retiring = :t",
+                    UpdateExpression="REMOVE retiring, used",
+                    ConditionExpression="retiring = :t",
                     ExpressionAttributeValues={":t": num(mark)})
         except ConditionFailed:
             pass  # taken back already
 
     def remove(self, backend: str, label: str, mark: float) -> None:
-        """Delete the version its retire marked (`mark`), still not current."""
+        """Delete the version its retire marked (`mark`), still not current and used by
+        no run since the mark. ConditionFailed otherwise."""
         with _translate(f"version {backend}/{label}: retire"):
             self.ddb.transact_write_items(TransactItems=[
                 {"ConditionCheck": {
@@ -175,16 +205,17 @@ class VersionRows:
                     "ExpressionAttributeValues": {":v": {"S": label}}}},
                 {"Delete": {
                     "TableName": self.table, "Key": self._key(backend, label),
-                    "ConditionExpression": "retiring = :t",
+                    "ConditionExpression": "retiring = :t AND attribute_not_exists(used)",
                     "ExpressionAttributeValues": {":t": num(mark)}}}])
 
-    def move_run(self, run_id: str, driver: str, frm: str | None, to: str,
+    def move_run(self, run_id: str, driver: str, backend: str, frm: str | None, to: str,
                  claimed_at: float | None, now: float) -> None:
-        """Move an open run from version `frm` to `to`, in one transaction guarded by
-        its driver row as the check found it: not held, and not claimed since
-        (`claimed_at`: its last claim then, None if never), so the journal checked is
-        the journal the new version replays. ConditionFailed otherwise (or if the run
-        ended, or another move came first)."""
+        """Move an open run from version `frm` to `to` of `backend`, in one transaction
+        guarded by its driver row as the check found it: not held, and not claimed
+        since (`claimed_at`: its last claim then, None if never), so the journal checked
+        is the journal the new version replays; and by `to`: live and not being retired
+        (a retire that counted its runs already would miss this one). ConditionFailed
+        otherwise (or if the run ended, or another move came first)."""
         values: dict[str, Any] = {":to": {"S": to}, ":now": num(now),
                                   ":r": {"S": "running"}, ":q": {"S": "queued"}}
         names = {"#s": "status", "#h": "history", "#v": "version"}
@@ -204,6 +235,10 @@ class VersionRows:
         with _translate(f"run {run_id}: move to version {to}"):
             self.ddb.transact_write_items(TransactItems=[
                 {"ConditionCheck": guard},
+                {"ConditionCheck": {
+                    "TableName": self.table, "Key": self._key(backend, to),
+                    "ConditionExpression": "attribute_exists(pk) AND"
+                                           " attribute_not_exists(retiring)"}},
                 {"Update": {
                     "TableName": self.runs, "Key": {"run_id": {"S": run_id}},
                     "UpdateExpression": f"SET #v = :to, updated_at = :now, {hist}",

@@ -108,8 +108,10 @@ class Durable:
         url = backend.url_of(row.route)
         script = ctx.definition is not None and ctx.definition.script
         if ctx.version is not None and self.versions is not None and not script:
-            # The run is called on the version it started on (or a migration moved it to).
-            served = self.versions.url_of(row.backend, ctx.version)
+            # The run is called on the version it started on (or a migration moved it to),
+            # read afresh unless seen live since the run began: another process may have
+            # retired it.
+            served = self.versions.callable_url(row.backend, ctx.version, ctx.created_at)
             if served is None:
                 self._version_gone(row, ctx, attempt.tally)
                 return None

@@ -103,7 +103,7 @@ class Moves:
         pending = [v for v in verdicts if v.compatible and v.version != to]
         deadline = time.monotonic() + self.settle
         while pending:
-            busy = [v for v in pending if v.held or not self._move(v, to)]
+            busy = [v for v in pending if v.held or not self._move(v, backend, to)]
             moved.extend(v.run_id for v in pending if v not in busy)
             if not busy or time.monotonic() >= deadline:
                 break
@@ -123,12 +123,12 @@ class Moves:
             "unchecked": [v.doc() for v in final if v.status == "unchecked"],
         }
 
-    def _move(self, verdict: Verdict, to: str) -> bool:
+    def _move(self, verdict: Verdict, backend: str, to: str) -> bool:
         try:
-            self.store.versions.move_run(verdict.run_id, DRIVER, verdict.version, to,
+            self.store.versions.move_run(verdict.run_id, DRIVER, backend, verdict.version, to,
                                          verdict.claimed_at, self.clock())
         except ConditionFailed:
-            return False  # it moved on (or ended) since its check
+            return False  # it moved on (or ended) since its check, or `to` is retiring
         if verdict.paused == Code.VERSION_GONE and self.resume is not None:
             try:
                 self.resume(verdict.run_id)
@@ -199,7 +199,12 @@ class Moves:
                     f"{len(pinned)} open run{'s are' if len(pinned) != 1 else ' is'} pinned"
                     f" to version {label!r} of {backend!r}: migrate them (--migrate) or"
                     f" cancel them (--cancel), or wait for them to end"))
-            self.store.versions.remove(backend, label, mark)
+            try:
+                self.store.versions.remove(backend, label, mark)
+            except ConditionFailed:
+                raise Conflict(Code.VERSION_PINNED, (
+                    f"a run started on version {label!r} of {backend!r} while it was being"
+                    " retired, and has called it: it stays live")) from None
         except BaseException:
             self.store.versions.unmark_retiring(backend, label, mark)
             raise

@@ -84,13 +84,14 @@ class Stack:
     tmp: Path
     emulator: Emulator
     deploys: int = 0
+    manifest: str = MANIFEST
 
     def deploy(self, code: int, **kwargs: Any) -> dict[str, Any]:
         """Deploy the stack with the functions code of versioned_fns version `code` (each
         deploy's package differs: a new Lambda code package), then release it."""
         self.deploys += 1
         manifest = self.tmp / "orchestrator.yml"
-        manifest.write_text(MANIFEST + f"# code {code}, deploy {self.deploys}\n")
+        manifest.write_text(self.manifest + f"# code {code}, deploy {self.deploys}\n")
         plan = _without_function_urls(d.plan(
             manifest, self.name, region="us-east-1", no_deps=True,
             parameters={"DeployScripts": "no", "FunctionsSecret": SECRET}))
@@ -109,7 +110,7 @@ class Stack:
     def harness(self) -> Harness:
         """The stack's tables driven by a worker here, its calls through `urls`."""
         s = fresh_settings(self.emulator.url, prefix=self.name)
-        h = Harness.build(s, MANIFEST, self.tmp, {"FUNCTIONS_SECRET": SECRET},
+        h = Harness.build(s, self.manifest, self.tmp, {"FUNCTIONS_SECRET": SECRET},
                           clients=self.emulator.attach(make_clients(s)),
                           provision=lambda clients, prefix: None)
         h.start_workers(1, threads=4, transport=self.urls)
@@ -279,6 +280,39 @@ def test_a_diverging_run_stops_the_promotion_unless_pinned(stack: Stack) -> None
             h.rt.signals.send(run_id, "go", {})
         assert h.wait(run)["output"] == {"charged_by": 1}  # v1's URL, still served
         assert h.wait(new)["output"] == {"charged_by": 3}
+    finally:
+        h.close()
+
+
+def test_one_backend_diverging_keeps_every_backend_of_the_app_where_it_is(
+        stack: Stack) -> None:
+    """Two backends served by the one functions app share its versions: a promotion
+    refused for one is refused for both (`depot` has a diverging run, `shop` none)."""
+    stack.manifest = MANIFEST.replace("workflows:", """\
+  depot:
+    url: ${FUNCTIONS_URL:-http://127.0.0.1:9}
+    secret: ${FUNCTIONS_SECRET:-}
+workflows:
+  restock: { backend: depot, workflow: order, timeout: 30s }""")
+    first = stack.deploy(1)
+    assert [(b["backend"], b["current"]) for b in first["backends"]] == [
+        ("depot", "v1"), ("shop", "v1")]
+    h = stack.harness()
+    try:
+        run = h.start("restock", {"n": 1})
+        until(lambda: _waiting(h, run))
+        refused = stack.deploy(3)
+        assert not refused["ok"]
+        assert {b["backend"]: (b["promoted"], b["current"], b["checked"])
+                for b in refused["backends"]} == {"depot": (False, "v1", 1),
+                                                  "shop": (False, "v1", 0)}
+        assert {h.rt.versions.registry(b).current for b in ("shop", "depot")} == {"v1"}
+        pinned = stack.release(3, stack.tmp / "orchestrator.yml",
+                               {"Prefix": stack.name, "FunctionsSecret": SECRET},
+                               pin_incompatible=True)
+        assert pinned["ok"]
+        assert {h.rt.versions.registry(b).current for b in ("shop", "depot")} == {"v2"}
+        assert _version(h, run) == "v1"
     finally:
         h.close()
 

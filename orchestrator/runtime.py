@@ -155,10 +155,13 @@ class Runtime:
 
     def worker(self, *, clock: Callable[[], float] | None = None,
                rand: Callable[[], float] = random.random,
-               sleep: Callable[[float], object] = time.sleep, **kwargs: Any) -> Worker:
+               sleep: Callable[[float], object] = time.sleep, transport: Any = None,
+               **kwargs: Any) -> Worker:
         """A worker: it takes messages and hands each claimed attempt to the runner of
-        its step's kind, from the table built here (orchestrator/runners/)."""
-        invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock)
+        its step's kind, from the table built here (orchestrator/runners/). `transport`:
+        the Invoker's (adapters/invoker.py)."""
+        invoker = Invoker(max_body=self.settings.output_hard_cap, clock=self.clock,
+                          transport=transport)
         clock = clock or self.clock
         cache = RunCache(self.store, clock, self.executor.load_output)
         table = runners(self.executor, invoker, cache, clock=clock, rand=rand, sleep=sleep,

@@ -60,14 +60,17 @@ class Result:
 
 
 class Invoker:
-    def __init__(self, *, max_body: int, clock: Any, max_connections: int = 64) -> None:
+    def __init__(self, *, max_body: int, clock: Any, max_connections: int = 64,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        """`transport`: httpx's, to reach functions some other way than the network (a
+        test's stand-in for URLs it cannot serve, such as an emulator's Function URLs)."""
         self.max_body = max_body
         self.clock = clock
         self.client = httpx.Client(
             limits=httpx.Limits(
                 max_connections=max_connections, max_keepalive_connections=max_connections
             ),
-            follow_redirects=False,
+            follow_redirects=False, transport=transport,
         )
 
     def close(self) -> None:

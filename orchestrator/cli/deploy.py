@@ -10,7 +10,13 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.common import EXIT_USAGE, exit_for, fail, manifest_option
+from orchestrator.cli.common import (
+    EXIT_RUN_FAILED,
+    EXIT_USAGE,
+    exit_for,
+    fail,
+    manifest_option,
+)
 from orchestrator.errors import ManifestError, OrchestratorError
 from orchestrator.settings import Settings
 
@@ -23,16 +29,17 @@ stack_option = click.option(
 
 
 def _clients(settings: Settings) -> Any:
-    """CloudFormation, S3, STS and DynamoDB clients for the configured endpoint (or AWS)."""
+    """CloudFormation, S3, STS, DynamoDB and Lambda (as `lambda_`) clients for the
+    configured endpoint (or AWS)."""
     from types import SimpleNamespace
 
     import boto3
 
     session = boto3.session.Session()
     return SimpleNamespace(**{
-        name: session.client(name, region_name=settings.region,
-                             endpoint_url=settings.endpoint_for(name))
-        for name in ("cloudformation", "s3", "sts", "dynamodb")})
+        ("lambda_" if name == "lambda" else name): session.client(
+            name, region_name=settings.region, endpoint_url=settings.endpoint_for(name))
+        for name in ("cloudformation", "s3", "sts", "dynamodb", "lambda")})
 
 
 def _parameters(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -56,13 +63,30 @@ def _parameters(pairs: tuple[str, ...]) -> dict[str, str]:
               " nothing.")
 @click.option("--no-deps", is_flag=True,
               help="Package the code without its dependencies (they come from a layer).")
-@click.option("--json", "as_json", is_flag=True, help="Print the stack's outputs as JSON.")
+@click.option("--version-label", "label", metavar="L",
+              help="The label of the functions code's new version (default: v<N>, N its"
+              " Lambda version number).")
+@click.option("--pin-incompatible", is_flag=True,
+              help="Make the new version current even if open runs diverge from it: they"
+              " stay pinned to their version.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the stack's outputs as JSON, with `versions`: what was published"
+              " and promoted.")
 def deploy(manifest_path: str, stack: str | None, pairs: tuple[str, ...], dry_run: bool,
-           no_deps: bool, as_json: bool) -> None:
+           no_deps: bool, label: str | None, pin_incompatible: bool, as_json: bool) -> None:
     """Create or update the stack on AWS: lint the manifest, package the code, upload it,
-    and apply a CloudFormation change set (boto3; no SAM CLI, no Docker)."""
+    and apply a CloudFormation change set (boto3; no SAM CLI, no Docker). Then publish
+    the functions code as a version and make it current if every open durable run
+    replays on it (exit 1, the old version still current, if one diverges)."""
     from infra import deploy as d
+    from infra import deploy_versions as dv
+    from infra.function_versions import check_label
 
+    if label is not None:
+        try:
+            check_label(label)
+        except OrchestratorError as exc:
+            fail(exc.message, EXIT_USAGE)
     settings = Settings.from_env()
     name = stack or settings.prefix
     path = Path(manifest_path)
@@ -77,18 +101,30 @@ def deploy(manifest_path: str, stack: str | None, pairs: tuple[str, ...], dry_ru
         exit_for(exc)
     if dry_run:
         click.echo(d.render(plan))
+        try:
+            click.echo(dv.planned(path, plan.parameters, label))
+        except OrchestratorError as exc:
+            exit_for(exc)
         return
+    clients = _clients(settings)
     try:
+        dv.precheck(clients, name, path, plan.parameters, label)
         code = d.package(plan)
         click.echo(f"package: {len(code) / 1024:.0f} KB", err=True)
-        outputs = d.deploy(_clients(settings), plan, code, echo=lambda s: click.echo(s, err=True))
+        outputs = d.deploy(clients, plan, code, echo=lambda s: click.echo(s, err=True))
+        report = dv.release(clients, name, path, plan.parameters, label=label,
+                            pin_incompatible=pin_incompatible)
     except OrchestratorError as exc:
         exit_for(exc)
     if as_json:
-        click.echo(json.dumps(outputs))
-        return
-    for key, value in sorted(outputs.items()):
-        click.echo(f"{key:20s} {value}")
+        click.echo(json.dumps({**outputs, "versions": report}))
+    else:
+        for key, value in sorted(outputs.items()):
+            click.echo(f"{key:20s} {value}")
+        for line in dv.render(report):
+            click.echo(line)
+    if not report["ok"]:
+        raise SystemExit(EXIT_RUN_FAILED)
 
 
 @click.command()

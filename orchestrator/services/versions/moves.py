@@ -136,15 +136,17 @@ class Moves:
                 pass
         return True
 
-    def promote(self, backend: str, label: str, *,
-                pin_incompatible: bool = False) -> dict[str, Any]:
+    def promote(self, backend: str, label: str, *, pin_incompatible: bool = False,
+                verdicts: list[Verdict] | None = None) -> dict[str, Any]:
         """Make `label` current once every open run was checked against it: all
         compatible, they all move to it; any diverging (or not checked), nothing moves
         and the current version stays, unless `pin_incompatible`: the compatible ones
-        move, the others stay pinned where they are."""
+        move, the others stay pinned where they are. `verdicts`: the check made already
+        (a deploy checks every backend first, then promotes each)."""
         target = self.target(backend, label)
         registry = self.versions.registry(backend)
-        verdicts = self.check(backend, target)
+        if verdicts is None:
+            verdicts = self.check(backend, target)
         bad = [v for v in verdicts if not v.compatible]
         report: dict[str, Any] = {
             "backend": backend, "version": label, "was": registry.current,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
 import subprocess
 import sys
 import threading
@@ -95,6 +96,7 @@ class Reloader:
     root: Path = field(default_factory=Path)
     served: dict[str, Served] = field(default_factory=dict)
     first: str = ""
+    session: str = field(default_factory=lambda: secrets.token_hex(2))
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _n: int = 0
@@ -138,10 +140,16 @@ class Reloader:
         """Serve the code as it is now as a new version, check every open run against
         it, make it current; its label."""
         self._n += 1
-        label = f"r{self._n}-{_source_hash(self.root)}"
+        # The session's id too: labels are never used again, and tables kept from an
+        # earlier session (--no-emulator) hold its labels.
+        label = f"r{self._n}-{_source_hash(self.root)}-{self.session}"
         served = self._serve(label)
+        try:
+            self.versions.register(self.backend, label, served.url)
+        except BaseException:
+            served.stop()
+            raise
         self.served[label] = served
-        self.versions.register(self.backend, label, served.url)
         report = self.moves().promote(self.backend, label, pin_incompatible=True)
         pinned = len(report["pinned"])
         self.echo(f"reload     {label} at {served.url}: checked {report['checked']} open"
@@ -163,7 +171,11 @@ class Reloader:
         for label in list(self.served):
             if label == current or moves.pinned(self.backend, label):
                 continue
-            moves.retire(self.backend, label)
+            try:
+                moves.retire(self.backend, label)
+            except OrchestratorError as exc:  # a run came to it meanwhile: next time
+                log.info("reload: %s not retired: %s", label, exc.message)
+                continue
             served = self.served.pop(label)
             if label != self.first:
                 served.stop()

@@ -15,6 +15,7 @@ import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.adapters.store.control_keys import version_sk, versions_key
+from orchestrator.adapters.store.versions import RETIRE_LEASE
 from orchestrator.api.app import create_app as create_api
 from tests.integration.test_cli_durable import until
 from tests.support.cli import cli, out_json
@@ -216,3 +217,25 @@ def test_every_trigger_path_pins_and_a_queued_run_moves_with_a_promotion(
     h.rt.signals.send(queued.run_id, "go", {})
     assert h.wait(queued.run_id)["output"] == {"charged_by": 2}
     assert CALLS.of(queued.run_id) == [("reserve", 2), ("charge", 2)]
+
+
+def test_a_retired_label_is_never_used_again_and_a_dead_retires_mark_expires(
+        stack: tuple[Harness, str, dict[str, str]]) -> None:
+    h, api, urls = stack
+    rows = h.rt.store.versions
+    # A retire whose process died after its mark: the mark holds for RETIRE_LEASE, then
+    # counts as none (the version can be retired, or made current, again).
+    rows.mark_retiring("shop", "v3", h.rt.clock() - RETIRE_LEASE - 1)
+    assert h.rt.versions.registry("shop").live["v3"].retiring is None
+    fresh = h.rt.clock()
+    rows.mark_retiring("shop", "v2", fresh)
+    held = cli("versions", "retire", "v2", "--url", api)
+    assert held.exit_code == 2 and "being retired already" in held.stderr
+    rows.unmark_retiring("shop", "v2", fresh)
+    assert cli("versions", "retire", "v3", "--url", api).exit_code == 0
+    # Its label stays retired: never registered again, at its URL or another.
+    assert "v3" not in h.rt.versions.registry("shop").live
+    for url in (urls["v3"], urls["v2"]):
+        again = cli("versions", "register", url, "--version", "v3", "--url", api)
+        assert again.exit_code == 2 and "was retired" in again.stderr, again.output
+    assert cli("versions", "promote", "v3", "--url", api).exit_code == 4

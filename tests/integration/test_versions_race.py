@@ -78,9 +78,9 @@ class Gated(VersionRows):
         super().mark_retiring(backend, label, now)
         self.gates.pop("marked", lambda: None)()
 
-    def remove(self, backend: str, label: str, mark: float) -> None:
+    def remove(self, backend: str, label: str, mark: float, now: float) -> None:
         self.gates.pop("counted", lambda: None)()
-        super().remove(backend, label, mark)
+        super().remove(backend, label, mark, now)
 
 
 @dataclass

@@ -161,10 +161,10 @@ class RunCopies(Tables):
     def import_run(self, run: Item, rows: list[Item], blobs: Mapping[str, str],
                    source: str) -> tuple[int, str]:
         """Write an exported run here, inert (see the module's docstring): the blobs, then
-        each row, then the run row, each put only where nothing is. ConditionFailed
-        (nothing written) if the run exists; if a row exists (left by an import that
-        failed half way), ConditionFailed naming it. (How many items were written, the
-        run's status.)"""
+        each row, then the run row, put only where no run is: the run row is the commit
+        point, so rows left by an import that died half way (or by an expired run of
+        the same id) are written over by the next. ConditionFailed (nothing written) if
+        the run exists. (How many items were written, the run's status.)"""
         run_id = run["run_id"]["S"]
         if self.run_exists(run_id):
             raise ConditionFailed(f"run {run_id!r} exists here already")
@@ -174,8 +174,7 @@ class RunCopies(Tables):
             self.blobs.put(key, text.encode())
         for row in rows:
             with _translate(f"run {run_id}: import {row['step']['S']}"):
-                self.ddb.put_item(TableName=self.steps, Item=inert(row),
-                                  ConditionExpression="attribute_not_exists(step)")
+                self.ddb.put_item(TableName=self.steps, Item=inert(row))
         with _translate(f"run {run_id}: import its row"):
             self.ddb.put_item(TableName=self.runs, Item=inert(run, source),
                               ConditionExpression="attribute_not_exists(run_id)")

@@ -109,9 +109,10 @@ class Durable:
         script = ctx.definition is not None and ctx.definition.script
         if ctx.version is not None and self.versions is not None and not script:
             # The run is called on the version it started on (or a migration moved it to),
-            # read afresh unless seen live since the run began: another process may have
-            # retired it.
-            served = self.versions.callable_url(row.backend, ctx.version, ctx.created_at)
+            # read afresh at its first call: a retire may have counted its runs before
+            # this one's row was written.
+            served = self.versions.callable_url(row.backend, ctx.version, row.run_id,
+                                                first=first_holder(row))
             if served is None:
                 self._version_gone(row, ctx, attempt.tally)
                 return None

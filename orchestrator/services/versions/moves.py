@@ -115,6 +115,9 @@ class Moves:
             pending = [v for v in fresh if v.compatible and v.version != to]
             busy = []
         final = [settled[rid] for rid in settled]
+        for verdict in final:  # moved before, its resume lost (a crash between the two)
+            if verdict.version == to and verdict.paused == Code.VERSION_GONE:
+                self._resume(verdict.run_id)
         return {
             "backend": backend, "to": to, "moved": moved,
             "already": [v.run_id for v in final if v.compatible and v.version == to],
@@ -129,12 +132,18 @@ class Moves:
                                          verdict.claimed_at, self.clock())
         except ConditionFailed:
             return False  # it moved on (or ended) since its check, or `to` is retiring
-        if verdict.paused == Code.VERSION_GONE and self.resume is not None:
-            try:
-                self.resume(verdict.run_id)
-            except OrchestratorError:  # held or ended meanwhile: `runs resume` will do
-                pass
+        if verdict.paused == Code.VERSION_GONE:
+            self._resume(verdict.run_id)
         return True
+
+    def _resume(self, run_id: str) -> None:
+        """A run paused because its version went away goes on, once on a live one."""
+        if self.resume is None:
+            return
+        try:
+            self.resume(run_id)
+        except OrchestratorError:  # held or ended meanwhile: the next migrate resumes it
+            pass
 
     def promote(self, backend: str, label: str, *, pin_incompatible: bool = False,
                 verdicts: list[Verdict] | None = None) -> dict[str, Any]:
@@ -158,8 +167,17 @@ class Moves:
         if registry.current != label:
             self.versions.make_current(backend, label, expected=registry.current)
         moves = self.migrate(backend, label, verdicts=verdicts)
+        # A run busy at first and found diverging (or not checked) when looked at again
+        # stays where it is too.
+        later = [v for v in moves["diverging"] + moves["unchecked"]
+                 if v["run_id"] not in {b.run_id for b in bad}]
         return {**report, "current": label, "promoted": True, "moved": moves["moved"],
-                "busy": moves["busy"], "pinned": [v.run_id for v in bad]}
+                "busy": moves["busy"], "pinned": [v.run_id for v in bad]
+                + [v["run_id"] for v in later],
+                "diverging": report["diverging"] + [v for v in later
+                                                    if v["status"] == "diverging"],
+                "unchecked": report["unchecked"] + [v for v in later
+                                                    if v["status"] == "unchecked"]}
 
     def pinned(self, backend: str, label: str) -> list[str]:
         """The open runs pinned to `label` that may still call it (a cancelled one
@@ -192,26 +210,48 @@ class Moves:
             if migrate and registry.current is not None:
                 report["migration"] = self.migrate(backend, registry.current, version=label)
             if cancel:
-                report["cancelled"] = [
-                    run_id for run_id in self.pinned(backend, label)
-                    if self.cancel(run_id, f"version {label} retired")]
+                report["cancelled"] = [run_id for run_id in self.pinned(backend, label)
+                                       if self._cancelled(run_id, label)]
             pinned = self.pinned(backend, label)
             if pinned:
                 raise Conflict(Code.VERSION_PINNED, (
                     f"{len(pinned)} open run{'s are' if len(pinned) != 1 else ' is'} pinned"
                     f" to version {label!r} of {backend!r}: migrate them (--migrate) or"
                     f" cancel them (--cancel), or wait for them to end"))
-            try:
-                self.store.versions.remove(backend, label, mark)
-            except ConditionFailed:
-                raise Conflict(Code.VERSION_PINNED, (
-                    f"a run started on version {label!r} of {backend!r} while it was being"
-                    " retired, and has called it: it stays live")) from None
+            self._remove(backend, label, mark)
         except BaseException:
             self.store.versions.unmark_retiring(backend, label, mark)
             raise
         self.versions.forget(backend, label)
         return {**report, "retired": True}
+
+    def _cancelled(self, run_id: str, label: str) -> bool:
+        """Cancel one run pinned to `label`; False if it was refused (it is counted as
+        still pinned, below) or had ended."""
+        try:
+            return bool(self.cancel(run_id, f"version {label} retired"))
+        except OrchestratorError:
+            return False
+
+    def _remove(self, backend: str, label: str, mark: float) -> None:
+        """Retire the marked version; refused if a run still pinned to it called it
+        since the mark. The uses noted by runs that ended or moved off meanwhile (a
+        migration's own runs, claimed before their move) are dropped first."""
+        for last in (False, True):
+            try:
+                self.store.versions.remove(backend, label, mark, self.clock())
+                return
+            except ConditionFailed:
+                users = self.store.versions.users(backend, label)
+                runs = self.store.runs.get_runs(sorted(users), self.clock()).values()
+                still = [r.run_id for r in runs
+                         if not r.status.terminal and r.version == label]
+                if still or last or not users:
+                    raise Conflict(Code.VERSION_PINNED, (
+                        f"a run started on version {label!r} of {backend!r} while it was"
+                        f" being retired, and has called it ({', '.join(still) or 'now'}):"
+                        " it stays live")) from None
+                self.store.versions.forget_users(backend, label, mark, users)
 
     def listing(self, backend: str | None = None) -> list[dict[str, Any]]:
         """Each backend's live versions (or `backend`'s), with the open runs pinned to

@@ -2,9 +2,9 @@
 of the orchestrator asks about them: the version a new durable run starts on (`pin`,
 the current one, read at most once a second), where a version is served (`url_of`: a
 label names one URL for good, so it is kept once read; `callable_url`, for a call of a
-run: read afresh unless it was seen live after the run began, since another process may
-have retired it), and the registrations
-the manifest declares (`seed`).
+run: read afresh at the run's first call, since a retire may have counted the runs
+pinned to it before this one's row was written), and the registrations the manifest
+declares (`seed`).
 
 A backend with no version registered has none: its runs record no version and are
 called at its manifest URL, as before versions existed."""
@@ -26,9 +26,7 @@ __all__ = ["CURRENT_TTL", "Versions", "digest_label", "script_version"]
 
 # How long a process keeps a backend's current version before reading it again.
 CURRENT_TTL = 1.0
-# How far apart two processes' clocks may be: a run's creation stamp (the starter's
-# clock) is compared with when this process read a version live (its own).
-CLOCK_MARGIN = 2.0
+
 
 
 def script_version(sha256: str) -> str:
@@ -52,11 +50,9 @@ class Versions:
         self._lock = threading.Lock()
         self._current: dict[str, tuple[float, str | None]] = {}
         self._urls: dict[tuple[str, str], str] = {}
-        # (backend, label) -> when it was last read live and not being retired, its URL.
-        self._live: dict[tuple[str, str], tuple[float, str]] = {}
 
     def registry(self, backend: str) -> Registry:
-        registry = self.rows.read(backend)
+        registry = self.rows.read(backend, self.clock())
         with self._lock:
             self._current[backend] = (time.monotonic(), registry.current)
             for label, version in registry.live.items():
@@ -90,35 +86,29 @@ class Versions:
         version = self.registry(backend).live.get(label)
         return None if version is None else version.url
 
-    def callable_url(self, backend: str, label: str, created_at: float) -> str | None:
-        """Where a run pinned to `label` (created at `created_at`) is to be called now;
-        None if it is not live. A version this process found live and not being retired
-        after the run was created (CLOCK_MARGIN apart) is callable for good: any retire
-        of it marks it later, so it counts the run and is refused while the run is
-        open. Otherwise it is read afresh: a run that started just as its version was
-        retired may be pinned to a version another process deleted, of which this
-        process's memory keeps no trace. A version being retired is called only once
-        the use is noted on it, which makes its retire refused
-        (adapters/store/versions.py)."""
-        with self._lock:
-            seen = self._live.get((backend, label))
-        if seen is not None and created_at < seen[0] - CLOCK_MARGIN:
-            return seen[1]
-        read_at = self.clock()
-        version = self.rows.get(backend, label)
+    def callable_url(self, backend: str, label: str, run_id: str, first: bool) -> str | None:
+        """Where run `run_id`, pinned to `label`, is to be called now (None: the version
+        is not live). At the run's `first` call the version is read afresh: the run may
+        have been written after a retire counted the runs pinned to it, and a version
+        being retired is called only once the run's use is noted on it, which keeps its
+        retire from retiring it (adapters/store/versions.py). Later calls need no read:
+        any retire since counts this run (its row is there), and is refused while it
+        is pinned; a move checked its new version live in its own transaction."""
+        if not first:
+            return self.url_of(backend, label)
+        version = self.rows.get(backend, label, self.clock())
         if version is None:
             return None
-        if version.retiring is not None:
-            return version.url if self.rows.use(backend, label, self.clock()) else None
+        if version.retiring is not None and not self.rows.use(backend, label, run_id):
+            return None
         with self._lock:
-            self._live[(backend, label)] = (read_at, version.url)
+            self._urls[(backend, label)] = version.url
         return version.url
 
     def forget(self, backend: str, label: str) -> None:
         """A retired version's URL is no longer served from this process's memory."""
         with self._lock:
             self._urls.pop((backend, label), None)
-            self._live.pop((backend, label), None)
             self._current.pop(backend, None)
 
     def register(self, backend: str, label: str, url: str, digest: str | None = None) -> bool:
@@ -126,9 +116,11 @@ class Versions:
         already naming another URL is refused (409): labels never move."""
         try:
             return self.rows.register(backend, label, url.rstrip("/"), digest, self.clock())
-        except ConditionFailed:
-            raise Conflict(Code.VERSION_TAKEN, f"version {label!r} of {backend!r} is served"
-                           f" elsewhere already: give the new code another label") from None
+        except ConditionFailed as exc:
+            why = ("was retired: a label is never used again" if exc.item and "retired"
+                   in exc.item else "is served elsewhere already")
+            raise Conflict(Code.VERSION_TAKEN, f"version {label!r} of {backend!r} {why}:"
+                           " give the new code another label") from None
 
     def make_current(self, backend: str, label: str, expected: str | None = None) -> None:
         try:

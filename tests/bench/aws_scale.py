@@ -177,6 +177,22 @@ def manifest(sizes: dict[str, int]) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
+def stop_all(procs: tuple[subprocess.Popen[Any], ...], work: Path) -> None:
+    """Interrupt each process's group, kill what is left after 20 s; remove `work`."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -278,18 +294,7 @@ class Stack:
             return False
 
     def stop(self) -> None:
-        for p in (self.dev, self.fn):
-            try:
-                os.killpg(p.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-        for p in (self.dev, self.fn):
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        shutil.rmtree(self.work, ignore_errors=True)
+        stop_all((self.dev, self.fn), self.work)
 
     # ---- the API, as a user calls it ----------------------------------------------------
 

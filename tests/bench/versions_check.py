@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from tests.bench.aws_scale import free_port, until
+from tests.bench.aws_scale import free_port, stop_all, until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,18 +128,7 @@ class Stack:
         return time.perf_counter() - t0, resp.json()
 
     def stop(self) -> None:
-        for p in (self.dev, self.fn):
-            try:
-                os.killpg(p.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-        for p in (self.dev, self.fn):
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        shutil.rmtree(self.work, ignore_errors=True)
+        stop_all((self.dev, self.fn), self.work)
 
 
 def main(argv: list[str] | None = None) -> int:

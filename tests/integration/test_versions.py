@@ -21,16 +21,10 @@ from tests.integration.test_cli_durable import until
 from tests.support.cli import cli, out_json
 from tests.support.harness import Harness
 from tests.support.versioned_fns import CALLS
+from tests.support.versioned_fns import MANIFEST as BASE
 from tests.support.versioned_fns import create_app as create_fns
 
-MANIFEST = """
-backends:
-  shop:
-    versions: { v1: "${V1}", v2: "${V2}", v3: "${V3}" }
-    current: v1
-    secret: versions-secret
-workflows:
-  order: { backend: shop, timeout: 30s }
+MANIFEST = BASE + """\
   placed:
     backend: shop
     workflow: order

@@ -33,17 +33,10 @@ from orchestrator.runtime import Runtime
 from tests.integration.test_cli_durable import until
 from tests.support.harness import Harness
 from tests.support.versioned_fns import CALLS
+from tests.support.versioned_fns import MANIFEST as BASE
 from tests.support.versioned_fns import create_app as create_fns
 
-MANIFEST = """
-backends:
-  shop:
-    versions: { v1: "${V1}", v2: "${V2}", v3: "${V3}" }
-    current: v1
-    secret: versions-secret
-workflows:
-  order: { backend: shop, timeout: 30s }
-"""
+MANIFEST = BASE
 
 
 class Seen:

@@ -13,6 +13,17 @@ from functions.durable import Context, step, workflow
 from functions.sdk import FunctionApp
 
 SECRET = "versions-secret"
+# Backend `shop` in the three versions (${V1}, ${V2}, ${V3}: where each is served), v1
+# current, and workflow `order` on it.
+MANIFEST = """
+backends:
+  shop:
+    versions: { v1: "${V1}", v2: "${V2}", v3: "${V3}" }
+    current: v1
+    secret: versions-secret
+workflows:
+  order: { backend: shop, timeout: 30s }
+"""
 
 
 class Calls:

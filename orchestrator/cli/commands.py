@@ -138,7 +138,16 @@ def _runtime(manifest_path: str) -> Any:
     try:
         settings = Settings.from_env()
         _observe(settings)
-        return Runtime.build(settings, manifest)
+        rt = Runtime.build(settings, manifest)
+        # The versions the manifest declares are registered (idempotent); a `current:`
+        # other than the stack's becomes current only by a promotion, which checks
+        # every open run first.
+        for backend, label in sorted(rt.versions.seed(rt.manifest.backends).items()):
+            click.echo(f"{backend}: the manifest's current version {label} is not the"
+                       f" stack's ({rt.versions.current(backend)}): make it current with"
+                       f" `orchestrator versions promote {label} --backend {backend}`",
+                       err=True)
+        return rt
     except OrchestratorError as exc:
         exit_for(exc)
 

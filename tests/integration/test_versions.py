@@ -233,3 +233,35 @@ def test_a_retired_label_is_never_used_again_and_a_dead_retires_mark_expires(
         again = cli("versions", "register", url, "--version", "v3", "--url", api)
         assert again.exit_code == 2 and "was retired" in again.stderr, again.output
     assert cli("versions", "promote", "v3", "--url", api).exit_code == 4
+
+
+def test_a_process_registers_the_manifests_versions_and_reports_a_new_current(
+        emulator: Any, build_harness: Any, tmp_path: Any) -> None:
+    """`orchestrator sweeper|worker|api` register the versions the manifest declares; a
+    `current:` other than the stack's is reported, not applied (a promotion is)."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli.commands import main
+
+    urls = {"V1": "http://127.0.0.1:9/one", "V2": "http://127.0.0.1:9/two",
+            "V3": "http://127.0.0.1:9/three"}
+    h = build_harness(BASE, tmp_path, urls)  # a harness registers nothing by itself
+    try:
+        assert h.rt.versions.registry("shop").live == {}
+        env = {"AWS_ENDPOINT_URL": emulator.url, "ORCH_PREFIX": h.rt.settings.prefix, **urls}
+        manifest = tmp_path / "orchestrator.yml"
+        manifest.write_text(BASE)
+        first = CliRunner().invoke(main, ["sweeper", "--once", "--manifest", str(manifest)],
+                                   env=env, catch_exceptions=False)
+        assert first.exit_code == 0, first.output
+        registry = h.rt.versions.registry("shop")
+        assert registry.current == "v1" and set(registry.live) == {"v1", "v2", "v3"}
+        manifest.write_text(BASE.replace("current: v1", "current: v2"))
+        second = CliRunner().invoke(main, ["sweeper", "--once", "--manifest", str(manifest)],
+                                    env=env, catch_exceptions=False)
+        assert second.exit_code == 0, second.output
+        assert ("shop: the manifest's current version v2 is not the stack's (v1): make it"
+                " current with `orchestrator versions promote v2 --backend shop`") in second.stderr
+        assert h.rt.versions.registry("shop").current == "v1"
+    finally:
+        h.close()

@@ -265,3 +265,21 @@ def test_a_process_registers_the_manifests_versions_and_reports_a_new_current(
         assert h.rt.versions.registry("shop").current == "v1"
     finally:
         h.close()
+
+
+def test_retire_migrate_moves_the_compatible_runs_and_refuses_for_the_others(
+        stack: tuple[Harness, str, dict[str, str]]) -> None:
+    h, api, _ = stack
+    a, b = _start(h, 2)
+    h.rt.versions.make_current("shop", "v3")  # as a deploy that pinned its runs left it
+    refused = cli("versions", "retire", "v1", "--migrate", "--url", api)
+    assert refused.exit_code == 2, refused.output
+    assert "2 open runs are pinned to version 'v1'" in refused.stderr  # v3 diverges
+    assert {h.rt.store.runs.get_run(r, h.rt.clock()).version for r in (a, b)} == {"v1"}
+    h.rt.versions.make_current("shop", "v2")
+    retired = cli("versions", "retire", "v1", "--migrate", "--json", "--url", api)
+    assert retired.exit_code == 0, retired.output
+    assert sorted(out_json(retired)["migration"]["moved"]) == sorted([a, b])
+    for run_id in (a, b):
+        h.rt.signals.send(run_id, "go", {})
+        assert h.wait(run_id)["output"] == {"charged_by": 2}

@@ -56,7 +56,7 @@ from orchestrator.cli.common import (
     load,
     manifest_option,
 )
-from orchestrator.errors import ManifestError, OrchestratorError
+from orchestrator.errors import ManifestError, OrchestratorError, StoreError
 from orchestrator.settings import ClientDefaults
 
 __all__ = ["main"]
@@ -142,7 +142,12 @@ def _runtime(manifest_path: str) -> Any:
         # The versions the manifest declares are registered (idempotent); a `current:`
         # other than the stack's becomes current only by a promotion, which checks
         # every open run first.
-        for backend, label in sorted(rt.versions.seed(rt.manifest.backends).items()):
+        try:
+            moves = rt.versions.seed(rt.manifest.backends)
+        except StoreError as exc:  # an endpoint without transactions (dynalite)
+            click.echo(f"versions: none registered ({exc.message})", err=True)
+            moves = {}
+        for backend, label in sorted(moves.items()):
             click.echo(f"{backend}: the manifest's current version {label} is not the"
                        f" stack's ({rt.versions.current(backend)}): make it current with"
                        f" `orchestrator versions promote {label} --backend {backend}`",

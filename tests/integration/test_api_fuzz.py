@@ -48,6 +48,7 @@ from orchestrator.api.app import create_app
 from orchestrator.api.openapi import openapi_document
 from orchestrator.services.access.apikeys import ApiKeys
 from tests.support.harness import Harness, fresh_settings
+from tests.support.versioned_fns import create_app as versioned_app
 
 pytestmark = pytest.mark.slow  # ~50 s, mostly generated requests; still runs in CI
 
@@ -55,7 +56,12 @@ MANIFEST = """
 backends:
   fn: { url: "${FN}" }
   sh: { url: "${FN}", capabilities: [shell] }   # scripts' runs (no worker runs them)
+  shop:   # two versions of one functions app (tests/support/versioned_fns.py)
+    versions: { v1: "${V1}", v2: "${V2}" }
+    current: v1
+    secret: versions-secret
 workflows:
+  order: { backend: shop }
   chain:
     steps:
       one: { backend: fn, route: /echo }
@@ -94,6 +100,8 @@ webhooks:
 
 WORKFLOWS = ("chain", "grouped", "order-paid", "nightly", "nosuch")
 SCRIPT_NAMES = ("seed-script", "gone-script-0", "gone-script-1", "gone-script-2")
+# Versions of backend `shop` a fuzzed retire may retire (each once), at v2's URL.
+SPARE_VERSIONS = tuple(f"spare-{i}" for i in range(6))
 SPEC = openapi_document("0")
 OPERATIONS = [(path, method.upper()) for path, item in SPEC["paths"].items() for method in item]
 OPEN = {(path, method.upper()) for path, item in SPEC["paths"].items()
@@ -124,13 +132,24 @@ class Live:
     link_tokens: list[str]  # those gates' single-use links
     # The killed seed run's export, which an import steered to it takes under a new id.
     export: dict[str, Any]
+    # Where version v2 of backend `shop` is served (a functions app).
+    v2_url: str
 
 
 @pytest.fixture(scope="module")
 def live(emulator: Emulator, testfns: str, tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[Live]:
+    with BackgroundServer(versioned_app(1)) as v1, BackgroundServer(versioned_app(2)) as v2:
+        yield from _live(emulator, testfns, tmp_path_factory, {"V1": v1.url, "V2": v2.url})
+
+
+def _live(emulator: Emulator, testfns: str, tmp_path_factory: pytest.TempPathFactory,
+          versions: dict[str, str]) -> Iterator[Live]:
     h = Harness.build(fresh_settings(emulator.url, api_auth=True), MANIFEST,
-                      tmp_path_factory.mktemp("fuzz"), {"FN": testfns})
+                      tmp_path_factory.mktemp("fuzz"), {"FN": testfns, **versions})
+    h.rt.versions.seed(h.rt.manifest.backends)
+    for label in SPARE_VERSIONS:
+        h.rt.versions.register("shop", label, versions["V2"])
     key = ApiKeys(h.rt.control).create("fuzz", time.time())
     with BackgroundServer(create_app(h.rt)) as server, httpx.Client(
         base_url=server.url, timeout=30, headers={"Authorization": f"Bearer {key}"}
@@ -161,7 +180,7 @@ def live(emulator: Emulator, testfns: str, tmp_path_factory: pytest.TempPathFact
         export = client.get("/runs/seed-killed/export").json()
         schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
         yield Live(h, server.url, key, client, schema, "seed-running", "seed-killed", tokens,
-                   gated, links, export)
+                   gated, links, export, versions["V2"])
     h.close()
 
 
@@ -270,11 +289,29 @@ def steer(live: Live, case: Any, data: st.DataObject, mode: GenerationMode) -> N
         body.update(json.loads(json.dumps(live.export).replace(live.killed, run_id)))
     if isinstance(body, dict) and path == "/events":
         body["name"] = "order.paid"  # its trigger's `if` then runs over the fuzzed data
+    steer_versions(live, case, data)
     if isinstance(case.query, dict) and case.method == "GET":
         if path == "/runs":
             case.query["workflow"] = data.draw(st.sampled_from(WORKFLOWS))
         if path == "/events":
             case.query["name"] = "order.paid"
+
+
+def steer_versions(live: Live, case: Any, data: st.DataObject) -> None:
+    """Versions of backend `shop`: its live ones, spares to retire, v2's URL."""
+    path, body, params = case.operation.path, case.body, case.path_parameters
+    if params is not None and "backend" in params:
+        params["backend"] = "shop"
+    if params is not None and "version" in params:
+        labels = list(SPARE_VERSIONS) if path.endswith("/retire") else ["v1", "v2"]
+        params["version"] = data.draw(st.sampled_from(labels))
+    if isinstance(body, dict) and path == "/versions/{backend}":
+        body["url"] = live.v2_url
+    if isinstance(body, dict) and path in ("/runs/check", "/runs/migrate"):
+        label = data.draw(st.sampled_from(["v1", "v2"]))
+        body.clear()
+        body.update({"to": label} if path == "/runs/migrate" else data.draw(
+            st.sampled_from([{"version": label}, {"functions_url": live.v2_url}])))
 
 
 def unroutable(case: Any) -> bool:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.published import published
-from orchestrator.errors import OrchestratorError
+from orchestrator.errors import OrchestratorError, StoreError
 from orchestrator.services.versions.moves import Moves
 from orchestrator.services.versions.registry import Versions, digest_label
 
@@ -18,7 +18,16 @@ __all__ = ["register_at_start"]
 
 def register_at_start(versions: Versions, moves: Callable[[], Moves], manifest: Any
                       ) -> list[str]:
-    """Register the manifest's versions; one line for a person per backend."""
+    """Register the manifest's versions; one line for a person per backend. An endpoint
+    that cannot keep them (no transactions: dynalite) registers none, and says so: its
+    durable runs then record no version, as before versions existed."""
+    try:
+        return _register(versions, moves, manifest)
+    except StoreError as exc:
+        return [f"none registered ({exc.message}): durable runs record no version"]
+
+
+def _register(versions: Versions, moves: Callable[[], Moves], manifest: Any) -> list[str]:
     lines: list[str] = []
     promote = versions.seed(manifest.backends)
     durable = {wf.backend for wf in manifest.workflows.values()

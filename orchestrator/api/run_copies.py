@@ -85,7 +85,9 @@ def paths() -> dict[str, Schema]:
             "post": op(
                 "importRun", "Write a run exported from another stack into this one.",
                 tag="runs",
-                description="Each item is written with a conditional put, the run row last."
+                description="The rows are written first, the run row last with a conditional"
+                " put (it is the commit point: rows an import that died half way left are"
+                " written over by the next)."
                 " The run keeps its status but is inert here: its rows get no wake and no"
                 " lease and no message is sent, so no worker or sweep advances it; it is"
                 " marked `imported` (from `source`). Read it, show it and replay its"

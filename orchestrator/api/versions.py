@@ -34,10 +34,6 @@ def _moves(request: Request) -> Moves:
     return api_state(request).rt.moves()
 
 
-async def _body(request: Request) -> Any:
-    return await read_json(request) if await request.body() else {}
-
-
 async def list_versions(request: Request) -> JSONResponse:
     moves = _moves(request)
     backend = request.path_params.get("backend")
@@ -54,7 +50,7 @@ async def register_version(request: Request) -> JSONResponse:
 
 
 async def promote_version(request: Request) -> JSONResponse:
-    req = validated(PromoteVersion, await _body(request))
+    req = validated(PromoteVersion, await read_json(request))
     moves = _moves(request)
 
     def promote() -> dict[str, Any]:
@@ -66,7 +62,7 @@ async def promote_version(request: Request) -> JSONResponse:
 
 
 async def retire_version(request: Request) -> JSONResponse:
-    req = validated(RetireVersion, await _body(request))
+    req = validated(RetireVersion, await read_json(request))
     moves = _moves(request)
 
     def retire() -> dict[str, Any]:

@@ -38,7 +38,7 @@ from orchestrator.cli.commands import main
 from orchestrator.settings import Settings
 from tests.integration.test_cli_durable import until
 from tests.support.harness import Harness, fresh_settings
-from tests.support.versioned_fns import CALLS, SECRET
+from tests.support.versioned_fns import CALLS, SECRET, waiting_for_signal
 from tests.support.versioned_fns import create_app as create_fns
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS:UserWarning")
@@ -175,9 +175,7 @@ def stack(emulator: Emulator, apps: dict[int, str], tmp_path: Path,
 
 
 def _waiting(h: Harness, run_id: str) -> bool:
-    driver = h.rt.store.drivers.get_driver(run_id)
-    return bool(driver is not None and driver.waiting and driver.lease_owner is None
-                and driver.waiting.get("kind") == "signal")
+    return waiting_for_signal(h.rt.store, run_id)
 
 
 def _open_runs(h: Harness, n: int) -> list[str]:

@@ -20,7 +20,7 @@ from orchestrator.api.app import create_app as create_api
 from tests.integration.test_cli_durable import until
 from tests.support.cli import cli, out_json
 from tests.support.harness import Harness
-from tests.support.versioned_fns import CALLS
+from tests.support.versioned_fns import CALLS, waiting_for_signal
 from tests.support.versioned_fns import MANIFEST as BASE
 from tests.support.versioned_fns import create_app as create_fns
 
@@ -50,9 +50,7 @@ def stack(build_harness: Any, tmp_path: Any) -> Iterator[tuple[Harness, str, dic
 
 
 def _waiting(h: Harness, run_id: str) -> bool:
-    driver = h.rt.store.drivers.get_driver(run_id)
-    return bool(driver is not None and driver.waiting and driver.lease_owner is None
-                and driver.waiting.get("kind") == "signal")
+    return waiting_for_signal(h.rt.store, run_id)
 
 
 def _start(h: Harness, n: int) -> list[str]:
@@ -283,3 +281,24 @@ def test_retire_migrate_moves_the_compatible_runs_and_refuses_for_the_others(
     for run_id in (a, b):
         h.rt.signals.send(run_id, "go", {})
         assert h.wait(run_id)["output"] == {"charged_by": 2}
+
+
+def test_a_cancelled_runs_rerun_starts_on_the_current_version(
+        stack: tuple[Harness, str, dict[str, str]]) -> None:
+    """Where versions meet a stop and a rerun: a cancelled run keeps its version (it
+    calls nothing more, and pins nothing: v1 retires under it); its rerun is a new run,
+    pinned to the version current then."""
+    h, api, _ = stack
+    (a,) = _start(h, 1)
+    assert cli("cancel", a, "--url", api).exit_code == 0
+    assert h.wait(a)["status"] == "killed"
+    assert out_json(cli("versions", "promote", "v2", "--json", "--url", api))["promoted"]
+    assert cli("versions", "retire", "v1", "--url", api).exit_code == 0
+    rerun = out_json(cli("rerun", a, "--json", "--url", api))
+    b = rerun["run_id"]
+    assert b != a and h.rt.store.runs.get_run(b, h.rt.clock()).version == "v2"
+    assert h.rt.store.runs.get_run(a, h.rt.clock()).version == "v1"
+    until(lambda: _waiting(h, b))
+    h.rt.signals.send(b, "go", {})
+    assert h.wait(b)["output"] == {"charged_by": 2}
+    assert CALLS.of(b) == [("reserve", 2), ("charge", 2)]

@@ -32,7 +32,7 @@ from orchestrator.manifest.loader import manifest_from_text
 from orchestrator.runtime import Runtime
 from tests.integration.test_cli_durable import until
 from tests.support.harness import Harness
-from tests.support.versioned_fns import CALLS
+from tests.support.versioned_fns import CALLS, waiting_for_signal
 from tests.support.versioned_fns import MANIFEST as BASE
 from tests.support.versioned_fns import create_app as create_fns
 
@@ -97,9 +97,7 @@ class Race:
         return (self.run(run_id).paused or {}).get("code") == Code.VERSION_GONE.value
 
     def waiting(self, run_id: str) -> bool:
-        driver = self.h.rt.store.drivers.get_driver(run_id)
-        return bool(driver is not None and driver.lease_owner is None and driver.waiting
-                    and driver.waiting.get("kind") == "signal")
+        return waiting_for_signal(self.h.rt.store, run_id)
 
     def claimed(self, run_id: str) -> bool:
         """Its driver was claimed once at least, and let go."""

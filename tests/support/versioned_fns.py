@@ -64,3 +64,11 @@ def create_app(version: int) -> FunctionApp:
     app = FunctionApp(secret=SECRET)
     app.workflow(order)
     return app
+
+
+def waiting_for_signal(store: Any, run_id: str) -> bool:
+    """Whether the run's driver waits for a signal, nobody holding it (`store`: a
+    Runtime's)."""
+    driver = store.drivers.get_driver(run_id)
+    return bool(driver is not None and driver.waiting and driver.lease_owner is None
+                and driver.waiting.get("kind") == "signal")

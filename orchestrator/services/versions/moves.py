@@ -48,7 +48,8 @@ class Moves:
                  cancel: Callable[[str, str], Any],
                  resume: Callable[[str], Any] | None = None,
                  script_host: Callable[[str], Target] | None = None,
-                 settle: float = SETTLE) -> None:
+                 settle: float = SETTLE, sleep: Callable[[float], object] = time.sleep
+                 ) -> None:
         self.store = store
         self.versions = versions
         self.checker = checker
@@ -60,6 +61,7 @@ class Moves:
         # A script's new text -> the target its runs are checked at (the shell backend).
         self.script_host = script_host
         self.settle = settle
+        self.sleep = sleep
 
     def backend_of(self, backend: str | None) -> str:
         """`backend`, or the stack's one backend with versions when none is named."""
@@ -107,7 +109,7 @@ class Moves:
             moved.extend(v.run_id for v in pending if v not in busy)
             if not busy or time.monotonic() >= deadline:
                 break
-            time.sleep(RECHECK_EVERY)  # a run that was advancing: look at it again
+            self.sleep(RECHECK_EVERY)  # a run that was advancing: look at it again
             again = self.store.runs.get_runs([v.run_id for v in busy], self.clock())
             fresh = self.checker.check_all(
                 [run for run in again.values() if not run.status.terminal], target)

@@ -207,6 +207,6 @@ class Runtime:
         return Sweeper(
             self.executor, control=self.control, plan=self.runs.rows_for,
             clock=clock or self.clock,
-            on_queued=self.admission.arrive, on_finished=self.released,
+            on_queued=self.admission.recheck, on_finished=self.released,
             tasks=(self.scheduler.tick,),
         )

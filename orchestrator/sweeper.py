@@ -239,15 +239,17 @@ class Sweeper:
         each take a throttle slot. One waiting for a busy group is admitted when the
         holder finishes (`on_finished`).
 
-        A group is examined once a pass (`_groups`), whichever of its waiting runs comes
-        first: admission lets the group's oldest waiting run go first anyway, so the
+        A limit is examined once a pass a turns key (`_groups`), whichever of its
+        waiting runs comes first: admission lets the limit's next run go anyway, so the
         work of a pass grows with the number of groups, not of runs waiting in them."""
         report.queued += 1
         since = max(run.created_at, run.admit_at or 0.0)
         if self.on_queued is None or now - since < self.policy.settle:
             return
         gate = run.gate
-        gid = gate.group_id if gate is not None else ""
+        # One look a pass for each turns key of a limit (its runs go in place order).
+        gid = f"{gate.group_id}#{gate.limits[0].turns}" if gate is not None and gate.group \
+            else ""
         # Waiting for its group: not for a throttle slot it has yet to take or reach.
         if gate is not None and gid and (gate.throttle is None or run.admit_at is not None) \
                 and (run.admit_at or 0.0) <= now:

@@ -40,6 +40,11 @@ class StartRun(_Body):
     parent_run_id: str | None = Field(default=None, min_length=1, max_length=200,
                                       description="Link the run to a parent run (listed in"
                                       " its children; cancelling the parent cancels it).")
+    priority: int | None = Field(default=None, ge=0, le=100, strict=True,
+                                 description="Its place among the runs waiting for the"
+                                 " same concurrency limit: higher goes first, and waiting"
+                                 " ages a run (README, Flow control). Default: the"
+                                 " workflow's `priority`.")
 
 
 class CancelRun(_Body):

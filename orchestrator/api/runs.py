@@ -115,7 +115,8 @@ async def start_run(request: Request) -> JSONResponse:
             rt.children.require(req.parent_run_id)  # 404 if there is no such run
             trigger["parent_run_id"] = req.parent_run_id
         started = rt.runs.admit(StartRequest(
-            req.workflow, req.input, req.run_id, trigger, idempotency_key=key, document=doc))
+            req.workflow, req.input, req.run_id, trigger, idempotency_key=key, document=doc,
+            priority=req.priority))
         if req.parent_run_id is not None:
             rt.children.link(req.parent_run_id, started.run.run_id, started.run.workflow)
         return started_answer(started.run, started)

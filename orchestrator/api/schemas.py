@@ -102,6 +102,17 @@ def response_schemas() -> dict[str, Schema]:
         "Admission": object_schema(["group", "key", "policy", "throttle_key", "admit_at"], {
             "group": nullable_string, "key": nullable_string, "policy": nullable_string,
             "throttle_key": nullable_string, "admit_at": nullable_time,
+            "limit": {**nullable({"type": "integer", "minimum": 1}),
+                      "description": "The first concurrency limit's N"},
+            "limits": {"type": "array", "description": "Every concurrency limit the run"
+                       " must fit (group, key, limit, policy; turns: the key its waiting"
+                       " runs take turns by)", "items": object_schema(
+                           ["group", "key", "limit", "policy", "turns"], {
+                               "group": STRING, "key": STRING, "policy": STRING,
+                               "limit": {"type": "integer", "minimum": 1},
+                               "turns": STRING})},
+            "priority": {"type": "integer", "minimum": 0, "maximum": 100,
+                         "description": "Its priority among runs waiting with it"},
         }),
         "RunView": object_schema(
             ["run_id", "workflow", "status", "input", "error", "created_at", "started_at",

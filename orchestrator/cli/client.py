@@ -93,10 +93,13 @@ class ApiClient:
         run_id: str | None = None,
         *,
         idempotency_key: str | None = None,
+        priority: int | None = None,
     ) -> Any:
         body: dict[str, Any] = {"workflow": workflow, "input": input}
         if run_id:
             body["run_id"] = run_id
+        if priority is not None:
+            body["priority"] = priority
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return self.request("POST", "/runs", json=body, headers=headers)
 

@@ -100,6 +100,9 @@ def _started(api: ApiClient, started: dict[str, Any], wait: bool, timeout: float
     help="Sent as the Idempotency-Key header: a retry with the same key and body returns "
     "the first run.",
 )
+@click.option("--priority", type=click.IntRange(0, 100),
+              help="Its place among runs waiting for the same concurrency limit (0-100, "
+              "higher first; default: the workflow's priority).")
 @wait_option
 @timeout_option
 @json_option
@@ -109,6 +112,7 @@ def trigger(
     input_json: str | None,
     run_id: str | None,
     idempotency_key: str | None,
+    priority: int | None,
     wait: bool,
     timeout: float,
     as_json: bool,
@@ -119,7 +123,8 @@ def trigger(
     payload = parse_json(input_json)
     api = client(url, api_key)
     with reported():
-        started = api.start(workflow, payload, run_id, idempotency_key=idempotency_key)
+        started = api.start(workflow, payload, run_id, idempotency_key=idempotency_key,
+                            priority=priority)
     _started(api, started, wait, timeout, as_json)
 
 

@@ -18,8 +18,8 @@ from orchestrator.engine.policies import GroupPolicy, OnFailure, ThrottlePolicy
 from orchestrator.manifest.graph import topological_order
 from orchestrator.manifest.shell import COMMAND_KEY, RUN_ROUTE, SHELL
 
-__all__ = ["CALL_RETRIES", "DRIVER", "DURABLE_PREFIX", "Definition", "Gate", "StepSpec", "Throttle",
-           "Trigger"]
+__all__ = ["CALL_RETRIES", "DRIVER", "DURABLE_PREFIX", "Definition", "Gate", "Limit", "StepSpec",
+           "Throttle", "Trigger"]
 
 # A durable run's one step: the row that drives it (engine/durable.py).
 DRIVER = "$run"
@@ -249,35 +249,95 @@ class Throttle:
 
 
 @dataclass(frozen=True)
+class Limit:
+    """One concurrency limit a run must fit: at most `limit` running runs per rendered
+    (`group`, `key`); `turns` is the key its waiting runs take turns by (its own key,
+    or, for a limit without one, the key of the run's keyed limit)."""
+
+    group: str
+    key: str = ""
+    limit: int = 1
+    policy: GroupPolicy = GroupPolicy.QUEUE
+    turns: str = ""
+
+    @property
+    def line_id(self) -> str:
+        return f"{self.group}#{self.key}"
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"group": self.group, "key": self.key,
+                               "policy": self.policy.value}
+        if self.limit != 1:
+            doc["limit"] = self.limit
+        if self.turns != self.key:
+            doc["turns"] = self.turns
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Limit:
+        key = str(doc.get("key", ""))
+        return cls(group=str(doc["group"]), key=key, limit=int(doc.get("limit", 1)),
+                   policy=GroupPolicy(doc.get("policy") or "queue"),
+                   turns=str(doc.get("turns", key)))
+
+
+@dataclass(frozen=True)
 class Gate:
-    """The admission a run needs: a concurrency group (one run at a time per group and
-    key) and/or a throttle."""
+    """The admission a run needs: its concurrency limits (the first one's fields are
+    `group`, `key`, `policy` and `limit`, the others `more`; a run goes when it fits
+    every one), its throttle, and its priority among the runs waiting with it."""
 
     group: str | None = None
     key: str = ""
     policy: GroupPolicy = GroupPolicy.QUEUE
     throttle: Throttle | None = None
+    limit: int = 1
+    turns: str | None = None
+    more: tuple[Limit, ...] = ()
+    priority: int = 0
 
     @property
     def group_id(self) -> str:
         return "" if not self.group else f"{self.group}#{self.key}"
 
+    @property
+    def limits(self) -> tuple[Limit, ...]:
+        """Every concurrency limit of the run, the first one first."""
+        if not self.group:
+            return ()
+        first = Limit(self.group, self.key, self.limit, self.policy,
+                      self.key if self.turns is None else self.turns)
+        return (first, *self.more)
+
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {}
         if self.group:
             doc = {"group": self.group, "key": self.key, "policy": self.policy.value}
+            if self.limit != 1:
+                doc["limit"] = self.limit
+            if self.turns is not None and self.turns != self.key:
+                doc["turns"] = self.turns
+            if self.more:
+                doc["more"] = [m.to_json() for m in self.more]
         if self.throttle is not None:
             doc["throttle"] = self.throttle.to_json()
+        if self.priority:
+            doc["priority"] = self.priority
         return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Gate:
         throttle = doc.get("throttle")
+        turns = doc.get("turns")
         return cls(
             group=doc.get("group") or None,
             key=str(doc.get("key", "")),
             policy=GroupPolicy(doc.get("policy") or "queue"),
             throttle=Throttle.from_json(throttle) if throttle else None,
+            limit=int(doc.get("limit", 1)),
+            turns=None if turns is None else str(turns),
+            more=tuple(Limit.from_json(m) for m in doc.get("more") or ()),
+            priority=int(doc.get("priority", 0)),
         )
 
 

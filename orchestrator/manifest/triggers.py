@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -35,6 +36,7 @@ from orchestrator.webhook_signing import validate_secrets
 __all__ = [
     "EVENT_PATTERN",
     "KEY_NAMES",
+    "MAX_LIMIT",
     "TRIGGER_NAMES",
     "UNION_TAGS",
     "WEBHOOK_NAMES",
@@ -43,6 +45,7 @@ __all__ = [
     "EventTrigger",
     "KeyTemplate",
     "Overlap",
+    "Priority",
     "Schedule",
     "Throttle",
     "Verify",
@@ -56,13 +59,14 @@ EVENT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}")
 _HEADER_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}")  # an HTTP token
 # The names each kind of expression may read: the context its consumer evaluates it in.
 TRIGGER_NAMES = ("event",)  # on[].if
-KEY_NAMES = ("input",)  # concurrency.group / concurrency.key / throttle.key
+KEY_NAMES = ("input",)  # concurrency.group / .key, throttle.key, priority
 WEBHOOK_NAMES = ("body", "headers")  # webhooks.*.input values
 # Tags of the `concurrency` union; pydantic puts them in error locations, and the
 # loader drops them so messages show the path as written.
 _POLICY_FORM = "<policy>"
 _GROUP_FORM = "<group>"
-UNION_TAGS = frozenset({_POLICY_FORM, _GROUP_FORM})
+_LIMITS_FORM = "<limits>"
+UNION_TAGS = frozenset({_POLICY_FORM, _GROUP_FORM, _LIMITS_FORM})
 
 
 def _event_name(value: str) -> str:
@@ -169,16 +173,30 @@ class EventTrigger(ManifestModel):
     if_: TriggerCondition | None = Field(default=None, alias="if")
 
 
+MAX_LIMIT = 1000  # the run ids of a limit's holders share one item (its writes' size)
+
+
 class ConcurrencyGroup(ManifestModel):
-    """At most one running run per rendered (`group`, `key`); both are templates over
-    the run's `input` (`key: "${{ input.tenant }}"`).
+    """At most `limit` running runs per rendered (`group`, `key`); both are templates
+    over the run's `input` (`key: "${{ input.tenant }}"`). Without `group`, the limit is
+    the workflow's own.
 
-    `policy` says what a new run does while the group is busy: `queue` waits its turn
-    (arrival order), `skip` is refused, `cancel-running` cancels the running one."""
+    `policy` says what a new run does while the limit is full: `queue` waits its turn
+    (keys take turns, then priority and arrival: README "Flow control"), `skip` is
+    refused, `cancel-running` cancels the oldest running one."""
 
-    group: KeyTemplate = Field(min_length=1)
+    group: KeyTemplate | None = None
     key: KeyTemplate = ""
+    limit: int = Field(default=1, ge=1, le=MAX_LIMIT, strict=True)
     policy: Literal["queue", "skip", "cancel-running"] = "queue"
+
+    @field_validator("group")
+    @classmethod
+    def _named(cls, value: str | None) -> str | None:
+        if value is not None and not value:
+            raise ValueError("String should have at least 1 character (or leave group out:"
+                             " the limit is then the workflow's own)")
+        return value
 
 
 class Throttle(ManifestModel):
@@ -204,13 +222,46 @@ class Overlap(StrEnum):
 
 
 def _concurrency_form(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return _LIMITS_FORM
     return _GROUP_FORM if isinstance(value, Mapping | ConcurrencyGroup) else _POLICY_FORM
 
 
+def _distinct_limits(value: list[ConcurrencyGroup]) -> list[ConcurrencyGroup]:
+    seen = set()
+    for n, c in enumerate(value):
+        if (c.group, c.key) in seen:
+            raise ValueError(f"[{n}] repeats the group and key of an earlier limit")
+        seen.add((c.group, c.key))
+    return value
+
+
 Concurrency = Annotated[
-    Annotated[Overlap, Tag(_POLICY_FORM)] | Annotated[ConcurrencyGroup, Tag(_GROUP_FORM)],
+    Annotated[Overlap, Tag(_POLICY_FORM)] | Annotated[ConcurrencyGroup, Tag(_GROUP_FORM)]
+    | Annotated[list[ConcurrencyGroup], Field(min_length=1, max_length=4),
+                AfterValidator(_distinct_limits), Tag(_LIMITS_FORM)],
     Discriminator(_concurrency_form),
 ]
+
+
+def _priority(value: Any) -> Any:
+    """`priority`: an integer 0-100, or a template over `input` rendering one."""
+    if isinstance(value, bool):
+        raise ValueError("priority is an integer 0-100 or a ${{ }} template, not a boolean")
+    if isinstance(value, int):
+        if not 0 <= value <= 100:
+            raise ValueError(f"priority {value} is outside 0-100")
+        return value
+    if isinstance(value, str):
+        try:
+            compile_template(value, names=KEY_NAMES)
+        except ExpressionError as err:
+            raise ValueError(str(err)) from None
+        return value
+    raise ValueError("priority is an integer 0-100 or a ${{ }} template over input")
+
+
+Priority = Annotated[int | str, BeforeValidator(_priority)]
 
 
 class Verify(ManifestModel):

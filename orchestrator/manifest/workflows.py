@@ -11,7 +11,7 @@ in `triggers`."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, cast
 
 from pydantic import (
     AfterValidator,
@@ -49,6 +49,7 @@ from orchestrator.manifest.triggers import (
     EventTrigger,
     KeyTemplate,
     Overlap,
+    Priority,
     Schedule,
     Throttle,
     one_or_list,
@@ -285,6 +286,7 @@ class Workflow(ManifestModel):
     schedule: Schedule | None = None
     for_each: ForEach | None = None
     concurrency: Concurrency = Overlap.SKIP
+    priority: Priority = 0
     throttle: Throttle | None = None
     debounce: Debounce | None = None
     on: Annotated[list[EventTrigger], BeforeValidator(one_or_list)] = Field(
@@ -303,14 +305,23 @@ class Workflow(ManifestModel):
         """What a new run does while an earlier one it collides with is still going:
         the string form of `concurrency` as written, or for a group its policy as
         `queue`, `skip` or `replace` (= `cancel-running`)."""
+        first = self.group
+        if first is not None:
+            return _GROUP_OVERLAP[first.policy]
+        return cast(Overlap, self.concurrency).value
+
+    @property
+    def limits(self) -> list[ConcurrencyGroup]:
+        """The concurrency limits, when `concurrency` is a mapping or a list of them."""
         if isinstance(self.concurrency, ConcurrencyGroup):
-            return _GROUP_OVERLAP[self.concurrency.policy]
-        return self.concurrency.value
+            return [self.concurrency]
+        return list(self.concurrency) if isinstance(self.concurrency, list) else []
 
     @property
     def group(self) -> ConcurrencyGroup | None:
-        """The concurrency group, when `concurrency` is given as a mapping."""
-        return self.concurrency if isinstance(self.concurrency, ConcurrencyGroup) else None
+        """The first concurrency limit, when `concurrency` is a mapping or a list."""
+        limits = self.limits
+        return limits[0] if limits else None
 
     @field_validator("steps")
     @classmethod

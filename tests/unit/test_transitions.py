@@ -132,11 +132,13 @@ def test_rerun_rows_reuse_what_succeeded() -> None:
 
 
 def workflow(**kw: Any) -> Any:
-    return SimpleNamespace(group=kw.get("group"), throttle=kw.get("throttle"))
+    group = kw.get("group")
+    return SimpleNamespace(limits=kw.get("limits", [group] if group else []),
+                           throttle=kw.get("throttle"), priority=kw.get("priority", 0))
 
 
 def test_the_gate_is_rendered_from_the_input() -> None:
-    grp = SimpleNamespace(group="deploy-${{ input.tenant }}", key="", policy="queue")
+    grp = SimpleNamespace(group="deploy-${{ input.tenant }}", key="", policy="queue", limit=1)
     gate = gate_of(workflow(group=grp), "wf", {"tenant": "acme"}, None, "")
     assert gate == Gate("deploy-acme", "", GroupPolicy.QUEUE, None)
     assert gate_of(workflow(), "wf", None, None, "") is None
@@ -148,7 +150,7 @@ def test_the_gate_is_rendered_from_the_input() -> None:
     assert gated == Gate(None, "", GroupPolicy.QUEUE,
                          Throttle("crm-acme", 4, 2.0, 1, ThrottlePolicy.DROP))
     assert Gate.from_json(gated.to_json()) == gated  # the run row's JSON round-trips
-    long = SimpleNamespace(group="${{ input.name }}", key="", policy="skip")
+    long = SimpleNamespace(group="${{ input.name }}", key="", policy="skip", limit=1)
     with pytest.raises(UsageError, match="longer than 200"):
         gate_of(workflow(group=long), "wf", {"name": "x" * 201}, None, "")
 

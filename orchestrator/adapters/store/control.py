@@ -4,6 +4,8 @@ that have them, one module each:
 
 - throttles.py: throttle budgets (`throttle#`);
 - group_holders.py: concurrency groups' locks and waiting lines (`lock#`, `waiting#`);
+- limit_lines.py: concurrency limits' holders, waiting runs and turns (`lock#`,
+  `queue#`, `turns#`);
 - schedules.py: schedules' cursors (`schedule#`);
 - sweep_shards.py: the sweepers' wake shards and full-sweep turn (`sweep#`);
 - hook_spends.py: spending a hook (`hook#`).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from orchestrator.adapters.store.group_holders import GroupHolders
 from orchestrator.adapters.store.hook_spends import HookSpends
+from orchestrator.adapters.store.limit_lines import LimitLines
 from orchestrator.adapters.store.schedules import Schedules
 from orchestrator.adapters.store.sweep_shards import SweepShards
 from orchestrator.adapters.store.throttles import Throttles
@@ -23,6 +26,6 @@ from orchestrator.adapters.store.throttles import Throttles
 __all__ = ["Control"]
 
 
-class Control(Throttles, GroupHolders, Schedules, SweepShards, HookSpends):
+class Control(Throttles, GroupHolders, LimitLines, Schedules, SweepShards, HookSpends):
     """Reads and conditional writes of the control table's items, by keys made in
     control_keys.py."""

@@ -18,8 +18,11 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `evw#<name>#<subject>`      | `e#<ms>#<id>`           | an event, where waits look for it   |
 | `evw#<name>#<subject>`      | `w#<run>#<scope>#<pos>` | a durable run waiting for an event  |
 | `schedule#<workflow>`       | `-`                     | a schedule's cursor and pause flag  |
-| `lock#<group>#<key>`        | `-`                     | the run holding a concurrency group |
-| `waiting#<group>#<key>`     | `<ms>#<run id>`         | runs queued for a group, in order   |
+| `lock#<group>#<key>`        | `-`                     | the runs holding a concurrency limit |
+| `waiting#<group>#<key>`     | `<ms>#<run id>`         | runs queued (as before limits of N) |
+| `queue#<n>#<line>#<turns>`  | `<ms>#<run id>`         | a limit's waiting runs of one key  |
+| `turns#<line>`              | `k#<turns>`             | a waiting key's round (its turns)  |
+| `turns#<line>`              | `r#<round>#<turns>`     | the same, in turn order             |
 | `throttle#<workflow>#<key>` | `-`                     | a throttle budget (its next slot)   |
 | `apikey#<sha256>`           | `-`                     | an API key, stored hashed           |
 | `hook#<sha256>`             | `-`                     | a hook, by token hash (`used`: spent) |
@@ -61,6 +64,7 @@ __all__ = [
     "EVENT_WAITS_FROM",
     "HOOK_SECRET",
     "NO_SK",
+    "ROUNDS_FROM",
     "SCRIPTS",
     "SWEEP_FULL",
     "SWEEP_WAKE",
@@ -96,12 +100,16 @@ __all__ = [
     "locks_held_key",
     "login_key",
     "ms_key",
+    "queue_key",
+    "round_sk",
     "schedule_key",
     "script_sk",
     "sk_of",
     "state_key",
     "state_sk",
     "throttle_key",
+    "turn_sk",
+    "turns_key",
     "version_sk",
     "versions_key",
     "wait_event_keys",
@@ -160,6 +168,29 @@ def holder_key(group_id: str) -> Pk:
     """The run holding a concurrency group (`Gate.group_id`: `<group>#<key>`); its
     stored prefix `lock#` predates the one name per thing (a user's lock is `mutex#`)."""
     return Pk(f"lock#{group_id}")
+
+
+def queue_key(line_id: str, turns: str) -> Pk:
+    """The runs waiting for a concurrency limit (`Limit.line_id`) whose turns key is
+    `turns`, by place (`waiting_sk` of their effective time); the line's length leads,
+    so no two (line, turns) pairs spell one key."""
+    return Pk(f"queue#{len(line_id)}#{line_id}#{turns}")
+
+
+def turns_key(line_id: str) -> Pk:
+    """A concurrency limit's turns: `turn_sk` (a key's round), `round_sk` (turn order)."""
+    return Pk(f"turns#{line_id}")
+
+
+def turn_sk(turns: str) -> Sk:
+    return Sk(f"k#{turns}")
+
+
+ROUNDS_FROM = Sk("r#")
+
+
+def round_sk(round_: int, turns: str) -> Sk:
+    return Sk(f"r#{round_:012d}#{turns}")
 
 
 def waiting_key(group_id: str) -> Pk:

@@ -1,5 +1,5 @@
 """The gate a queued run passes before it starts (README, "Flow control"): its throttle
-(throttle.py), then its concurrency group (concurrency.py).
+(throttle.py), then its concurrency limits (concurrency.py).
 
 A run of a workflow with a `throttle:`, a concurrency group or a debounce is created
 `queued` and comes here; one without any starts at once and never does. `arrive` moves
@@ -72,6 +72,15 @@ class Admission:
             return self._admit(run, {})
         return self.groups.arrive(run, gate, now)
 
+    def recheck(self, run: RunRecord) -> RunRecord:
+        """The sweeper's look at a run still queued: as `arrive`, after dropping the
+        holders of its limits that have finished (a release lost with its process)."""
+        gate = run.gate or Gate()
+        if gate.group and (run.admit_at is None or run.admit_at <= self.clock() + SLACK):
+            for lim in gate.limits:
+                self.groups.drop_finished(lim, self.clock())
+        return self.arrive(run)
+
     def due(self, run_id: str) -> None:
         """An admission timer fired: carry the run on."""
         run = self.store.runs.get_run(run_id, self.clock())
@@ -79,7 +88,8 @@ class Admission:
             self.arrive(run)
 
     def release(self, run: RunRecord) -> None:
-        """A run of a group finished: free the lock it held and admit the next one."""
+        """A run with concurrency limits finished (or was cancelled while queued): it
+        lets go of them, and each lets its next run go."""
         self.groups.release(run)
 
     # ---- the queued run's moves --------------------------------------------------------

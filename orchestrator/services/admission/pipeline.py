@@ -68,7 +68,7 @@ class Pipeline:
             req = resolve(req, self.keys, self.clock(), new_run_id)
         definition = req.definition or Definition.of(
             wf, self.manifest.backends, self.default_timeout, req.workflow)
-        gate = gate_of(wf, req.workflow, req.input, req.overlap, req.fire_key)
+        gate = gate_of(wf, req.workflow, req.input, req.overlap, req.fire_key, req.priority)
         trigger = Trigger.from_json(dict(req.trigger or {"source": "api"}))
         launcher = self.launcher
         if getattr(wf, "debounce", None) is not None and req.rerun_of is None:

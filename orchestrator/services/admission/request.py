@@ -39,3 +39,6 @@ class StartRequest:
     # A workflow named by no manifest or stored script, given whole: a submitted
     # script's (`orchestrator submit FILE`), with the throttle it was submitted with.
     adhoc: Any = None
+    # The run's priority among the runs waiting for its concurrency limits (0-100; None:
+    # the workflow's `priority`).
+    priority: int | None = None

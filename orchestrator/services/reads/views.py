@@ -137,6 +137,10 @@ def run_view(
             "policy": run.gate.policy.value if run.gate.group else None,
             "throttle_key": None if run.gate.throttle is None else run.gate.throttle.key,
             "admit_at": run.admit_at,
+            "limit": run.gate.limit if run.gate.group else None,
+            "limits": [lim.to_json() | {"limit": lim.limit, "turns": lim.turns}
+                       for lim in run.gate.limits],
+            "priority": run.gate.priority,
         },
     }
     if steps is not None:

@@ -1,0 +1,166 @@
+"""Concurrency limits of N in the control table (services/admission/concurrency.py).
+
+- A limit's holders: `lock#<group>#<key>` holds the ids of the runs it admitted in a
+  string set, `holders`, added to under `size(holders) < limit` (a run already in it
+  adds nothing), so a take is one conditional write and taking again is a no-op. A run
+  with several limits takes them all in one transaction. An item an earlier version
+  wrote holds one run in `holder`; a take waits until that run lets it go.
+- Its waiting runs: one partition per turns key (`queue#...`), sorted by place.
+- Its turns: `turns#<line>` holds each waiting turns key's round (`k#<key>`) and the
+  same as an index in turn order (`r#<round>#<key>`), which admission reads first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.adapters.aws import translate_errors as _translate
+from orchestrator.adapters.store.codec import num
+from orchestrator.adapters.store.control_keys import (
+    ROUNDS_FROM,
+    Pk,
+    Sk,
+    holder_key,
+    queue_key,
+    round_sk,
+    sk_of,
+    turn_sk,
+    turns_key,
+)
+from orchestrator.adapters.store.control_table import ControlTable
+from orchestrator.errors import ConditionFailed
+
+__all__ = ["Holders", "LimitLines", "Turn"]
+
+_ROOM = "(attribute_not_exists(holders) OR size(holders) < :n OR contains(holders, :me))" \
+        " AND attribute_not_exists(holder)"
+
+
+@dataclass(frozen=True)
+class Holders:
+    """The runs holding a limit; `legacy` is one an earlier version's lock names."""
+
+    runs: frozenset[str]
+    legacy: str | None = None
+
+    def count(self) -> int:
+        return len(self.runs) + (1 if self.legacy and self.legacy not in self.runs else 0)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A turns key with runs waiting, and its round."""
+
+    round: int
+    turns: str
+
+
+class LimitLines(ControlTable):
+    """Holders, waiting runs and turns of concurrency limits."""
+
+    # ---- holders ------------------------------------------------------------------------
+
+    def holders(self, line_id: str, now: float) -> Holders:
+        item = self.get(holder_key(line_id), now=now) or {}
+        legacy = item.get("holder", {}).get("S")
+        return Holders(frozenset(item.get("holders", {}).get("SS", ())), legacy)
+
+    def take_limits(self, limits: list[tuple[str, int]], run_id: str) -> bool:
+        """Add `run_id` to the holders of every (line, limit) if each has room (True),
+        or to none (False)."""
+        def update(line_id: str, limit: int) -> dict[str, Any]:
+            return {"TableName": self.table, "Key": self.key(holder_key(line_id)),
+                    "UpdateExpression": "ADD holders :r", "ConditionExpression": _ROOM,
+                    "ExpressionAttributeValues": {":r": {"SS": [run_id]}, ":n": num(limit),
+                                                  ":me": {"S": run_id}}}
+
+        try:
+            if len(limits) == 1:
+                with _translate(f"limit {limits[0][0]}: take for {run_id}"):
+                    self.ddb.update_item(**update(*limits[0]))
+            else:
+                with _translate(f"limits of {run_id}: take"):
+                    self.ddb.transact_write_items(
+                        TransactItems=[{"Update": update(*lim)} for lim in limits])
+        except ConditionFailed:
+            return False
+        return True
+
+    def let_go_of(self, line_id: str, run_ids: list[str]) -> None:
+        """Remove runs from a limit's holders (absent ones: a no-op), and an earlier
+        version's lock they name."""
+        pk = holder_key(line_id)
+        attrs = self.update(pk, update="DELETE holders :r",
+                            values={":r": {"SS": sorted(set(run_ids))}})
+        legacy = attrs.get("holder", {}).get("S")
+        if legacy in run_ids:
+            self.update_if(pk, "REMOVE holder", {":me": {"S": legacy}}, "holder = :me")
+
+    # ---- waiting runs -------------------------------------------------------------------
+
+    def wait_for_limit(self, line_id: str, turns: str, place: Sk, run_id: str) -> None:
+        """Queue a run for a limit at its place (again: a no-op)."""
+        with _translate(f"limit {line_id}: queue {run_id}"):
+            self.ddb.put_item(TableName=self.table, Item={
+                **self.key(queue_key(line_id, turns), place), "run_id": {"S": run_id}})
+
+    def stop_waiting(self, line_id: str, turns: str, place: Sk) -> None:
+        self.delete(queue_key(line_id, turns), place)
+
+    def first_waiting(self, line_id: str, turns: str, now: float,
+                      limit: int) -> list[tuple[str, Sk]]:
+        """The first runs waiting for a limit with this turns key: (run id, place)."""
+        return [(str(i["run_id"]["S"]), sk_of(i))
+                for i in self.query(queue_key(line_id, turns), now=now, limit=limit)]
+
+    # ---- turns --------------------------------------------------------------------------
+
+    def round_of(self, line_id: str, turns: str, now: float) -> int | None:
+        item = self.get(turns_key(line_id), turn_sk(turns), now=now)
+        return None if item is None else int(item["round"]["N"])
+
+    def next_turns(self, line_id: str, now: float, limit: int,
+                   after: Sk | None = None) -> list[Turn]:
+        """Turns keys in turn order (lowest round first), from `after`."""
+        out = []
+        for item in self.query(turns_key(line_id), now=now, limit=limit,
+                               after=after or ROUNDS_FROM):
+            _, rnd, turns = str(item["sk"]["S"]).split("#", 2)
+            out.append(Turn(int(rnd), turns))
+        return out
+
+    def join_turns(self, line_id: str, turns: str, round_: int, now: float) -> int:
+        """Give a turns key a round (unless it has one: that one); index it either way,
+        which also repairs an index entry a crash left unwritten."""
+        pk = turns_key(line_id)
+        if not self.put_new(pk, turn_sk(turns), now=now, attrs={"round": num(round_)}):
+            held = self.round_of(line_id, turns, now)
+            round_ = round_ if held is None else held
+        self._index(pk, round_, turns)
+        return round_
+
+    def advance_turns(self, line_id: str, turn: Turn) -> bool:
+        """The key had its turn: its round goes up one (False: it had moved already)."""
+        pk = turns_key(line_id)
+        try:
+            self.update(pk, turn_sk(turn.turns), update="SET #r = :next",
+                        names={"#r": "round"}, condition="#r = :r",
+                        values={":r": num(turn.round), ":next": num(turn.round + 1)})
+        except ConditionFailed:
+            self.delete(pk, round_sk(turn.round, turn.turns))  # a stale index entry
+            return False
+        self._index(pk, turn.round + 1, turn.turns)
+        self.delete(pk, round_sk(turn.round, turn.turns))
+        return True
+
+    def leave_turns(self, line_id: str, turn: Turn) -> None:
+        """The key has no run waiting: it leaves the turns (a run that arrives
+        meanwhile rejoins when it or the sweeper comes back to it)."""
+        pk = turns_key(line_id)
+        self.delete(pk, turn_sk(turn.turns), condition="#r = :r", names={"#r": "round"},
+                    values={":r": num(turn.round)})
+        self.delete(pk, round_sk(turn.round, turn.turns))
+
+    def _index(self, pk: Pk, round_: int, turns: str) -> None:
+        with _translate(f"control {pk}: index"):
+            self.ddb.put_item(TableName=self.table, Item=self.key(pk, round_sk(round_, turns)))

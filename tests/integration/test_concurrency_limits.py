@@ -1,0 +1,219 @@
+"""Issue 41 §1-2: concurrency limits of N (a list of them, every one of which a run must
+fit), keys that take turns, and priority with ageing.
+
+Runs hold their limits at an approval gate (`hold`) until the test cancels them, on a
+WorkflowEnv's fake clock, so every admission is counted and nothing waits on real
+time. The functions are served by uvicorn; the stack is moto."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from infra.emulator import Emulator
+from tests.support.matrix import Calls, ManifestEnv, http_api, make_app
+
+WORK = {"backend": "app", "route": "/work"}
+HOLD = {"approval": {"prompt": "hold the limit", "timeout": "1h"}}
+STEPS = {"hold": HOLD, "a": {**WORK, "dependsOn": ["hold"]}}
+
+
+def _wf(**rules: Any) -> dict[str, Any]:
+    return copy.deepcopy({**rules, "steps": STEPS})
+
+
+WORKFLOWS = {
+    # Fair turns: tenants share the 3; one tenant may take them all.
+    "pooled": _wf(concurrency=[{"limit": 3}, {"limit": 5, "key": "${{ input.tenant }}"}]),
+    # Both limits bind: 3 in all, 2 a tenant.
+    "capped": _wf(concurrency=[{"limit": 3}, {"limit": 2, "key": "${{ input.tenant }}"}]),
+    "ranked": _wf(concurrency={"limit": 1}, priority="${{ input.p }}"),
+    "shared1": _wf(concurrency={"group": "pool", "limit": 2}),
+    "shared2": _wf(concurrency={"group": "pool", "limit": 2}),
+    "skipper": _wf(concurrency={"limit": 2, "policy": "skip"}),
+    "newest": _wf(concurrency={"limit": 2, "policy": "cancel-running"}),
+}
+
+
+@pytest.fixture(scope="module")
+def world(emulator: Emulator) -> Iterator[tuple[ManifestEnv, httpx.Client, Calls]]:
+    calls = Calls()
+    env = ManifestEnv(make_app(calls), emulator=emulator, dags=WORKFLOWS)
+    with env, http_api(env) as c:
+        yield env, c, calls
+
+
+@pytest.fixture
+def env(world: tuple[ManifestEnv, httpx.Client, Calls]) -> Iterator[ManifestEnv]:
+    env = world[0]
+    env.advance("2h")  # every hold of the test before has timed out and ended
+    yield env
+    env.advance("2h")
+
+
+def status(env: ManifestEnv, *run_ids: str) -> list[str]:
+    return [env.status(r) for r in run_ids]
+
+
+def running(env: ManifestEnv, run_ids: list[str]) -> list[str]:
+    return [r for r in run_ids if env.status(r) == "running"]
+
+
+def finish(env: ManifestEnv, run_id: str) -> None:
+    """The run ends (cancelled at its hold): its limits let the next run go."""
+    assert env.rt.runs.cancel(run_id, "done holding")
+    env.advance(0)
+
+
+def test_a_limit_of_n_and_a_limit_per_key_both_bind(env: ManifestEnv) -> None:
+    a = [env.start("capped", {"tenant": "a"}) for _ in range(4)]
+    b = [env.start("capped", {"tenant": "b"}) for _ in range(3)]
+    env.advance(0)
+    # 2 for tenant a (its own limit), then 1 of b's: 3 in all.
+    assert running(env, a) == a[:2] and running(env, b) == b[:1]
+    assert status(env, *a[2:], *b[1:]) == ["queued"] * 4
+    going = running(env, a + b)
+    while going:
+        finish(env, going[0])
+        going = running(env, a + b)
+        assert len(going) <= 3 and len(running(env, a)) <= 2 and len(running(env, b)) <= 2
+        fits = [t for t in (a, b) if len(running(env, t)) < 2
+                and any(env.status(r) == "queued" for r in t)]
+        if fits:
+            assert len(going) == 3  # a free place goes to a run that fits it
+    assert status(env, *a, *b) == ["killed"] * 7
+    view = env.view(a[3])
+    limits = view["admission"]["limits"]
+    assert [(lim["group"], lim["key"], lim["limit"]) for lim in limits] == [
+        ("workflow:capped", "", 3), ("workflow:capped", "a", 2)]
+    assert limits[0]["turns"] == "a"  # the keyless limit takes turns by the tenant
+
+
+def test_a_tenants_backlog_lets_a_newcomer_in_within_n_admissions(env: ManifestEnv) -> None:
+    n = 3
+    a = [env.start("pooled", {"tenant": "big"}) for _ in range(60)]
+    env.advance(0)
+    assert running(env, a) == a[:n]
+    b = env.start("pooled", {"tenant": "small"})
+    assert env.status(b) == "queued"
+    admitted: list[str] = []
+    going = a[:n]
+    while env.status(b) != "running":
+        finish(env, going.pop(0))
+        now = running(env, [*a, b])
+        admitted += [r for r in now if r not in going]
+        going = [r for r in going if r in now] + [r for r in now if r not in going]
+        assert len(admitted) <= n, admitted
+    assert b in admitted and set(admitted) - {b} <= set(a[n:])
+
+
+def test_priority_orders_the_waiting_runs(env: ManifestEnv) -> None:
+    holder = env.start("ranked", {"p": 0})
+    low = env.start("ranked", {"p": 0})
+    env.advance(1)
+    mid = env.start("ranked", {"p": 50})
+    env.advance(1)
+    high = env.start("ranked", {"p": 100})
+    env.advance(1)
+    last = env.start("ranked", {"p": 0})
+    env.advance(0)
+    order = []
+    current = holder
+    for _ in range(4):
+        finish(env, current)
+        [current] = running(env, [low, mid, high, last])
+        order.append(current)
+    assert order == [high, mid, low, last]
+    assert env.view(high)["admission"]["priority"] == 100
+    finish(env, current)
+
+
+def test_waiting_ages_a_run_past_newer_ones_of_higher_priority(env: ManifestEnv) -> None:
+    holder = env.start("ranked", {"p": 0})
+    old = env.start("ranked", {"p": 0})
+    env.advance(601)  # more than 100 points x 6 s
+    new = env.start("ranked", {"p": 100})
+    finish(env, holder)
+    assert status(env, old, new) == ["running", "queued"]
+    finish(env, old)
+    # Not yet aged enough: 599 s is worth 99 points and some.
+    recent = env.start("ranked", {"p": 0})
+    env.advance(599)
+    urgent = env.start("ranked", {"p": 100})
+    finish(env, new)
+    assert status(env, recent, urgent) == ["queued", "running"]
+    finish(env, urgent)
+    finish(env, recent)
+
+
+def test_post_runs_priority_overrides_the_workflows(
+    world: tuple[ManifestEnv, httpx.Client, Calls], env: ManifestEnv,
+) -> None:
+    c = world[1]
+    holder = env.start("ranked", {"p": 0})
+    first = c.post("/runs", json={"workflow": "ranked", "input": {"p": 100}})
+    env.advance(1)
+    second = c.post("/runs", json={"workflow": "ranked", "input": {"p": 0}, "priority": 100})
+    assert first.status_code == second.status_code == 201, (first.text, second.text)
+    a, b = first.json()["run_id"], second.json()["run_id"]
+    assert env.view(b)["admission"]["priority"] == 100
+    env.advance(1)
+    finish(env, holder)
+    assert status(env, a, b) == ["running", "queued"]  # equal priority: arrival order
+    bad = c.post("/runs", json={"workflow": "ranked", "input": {}, "priority": 101})
+    assert bad.status_code == 422 and "priority" in bad.text, bad.text
+    assert bad.json()["error"]["code"]
+    finish(env, a)
+    finish(env, b)
+
+
+def test_a_group_limit_is_shared_by_the_workflows_that_name_it(env: ManifestEnv) -> None:
+    one = env.start("shared1")
+    two = env.start("shared2")
+    three = env.start("shared1")
+    env.advance(0)
+    assert status(env, one, two, three) == ["running", "running", "queued"]
+    finish(env, two)
+    assert env.status(three) == "running"
+
+
+def test_skip_refuses_a_run_past_the_limit(env: ManifestEnv) -> None:
+    ids = [env.start("skipper") for _ in range(3)]
+    env.advance(0)
+    assert status(env, *ids) == ["running", "running", "skipped"]
+    err = env.view(ids[2])["error"]
+    assert err["code"] == "concurrency_busy" and "at its limit of 2" in err["message"]
+    finish(env, ids[0])
+    again = env.start("skipper")
+    assert env.status(again) == "running"
+
+
+def test_cancel_running_replaces_the_oldest_holder(env: ManifestEnv) -> None:
+    ids = [env.start("newest") for _ in range(2)]
+    env.advance(0)
+    third = env.start("newest")
+    env.advance(0)
+    assert status(env, *ids, third) == ["killed", "running", "running"]
+    assert env.rt.runs.get(ids[0]).kill_reason == f"replaced by run {third}"
+
+
+def test_a_holder_that_finished_without_letting_go_is_dropped_by_the_sweeper(
+    env: ManifestEnv,
+) -> None:
+    # A run admitted elsewhere whose end never let go (its process died): a holder
+    # whose run is gone.
+    control = env.rt.store.control
+    assert control.take_limits([("workflow:ranked#", 1)], "ghost-run")
+    waiting = env.start("ranked", {"p": 0})
+    env.advance(0)
+    assert env.status(waiting) == "queued"
+    env.advance(30)  # past the settle: a sweep looks at it again
+    assert env.status(waiting) == "queued"  # nothing else moves it
+    env.rt.sweeper(clock=env.clock).sweep(since=0)
+    assert env.status(waiting) == "running"
+    assert "ghost-run" not in control.holders("workflow:ranked#", env.now).runs
+    finish(env, waiting)

@@ -43,7 +43,7 @@ HOLD = {"approval": {"prompt": "hold the group", "timeout": "1h"}}
 
 def _wf(name: str, **rules: Any) -> dict[str, Any]:
     steps: dict[str, Any] = {"a": dict(WORK)}
-    if "concurrency" in rules and isinstance(rules["concurrency"], dict):
+    if "concurrency" in rules and isinstance(rules["concurrency"], dict | list):
         steps = {"hold": HOLD, "a": {**WORK, "dependsOn": ["hold"]}}
     # `concurrency: allow` where no group is given: a schedule fire's default (`skip`
     # while the previous fire's run goes) would otherwise add a stage to every case.
@@ -61,6 +61,9 @@ WORKFLOWS = {
     "throttled": _wf("throttled", throttle={"limit": 1, "period": "60s"}),
     "queued": _wf("queued", concurrency={"group": "gq", "policy": "queue"}),
     "skipping": _wf("skipping", concurrency={"group": "gs", "policy": "skip"}),
+    # Limits of N (issue 41): two at once in all, keys (the input's n) taking turns.
+    "pooled": _wf("pooled", concurrency=[{"limit": 2}, {"limit": 2, "key": "k${{ input.n }}"}],
+                  priority="${{ input.p }}"),
 }
 
 SOURCES = ["api", "api-key", "webhook", "event", "schedule", "rerun", "child"]
@@ -120,10 +123,10 @@ class Ctx:
         return Answer(run_id, None, None)
 
     def seed(self) -> None:
-        """A rerun needs a stopped run to rerun: two per workflow, each started and
+        """A rerun needs a stopped run to rerun: three per workflow, each started and
         cancelled before it ran anything, then the clock moved past every throttle."""
         for wf in WORKFLOWS:
-            for ident in ("x", "y"):
+            for ident in ("x", "y", "z"):
                 old = post_run(self.c, wf, {"n": 0}).run_id
                 if self.env.status(old) not in ("killed", "skipped"):
                     r = self.c.post(f"/runs/{old}/cancel", json={"reason": "seed"})
@@ -303,6 +306,27 @@ def test_concurrency_skip_refuses_the_second(ctx: Ctx) -> None:
     assert ctx.env.status(first.run_id) == "success"
     assert ctx.env.status(second.run_id) == "skipped"
     assert ctx.calls.of(second.run_id) == [] and ctx.started_entries(second.run_id) == []
+
+
+def test_concurrency_limit_of_two_third_waits_for_a_place(ctx: Ctx) -> None:
+    first = ctx.trigger("pooled", 1, "x")
+    second = ctx.trigger("pooled", 2, "y")
+    third = ctx.trigger("pooled", 3, "z")
+    assert len({first.run_id, second.run_id, third.run_id}) == 3
+    ctx.env.advance(0)
+    assert [ctx.env.status(a.run_id) for a in (first, second, third)] == [
+        "running", "running", "queued"]
+    assert ctx.calls.of(third.run_id) == []
+    view = ctx.env.view(third.run_id)["admission"]
+    assert [lim["limit"] for lim in view["limits"]] == [2, 2]
+    ctx.env.run_until_idle()
+    runs = [ctx.run(a.run_id) for a in (first, second, third)]
+    assert [r.status.value for r in runs] == ["success"] * 3
+    assert runs[2].started_at >= min(runs[0].finished_at, runs[1].finished_at)
+    # The repeat of a trigger that waited is the same run, not a fourth.
+    again = ctx.trigger("pooled", 3, "z")
+    if ctx.source != "schedule" or again.run_id == third.run_id:
+        assert again.run_id == third.run_id
 
 
 # ---- cancel while queued -----------------------------------------------------------------

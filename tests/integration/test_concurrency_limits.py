@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from functions.durable import Context, workflow
 from infra.emulator import Emulator
 from tests.support.matrix import Calls, ManifestEnv, http_api, make_app
 
@@ -39,10 +40,20 @@ WORKFLOWS = {
 }
 
 
+@workflow("coded")
+async def coded(ctx: Context, input: Any) -> Any:
+    """A durable workflow that holds its limit until it is signalled (or cancelled)."""
+    return await ctx.wait_for_signal("go", timeout="1h")
+
+
 @pytest.fixture(scope="module")
 def world(emulator: Emulator) -> Iterator[tuple[ManifestEnv, httpx.Client, Calls]]:
     calls = Calls()
-    env = ManifestEnv(make_app(calls), emulator=emulator, dags=WORKFLOWS)
+    app = make_app(calls)
+    app.workflow(coded)
+    env = ManifestEnv(app, emulator=emulator, dags=WORKFLOWS,
+                      options={"coded": {"concurrency": [
+                          {"limit": 2}, {"limit": 1, "key": "${{ input.tenant }}"}]}})
     with env, http_api(env) as c:
         yield env, c, calls
 
@@ -193,8 +204,10 @@ def test_skip_refuses_a_run_past_the_limit(env: ManifestEnv) -> None:
 
 
 def test_cancel_running_replaces_the_oldest_holder(env: ManifestEnv) -> None:
-    ids = [env.start("newest") for _ in range(2)]
-    env.advance(0)
+    ids = [env.start("newest")]
+    env.advance(1)
+    ids.append(env.start("newest"))
+    env.advance(1)
     third = env.start("newest")
     env.advance(0)
     assert status(env, *ids, third) == ["killed", "running", "running"]
@@ -217,3 +230,21 @@ def test_a_holder_that_finished_without_letting_go_is_dropped_by_the_sweeper(
     assert env.status(waiting) == "running"
     assert "ghost-run" not in control.holders("workflow:ranked#", env.now).runs
     finish(env, waiting)
+
+
+def test_a_durable_workflows_runs_fit_their_limits(env: ManifestEnv) -> None:
+    ids = []
+    for t in ("a", "a", "b", "c"):
+        ids.append(env.start("coded", {"tenant": t}))
+        env.advance(1)
+    assert status(env, *ids) == ["running", "queued", "running", "queued"]
+    env.send_signal(ids[0], "go", 1)
+    env.advance(0)
+    assert env.result(ids[0]) == 1
+    # a's second goes before c's: a's turn came first (they share the 2).
+    assert status(env, *ids[1:]) == ["running", "running", "queued"]
+    env.send_signal(ids[2], "go", 3)
+    env.advance(0)
+    assert status(env, *ids[1:]) == ["running", "success", "running"]
+    for rid in (ids[1], ids[3]):
+        finish(env, rid)

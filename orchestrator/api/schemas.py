@@ -186,6 +186,24 @@ def response_schemas() -> dict[str, Schema]:
             "kind": {"type": "string", "enum": ["dag", "durable"]},
             "webhooks": {"type": "array", "items": STRING,
                          "description": "Webhooks whose deliveries start it"},
+            "flow": {"type": "object", "description": "Its flow control, as declared:"
+                     " concurrency (a list of {group, key, limit, policy}), priority,"
+                     " throttle, debounce, batch, cancelOn, and backends (the limits of"
+                     " the backends it calls); a control it does not use is absent",
+                     "properties": {
+                         "concurrency": {"type": "array", "items": object_schema(
+                             ["limit", "policy"], {
+                                 "group": nullable_string, "key": STRING,
+                                 "limit": {"type": "integer", "minimum": 1},
+                                 "policy": {"type": "string",
+                                            "enum": ["queue", "skip", "cancel-running"]}})},
+                         "priority": {"oneOf": [{"type": "integer", "minimum": 0,
+                                                 "maximum": 100}, STRING]},
+                         "throttle": {"type": "object"}, "debounce": {"type": "object"},
+                         "batch": {"type": "object"},
+                         "cancelOn": {"type": "array", "items": {"type": "object"}},
+                         "backends": {"type": "object",
+                                      "additionalProperties": {"type": "object"}}}},
         }),
         "ResumeResult": object_schema(["run_id", "resumed", "was_paused"], {
             "run_id": STRING, "resumed": {"type": "boolean"},

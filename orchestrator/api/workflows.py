@@ -9,6 +9,7 @@ from orchestrator.api.operations import op
 from orchestrator.api.schemas import Schema, ref
 from orchestrator.api.schemas import json_body as _json
 from orchestrator.api.state import api_state
+from orchestrator.presentation.flow import flow_of
 
 __all__ = ["list_workflows", "paths"]
 
@@ -27,6 +28,7 @@ async def list_workflows(request: Request) -> JSONResponse:
             "kind": "durable" if wf.durable else "dag",
             "webhooks": [hook for hook, spec in manifest.webhooks.items()
                          if spec.workflow == name],
+            "flow": flow_of(wf, manifest.backends),
         })
     return JSONResponse({"workflows": out})
 

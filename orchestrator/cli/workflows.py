@@ -13,6 +13,7 @@ import click
 from orchestrator.cli.client import ApiClient
 from orchestrator.cli.common import api_options, client, emit, json_option, reported
 from orchestrator.cli.render import relative_time, status_icon
+from orchestrator.presentation.flow import flow_lines
 
 __all__ = ["COMMANDS", "render_workflows"]
 
@@ -83,7 +84,7 @@ def render_workflows(rows: list[dict[str, Any]], *, ascii_only: bool = False,
                  f"{status_icon(last['status'], ascii_only).rstrip()} {last['status']}"
                  f"  {last['run_id']}  {relative_time(last.get('created_at'), now)}")
         lines.append(f"{r['name']:<{width}}  {r.get('kind', 'dag'):<7}  last: {shown}")
-        for trigger in _triggers(r, now):
+        for trigger in _triggers(r, now) + flow_lines(r.get("flow") or {}):
             lines.append(f"{'':<{width}}  {'':<7}  {trigger}")
     return "\n".join(lines)
 

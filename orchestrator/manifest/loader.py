@@ -150,6 +150,13 @@ class _Loaded:
                     "cannot be executed (there is no query engine); use "
                     "forEach.backend + forEach.route, or forEach.items",
                 )
+            if wf.priority and not wf.limits:
+                notes.add(
+                    (*at, "priority"),
+                    f"workflow {name!r}: priority orders only runs waiting for a "
+                    "concurrency limit, and this workflow has none (add concurrency: "
+                    "{limit: N})",
+                )
         for name, backend in self.manifest.backends.items():
             for capability in backend.capabilities:
                 if capability not in KNOWN_CAPABILITIES:

@@ -61,6 +61,21 @@ def test_for_each_query_cannot_be_executed(tmp_path: Path) -> None:
     assert "forEach.backend + forEach.route, or forEach.items" in warnings[0]
 
 
+def test_priority_without_a_concurrency_limit_orders_nothing(tmp_path: Path) -> None:
+    warnings = lint("""\
+  ranked:
+    priority: 80
+    steps: { a: { backend: api, route: /load } }
+  limited:
+    priority: "${{ input.tier }}"
+    concurrency: [{ limit: 5 }, { limit: 2, key: "${{ input.tenant }}" }]
+    steps: { a: { backend: api, route: /load } }
+""", tmp_path)
+    assert len(warnings) == 1
+    assert warnings[0].startswith("m.yml:5: workflows.ranked.priority: ")
+    assert "concurrency limit" in warnings[0]
+
+
 def test_reference_tenant_report_warnings() -> None:
     report = lint_manifest(FIXTURES / "reference" / "tenant-report.yml", {})
     fields = [w.split(": ")[1] for w in report.warnings]

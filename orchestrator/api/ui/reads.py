@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 from orchestrator.api.runs import decode_cursor, encode_cursor, summary
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import UsageError
+from orchestrator.presentation.flow import flow_lines, flow_of
 from orchestrator.runtime import Runtime
 
 __all__ = ["RunFilters", "lineage", "list_page", "run_page", "workflow_rows"]
@@ -205,6 +206,7 @@ def workflow_rows(rt: Runtime, recent: int = 20) -> list[dict[str, Any]]:
             "steps": steps,
             "events": [t.event for t in getattr(wf, "on", None) or ()],
             "webhooks": [h for h, spec in manifest.webhooks.items() if spec.workflow == name],
+            "flow": flow_lines(flow_of(wf, manifest.backends)),
             "schedule": schedules.get(name),
             "recent": len(runs), "finished": len(done), "succeeded": ok,
             "rate": None if not done else round(100 * ok / len(done)),

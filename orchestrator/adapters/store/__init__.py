@@ -43,6 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.adapters.store.approvals import ApprovalStore
+from orchestrator.adapters.store.batches import BatchRows
 from orchestrator.adapters.store.bursts import Bursts
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.drivers import Drivers
@@ -99,6 +100,7 @@ class Store:
         self.locks = LockStore(self.control, names.runs_table)
         self.fanouts = FanOutItems(self.control, step_retention)
         self.bursts = Bursts(self.control)
+        self.batches = BatchRows(self.runs, self.control)
         self.versions = VersionRows(self.control, names.runs_table, names.steps_table)
         self.copies = RunCopies(dynamodb, names, **shared)
         self.names = names

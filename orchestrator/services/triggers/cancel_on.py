@@ -10,9 +10,12 @@ ends `killed` at once and gives its place up, a running one (DAG or durable) is
 stopped, its durable children with it. The reason names the event:
 `cancelled by event NAME (ID)`.
 
-EventService calls it for the first delivery of an event id (and for a repeat that
-repairs a first delivery cut short): a repeat of an event handled whole cancels nothing
-again, and a cancel is idempotent anyway (a run that finished meanwhile is left)."""
+Only runs created before the event was received are its to cancel: a run started after
+it is not one it was about. EventService calls it for the first delivery of an event id,
+and for a repeat soon after (which repairs a first delivery cut short): the repeat sees
+the first delivery's `received_at`, so it reaches only the runs the first delivery did,
+and a cancel is idempotent (a run already cancelled, or finished, is left as it is): a
+repeat cancels nothing twice and nothing new."""
 
 from __future__ import annotations
 
@@ -58,6 +61,8 @@ class EventCancels:
         reason = kill_reason(event)
         for workflow, conditions in self.listeners(event["name"]).items():
             for run in self.runs.store.runs.open_runs(workflow, self.clock()):
+                if run.created_at > float(event["received_at"]):
+                    continue  # started after the event: not a run it was about
                 context = {"input": run.input, "event": event}
                 if run.imported is not None or not any(
                         c is None or c.test(context) for c in conditions):

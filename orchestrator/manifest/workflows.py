@@ -352,12 +352,16 @@ class Workflow(ManifestModel):
     @classmethod
     def _a_batch_needs_events(cls, data: Any) -> Any:
         """`batch:` gathers the events that start the workflow: it needs `on:`, and
-        excludes `debounce:` (both make one run of many triggers). Reported at `batch`."""
+        excludes `debounce:` (both make one run of many triggers) and `throttle:` (its
+        start is the batch's). Reported at `batch`."""
         if isinstance(data, Mapping) and data.get("batch") is not None:
             why = ("needs on: (the events it gathers): a batch is of events"
                    if not data.get("on") else
                    "batch and debounce exclude each other: each makes one run of many"
-                   " triggers" if data.get("debounce") is not None else None)
+                   " triggers" if data.get("debounce") is not None else
+                   "batch and throttle exclude each other: a batch starts when it is full"
+                   " or its timeout passes, which a throttle would delay again"
+                   if data.get("throttle") is not None else None)
             if why is not None:
                 raise ValidationError.from_exception_data("Workflow", [InitErrorDetails(
                     type=PydanticCustomError("batch", why), loc=("batch",), input=data)])

@@ -83,7 +83,8 @@ class RunService:
             manifest, self.launcher, self.debouncer,
             IdempotencyKeys(executor.store.control, executor.settings.idempotency_retention),
             default_timeout=default_timeout, clock=executor.clock, store_script=store_script,
-            batcher=Batcher(executor.store, executor.clock, self._arrive))
+            batcher=Batcher(executor.store, executor.clock, self._arrive,
+                            remember=executor.settings.event_retention))
         # A durable run's children: cancelling it cancels them.
         self.children_of = children_of
 

@@ -7,6 +7,7 @@ sent, with no event in two batches."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -155,3 +156,19 @@ def test_concurrent_events_fill_batches_without_losing_or_doubling_one(h: Harnes
         for t in range(threads):
             mine = [int(e.split("-")[1]) for e in ids if e.startswith(f"c{t}-")]
             assert mine == sorted(mine)
+
+
+def test_the_sweeper_starts_a_batch_whose_timer_was_lost(harness_factory: Any) -> None:
+    # No worker takes the timer message: only the sweeper's pass over queued runs can
+    # start the batch once its timeout (and the settle margin) has passed.
+    harness: Harness = harness_factory(MANIFEST)
+    harness.start_sweeper()
+    a = emit(harness, "order.slow", "lost-1")
+    run_id = a["run_id"]
+    deadline = time.monotonic() + 30
+    while harness.rt.runs.get(run_id).status.value == "queued":
+        assert time.monotonic() < deadline, "the sweeper never started the batch"
+        time.sleep(0.05)
+    run = harness.rt.runs.get(run_id)
+    assert run.status.value == "running" and run.input["events"][0]["id"] == "lost-1"
+    assert run.started_at is not None and run.started_at >= run.created_at + 1.0

@@ -128,3 +128,9 @@ def test_good_batch_and_cancel_on_load(tmp_path: Path) -> None:
     assert wf.batch is not None and (wf.batch.size, wf.batch.timeout) == (10, 5.0)
     assert [c.event for c in wf.cancel_on] == ["order.cancelled", "all.stop"]
     assert wf.cancel_on[1].if_ is None
+
+
+def test_a_batch_with_throttle_is_refused(tmp_path: Path) -> None:
+    text = problems("  w:\n    on: { event: e }\n    throttle: { limit: 1, period: 1s }\n"
+                    "    batch: { size: 3, timeout: 1s }\n" + STEPS, tmp_path)
+    assert "workflows.w.batch: batch and throttle exclude each other" in text

@@ -48,10 +48,14 @@ class Batcher:
     """`admit(run)`: carry a full batch's run on through the gate."""
 
     def __init__(self, store: Store, clock: Callable[[], float],
-                 admit: Callable[[RunRecord], RunRecord], cap: int = MAX_VALUE_BYTES) -> None:
+                 admit: Callable[[RunRecord], RunRecord], *, remember: float = KEEP,
+                 cap: int = MAX_VALUE_BYTES) -> None:
         self.store = store
         self.clock = clock
         self.admit = admit
+        # How long an event taken is remembered (as long as its id: a repeat within the
+        # event's retention is answered with its batch, never joins another).
+        self.remember = remember
         self.cap = cap
 
     @staticmethod
@@ -85,6 +89,7 @@ class Batcher:
                 if taken is not None:
                     return self._repeat(taken, now)
             keep = now + spec.timeout + KEEP
+            remembered = now + max(spec.timeout + KEEP, self.remember)
             open_ = rows.open(pk, now)
             replacing = None
             if open_ is not None:
@@ -98,7 +103,7 @@ class Batcher:
                     try:
                         rows.join(run_id, where.input, count, now, full=where.full,
                                   also=[] if seen is None else
-                                  [rows.take(seen, run_id, now, keep)])
+                                  [rows.take(seen, run_id, now, remembered)])
                     except ConditionFailed:
                         won = None if seen is None else rows.taken(seen, now)
                         if won is not None:
@@ -114,7 +119,7 @@ class Batcher:
             run = create(now if full else now + spec.timeout, batch_input([one]))
             also = [rows.begin(pk, run.run_id, now, keep, replacing)]
             if seen is not None:
-                also.append(rows.take(seen, run.run_id, now, keep))
+                also.append(rows.take(seen, run.run_id, now, remembered))
             try:
                 return Started.new(begin(run, also))
             except ConditionFailed:

@@ -25,6 +25,8 @@ composed by table, so that a call site shows what it touches:
 - `store.locks` (`locks.LockStore`): locks, their waiting lines and who holds what;
 - `store.fanouts` (`fanouts.FanOutItems`): the outcomes of a fan_out step's items;
 - `store.bursts` (`bursts.Bursts`): debounced bursts and the triggers they took;
+- `store.batches` (`batches.BatchRows`): open batches of events, the events they took,
+  and the guarded joins of a batch's queued run;
 - `store.versions` (`versions.VersionRows`): the live versions of each backend's code
   and the current one;
 - `store.copies` (`run_copies.RunCopies`): a run read whole for an export, and one

@@ -15,6 +15,7 @@ import pytest
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from tests.integration.test_durable import until
+from tests.support.cli import cli
 from tests.support.harness import Harness, steps_of
 from tests.support.versioned_fns import waiting_for_signal
 
@@ -114,3 +115,16 @@ def test_a_matching_event_cancels_a_running_durable_run(h: Harness) -> None:
     h.rt.signals.send(kept, "approve", {"ok": True})
     done = h.wait(kept, timeout=20)
     assert done["status"] == "success" and done["output"] == {"decision": {"ok": True}}
+
+
+def test_the_cli_emit_cancels_and_says_so(h: Harness) -> None:
+    doomed = h.start("ship", {"order": 30})
+    h.wait_for_step(doomed, "pack", ("dispatched",))
+    with BackgroundServer(create_app(h.rt)) as server:
+        res = cli("event", "emit", "order.cancelled", "--id", "evt-cli",
+                  "--data", '{"order": 30}', "--url", server.url)
+    assert res.exit_code == 0, res.output
+    assert f"cancelled {doomed}" in res.output
+    view = h.wait(doomed, timeout=20)
+    assert view["status"] == "killed"
+    assert view["kill_reason"] == "cancelled by event order.cancelled (evt-cli)"

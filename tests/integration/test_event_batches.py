@@ -37,6 +37,11 @@ workflows:
     batch: { size: 2, timeout: 60s, key: "${{ event.data.customer }}" }
     steps:
       one: { backend: fn, route: /echo }
+  pairs:
+    on: { event: order.pair }
+    batch: { size: 2, timeout: 60s, key: "${{ event.data.round }}" }
+    steps:
+      one: { backend: fn, route: /echo }
   crowd:
     on: { event: order.crowd }
     batch: { size: 4, timeout: 1s }
@@ -122,6 +127,35 @@ def test_the_key_splits_batches(h: Harness) -> None:
     assert [a["run_id"] for a in answers] == [acme, globex, acme, globex]
     assert event_ids(h.wait(acme, timeout=20)) == ["k0", "k2"]
     assert event_ids(h.wait(globex, timeout=20)) == ["k1", "k3"]
+
+
+def test_two_events_racing_for_the_last_place_make_one_full_batch_and_begin_another(
+        h: Harness) -> None:
+    for r in range(5):  # each round its own key: a batch holding one event, then a race
+        first = emit(h, "order.pair", f"r{r}-0", {"round": r})
+        go = threading.Barrier(2)
+        answers: dict[str, dict[str, Any]] = {}
+
+        def send(eid: str, r: int, go: threading.Barrier,
+                 answers: dict[str, dict[str, Any]]) -> None:
+            go.wait()
+            answers[eid] = emit(h, "order.pair", eid, {"round": r})
+
+        racers = [threading.Thread(target=send, args=(f"r{r}-{i}", r, go, answers))
+                  for i in (1, 2)]
+        for t in racers:
+            t.start()
+        for t in racers:
+            t.join(timeout=30)
+        joined = [e for e, a in answers.items() if a["run_id"] == first["run_id"]]
+        began = [e for e, a in answers.items() if a["run_id"] != first["run_id"]]
+        assert len(joined) == 1 and len(began) == 1, answers
+        assert answers[joined[0]]["outcome"] == "batched"
+        assert answers[began[0]]["outcome"] == "queued"
+        full = h.wait(first["run_id"], timeout=20)  # full: started at once
+        assert full["status"] == "success" and event_ids(full) == [f"r{r}-0", joined[0]]
+        fresh = h.rt.runs.get(answers[began[0]]["run_id"])
+        assert fresh.status.value == "queued" and fresh.input["events"][0]["id"] == began[0]
 
 
 def test_concurrent_events_fill_batches_without_losing_or_doubling_one(h: Harness) -> None:

@@ -100,20 +100,19 @@ class Batcher:
                     event=one, size=spec.size, cap=self.cap, now=now)
                 if found is not None and where is not None and where.input is not None:
                     run, count = found
+                    also = [] if seen is None else [rows.take(seen, run_id, now, remembered)]
                     try:
-                        rows.join(run_id, where.input, count, now, full=where.full,
-                                  also=[] if seen is None else
-                                  [rows.take(seen, run_id, now, remembered)])
+                        rows.join(run_id, where.input, count, now, full=where.full, also=also)
                     except ConditionFailed:
                         won = None if seen is None else rows.taken(seen, now)
                         if won is not None:
                             return self._repeat(won, now)  # a repeat of this event won
                         continue  # another event joined first: read the batch again
-                    joined = replace(run, input=where.input,
-                                     admit_at=now if where.full else run.admit_at)
-                    if where.full:
-                        joined = self.admit(joined)
-                    return Started(joined, Outcome.BATCHED)
+                    if not where.full:
+                        return Started(replace(run, input=where.input), Outcome.BATCHED)
+                    # Full: it starts now (the sweeper carries it on if this process dies).
+                    return Started(self.admit(replace(run, input=where.input, admit_at=now)),
+                                   Outcome.BATCHED)
                 replacing = run_id  # full, started, timed out or gone: a new batch
             full = spec.size <= 1
             run = create(now if full else now + spec.timeout, batch_input([one]))

@@ -36,6 +36,7 @@ from orchestrator.services.runs import RunService
 from orchestrator.services.scripts.catalog import Catalog
 from orchestrator.services.scripts.registry import ScriptRegistry
 from orchestrator.services.scripts.texts import ScriptTexts, check_script, script_url
+from orchestrator.services.triggers.cancel_on import EventCancels
 from orchestrator.services.triggers.events import EventService
 from orchestrator.services.triggers.scheduler import Scheduler
 from orchestrator.services.triggers.webhooks import WebhookService
@@ -131,7 +132,8 @@ class Runtime:
         children = Children(control, store, clock, start=runs.start, wake=signals.wake,
                             signal=signals.send, load_output=executor.load_output)
         events = EventService(control, runs, clock, settings.event_retention,
-                              waits=event_waits, wake=signals.wake)
+                              waits=event_waits, wake=signals.wake,
+                              cancels=EventCancels(runs, clock))
         webhooks = WebhookService(control, runs, clock, settings.delivery_retention)
         scheduler = Scheduler(
             control, runs, clock, grace=settings.schedule_grace,

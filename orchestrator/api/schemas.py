@@ -62,7 +62,8 @@ TAKEN: dict[str, Schema] = {
                   "description": "true: a new trigger that joined a debounced burst already"
                   " queued (the run is the burst's; its input is now this trigger's)"},
     "outcome": {"type": "string",
-                "enum": ["created", "queued", "skipped", "duplicate", "debounced"]},
+                "enum": ["created", "queued", "skipped", "duplicate", "debounced",
+                         "batched"]},
 }
 
 
@@ -280,6 +281,8 @@ def response_schemas() -> dict[str, Schema]:
             "runs": {"type": "array", "items": object_schema(["workflow", "run_id", "created"], {
                 "workflow": STRING, "run_id": STRING, "created": {"type": "boolean"},
                 **TAKEN})},
+            "cancelled": {"type": "array", "items": STRING,
+                          "description": "Runs this event cancelled (workflows' cancelOn)"},
         }),
         "Event": object_schema(["name", "key", "id", "data", "received_at"], {
             "name": STRING, "key": nullable_string, "id": STRING, "data": ANY,

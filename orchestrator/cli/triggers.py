@@ -69,7 +69,11 @@ def emit_event(
         click.echo("it started no run: no workflow listens to it (or every `if` was false);"
                    " durable runs waiting for it were woken")
     for r in result["runs"]:
-        click.echo(f"  {r['workflow']}  {r['run_id']}{'' if r['created'] else '  (existing)'}")
+        joined = "  (joined its batch)" if r.get("outcome") == "batched" else \
+            "" if r["created"] else "  (existing)"
+        click.echo(f"  {r['workflow']}  {r['run_id']}{joined}")
+    for run_id in result.get("cancelled", ()):
+        click.echo(f"  cancelled {run_id}")
 
 
 # ---- schedules ---------------------------------------------------------------------------

@@ -155,6 +155,7 @@ RUN_MOVES = {
         _run("admit", {R.QUEUED}, R.RUNNING),
         _run("throttle-slot", {R.QUEUED}),
         _run("debounce", {R.QUEUED}),
+        _run("batch", {R.QUEUED}),
         _run("skip-queued", {R.QUEUED}, R.SKIPPED),
         _run("kill-queued", {R.QUEUED}, R.KILLED),
         _run("count", {R.RUNNING}),

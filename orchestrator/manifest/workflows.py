@@ -24,10 +24,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from orchestrator.expressions import ExpressionError
 from orchestrator.expressions.conditions import compile_condition
+from orchestrator.manifest.event_flow import Batch, CancelOnList
 from orchestrator.manifest.fields import (
     Duration,
     ManifestModel,
@@ -292,6 +293,9 @@ class Workflow(ManifestModel):
     on: Annotated[list[EventTrigger], BeforeValidator(one_or_list)] = Field(
         default_factory=list
     )
+    # Events gathered into one run; events that cancel open runs (event_flow.py).
+    batch: Batch | None = None
+    cancel_on: CancelOnList = Field(default_factory=list)
     description: str | None = None
     # A durable workflow written in bash: the path of the file, relative to the
     # manifest. The loader reads it (shell.read_script); the text is not part of the
@@ -354,6 +358,25 @@ class Workflow(ManifestModel):
         copy = self.model_copy()
         copy._script_text, copy._script_sha256 = text, sha256
         return copy
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_batch_needs_events(cls, data: Any) -> Any:
+        """`batch:` gathers the events that start the workflow: it needs `on:`, and
+        excludes `debounce:` (both make one run of many triggers) and `throttle:` (its
+        start is the batch's). Reported at `batch`."""
+        if isinstance(data, Mapping) and data.get("batch") is not None:
+            why = ("needs on: (the events it gathers): a batch is of events"
+                   if not data.get("on") else
+                   "batch and debounce exclude each other: each makes one run of many"
+                   " triggers" if data.get("debounce") is not None else
+                   "batch and throttle exclude each other: a batch starts when it is full"
+                   " or its timeout passes, which a throttle would delay again"
+                   if data.get("throttle") is not None else None)
+            if why is not None:
+                raise ValidationError.from_exception_data("Workflow", [InitErrorDetails(
+                    type=PydanticCustomError("batch", why), loc=("batch",), input=data)])
+        return data
 
     @model_validator(mode="after")
     def _check_graph(self, info: ValidationInfo) -> Self:

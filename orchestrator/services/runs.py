@@ -18,6 +18,7 @@ from orchestrator.engine.states import RunStatus, StepStatus
 from orchestrator.engine.transitions import killed_error
 from orchestrator.errors import ConditionFailed, Conflict, NotFound, imported_run
 from orchestrator.services.admission import Started, StartRequest
+from orchestrator.services.admission.batch import Batcher
 from orchestrator.services.admission.debounce import Debouncer
 from orchestrator.services.admission.dedupe import IdempotencyKeys
 from orchestrator.services.admission.launch import (
@@ -81,9 +82,16 @@ class RunService:
         self.pipeline = Pipeline(
             manifest, self.launcher, self.debouncer,
             IdempotencyKeys(executor.store.control, executor.settings.idempotency_retention),
-            default_timeout=default_timeout, clock=executor.clock, store_script=store_script)
+            default_timeout=default_timeout, clock=executor.clock, store_script=store_script,
+            batcher=Batcher(executor.store, executor.clock, self._arrive,
+                            remember=executor.settings.event_retention))
         # A durable run's children: cancelling it cancels them.
         self.children_of = children_of
+
+    def _arrive(self, run: RunRecord) -> RunRecord:
+        """A full batch's run, carried on through the gate (its requests are its own)."""
+        with metered(run.run_id):
+            return self.arrive(run)
 
     def new_run_id(self, workflow: str, now: float) -> str:
         return new_run_id(workflow, now)

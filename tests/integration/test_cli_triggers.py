@@ -70,7 +70,8 @@ def test_event_emit_starts_the_listening_workflow_once(api: tuple[Harness, str])
     data = '{"total": 150, "currency": "EUR"}'
     first = out_json(cli("event", "emit", "order.paid", "--id", "evt-1", "--key", "acme",
                          "--data", data, "--json", "--url", url))
-    assert set(first) == {"id", "name", "duplicate", "runs"}
+    assert set(first) == {"id", "name", "duplicate", "runs", "cancelled"}
+    assert first["cancelled"] == []  # no workflow cancels on it
     assert (first["id"], first["name"], first["duplicate"]) == ("evt-1", "order.paid", False)
     [run] = first["runs"]
     assert run["workflow"] == "on-order" and run["created"] is True

@@ -25,6 +25,8 @@ composed by table, so that a call site shows what it touches:
 - `store.locks` (`locks.LockStore`): locks, their waiting lines and who holds what;
 - `store.fanouts` (`fanouts.FanOutItems`): the outcomes of a fan_out step's items;
 - `store.bursts` (`bursts.Bursts`): debounced bursts and the triggers they took;
+- `store.batches` (`batches.BatchRows`): open batches of events, the events they took,
+  and the guarded joins of a batch's queued run;
 - `store.versions` (`versions.VersionRows`): the live versions of each backend's code
   and the current one;
 - `store.copies` (`run_copies.RunCopies`): a run read whole for an export, and one
@@ -43,6 +45,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.adapters.store.approvals import ApprovalStore
+from orchestrator.adapters.store.batches import BatchRows
 from orchestrator.adapters.store.bursts import Bursts
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.drivers import Drivers
@@ -99,6 +102,7 @@ class Store:
         self.locks = LockStore(self.control, names.runs_table)
         self.fanouts = FanOutItems(self.control, step_retention)
         self.bursts = Bursts(self.control)
+        self.batches = BatchRows(self.runs, self.control)
         self.versions = VersionRows(self.control, names.runs_table, names.steps_table)
         self.copies = RunCopies(dynamodb, names, **shared)
         self.names = names

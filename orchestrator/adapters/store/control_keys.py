@@ -36,6 +36,8 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `mutexq#<key>`              | `<ms>#<holder>`         | what waits for a lock, in arrival order |
 | `mutexheld#<run>`           | `<key>`                 | a lock a run holds (released at its end) |
 | `debounce#<workflow>#<key>` | `-`                     | a debounced burst: its queued run   |
+| `batch#<workflow>#<key>`    | `-`                     | an open batch of events: its run    |
+| `batched#<workflow>#<id>`   | `-`                     | an event a batch took: its run      |
 | `fanout#<run>#<step>`       | `<index>`               | a fan_out step's item: its outcome  |
 | `scripts`                   | `<name>`                | a script workflow stored by the API |
 | `versions#<backend>`        | `-`                     | a backend's current version         |

@@ -408,6 +408,17 @@ class RunRows(RunListing):
             )
         return bool(resp.get("Items"))
 
+    def open_runs(self, workflow: str, now: float) -> list[RunRecord]:
+        """The runs of `workflow` in flight (queued or running), oldest first: the
+        `active` index's keys (every run in flight, keys only), their workflow and
+        status read projected (the listing's read), then the workflow's runs whole. It
+        reads the runs in flight, not the workflow's retained history."""
+        shown = self._shown(self.active_run_ids())
+        mine = [run_id for run_id, item in shown.items()
+                if item.get("workflow", {}).get("S") == workflow]
+        runs = [r for r in self.get_runs(mine, now).values() if not r.status.terminal]
+        return sorted(runs, key=lambda r: (r.created_at, r.run_id))
+
     def active_run_ids(self) -> list[str]:
         ids: list[str] = []
         kwargs: dict[str, Any] = {

@@ -6,7 +6,8 @@
 2. the gate a run needs is decided (engine/admission.py: its concurrency group and
    throttle, keys rendered from its input);
 3. debounce (debounce.py): a trigger of a debounced workflow joins its key's burst, or
-   begins one (a repeat of a trigger it took is a duplicate);
+   begins one (a repeat of a trigger it took is a duplicate); batch (batch.py): an
+   event of a batched workflow joins its key's open batch, or begins one;
 4. create and launch (launch.py): the run row (a repeat of its id answers the run
    that exists), then, for a gated run, throttle (throttle.py) and concurrency
    (concurrency.py) take it through `arrive`; else its steps and the roots' dispatch."""
@@ -21,6 +22,7 @@ from orchestrator.engine.admission import gate_of
 from orchestrator.engine.definition import Definition, Gate, Trigger
 from orchestrator.engine.records import RunRecord
 from orchestrator.errors import NotFound
+from orchestrator.services.admission.batch import Batcher
 from orchestrator.services.admission.debounce import Debouncer
 from orchestrator.services.admission.dedupe import IdempotencyKeys, resolve
 from orchestrator.services.admission.launch import Launcher, new_run_id
@@ -34,8 +36,10 @@ class Pipeline:
     def __init__(self, manifest: Any, launcher: Launcher, debouncer: Debouncer,
                  keys: IdempotencyKeys | None, *, default_timeout: float,
                  clock: Callable[[], float],
-                 store_script: Callable[[str], str] | None = None) -> None:
+                 store_script: Callable[[str], str] | None = None,
+                 batcher: Batcher | None = None) -> None:
         self.manifest = manifest
+        self.batcher = batcher
         # Stores a script's text (blob store, by hash) before its run's first call.
         self.store_script = store_script
         self.launcher = launcher
@@ -71,6 +75,9 @@ class Pipeline:
         gate = gate_of(wf, req.workflow, req.input, req.overlap, req.fire_key, req.priority)
         trigger = Trigger.from_json(dict(req.trigger or {"source": "api"}))
         launcher = self.launcher
+        if (getattr(wf, "batch", None) is not None and self.batcher is not None
+                and req.rerun_of is None and trigger.source == "event"):
+            return self._batch(req, wf, definition, trigger)
         if getattr(wf, "debounce", None) is not None and req.rerun_of is None:
             # One run per burst: the run id the trigger came with names the trigger,
             # not the burst's run.
@@ -89,3 +96,23 @@ class Pipeline:
             req.workflow, definition, req.input, req.run_id, trigger=trigger, gate=gate,
             rerun_of=req.rerun_of, kept_input=req.kept_input)
         return Started.new(run) if created else Started(run, Outcome.DUPLICATE)
+
+    def _batch(self, req: StartRequest, wf: Any, definition: Definition,
+               trigger: Trigger) -> Started:
+        """An event of a batched workflow (batch.py): the batch's run is queued from its
+        first event, its gate rendered from that input (`{"events": [...]}`)."""
+        launcher = self.launcher
+        assert self.batcher is not None
+
+        def record(admit_at: float, input: Any) -> RunRecord:
+            gate = gate_of(wf, req.workflow, input, None, "")
+            return launcher.record(req.workflow, definition, input, None,
+                                   trigger=trigger, gate=gate or Gate(), admit_at=admit_at)
+
+        def begin(run: RunRecord, also: list[dict[str, Any]]) -> RunRecord:
+            with metered(run.run_id):
+                launcher.store.runs.create_run_with(run, also)
+                return launcher.arrive(run)
+
+        return self.batcher.trigger(req.workflow, wf.batch, req.input, record, begin,
+                                    trigger_id=req.run_id)

@@ -28,6 +28,9 @@ class Outcome(StrEnum):
     # A new trigger that joined a debounced burst already queued: its run (whose input
     # is now this trigger's, and whose start moved) is the burst's.
     DEBOUNCED = "debounced"
+    # An event that joined a batch already queued (a workflow's `batch:`): its run is
+    # the batch's, whose input now lists this event too.
+    BATCHED = "batched"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,10 @@ an event shortly after it arrived can still find it.
 Every workflow with `on: {event: NAME, if: EXPR}` whose expression holds for the event
 starts one run. The run id is derived from the workflow, the event name and the event
 id, so the same event delivered twice (a client retry, a redelivery) starts one run.
-The expression sees `event` = {name, key, id, data, received_at}; see expressions.py."""
+The expression sees `event` = {name, key, id, data, received_at}; see expressions.py.
+A workflow with `batch:` gathers its events into batches (services/admission/batch.py);
+one with `cancelOn:` has its open runs cancelled by the events it names (cancel_on.py):
+before the event starts any run."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from orchestrator.services.admission import Outcome, StartRequest
 from orchestrator.services.admission.result import taken
 from orchestrator.services.durable.event_waits import EventWaits
 from orchestrator.services.runs import RunService
+from orchestrator.services.triggers.cancel_on import EventCancels
 from orchestrator.services.values import EVENT_NAME, MAX_VALUE_BYTES, check_value, checked_name
 
 __all__ = ["EventService", "event_run_id"]
@@ -55,6 +59,8 @@ class EventService:
     # found waiting is woken.
     waits: EventWaits | None = None
     wake: Callable[[str, str], object] | None = None
+    # Workflows' `cancelOn:` (cancel_on.py): the open runs an event cancels.
+    cancels: EventCancels | None = None
 
     def emit(
         self, name: str, data: Any = None, *, key: str | None = None, event_id: str | None = None
@@ -79,12 +85,16 @@ class EventService:
         if not first:
             workflows = list(claim.doc.get("workflows", workflows))
             event = {**event, "received_at": float(claim.doc["at"])}
+        cancelled: list[str] = []
         if first or repair:
             self._store(event)
             if self.waits is not None:
                 for run_id, row in sorted(self.waits.publish(event)):
                     if self.wake is not None:
                         self.wake(run_id, row)
+            # Before the runs it starts: an event cancels the runs open before it.
+            if self.cancels is not None:
+                cancelled = self.cancels.cancel(event)
         started = []
         # A run started by an event takes its subject (a durable run's event waits
         # default to it).
@@ -92,20 +102,26 @@ class EventService:
         for wf_name in workflows:
             run_id = event_run_id(wf_name, name, eid)
             wf = self.runs.manifest.workflows.get(wf_name)
+            gathers = getattr(wf, "debounce", None) is not None \
+                or getattr(wf, "batch", None) is not None
             if first or (repair and self.runs.store.runs.get_run(run_id, now) is None) \
-                    or getattr(wf, "debounce", None) is not None:
-                # A debounced workflow's burst knows the run this event joined (and a
-                # repeat of it moves nothing: services/admission/debounce.py).
+                    or gathers:
+                # A debounced workflow's burst, or a batched one's batch, knows the run
+                # this event joined (and a repeat of it moves nothing:
+                # services/admission/debounce.py, batch.py).
                 # A shell script's payload is the event's data (its subject is the
-                # run's, its name and id the trigger's); code workflows get the event.
-                given = data if getattr(wf, "script", None) is not None else event
+                # run's, its name and id the trigger's); code workflows get the event,
+                # and a batch gathers events whole.
+                given = data if getattr(wf, "script", None) is not None \
+                    and getattr(wf, "batch", None) is None else event
                 admitted = self.runs.admit(StartRequest(wf_name, given, run_id, trigger))
                 run_id = admitted.run.run_id
                 fields = admitted.fields()
             else:
                 fields = taken(Outcome.DUPLICATE)
             started.append({"workflow": wf_name, "run_id": run_id, **fields})
-        return {"id": eid, "name": name, "duplicate": not first, "runs": started}
+        return {"id": eid, "name": name, "duplicate": not first, "runs": started,
+                "cancelled": cancelled}
 
     def _store(self, event: dict[str, Any]) -> None:
         received = float(event["received_at"])

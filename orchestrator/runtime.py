@@ -210,5 +210,6 @@ class Runtime:
             self.executor, control=self.control, plan=self.runs.rows_for,
             clock=clock or self.clock,
             on_queued=self.admission.recheck, on_finished=self.released,
+            on_waiting=self.admission.rejoin,
             tasks=(self.scheduler.tick,),
         )

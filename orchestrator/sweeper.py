@@ -75,14 +75,19 @@ class Sweeper:
         rand: Callable[[], float] = random.random,
         on_queued: Callable[[RunRecord], object] | None = None,
         on_finished: Callable[[RunRecord], object] | None = None,
+        on_waiting: Callable[[RunRecord], object] | None = None,
         tasks: tuple[Callable[[], object], ...] = (),
         sweeper_id: str | None = None,
     ) -> None:
         # `plan` rebuilds a run's step rows; `on_queued` re-examines a run waiting for
         # admission; `on_finished` releases what a finished run held (its group);
-        # `tasks` run once per sweep (the scheduler's tick).
+        # `on_waiting` mends a waiting run's key in its limit's turns; `tasks` run once
+        # per sweep (the scheduler's tick).
         self.plan = plan
         self.on_queued = on_queued
+        self.on_waiting = on_waiting
+        # The turns keys of each limit mended so far in this pass.
+        self._keys: set[str] = set()
         # The concurrency groups examined so far in this pass (each once, whichever
         # shard its runs are in); a pass starts with none.
         self._groups: set[str] = set()
@@ -113,6 +118,7 @@ class Sweeper:
         as after restoring tables or correcting a clock that ran ahead)."""
         report = SweepReport()
         self._groups = set()
+        self._keys = set()
         now = self.clock()
         for task in self.tasks:
             try:
@@ -239,24 +245,29 @@ class Sweeper:
         each take a throttle slot. One waiting for a busy group is admitted when the
         holder finishes (`on_finished`).
 
-        A limit is examined once a pass a turns key (`_groups`), whichever of its
-        waiting runs comes first: admission lets the limit's next run go anyway, so the
+        A group is examined once a pass (`_groups`), whichever of its waiting runs comes
+        first (admission lets its next run go whichever it is), and each of its turns
+        keys mended once (`_keys`, `on_waiting`: a read), so the
         work of a pass grows with the number of groups, not of runs waiting in them."""
         report.queued += 1
         since = max(run.created_at, run.admit_at or 0.0)
         if self.on_queued is None or now - since < self.policy.settle:
             return
         gate = run.gate
-        # One look a pass for each turns key of a limit (its runs go in place order).
-        gid = f"{gate.group_id}#{gate.limits[0].turns}" if gate is not None and gate.group \
-            else ""
+        gid = gate.group_id if gate is not None else ""
         # Waiting for its group: not for a throttle slot it has yet to take or reach.
         if gate is not None and gid and (gate.throttle is None or run.admit_at is not None) \
                 and (run.admit_at or 0.0) <= now:
             if gid in self._groups:
                 report.queued_same_group += 1
+                # Its key's place in the turns is mended once a pass a key.
+                key = f"{gid}#{gate.limits[0].turns}"
+                if key not in self._keys and self.on_waiting is not None:
+                    self._keys.add(key)
+                    self.on_waiting(run)
                 return
             self._groups.add(gid)
+            self._keys.add(f"{gid}#{gate.limits[0].turns}")
         self.on_queued(run)
 
     def sweep_run(

@@ -5,9 +5,11 @@
   adds nothing), so a take is one conditional write and taking again is a no-op. A run
   with several limits takes them all in one transaction. An item an earlier version
   wrote holds one run in `holder`; a take waits until that run lets it go.
-- Its waiting runs: one partition per turns key (`queue#...`), sorted by place.
-- Its turns: `turns#<line>` holds each waiting turns key's round (`k#<key>`) and the
-  same as an index in turn order (`r#<round>#<key>`), which admission reads first."""
+- Its waiting runs: one partition per turns key (`queue#...`), sorted by place, each
+  item holding the run's gate (its limits), so admission reads no run row to take them.
+- Its turns: `turns#<line>` holds each waiting turns key's round and the place of its
+  first waiting run (`k#<key>`: `round`, `best`), and the keys in turn order
+  (`r#<round>#<key>`), which admission reads first."""
 
 from __future__ import annotations
 
@@ -30,10 +32,12 @@ from orchestrator.adapters.store.control_keys import (
 from orchestrator.adapters.store.control_table import ControlTable
 from orchestrator.errors import ConditionFailed
 
-__all__ = ["Holders", "LimitLines", "Turn"]
+__all__ = ["Holders", "LimitLines", "Turn", "Waiting"]
 
 _ROOM = "(attribute_not_exists(holders) OR size(holders) < :n OR contains(holders, :me))" \
         " AND attribute_not_exists(holder)"
+# The best place of a key whose first waiting run is not known: after every place.
+LAST = Sk("~")
 
 
 @dataclass(frozen=True)
@@ -43,16 +47,29 @@ class Holders:
     runs: frozenset[str]
     legacy: str | None = None
 
+    def all(self) -> list[str]:
+        return sorted(self.runs | ({self.legacy} if self.legacy else set()))
+
     def count(self) -> int:
-        return len(self.runs) + (1 if self.legacy and self.legacy not in self.runs else 0)
+        return len(self.all())
 
 
 @dataclass(frozen=True)
 class Turn:
-    """A turns key with runs waiting, and its round."""
+    """A turns key with runs waiting: its round, and the place of its first run."""
 
     round: int
     turns: str
+    best: Sk = LAST
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A run waiting for a limit: its id, its place, and its gate as JSON."""
+
+    run_id: str
+    place: Sk
+    gate: str
 
 
 class LimitLines(ControlTable):
@@ -86,42 +103,59 @@ class LimitLines(ControlTable):
             return False
         return True
 
-    def let_go_of(self, line_id: str, run_ids: list[str]) -> None:
+    def let_go_of(self, line_id: str, run_ids: list[str]) -> Holders:
         """Remove runs from a limit's holders (absent ones: a no-op), and an earlier
-        version's lock they name."""
+        version's lock they name; the holders left."""
         pk = holder_key(line_id)
         attrs = self.update(pk, update="DELETE holders :r",
                             values={":r": {"SS": sorted(set(run_ids))}})
         legacy = attrs.get("holder", {}).get("S")
         if legacy in run_ids:
             self.update_if(pk, "REMOVE holder", {":me": {"S": legacy}}, "holder = :me")
+            legacy = None
+        return Holders(frozenset(attrs.get("holders", {}).get("SS", ())), legacy)
 
     # ---- waiting runs -------------------------------------------------------------------
 
-    def wait_for_limit(self, line_id: str, turns: str, place: Sk, run_id: str) -> None:
+    def wait_for_limit(self, line_id: str, turns: str, place: Sk, run_id: str,
+                       gate: str) -> None:
         """Queue a run for a limit at its place (again: a no-op)."""
         with _translate(f"limit {line_id}: queue {run_id}"):
             self.ddb.put_item(TableName=self.table, Item={
-                **self.key(queue_key(line_id, turns), place), "run_id": {"S": run_id}})
+                **self.key(queue_key(line_id, turns), place), "run_id": {"S": run_id},
+                "gate": {"S": gate}})
 
     def stop_waiting(self, line_id: str, turns: str, place: Sk) -> None:
         self.delete(queue_key(line_id, turns), place)
 
     def first_waiting(self, line_id: str, turns: str, now: float,
-                      limit: int) -> list[tuple[str, Sk]]:
-        """The first runs waiting for a limit with this turns key: (run id, place)."""
-        return [(str(i["run_id"]["S"]), sk_of(i))
+                      limit: int) -> list[Waiting]:
+        """The first runs waiting for a limit with this turns key, by place."""
+        return [Waiting(str(i["run_id"]["S"]), sk_of(i), str(i.get("gate", {}).get("S", "{}")))
                 for i in self.query(queue_key(line_id, turns), now=now, limit=limit)]
 
     # ---- turns --------------------------------------------------------------------------
 
-    def round_of(self, line_id: str, turns: str, now: float) -> int | None:
+    def turn_of(self, line_id: str, turns: str, now: float) -> Turn | None:
         item = self.get(turns_key(line_id), turn_sk(turns), now=now)
-        return None if item is None else int(item["round"]["N"])
+        return None if item is None else _turn(item, turns)
+
+    def turns_of(self, line_id: str, keys: list[str], now: float) -> dict[str, Turn]:
+        """Several keys' turns in one read (consistent)."""
+        pk = turns_key(line_id)
+        with _translate(f"control {pk}: read turns"):
+            resp = self.ddb.batch_get_item(RequestItems={self.table: {
+                "Keys": [self.key(pk, turn_sk(k)) for k in dict.fromkeys(keys)],
+                "ConsistentRead": True}})
+        out = {}
+        for item in resp.get("Responses", {}).get(self.table, []):
+            key = str(item["sk"]["S"])[2:]
+            out[key] = _turn(item, key)
+        return out
 
     def next_turns(self, line_id: str, now: float, limit: int,
                    after: Sk | None = None) -> list[Turn]:
-        """Turns keys in turn order (lowest round first), from `after`."""
+        """Turns keys in turn order (lowest round first), from `after`; `best` unread."""
         out = []
         for item in self.query(turns_key(line_id), now=now, limit=limit,
                                after=after or ROUNDS_FROM):
@@ -129,23 +163,45 @@ class LimitLines(ControlTable):
             out.append(Turn(int(rnd), turns))
         return out
 
-    def join_turns(self, line_id: str, turns: str, round_: int, now: float) -> int:
-        """Give a turns key a round (unless it has one: that one); index it either way,
-        which also repairs an index entry a crash left unwritten."""
+    def join_turns(self, line_id: str, turns: str, place: Sk, now: float, *,
+                   repair: bool = False) -> Turn:
+        """A run of `turns` waits at `place`: the key joins the turns at the current
+        (lowest) round unless it is in them; its best place is kept. With `repair`, its
+        index entry is written again, which mends one a crash or a race left out."""
         pk = turns_key(line_id)
-        if not self.put_new(pk, turn_sk(turns), now=now, attrs={"round": num(round_)}):
-            held = self.round_of(line_id, turns, now)
-            round_ = round_ if held is None else held
-        self._index(pk, round_, turns)
-        return round_
+        held = self.turn_of(line_id, turns, now)
+        if held is None:
+            first = self.next_turns(line_id, now, 1)
+            round_ = first[0].round if first else 0
+            if not self.put_new(pk, turn_sk(turns), now=now,
+                                attrs={"round": num(round_), "best": {"S": place}}):
+                return self.join_turns(line_id, turns, place, now, repair=repair)
+            held = Turn(round_, turns, place)
+        else:
+            if place < held.best:
+                self._better(pk, turns, held, place)
+            if not repair:
+                return held
+        self._index(pk, held.round, turns)
+        return held
 
-    def advance_turns(self, line_id: str, turn: Turn) -> bool:
-        """The key had its turn: its round goes up one (False: it had moved already)."""
+    def _better(self, pk: Pk, turns: str, held: Turn, place: Sk) -> None:
+        try:
+            self.update(pk, turn_sk(turns), update="SET best = :p", names={"#r": "round"},
+                        condition="#r = :r AND best > :p",
+                        values={":p": {"S": place}, ":r": num(held.round)})
+        except ConditionFailed:
+            pass  # it moved on meanwhile: the next admission reads its queue afresh
+
+    def advance_turns(self, line_id: str, turn: Turn, best: Sk) -> bool:
+        """The key had its turn: its round goes up one and its best place is `best`
+        (False: it had moved already)."""
         pk = turns_key(line_id)
         try:
-            self.update(pk, turn_sk(turn.turns), update="SET #r = :next",
+            self.update(pk, turn_sk(turn.turns), update="SET #r = :next, best = :b",
                         names={"#r": "round"}, condition="#r = :r",
-                        values={":r": num(turn.round), ":next": num(turn.round + 1)})
+                        values={":r": num(turn.round), ":next": num(turn.round + 1),
+                                ":b": {"S": best}})
         except ConditionFailed:
             self.delete(pk, round_sk(turn.round, turn.turns))  # a stale index entry
             return False
@@ -164,3 +220,7 @@ class LimitLines(ControlTable):
     def _index(self, pk: Pk, round_: int, turns: str) -> None:
         with _translate(f"control {pk}: index"):
             self.ddb.put_item(TableName=self.table, Item=self.key(pk, round_sk(round_, turns)))
+
+
+def _turn(item: dict[str, Any], turns: str) -> Turn:
+    return Turn(int(item["round"]["N"]), turns, Sk(str(item.get("best", {}).get("S", LAST))))

@@ -12,11 +12,14 @@ newcomer's one run for at most one turn of each key already waiting.
 
 Policy `skip` refuses a run that finds a limit full; `cancel-running` cancels the
 oldest holders (and the runs waiting before it) so that the newest goes next. A
-finished run lets go of its limits and each lets its next run go; a holder that has
-finished (or is gone) is dropped by the sweeper's look (gate.py `recheck`)."""
+finished run lets go of its limits and each lets its next run go. The sweeper's look at
+a waiting run (`recheck`) drops holders that have finished without letting go (a
+release lost with its process), starts a run that took its limits and stopped short of
+starting, and mends its key's place in the turns."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -24,25 +27,29 @@ from typing import Any
 from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.control_keys import Sk, round_sk, waiting_sk
-from orchestrator.adapters.store.limit_lines import Turn
+from orchestrator.adapters.store.limit_lines import LAST, Holders, Turn, Waiting
 from orchestrator.engine.admission import effective_time
 from orchestrator.engine.definition import Gate, Limit
 from orchestrator.engine.policies import GroupPolicy
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import Code
+from orchestrator.strict_json import dumps
 
 __all__ = ["Groups", "waiting_place"]
 
 log = logging.getLogger("orchestrator.services.admission")
 
-Admit = Callable[[RunRecord, dict[str, Any]], RunRecord]
+# Starts a queued run by id (None: it is no longer queued), with the detail its history
+# entry gets.
+AdmitId = Callable[[str, dict[str, Any]], RunRecord | None]
 Refuse = Callable[[RunRecord, Code, str], RunRecord]
 
-# Turns keys compared a look (the first ones in turn order), and looks a hand-off makes
-# before it leaves the rest to the next hand-off or the sweeper.
-KEYS_A_LOOK = 4
-LOOKS = 8
+# Turns keys a look reads (the first ones in turn order); runs a hand-off starts at
+# most; runs it passes over (another of their limits is full) before it stops.
+KEYS_A_LOOK = 8
+STARTS = 8
+PASSES = 3
 
 
 def waiting_place(run: RunRecord) -> Sk:
@@ -52,18 +59,22 @@ def waiting_place(run: RunRecord) -> Sk:
     return waiting_sk(effective_time(run.created_at, priority), run.run_id)
 
 
+def _limits_of(gate_json: str) -> tuple[Limit, ...]:
+    return Gate.from_json(json.loads(gate_json)).limits
+
+
 class Groups:
-    """`admit(run, detail)` starts a run its limits let go; `refuse(run, code, why)`
-    ends one they refuse; `reread(run)` reads a run again; `cancel(run_id, why)`
-    cancels a replaced one."""
+    """`admit_id(run_id, detail)` starts a queued run its limits let go; `refuse(run,
+    code, why)` ends one they refuse; `reread(run)` reads a run again; `cancel(run_id,
+    why)` cancels a replaced one."""
 
     def __init__(self, store: Store, control: Control, clock: Callable[[], float], *,
-                 admit: Admit, refuse: Refuse, reread: Callable[[RunRecord], RunRecord],
+                 admit_id: AdmitId, refuse: Refuse, reread: Callable[[RunRecord], RunRecord],
                  cancel: Callable[[str, str], object]) -> None:
         self.store = store
         self.control = control
         self.clock = clock
-        self.admit = admit
+        self.admit_id = admit_id
         self.refuse = refuse
         self.reread = reread
         self.cancel = cancel
@@ -74,23 +85,41 @@ class Groups:
         limits = gate.limits
         if any(lim.policy is GroupPolicy.SKIP for lim in limits):
             return self._now_or_never(run, limits)
+        doc = dumps(gate.to_json())
         for lim in limits:
-            self._queue(run, lim, now)
+            place = waiting_place(run)
+            self.control.wait_for_limit(lim.line_id, lim.turns, place, run.run_id, doc)
+            self.control.join_turns(lim.line_id, lim.turns, place, now)
         if any(lim.policy is GroupPolicy.CANCEL_RUNNING for lim in limits):
             self._replace_others(run, limits, now)
-        holding = [lim for lim in limits
-                   if run.run_id in self.control.holders(lim.line_id, now).runs]
-        if len(holding) == len(limits) and self._take(run):
-            # It took its limits and stopped short of starting (a crash): it goes now.
-            return self._start(run, None, None)
         for lim in limits:
-            self.next(lim)
-        return self.reread(run)
+            for started in self.next(lim):
+                if started.run_id == run.run_id:
+                    return started
+        return run
 
-    def try_admit(self, run: RunRecord) -> RunRecord:
-        """Start `run` if its limits have room now (used by tests and the sweeper)."""
-        gate = run.gate or Gate()
-        return self.arrive(run, gate, self.clock())
+    def recheck(self, run: RunRecord, gate: Gate, now: float) -> RunRecord:
+        """The sweeper's look at a waiting run (see the module's docstring)."""
+        limits = gate.limits
+        held = 0
+        for lim in limits:
+            holders = self.drop_finished(lim, now)
+            held += run.run_id in holders
+        if held == len(limits) and self._take(run.run_id, limits):
+            started = self._start(run.run_id, limits, None, None)
+            if started is not None:
+                return started
+        return self.arrive(run, gate, now)
+
+    def rejoin(self, run: RunRecord, gate: Gate, now: float) -> None:
+        """Mend the run's keys' places in the turns (a sweep's look at a key whose
+        limit it has looked at already), for a key that still has runs waiting."""
+        for lim in gate.limits:
+            if self.control.turn_of(lim.line_id, lim.turns, now) is None and \
+                    not self.control.first_waiting(lim.line_id, lim.turns, now, 1):
+                continue
+            self.control.join_turns(lim.line_id, lim.turns, waiting_place(run), now,
+                                    repair=True)
 
     def admitted(self, run: RunRecord) -> None:
         """The run was admitted: its places in line go."""
@@ -100,135 +129,133 @@ class Groups:
     def release(self, run: RunRecord) -> None:
         """A run finished: let go of its limits, and let each one's next run go."""
         limits = (run.gate or Gate()).limits
+        left = []
         for lim in limits:
-            self.control.let_go_of(lim.line_id, [run.run_id])
+            left.append(self.control.let_go_of(lim.line_id, [run.run_id]))
             if run.started_at is None:  # it never started: its place in line goes
                 self.control.stop_waiting(lim.line_id, lim.turns, waiting_place(run))
-        for lim in limits:
-            self.next(lim)
+        for lim, holders in zip(limits, left, strict=True):
+            self.next(lim, holders)
 
     # ---- the next run of a limit ---------------------------------------------------------
 
-    def next(self, lim: Limit) -> None:
+    def next(self, lim: Limit, holders: Holders | None = None) -> list[RunRecord]:
         """While the limit has room, start its next waiting run: keys in turns, then
-        place. A run another of its limits holds back is passed over this time."""
+        place. A run another of its limits holds back is passed over this time; one
+        that holds the limit already is being started by another process."""
         passed: set[str] = set()
-        for _ in range(LOOKS):
+        started: list[RunRecord] = []
+        fails = 0
+        while len(started) < STARTS and fails < PASSES:
             now = self.clock()
-            if self.control.holders(lim.line_id, now).count() >= lim.limit:
-                return
+            if holders is None:
+                holders = self.control.holders(lim.line_id, now)
+            if holders.count() >= lim.limit:
+                break
             chosen = self._choose(lim, now, passed)
             if chosen is None:
-                return
-            turn, run, place = chosen
-            if not self._take(run):
-                passed.add(turn.turns)  # another of its limits is full
+                break
+            turn, first, then = chosen
+            if first.run_id in holders.runs:
+                passed.add(turn.turns)  # another process is starting it
                 continue
-            self._start(run, lim, turn, place)
-
-    def _choose(self, lim: Limit, now: float,
-                passed: set[str]) -> tuple[Turn, RunRecord, Sk] | None:
-        """The next run of a limit: from the first keys in turn order, the one of the
-        lowest round whose first waiting run has the best place."""
-        after: Sk | None = None
-        for _ in range(LOOKS):
-            turns = self.control.next_turns(lim.line_id, now, KEYS_A_LOOK, after)
-            if not turns:
-                return None
-            heads: list[tuple[int, Sk, Turn, RunRecord]] = []
-            for turn in turns:
-                if turn.turns in passed:
-                    continue
-                head = self._head(lim, turn, now)
-                if head is not None:
-                    heads.append((turn.round, head[1], turn, head[0]))
-            if heads:
-                _, place, turn, run = min(heads, key=lambda h: (h[0], h[1]))
-                return turn, run, place
-            if len(turns) < KEYS_A_LOOK:
-                return None
-            last = turns[-1]
-            after = round_sk(last.round, last.turns)
-        return None
-
-    def _head(self, lim: Limit, turn: Turn, now: float) -> tuple[RunRecord, Sk] | None:
-        """A key's first waiting run still queued (finished ones leave on the way; a
-        key with none leaves the turns)."""
-        while True:
-            waiting = self.control.first_waiting(lim.line_id, turn.turns, now, 5)
-            if not waiting:
-                self.control.leave_turns(lim.line_id, turn)
-                return None
-            runs = self.store.runs.get_runs([rid for rid, _ in waiting], now)
-            for rid, place in waiting:
-                run = runs.get(rid)
-                if run is not None and run.status is RunStatus.QUEUED:
-                    if run.admit_at is not None and run.admit_at > now + 1.0:
-                        break  # its throttle slot is ahead: its timer carries it on
-                    return run, place
-                self.control.stop_waiting(lim.line_id, turn.turns, place)
-            else:
+            limits = _limits_of(first.gate)
+            if not self._take(first.run_id, limits):
+                passed.add(turn.turns)  # another of its limits is full, or this one
+                fails += 1
+                holders = None
                 continue
-            return None
-
-    def _take(self, run: RunRecord) -> bool:
-        limits = (run.gate or Gate()).limits
-        return self.control.take_limits([(lim.line_id, lim.limit) for lim in limits],
-                                        run.run_id)
-
-    def _start(self, run: RunRecord, lim: Limit | None, turn: Turn | None,
-               place: Sk | None = None) -> RunRecord:
-        gate = run.gate or Gate()
-        started = self.admit(run, {"group": gate.group, "key": gate.key})
-        if started.status is not RunStatus.RUNNING or started.started_at is None:
-            # Not started (cancelled meanwhile): what it took goes back.
-            for each in gate.limits:
-                self.control.let_go_of(each.line_id, [run.run_id])
-            if lim is not None and place is not None:
-                self.control.stop_waiting(lim.line_id, lim.turns, place)
-            return started
-        if lim is not None and turn is not None:
-            self.control.advance_turns(lim.line_id, turn)
+            run = self._start(first.run_id, limits, lim, turn, then)
+            if run is not None:
+                started.append(run)
+            holders = Holders(holders.runs | {first.run_id}, holders.legacy)
         return started
 
-    def _queue(self, run: RunRecord, lim: Limit, now: float) -> None:
-        """Put the run in the limit's line, its turns key joining the turns at the
-        current round when it has none."""
-        self.control.wait_for_limit(lim.line_id, lim.turns, waiting_place(run), run.run_id)
-        first = self.control.next_turns(lim.line_id, now, 1)
-        self.control.join_turns(lim.line_id, lim.turns, first[0].round if first else 0, now)
+    def _choose(self, lim: Limit, now: float,
+                passed: set[str]) -> tuple[Turn, Waiting, Sk] | None:
+        """The next run of a limit, the place of the one after it in its key; from the
+        first keys in turn order, the one of the lowest round whose first run has the
+        best place."""
+        after: Sk | None = None
+        while True:
+            page = self.control.next_turns(lim.line_id, now, KEYS_A_LOOK, after)
+            keys = [t for t in page if t.turns not in passed]
+            while keys:
+                low = min(t.round for t in keys)
+                tied = [t for t in keys if t.round == low]
+                if len(tied) > 1:
+                    read = self.control.turns_of(lim.line_id, [t.turns for t in tied], now)
+                    tied = sorted((read.get(t.turns, t) for t in tied),
+                                  key=lambda t: (t.round != low, t.best, t.turns))
+                turn = tied[0]
+                waiting = self.control.first_waiting(lim.line_id, turn.turns, now, 2)
+                if waiting:
+                    then = waiting[1].place if len(waiting) > 1 else LAST
+                    return Turn(low, turn.turns), waiting[0], then
+                self.control.leave_turns(lim.line_id, Turn(low, turn.turns))
+                keys = [t for t in keys if t.turns != turn.turns]
+            if len(page) < KEYS_A_LOOK:
+                return None
+            after = round_sk(page[-1].round, page[-1].turns)
+
+    def _take(self, run_id: str, limits: tuple[Limit, ...]) -> bool:
+        return self.control.take_limits([(lim.line_id, lim.limit) for lim in limits], run_id)
+
+    def _start(self, run_id: str, limits: tuple[Limit, ...], lim: Limit | None,
+               turn: Turn | None, then: Sk | None = None) -> RunRecord | None:
+        """Start a run that took its limits (None: it was no longer queued, and what it
+        took goes back, with its places in line)."""
+        started = self.admit_id(run_id, {"group": limits[0].group, "key": limits[0].key})
+        if started is None:
+            current = self.store.runs.get_run(run_id, self.clock())
+            if current is not None and current.status is RunStatus.RUNNING:
+                return None  # another process started it: what it holds is its own
+            for each in limits:
+                self.control.let_go_of(each.line_id, [run_id])
+            if current is not None:
+                self.admitted(current)
+            elif current is None and lim is not None and turn is not None:
+                for w in self.control.first_waiting(lim.line_id, turn.turns, self.clock(), 1):
+                    if w.run_id == run_id:
+                        self.control.stop_waiting(lim.line_id, turn.turns, w.place)
+            return None
+        if lim is not None and turn is not None:
+            self.control.advance_turns(lim.line_id, turn, then or LAST)
+        return started
 
     def _now_or_never(self, run: RunRecord, limits: tuple[Limit, ...]) -> RunRecord:
         """Policy skip: start now, or be refused naming the limit that is full."""
-        if self._take(run):
-            return self._start(run, None, None)
         now = self.clock()
-        for lim in limits:
-            self.drop_finished(lim, now)
-        if self._take(run):
-            return self._start(run, None, None)
+        for attempt in range(2):
+            if self._take(run.run_id, limits):
+                started = self._start(run.run_id, limits, None, None)
+                return started if started is not None else self.reread(run)
+            if attempt == 0:
+                for lim in limits:
+                    self.drop_finished(lim, now)
         full = next((lim for lim in limits
                      if self.control.holders(lim.line_id, now).count() >= lim.limit),
                     limits[0])
-        holders = self.control.holders(full.line_id, now)
-        names = sorted(holders.runs | ({holders.legacy} if holders.legacy else set()))
+        names = self.control.holders(full.line_id, now).all()
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         what = (f"busy with run {shown}" if full.limit == 1
                 else f"at its limit of {full.limit} (runs {shown})")
         return self.refuse(run, Code.CONCURRENCY_BUSY,
                            f"group {full.group!r} key {full.key!r} is {what}")
 
-    def drop_finished(self, lim: Limit, now: float) -> None:
-        """Drop the holders of a limit whose run has finished or is gone."""
+    def drop_finished(self, lim: Limit, now: float) -> frozenset[str]:
+        """Drop the holders of a full limit whose run has finished or is gone; the
+        holders left."""
         holders = self.control.holders(lim.line_id, now)
-        ids = sorted(holders.runs | ({holders.legacy} if holders.legacy else set()))
-        if not ids:
-            return
+        ids = holders.all()
+        if len(ids) < lim.limit:
+            return frozenset(ids)
         runs = self.store.runs.get_runs(ids, now)
         gone = [rid for rid in ids if rid not in runs or runs[rid].status.terminal]
         if gone:
             self.control.let_go_of(lim.line_id, gone)
             log.info("limit %s: dropped finished holders %s", lim.line_id, gone)
+        return frozenset(ids) - set(gone)
 
     def _replace_others(self, run: RunRecord, limits: tuple[Limit, ...], now: float) -> None:
         """Policy cancel-running: cancel the oldest holders so that this run fits, and
@@ -238,16 +265,14 @@ class Groups:
         for lim in limits:
             if lim.policy is not GroupPolicy.CANCEL_RUNNING:
                 continue
-            self.drop_finished(lim, now)
-            holders = self.control.holders(lim.line_id, now)
-            ids = sorted(holders.runs | ({holders.legacy} if holders.legacy else set()))
-            ids = [rid for rid in ids if rid != run.run_id]
+            ids = [rid for rid in self.drop_finished(lim, now) if rid != run.run_id]
             over = len(ids) - lim.limit + 1
             if over > 0:
                 found = self.store.runs.get_runs(ids, now)
-                oldest = sorted(ids, key=lambda r: found[r].created_at if r in found else 0)
+                oldest = sorted(ids, key=lambda r: (found[r].created_at, r) if r in found
+                                else (0.0, r))
                 for rid in oldest[:over]:
                     self.cancel(rid, reason)
-            for rid, place in self.control.first_waiting(lim.line_id, lim.turns, now, 100):
-                if rid != run.run_id and place < mine:
-                    self.cancel(rid, reason)
+            for w in self.control.first_waiting(lim.line_id, lim.turns, now, 100):
+                if w.run_id != run.run_id and w.place < mine:
+                    self.cancel(w.run_id, reason)

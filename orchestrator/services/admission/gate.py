@@ -46,8 +46,8 @@ class Admission:
     def __post_init__(self) -> None:
         object.__setattr__(self, "throttles", Throttles(self.control, self.clock))
         object.__setattr__(self, "groups", Groups(
-            self.store, self.control, self.clock, admit=self._admit, refuse=self._refuse,
-            reread=self._reread, cancel=self.cancel))
+            self.store, self.control, self.clock, admit_id=self._admit_id,
+            refuse=self._refuse, reread=self._reread, cancel=self.cancel))
 
     def arrive(self, run: RunRecord) -> RunRecord:
         """Move a queued run as far as it can go now (idempotent)."""
@@ -73,13 +73,21 @@ class Admission:
         return self.groups.arrive(run, gate, now)
 
     def recheck(self, run: RunRecord) -> RunRecord:
-        """The sweeper's look at a run still queued: as `arrive`, after dropping the
-        holders of its limits that have finished (a release lost with its process)."""
+        """The sweeper's look at a run still queued: as `arrive`, and for one waiting
+        for its limits, the repairs of `Groups.recheck`."""
         gate = run.gate or Gate()
-        if gate.group and (run.admit_at is None or run.admit_at <= self.clock() + SLACK):
-            for lim in gate.limits:
-                self.groups.drop_finished(lim, self.clock())
+        now = self.clock()
+        if gate.group and (run.admit_at is None or run.admit_at <= now + SLACK) and \
+                (gate.throttle is None or run.admit_at is not None):
+            return self.groups.recheck(run, gate, now)
         return self.arrive(run)
+
+    def rejoin(self, run: RunRecord) -> None:
+        """A sweep's look at a run waiting for limits another run of the same limit was
+        looked at for: only its key's place in the turns is mended."""
+        gate = run.gate or Gate()
+        if gate.group:
+            self.groups.rejoin(run, gate, self.clock())
 
     def due(self, run_id: str) -> None:
         """An admission timer fired: carry the run on."""
@@ -95,12 +103,17 @@ class Admission:
     # ---- the queued run's moves --------------------------------------------------------
 
     def _admit(self, run: RunRecord, detail: dict[str, Any]) -> RunRecord:
+        admitted = self._admit_id(run.run_id, detail)
+        return self._reread(run) if admitted is None else admitted
+
+    def _admit_id(self, run_id: str, detail: dict[str, Any]) -> RunRecord | None:
+        """queued -> running, then launched (None: it was not queued any more)."""
         try:
-            admitted = self.store.runs.admit_run(run.run_id, self.clock(), detail)
+            admitted = self.store.runs.admit_run(run_id, self.clock(), detail)
         except ConditionFailed:
-            return self._reread(run)
+            return None
         self.launch(admitted)
-        self.groups.admitted(run)
+        self.groups.admitted(admitted)
         return admitted
 
     def _refuse(self, run: RunRecord, code: Code, message: str) -> RunRecord:

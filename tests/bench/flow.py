@@ -1,0 +1,214 @@
+"""Figures of flow control for many tenants (issue 41): admissions per second with
+runs queued over 100 keys, the time a newcomer waits behind one tenant's backlog, and
+what an admitted run costs on AWS.
+
+The stack is the one `orchestrator dev` runs, in one process so its AWS requests can be
+counted with botocore's own events: the embedded emulator, a worker (8 threads) and a
+sweeper, the HTTP API served by uvicorn, the functions served by uvicorn; everything is
+driven through the API over HTTP, as a user drives it.
+
+    python tests/bench/flow.py [--sizes 100,1000,10000] [--backlog 1000,10000] [--json out.json]
+
+- **admissions**: `plug` runs (an approval gate) fill a group of 8; n runs of `fair`
+  (the same group, then 8 a tenant; one quick step) are queued over min(n, 100)
+  tenants; the plugs are cancelled, and the figure is n over the time from then to the
+  last run's end. Requests per admitted run: those of the drain over n, less those of n
+  runs of `free` (the same step, no limit): what admission adds.
+- **fairness**: tenant A queues k runs of `fair`, then B queues one; the figure is how
+  many runs started between B's arrival and its start (the bound: 8) and how long B
+  waited; `fifo` (one group of 8, no turns) the same, for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from functions.sdk.serving import BackgroundServer  # noqa: E402
+from infra.emulator import Emulator  # noqa: E402
+from infra.stack import deploy_data_stack  # noqa: E402
+from orchestrator.adapters.aws import make_clients  # noqa: E402
+from orchestrator.api.app import create_app  # noqa: E402
+from orchestrator.manifest.loader import manifest_from_text  # noqa: E402
+from orchestrator.runtime import Runtime  # noqa: E402
+from orchestrator.settings import Settings  # noqa: E402
+from tests.bench.coordination import Counted, dollars_per_million, until  # noqa: E402
+from tests.support.testfns import Recorder  # noqa: E402
+from tests.support.testfns import create_app as testfns_app  # noqa: E402
+
+SLOTS = 8
+MANIFEST = f"""
+backends:
+  fn: {{ url: "${{FN}}" }}
+workflows:
+  plug:
+    concurrency: {{ group: pool, limit: {SLOTS} }}
+    steps:
+      hold: {{ approval: {{ prompt: "hold", timeout: 1h }} }}
+  fair:
+    concurrency:
+      - {{ group: pool, limit: {SLOTS} }}
+      - {{ limit: {SLOTS}, key: "${{{{ input.tenant }}}}" }}
+    steps:
+      go: {{ backend: fn, route: /echo }}
+  fifoplug:
+    concurrency: {{ group: fifo, limit: {SLOTS} }}
+    steps:
+      hold: {{ approval: {{ prompt: "hold", timeout: 1h }} }}
+  fifo:
+    concurrency: {{ group: fifo, limit: {SLOTS} }}
+    steps:
+      go: {{ backend: fn, route: /echo }}
+  free:
+    steps:
+      go: {{ backend: fn, route: /echo }}
+"""
+
+
+class Stack:
+    def __init__(self, emulator: Emulator, fn_url: str) -> None:
+        settings = Settings(endpoint_url=emulator.url, prefix=f"fl{int(time.time())}",
+                            api_auth=False, sweep_interval=1.0)
+        self.clients = emulator.attach(make_clients(settings))
+        deploy_data_stack(self.clients, settings.prefix)
+        manifest = manifest_from_text(MANIFEST, "bench.yml", ROOT, {"FN": fn_url})
+        self.rt = Runtime.build(settings, manifest, clients=self.clients)
+        self.counted = Counted(self.clients)
+        self.stop = threading.Event()
+        self.threads = [
+            threading.Thread(target=self.rt.worker().run, args=(self.stop,),
+                             kwargs={"threads": 8, "wait": 1}, daemon=True),
+            threading.Thread(target=self.rt.sweeper().run, args=(self.stop,), daemon=True)]
+        for t in self.threads:
+            t.start()
+        self.server = BackgroundServer(create_app(self.rt)).start()
+        self.api = httpx.Client(base_url=self.server.url, timeout=120,
+                                limits=httpx.Limits(max_connections=16))
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=10)
+        self.server.stop()
+
+    def start(self, workflow: str, input: Any = None) -> str:
+        r = self.api.post("/runs", json={"workflow": workflow, "input": input})
+        assert r.status_code in (200, 201), r.text
+        return str(r.json()["run_id"])
+
+    def start_many(self, workflow: str, inputs: list[Any]) -> list[str]:
+        """In order, four at a time (a user's client that sends in parallel)."""
+        with ThreadPoolExecutor(4) as pool:
+            return list(pool.map(lambda i: self.start(workflow, i), inputs))
+
+    def view(self, run_id: str) -> dict[str, Any]:
+        return dict(self.api.get(f"/runs/{run_id}", params={"steps": "false"}).json())
+
+    def ended(self, run_ids: list[str], timeout: float = 3600.0) -> list[dict[str, Any]]:
+        """Each run's view once it has ended (the last one first: it ends last)."""
+        views: dict[str, dict[str, Any]] = {}
+        for run_id in reversed(run_ids):
+            views[run_id] = until(lambda r=run_id: (lambda v: v if v["status"] not in (
+                "queued", "running") else None)(self.view(r)), timeout)
+        return [views[r] for r in run_ids]
+
+    def plugged(self, workflow: str) -> list[str]:
+        plugs = [self.start(workflow) for _ in range(SLOTS)]
+        until(lambda: all(self.view(p)["status"] == "running" for p in plugs))
+        return plugs
+
+    def unplug(self, plugs: list[str]) -> float:
+        began = time.time()
+        for p in plugs:
+            assert self.api.post(f"/runs/{p}/cancel", json={"reason": "bench"}).status_code \
+                == 200
+        return began
+
+
+def admissions(stack: Stack, n: int) -> dict[str, Any]:
+    tenants = min(n, 100)
+    inputs = [{"tenant": f"t{i % tenants}"} for i in range(n)]
+    stack.counted.take()
+    free = stack.ended(stack.start_many("free", inputs))
+    base = stack.counted.take()
+    assert all(v["status"] == "success" for v in free)
+    plugs = stack.plugged("plug")
+    stack.counted.take()
+    began = time.monotonic()
+    ids = stack.start_many("fair", inputs)
+    queue_s = time.monotonic() - began
+    queued = stack.counted.take()
+    assert all(stack.view(r)["status"] == "queued" for r in ids[:: max(1, n // 20)])
+    unplugged = stack.unplug(plugs)
+    views = stack.ended(ids)
+    drain = stack.counted.take()
+    assert all(v["status"] == "success" for v in views), [v for v in views
+                                                          if v["status"] != "success"][:2]
+    last = max(v["finished_at"] for v in views)
+    extra = (queued + drain) - base
+    return {
+        "n": n, "tenants": tenants,
+        "queued_per_s": round(n / queue_s, 1),
+        "admitted_per_s": round(n / (last - unplugged), 1),
+        "free_runs_per_s": round(n / (max(v["finished_at"] for v in free)
+                                      - min(v["created_at"] for v in free)), 1),
+        "requests_per_admission": round(sum(extra.values()) / n, 1),
+        "dollars_per_million_admissions": round(dollars_per_million(extra, n), 2),
+        "requests_per_run_without_limit": round(sum(base.values()) / n, 1),
+        "by_operation": dict(sorted(((k, round(v / n, 2)) for k, v in extra.items()),
+                                    key=lambda kv: -kv[1])),
+    }
+
+
+def fairness(stack: Stack, k: int, workflow: str, plug: str) -> dict[str, Any]:
+    plugs = stack.plugged(plug)
+    a = stack.start_many(workflow, [{"tenant": "A"}] * k)
+    b = stack.start(workflow, {"tenant": "B"})
+    stack.unplug(plugs)
+    [bv] = stack.ended([b])
+    views = stack.ended(a)
+    before_b = [v for v in views if v["started_at"] is not None
+                and bv["created_at"] < v["started_at"] < bv["started_at"]]
+    return {"k": k, "workflow": workflow,
+            "admissions_before_b": len(before_b),
+            "b_waited_ms": round((bv["started_at"] - bv["created_at"]) * 1000, 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="100,1000,10000")
+    parser.add_argument("--backlog", default="1000,10000")
+    parser.add_argument("--json", dest="json_out")
+    args = parser.parse_args()
+    out: dict[str, Any] = {"admissions": [], "fairness": []}
+    rec = Recorder()
+    with Emulator() as emulator, BackgroundServer(testfns_app(rec)) as fn:
+        stack = Stack(emulator, fn.url)
+        try:
+            for n in (int(x) for x in args.sizes.split(",") if x):
+                out["admissions"].append(admissions(stack, n))
+                print("admissions", json.dumps(out["admissions"][-1]), flush=True)
+            for k in (int(x) for x in args.backlog.split(",") if x):
+                for wf, plug in (("fair", "plug"), ("fifo", "fifoplug")):
+                    out["fairness"].append(fairness(stack, k, wf, plug))
+                    print("fairness", json.dumps(out["fairness"][-1]), flush=True)
+        finally:
+            stack.close()
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -36,13 +36,17 @@ def line_holder(row: StepRecord) -> str:
     return f"{row.run_id}/{row.step}"
 
 
-def backend_wait(limits: Limits, wait: Wait, since: float) -> Waiting:
+def backend_wait(limits: Limits, wait: Wait, since: float, attempt: int = 0) -> Waiting:
     """What a step (or a durable run) waiting for its backend records on its row: it
     resolves as soon as it is looked at (`next`): the caller then tries for a slot
-    again."""
+    again. `attempt`: a YAML step's, which its view checks (the row keeps the record
+    once the attempt has moved on)."""
+    detail: dict[str, Any] = {"backend": limits.backend, "limit": wait.limit.value,
+                              "limits": limits.to_json()}
+    if attempt:
+        detail["attempt"] = attempt
     return Waiting(WaitKind.NEXT, name=limits.backend, since=since, until=wait.until,
-                   detail={"backend": limits.backend, "limit": wait.limit.value,
-                           "limits": limits.to_json()})
+                   detail=detail)
 
 
 def arrived_at(waiting: dict[str, Any] | None, limits: Limits, now: float) -> float:
@@ -74,7 +78,8 @@ def take_slot(executor: Executor, gate: BackendLimits, limits: Limits, row: Step
         if wait.limit is LimitKind.CONCURRENCY:
             gate.queue(limits, line_holder(row), row.run_id, row.step, arrived)
             queued = True
-        left = park(executor, row, pokes, backend_wait(limits, wait, arrived), now, tally)
+        left = park(executor, row, pokes, backend_wait(limits, wait, arrived, row.attempt),
+                    now, tally)
         if left is not Released.POKED:
             return False
         fresh = executor.store.steps.get_step(row.run_id, row.step)

@@ -12,6 +12,7 @@ records when each started (tests/support/limited_fns.py).
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.adapters.store.backend_limits import BackendLimitStore
+from orchestrator.api.ui.pages import run_live_html
 from orchestrator.cli.render import render_run
 from tests.support.harness import BuildHarness, Harness, steps_of
 from tests.support.limited_fns import SECRET, Gauge, create_app
@@ -87,10 +89,11 @@ def until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
 
 
 def held_back(h: Harness, run_ids: list[str]) -> Callable[[], dict[str, Any] | None]:
-    """A run's view in which a step waits for its backend, if any."""
+    """A run's view (as GET /runs/{id} sends it) in which a step waits for its backend,
+    if any."""
     def check() -> dict[str, Any] | None:
         for run_id in run_ids:
-            view = h.rt.runs.view(run_id)
+            view = json.loads(h.rt.runs.view_body(run_id))
             if view.get("waiting_for") or any(
                     s.get("waiting_for") for s in view.get("steps", [])):
                 return view
@@ -112,6 +115,11 @@ def test_calls_in_flight_never_pass_the_limit_across_runs_kinds_and_workers(
     waiting = view.get("waiting_for") or next(
         s["waiting_for"] for s in view["steps"] if s.get("waiting_for"))
     assert waiting["backend"] == "api" and waiting["limit"] == "concurrency", waiting
+
+    def on_the_dashboard() -> bool:
+        return any("waiting for backend api (limit 2 in flight)"
+                   in run_live_html(h.rt, run_id, {})[0] for run_id in runs)
+    until("shown on the dashboard", on_the_dashboard)
     for run_id in runs:
         assert h.wait(run_id, timeout=60)["status"] == "success", run_id
     # 8 DAG calls, 10 items, 6 durable step bodies: all ran, never more than 2 at once.
@@ -173,3 +181,24 @@ def test_a_slot_whose_holder_vanished_is_taken_back_once_its_lease_passed(
     assert h.wait(run_id, timeout=30)["status"] == "success"
     assert GAUGE.times()[0] >= now + 2.0
     assert "gone-worker" not in items.state("api", time.time()).holders
+
+
+def test_a_durable_run_waits_for_its_backend_released_and_says_so(
+        make: Callable[[str], Harness]) -> None:
+    h = make("{ concurrency: 1 }")
+    items = BackendLimitStore(h.rt.store.control)
+    now = time.time()
+    items.open("api")
+    assert items.take("api", "gone-worker", now + 3.0, now, concurrency=1, interval=None)
+    h.start_workers(1, threads=2)
+    h.start_sweeper()
+    run_id = h.start("worky", {"steps": 2, "seconds": 0.01})
+    view = until("held back", held_back(h, [run_id]), timeout=5)
+    assert view["waiting_for"]["backend"] == "api", view
+    assert view["waiting_for"]["limit"] == "concurrency"
+    # Released: no worker holds the run while it waits.
+    driver = h.rt.store.steps.get_step(run_id, "$run")
+    assert driver is not None and driver.lease_owner is None
+    assert "waiting for backend api (limit 1 in flight)" in render_run(view, ascii_only=True)
+    assert h.wait(run_id, timeout=30)["status"] == "success"
+    assert GAUGE.times()[0] >= now + 3.0

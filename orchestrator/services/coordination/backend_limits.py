@@ -82,7 +82,10 @@ class BackendLimits:
         self.items.leave(limits.backend, holder, arrived)
 
     def hand_over(self, backend: str) -> None:
-        """Poke the head of the backend's line: its worker tries for the slot again."""
+        """Poke the head of the backend's line: its worker tries for the slot again.
+        A waiter taken out of the line whose row could not be handed a dispatch (held:
+        its holder sees the poke; or gone: its run ended) does not end the hand-over:
+        the next one is poked too (a spare wake only looks and waits again)."""
         now = self.clock()
         for waiter in self.items.line(backend, now):
             if not self.items.take_turn(backend, waiter):
@@ -91,5 +94,5 @@ class BackendLimits:
             if poked is not None:
                 self.queues.dispatch([Dispatch(run_id=waiter.run_id, step=waiter.row,
                                                attempt=poked.attempt)])
-            return
+                return
 

@@ -74,8 +74,8 @@ def waiting_for(s: StepRecord | None) -> dict[str, Any] | None:
     if s is None or s.status.terminal or s.lease_owner or not s.waiting:
         return None
     detail = s.waiting.get("detail") or {}
-    if not detail.get("backend"):
-        return None
+    if not detail.get("backend") or detail.get("attempt", s.attempt) != s.attempt:
+        return None  # another wait, or a past one (its attempt has been called since)
     return {"backend": detail["backend"], "limit": detail.get("limit"),
             "limits": detail.get("limits") or {}, "until": s.waiting.get("until")}
 

@@ -23,6 +23,7 @@ from orchestrator.engine.backend_limits import (
 )
 from orchestrator.errors import ManifestError
 from orchestrator.manifest.loader import load_manifest
+from orchestrator.manifest.models import Manifest
 from orchestrator.presentation.backend_waits import backend_wait_text
 from orchestrator.runtime import backend_limits
 
@@ -38,7 +39,7 @@ workflows:
 """
 
 
-def load(tmp_path: Path, limits: str) -> object:
+def load(tmp_path: Path, limits: str) -> Manifest:
     path = tmp_path / "orchestrator.yml"
     path.write_text(MANIFEST.format(limits=limits), encoding="utf-8")
     return load_manifest(path, {})
@@ -52,14 +53,13 @@ def problems(tmp_path: Path, limits: str) -> list[str]:
 
 def test_limits_load_into_what_the_runners_apply(tmp_path: Path) -> None:
     m = load(tmp_path, '{ concurrency: 4, rate: "10/1s" }')
-    limits = backend_limits("api", m.backends["api"])  # type: ignore[attr-defined]
+    limits = backend_limits("api", m.backends["api"])
     assert limits == Limits("api", 4, 10, 1.0)
     assert limits.interval == pytest.approx(0.1)
     assert limits.to_json() == {"concurrency": 4, "rate": "10/1s"}
-    only_rate = backend_limits("api", load(tmp_path, '{ rate: "100/1m" }')
-                               .backends["api"])  # type: ignore[attr-defined]
+    only_rate = backend_limits("api", load(tmp_path, '{ rate: "100/1m" }').backends["api"])
     assert only_rate == Limits("api", None, 100, 60.0)
-    assert backend_limits("api", load(tmp_path, "{}").backends["api"]) is None  # type: ignore[attr-defined]
+    assert backend_limits("api", load(tmp_path, "{}").backends["api"]) is None
 
 
 @pytest.mark.parametrize(("limits", "field", "fragment"), [

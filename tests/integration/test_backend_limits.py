@@ -202,3 +202,31 @@ def test_a_durable_run_waits_for_its_backend_released_and_says_so(
     assert "waiting for backend api (limit 1 in flight)" in render_run(view, ascii_only=True)
     assert h.wait(run_id, timeout=30)["status"] == "success"
     assert GAUGE.times()[0] >= now + 3.0
+
+
+def test_a_wait_whose_timer_was_lost_is_woken_by_the_sweeper(
+        make: Callable[[str], Harness]) -> None:
+    h = make("{ concurrency: 1 }")
+    items = BackendLimitStore(h.rt.store.control)
+    now = time.time()
+    items.open("api")
+    assert items.take("api", "gone-worker", now + 1.0, now, concurrency=1, interval=None)
+    dropped: list[Any] = []
+
+    def drop_first_timer(messages: list[Any]) -> list[Any]:
+        kept = []
+        for m in messages:
+            timer = getattr(m, "due_at", None) is not None and getattr(m, "step", "") == "a"
+            if timer and not dropped:
+                dropped.append(m)
+                continue
+            kept.append(m)
+        return kept
+
+    h.rt.queues.tamper = drop_first_timer
+    h.start_workers(1, threads=2)
+    h.start_sweeper()
+    run_id = h.start("one", {})
+    until("held back", held_back(h, [run_id]), timeout=5)
+    assert h.wait(run_id, timeout=30)["status"] == "success"
+    assert dropped and dropped[0].run_id == run_id

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.adapters.store import control_keys as c
+from orchestrator.cli.doctor import backend_checks
 from orchestrator.cli.render import render_run
 from orchestrator.engine.attempts import Outcome, OutcomeKind, classify_response
 from orchestrator.engine.backend_limits import (
@@ -133,3 +134,10 @@ def test_a_step_held_back_is_shown_with_its_limit() -> None:
                        "waiting_for": {"backend": "api", "limit": "rate", "limits": limits}}]}
     assert "a  dispatched 1 attempt  waiting for backend api (rate 10/1s)" in render_run(
         view, ascii_only=True)
+
+
+def test_doctor_shows_a_backends_limits_where_it_shows_the_backend(tmp_path: Path) -> None:
+    m = load(tmp_path, '{ concurrency: 4, rate: "10/1s" }')
+    (check,) = backend_checks(m)
+    assert check.detail.endswith("; limits 4 in flight, 10/1s"), check
+    assert check.facts["limits"] == {"concurrency": 4, "rate": "10/1s"}

@@ -43,8 +43,8 @@ backends:
 workflows:
   dag:
     steps:
-      a: {{ backend: api, route: /work }}
-      b: {{ backend: api, route: /work, dependsOn: [a] }}
+      a: {{ backend: api, route: /work, payload: {{ seconds: 0.2 }} }}
+      b: {{ backend: api, route: /work, dependsOn: [a], payload: {{ seconds: 0.2 }} }}
   one:
     steps:
       a: {{ backend: api, route: /work, payload: {{ seconds: 0.01 }} }}
@@ -53,6 +53,7 @@ workflows:
       each:
         backend: api
         route: /work
+        payload: {{ seconds: 0.2 }}
         fanOut: {{ items: "input.items", maxParallel: 5 }}
   busy:
     steps:
@@ -108,7 +109,7 @@ def test_calls_in_flight_never_pass_the_limit_across_runs_kinds_and_workers(
     h.start_sweeper()
     runs = [h.start("dag", {}) for _ in range(4)]
     runs += [h.start("fan", {"items": list(range(5))}) for _ in range(2)]
-    runs += [h.start("worky", {"steps": 3}) for _ in range(2)]
+    runs += [h.start("worky", {"steps": 3, "seconds": 0.2}) for _ in range(2)]
     view = until("a step held back", held_back(h, runs))
     shown = render_run(view, ascii_only=True)
     assert "waiting for backend api (limit 2 in flight)" in shown, shown
@@ -140,8 +141,10 @@ def test_starts_are_spaced_by_the_rate(make: Callable[[str], Harness]) -> None:
     starts = GAUGE.times()
     assert len(starts) == 6
     gaps = [b - a for a, b in itertools.pairwise(starts)]
-    # 0.2 s apart at the backend's side, give or take the HTTP call's own jitter.
-    assert min(gaps) >= 0.15, gaps
+    # 0.2 s apart when their slots were taken; at the backend's side, give or take the
+    # HTTP calls' own latency (a loaded machine's included). Unlimited, they all start
+    # within a few milliseconds.
+    assert min(gaps) >= 0.1, gaps
     assert starts[-1] - starts[0] >= 5 * 0.2 - 0.1, starts
 
 
@@ -152,6 +155,8 @@ def test_a_429_with_retry_after_holds_the_backend_off_for_the_time_asked(
     h.start_sweeper()
     busy = h.start("busy", {})
     first = until("the 429 answered", lambda: GAUGE.times("busy:"))[0]
+    items = BackendLimitStore(h.rt.store.control)
+    until("held off", lambda: items.state("api", time.time()).not_before > first, timeout=5)
     other = h.start("one", {})  # another run, another step, the same backend
     view = until("held off", held_back(h, [other]), timeout=5)
     assert steps_of(view)["a"]["waiting_for"]["limit"] == "retry_after", view
@@ -179,7 +184,7 @@ def test_a_slot_whose_holder_vanished_is_taken_back_once_its_lease_passed(
     run_id = h.start("one", {})
     until("held back", held_back(h, [run_id]), timeout=5)
     assert h.wait(run_id, timeout=30)["status"] == "success"
-    assert GAUGE.times()[0] >= now + 2.0
+    assert GAUGE.times()[0] >= now + 1.99  # (the lease is kept to the millisecond)
     assert "gone-worker" not in items.state("api", time.time()).holders
 
 
@@ -201,7 +206,7 @@ def test_a_durable_run_waits_for_its_backend_released_and_says_so(
     assert driver is not None and driver.lease_owner is None
     assert "waiting for backend api (limit 1 in flight)" in render_run(view, ascii_only=True)
     assert h.wait(run_id, timeout=30)["status"] == "success"
-    assert GAUGE.times()[0] >= now + 3.0
+    assert GAUGE.times()[0] >= now + 2.99
 
 
 def test_a_wait_whose_timer_was_lost_is_woken_by_the_sweeper(

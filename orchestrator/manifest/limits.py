@@ -19,7 +19,9 @@ from orchestrator.manifest.fields import ManifestModel
 
 __all__ = ["MAX_CONCURRENCY", "BackendLimits", "parse_rate"]
 
-MAX_CONCURRENCY = 10_000
+# Its calls in flight are one item (an id and a lease each): a thousand stays far below
+# DynamoDB's 400 KB.
+MAX_CONCURRENCY = 1000
 
 
 class BackendLimits(ManifestModel):

@@ -48,6 +48,9 @@ workflows:
   one:
     steps:
       a: {{ backend: api, route: /work, payload: {{ seconds: 0.01 }} }}
+  long:
+    steps:
+      a: {{ backend: api, route: /work, payload: {{ seconds: 1.0 }} }}
   fan:
     steps:
       each:
@@ -235,3 +238,20 @@ def test_a_wait_whose_timer_was_lost_is_woken_by_the_sweeper(
     until("held back", held_back(h, [run_id]), timeout=5)
     assert h.wait(run_id, timeout=30)["status"] == "success"
     assert dropped and dropped[0].run_id == run_id
+
+
+def test_the_call_that_frees_a_slot_wakes_the_next_in_line(
+        make: Callable[[str], Harness]) -> None:
+    h = make("{ concurrency: 1 }")
+    h.start_workers(1, threads=4)
+    h.start_sweeper()
+    first = h.start("long", {})
+    began = until("the first call in flight", lambda: GAUGE.times())[0]
+    second = h.start("one", {})
+    until("in line", held_back(h, [second]), timeout=5)
+    assert h.wait(second, timeout=30)["status"] == "success"
+    assert h.wait(first)["status"] == "success"
+    (then,) = GAUGE.times(f"{second}/")
+    # Handed the slot when the first call ended (about 1 s in), not at its own recheck
+    # (5 s after it was refused).
+    assert began + 1.0 <= then < began + 3.0, (began, then)

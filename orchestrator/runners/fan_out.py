@@ -11,9 +11,10 @@ whose earliest start (its `rate` slot, or its retry's backoff) is more than a se
 away releases the step to wait, holding no worker, with a timer for then; a worker
 whose time is up (a Lambda's) releases it to the queue. Each item's call to a backend
 with `limits:` takes a slot first (runners/backend_gate.py): a wave holds the items
-that got one, and with none free the step waits for one, released. The step's `retry:` applies to
-each item. Once every item has an outcome, the step succeeds with the list (a failed
-item's place holds null when `tolerate` allows it) or fails, naming the failed items."""
+that got one, and with none free the step waits for one, released. The step's
+`retry:` applies to each item. Once every item has an outcome, the step succeeds with
+the list (a failed item's place holds null when `tolerate` allows it) or fails, naming
+the failed items."""
 
 from __future__ import annotations
 

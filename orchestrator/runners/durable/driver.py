@@ -147,7 +147,7 @@ class Durable:
         run_id = row.run_id
         gate = self.limits if limits is not None else None
         # Its first wait for its backend (its place in the backend's line).
-        arrived = 0.0 if limits is None else arrived_at(row.waiting, limits, self.clock())
+        arrived = 0.0 if limits is None else arrived_at(row.waiting, limits, 0.0)
         queued = (row.waiting or {}).get("detail", {}).get("limit") == LimitKind.CONCURRENCY
         scope = scope_of(row.step)
         view = JournalView([] if first_holder(row)
@@ -236,6 +236,7 @@ class Durable:
             if gate is not None and limits is not None:
                 wait = gate.enter(limits, slot_holder(row), row.timeout)
                 if wait is not None:  # its backend is busy: wait for a slot, released
+                    arrived = arrived or self.clock()
                     if wait.limit is LimitKind.CONCURRENCY:
                         gate.queue(limits, line_holder(row), run_id, row.step, arrived)
                         queued = True
@@ -249,6 +250,7 @@ class Durable:
                 if queued:
                     gate.dequeue(limits, line_holder(row), arrived)
                     queued = False
+                arrived = 0.0  # a later refusal takes a new place in the line
                 try:
                     turn = self.calls.call(row, ctx, target, view, attempts, refs, tally)
                 except BaseException:

@@ -31,9 +31,11 @@ from orchestrator.manifest.durations import format_duration
 __all__ = ["RECHECK", "BackendLimit", "LimitKind", "Limits", "Room", "Wait", "hold_off",
            "verdict"]
 
-# How long a call refused for want of a free slot waits at most before it looks again
-# (a hand-over usually wakes it sooner; this covers one lost with its process).
-RECHECK = 5.0
+# How long a call refused for want of a free slot waits at most before it looks again:
+# the hand-over wakes it as soon as a slot is freed, so this only bounds what a hand-over
+# lost with its process costs (as a lock's line does). Every waiter looks this often, so
+# a long line costs its backend's control item a wake per waiter per RECHECK.
+RECHECK = 30.0
 # A wait this close to its end is not worth a timer: look again at once.
 NEAR = 0.005
 

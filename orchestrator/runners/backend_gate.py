@@ -68,20 +68,26 @@ def take_slot(executor: Executor, gate: BackendLimits, limits: Limits, row: Step
     queued = (row.waiting or {}).get("detail", {}).get("limit") == LimitKind.CONCURRENCY
     pokes = row.pokes
     take = enter or (lambda: gate.enter(limits, slot_holder(row), row.timeout))
-    for _ in range(8):
+    joined = False
+    for _ in range(10):
         wait = take()
         if wait is None:
             if queued:
                 gate.dequeue(limits, line_holder(row), arrived)
             return True
-        now = clock()
-        if wait.limit is LimitKind.CONCURRENCY:
+        if wait.limit is LimitKind.CONCURRENCY and not joined:
             gate.queue(limits, line_holder(row), row.run_id, row.step, arrived)
-            queued = True
+            queued = joined = True
+            # One more look once in line: a slot freed between the refusal and the join
+            # found nobody to hand it to.
+            continue
         left = park(executor, row, pokes, backend_wait(limits, wait, arrived, row.attempt),
-                    now, tally)
+                    clock(), tally)
         if left is not Released.POKED:
             return False
+        # Poked (a hand-over takes its place in the line away): try again, and join
+        # again if need be.
+        joined = False
         fresh = executor.store.steps.get_step(row.run_id, row.step)
         pokes = fresh.pokes if fresh is not None else pokes + 1
     return False

@@ -149,6 +149,7 @@ class Durable:
         # Its first wait for its backend (its place in the backend's line).
         arrived = 0.0 if limits is None else arrived_at(row.waiting, limits, 0.0)
         queued = (row.waiting or {}).get("detail", {}).get("limit") == LimitKind.CONCURRENCY
+        joined = False
         scope = scope_of(row.step)
         view = JournalView([] if first_holder(row)
                            else self.store.journal.read_journal(run_id, self.clock()))
@@ -237,20 +238,22 @@ class Durable:
                 wait = gate.enter(limits, slot_holder(row), row.timeout)
                 if wait is not None:  # its backend is busy: wait for a slot, released
                     arrived = arrived or self.clock()
-                    if wait.limit is LimitKind.CONCURRENCY:
+                    if wait.limit is LimitKind.CONCURRENCY and not joined:
                         gate.queue(limits, line_holder(row), run_id, row.step, arrived)
-                        queued = True
+                        queued = joined = True
+                        continue  # one more look once in line (runners/backend_gate.py)
                     left = self._suspend(row, pokes, backend_wait(limits, wait, arrived),
                                          self.clock(), tally)
                     if left is not Released.POKED:
                         return
+                    joined = False
                     fresh = self.store.drivers.get_driver(run_id, row.step)
                     pokes = fresh.pokes if fresh is not None else pokes + 1
                     continue
                 if queued:
                     gate.dequeue(limits, line_holder(row), arrived)
                     queued = False
-                arrived = 0.0  # a later refusal takes a new place in the line
+                arrived, joined = 0.0, False  # a later refusal takes a new place
                 try:
                     turn = self.calls.call(row, ctx, target, view, attempts, refs, tally)
                 except BaseException:

@@ -6,8 +6,12 @@ records when each started (tests/support/limited_fns.py).
   workflow's calls) on two workers, the backend never sees more calls at once than
   its limit, and a step held back says so in its run's view;
 - rate: starts are spaced by the rate's interval;
-- a 429 with Retry-After holds every call to the backend off for the time asked;
-- a slot whose holder vanished is taken back once its lease has passed."""
+- a 429 with Retry-After holds every call to the backend off for the time asked (and
+  the step that got it is retried no earlier);
+- a slot whose holder vanished is taken back once its lease has passed;
+- a durable run waits released, and says so;
+- the call that frees a slot wakes the next step in line at once, and a wait whose
+  timer was lost is woken by the sweeper."""
 
 from __future__ import annotations
 

@@ -18,12 +18,14 @@ from orchestrator.adapters.invoker import Invoker
 from orchestrator.adapters.queue import Queues
 from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.control import Control
+from orchestrator.engine.backend_limits import Limits
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.wakes import WakeTimes
 from orchestrator.errors import UsageError
 from orchestrator.runners import BackendRef, RunCache, runners
 from orchestrator.services.admission import Admission
 from orchestrator.services.coordination.approvals import Approvals
+from orchestrator.services.coordination.backend_limits import BackendLimits
 from orchestrator.services.coordination.locks import Locks
 from orchestrator.services.coordination.state_cells import StateService
 from orchestrator.services.durable.admin import DurableAdmin
@@ -151,7 +153,7 @@ class Runtime:
 
     def backends(self) -> dict[str, BackendRef]:
         return {
-            name: BackendRef(url=b.url, secret=b.secret)
+            name: BackendRef(url=b.url, secret=b.secret, limits=backend_limits(name, b))
             for name, b in self.manifest.backends.items()
         }
 
@@ -169,7 +171,9 @@ class Runtime:
         table = runners(self.executor, invoker, cache, clock=clock, rand=rand, sleep=sleep,
                         events=self.event_waits, hooks=self.hooks, children=self.children,
                         approvals=self.approvals, state=self.state, locks=self.locks,
-                        versions=self.versions)
+                        versions=self.versions,
+                        limits=BackendLimits(self.store, self.queues, clock,
+                                             lease_margin=self.settings.lease_margin))
         return Worker(self.executor, invoker, self.backends(), table, cache,
                       admit=self.admission.due, clock=clock, sleep=sleep, **kwargs)
 
@@ -213,3 +217,12 @@ class Runtime:
             on_waiting=self.admission.rejoin,
             tasks=(self.scheduler.tick,),
         )
+
+
+def backend_limits(name: str, backend: Any) -> Limits | None:
+    """A manifest backend's `limits:` as the runners apply them (None: none declared)."""
+    spec = backend.limits
+    if spec is None or (spec.concurrency is None and spec.rate is None):
+        return None
+    count, period = spec.rate_of() or (None, None)
+    return Limits(name, spec.concurrency, count, period)

@@ -53,6 +53,24 @@ STEP_STATUS: Schema = {"type": "string", "enum": [
     *(s.value for s in StepStatus), "timed_out", "waiting", "retrying", "paused"]}
 
 
+# A step (or a durable run) held back by its backend's `limits:` (runners/backend_gate.py).
+WAITING_FOR: Schema = {
+    "type": "object", "required": ["backend", "limit"],
+    "description": "Set while the step waits for its backend's limits (not called yet)",
+    "properties": {
+        "backend": STRING,
+        "limit": {"type": "string", "enum": ["concurrency", "rate", "retry_after"],
+                  "description": "concurrency: the backend has its limit of calls in"
+                  " flight; rate: the next start under its rate is later; retry_after: a"
+                  " 429's Retry-After holds it off"},
+        "limits": {"type": "object", "description": "The backend's limits as declared"
+                   " ({concurrency: N, rate: 'R/period'})"},
+        "until": {**TIME, "description": "When it tries again at the latest (a freed slot"
+                  " wakes it sooner)"},
+    },
+}
+
+
 # How a trigger was taken (services/admission/result.py): every answer the same.
 TAKEN: dict[str, Schema] = {
     "duplicate": {"type": "boolean",
@@ -96,6 +114,7 @@ def response_schemas() -> dict[str, Schema]:
             "position": nullable({"type": "integer", "minimum": 0}),
             "id": nullable_string,
             "until": nullable_time,
+            "waiting_for": WAITING_FOR,
         }, description="A step without a row yet shows only step, status (blocked),"
                        " attempts, output and error. A durable run's steps are its"
                        " operations, in order (kind, scope, position, id; until: when a"
@@ -139,6 +158,7 @@ def response_schemas() -> dict[str, Schema]:
                          " versions registered)"},
              "waiting": nullable({"type": "object", "description": "What a durable run"
                                    " waits for (kind, name, until)"}),
+             "waiting_for": nullable(WAITING_FOR),
              "cost": ref("RunCost")},
         ),
         "RunCost": object_schema(

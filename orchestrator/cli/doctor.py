@@ -252,11 +252,27 @@ def backend_checks(manifest: Any) -> list[Check]:
         if url not in answers:
             answers[url] = _get(url)
         status, why = answers[url]
+        details: dict[str, Any] = {"url": url}
+        limits = backend.limits.model_dump(exclude_none=True) if backend.limits else {}
+        # Its limits (Flow control), said where the backend is.
+        shown = f"; limits {_limits_text(limits)}" if limits else ""
+        if limits:
+            details["limits"] = limits
         if status is None:
-            checks.append(Check(name, FAIL, f"{url} unreachable: {why}", {"url": url}))
+            checks.append(Check(name, FAIL, f"{url} unreachable: {why}{shown}", details))
         else:
-            checks.append(Check(name, OK, f"{url} answers (HTTP {status})", {"url": url}))
+            checks.append(Check(name, OK, f"{url} answers (HTTP {status}){shown}", details))
     return checks
+
+
+def _limits_text(limits: Mapping[str, Any]) -> str:
+    """`4 in flight, 10/1s`."""
+    parts = []
+    if "concurrency" in limits:
+        parts.append(f"{limits['concurrency']} in flight")
+    if "rate" in limits:
+        parts.append(str(limits["rate"]))
+    return ", ".join(parts)
 
 
 # ---- the command ----------------------------------------------------------------------

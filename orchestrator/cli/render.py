@@ -9,6 +9,8 @@ import sys
 import time
 from typing import Any
 
+from orchestrator.presentation.backend_waits import backend_wait_text
+
 __all__ = [
     "relative_time", "render_history", "render_run", "render_runs", "render_schedules",
     "status_icon", "trigger_label",
@@ -89,6 +91,8 @@ def render_run(view: dict[str, Any], *, ascii_only: bool | None = None) -> str:
         detail = ""
         if s["status"] == "success":
             detail = _short(s.get("output"))
+        elif s.get("waiting_for"):
+            detail = _waiting_for(s["waiting_for"])
         elif s.get("error"):
             detail = _short(s["error"])
         attempts = s.get("attempts") or 0
@@ -99,6 +103,12 @@ def render_run(view: dict[str, Any], *, ascii_only: bool | None = None) -> str:
     if view.get("error"):
         lines += ["", f"error: {_short(view['error'], 200)}"]
     return "\n".join(lines)
+
+
+def _waiting_for(w: dict[str, Any]) -> str:
+    """`waiting for backend api (limit 4 in flight)`: a step held back by its backend's
+    limits (engine/backend_limits.py)."""
+    return backend_wait_text(w)
 
 
 def _durable_lines(view: dict[str, Any], ascii_only: bool) -> list[str]:
@@ -124,7 +134,9 @@ def _durable_lines(view: dict[str, Any], ascii_only: bool) -> list[str]:
                      f"{s.get('kind', '')!s:<8} {s['status']:<10} {tries:<10} "
                      f"{detail}".rstrip())
     waiting = view.get("waiting") or {}
-    if waiting and waiting.get("kind") not in (None, "next"):
+    if view.get("waiting_for"):
+        lines += ["", _waiting_for(view["waiting_for"])]
+    elif waiting and waiting.get("kind") not in (None, "next"):
         until = f" until {_when(waiting['until'])}" if waiting.get("until") else ""
         lines += ["", f"waiting for {waiting['kind']} {waiting.get('name', '')}{until}"]
     if view.get("paused"):

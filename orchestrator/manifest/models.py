@@ -43,6 +43,7 @@ from orchestrator.manifest.fields import (
     did_you_mean,
 )
 from orchestrator.manifest.graph import condition_problems, graph_problems
+from orchestrator.manifest.limits import BackendLimits
 from orchestrator.manifest.retries import RetryPolicy
 from orchestrator.manifest.shell import first_capable, resolve_shell
 from orchestrator.manifest.triggers import (
@@ -118,6 +119,8 @@ class Backend(ManifestModel):
     versions: dict[Annotated[str, Field(pattern=VERSION_PATTERN)], str] = Field(
         default_factory=dict, max_length=64)
     current: str | None = None
+    # What protects it: calls in flight and started per period (manifest/limits.py).
+    limits: BackendLimits | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from orchestrator.adapters.store import Lease
+from orchestrator.engine.attempts import Outcome
+from orchestrator.engine.backend_limits import Limits
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.definition import StepSpec
 from orchestrator.engine.records import StepRecord
@@ -29,6 +31,8 @@ class BackendRef:
 
     url: str
     secret: str | None = None
+    # What protects it (`limits:`): its calls take a slot first (runners/backend_gate.py).
+    limits: Limits | None = None
 
     def url_of(self, route: str) -> str:
         return self.url.rstrip("/") + route
@@ -53,6 +57,8 @@ class Attempt:
     # Set by a runner once the step has ended (its success, or its last failure): what
     # it held for its attempts (a lock) can go.
     ended: bool = False
+    # Set by a runner once its call answered: how (a 429 holds its backend off).
+    outcome: Outcome | None = None
 
     @property
     def spec(self) -> StepSpec | None:

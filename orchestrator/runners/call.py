@@ -76,6 +76,7 @@ class CallRunner:
                         steps=steps, payload=payload,
                     ))
                     outcome, raw = result.outcome, result.raw
+                    attempt.outcome = outcome
         decision = after_attempt(row, outcome, self.clock(), self.rand())
         ctx = ctx or RunContext.missing(row.run_id)
         if not isinstance(decision, Succeed):

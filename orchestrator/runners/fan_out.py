@@ -9,9 +9,12 @@ never taken over mid-wave), and records each item's outcome in its own control i
 wave, which run again with the same idempotency key (`<run>/<step>[<index>]`). An item
 whose earliest start (its `rate` slot, or its retry's backoff) is more than a second
 away releases the step to wait, holding no worker, with a timer for then; a worker
-whose time is up (a Lambda's) releases it to the queue. The step's `retry:` applies to
-each item. Once every item has an outcome, the step succeeds with the list (a failed
-item's place holds null when `tolerate` allows it) or fails, naming the failed items."""
+whose time is up (a Lambda's) releases it to the queue. Each item's call to a backend
+with `limits:` takes a slot first (runners/backend_gate.py): a wave holds the items
+that got one, and with none free the step waits for one, released. The step's
+`retry:` applies to each item. Once every item has an outcome, the step succeeds with
+the list (a failed item's place holds null when `tolerate` allows it) or fails, naming
+the failed items."""
 
 from __future__ import annotations
 
@@ -23,16 +26,19 @@ from typing import Any
 from functions.sdk.protocol import WaitKind
 from orchestrator.adapters.invoker import Call, Invoker, Result
 from orchestrator.engine.attempts import Fail, Retry, Succeed, after_attempt
+from orchestrator.engine.backend_limits import Limits, Wait
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable_waits import Waiting
 from orchestrator.engine.records import StepRecord
 from orchestrator.errors import Code
 from orchestrator.expressions import ExpressionError
 from orchestrator.manifest.workflows import MAX_FAN_OUT
+from orchestrator.runners.backend_gate import slot_holder, take_slot
 from orchestrator.runners.base import Attempt
 from orchestrator.runners.cache import RunCache
 from orchestrator.runners.condition import compiled
 from orchestrator.runners.waits import park
+from orchestrator.services.coordination.backend_limits import BackendLimits
 from orchestrator.services.execution.executor import Executor
 from orchestrator.services.execution.tally import Tally
 from orchestrator.strict_json import dumps
@@ -49,8 +55,10 @@ NEAR = 1.0
 class FanOutSteps:
     def __init__(self, executor: Executor, invoker: Invoker, cache: RunCache, *,
                  clock: Callable[[], float], rand: Callable[[], float],
-                 sleep: Callable[[float], object]) -> None:
+                 sleep: Callable[[float], object], limits: BackendLimits | None = None) -> None:
         self.executor = executor
+        # Where an item's call to a backend with `limits:` takes its slot.
+        self.limits = limits
         self.cache = cache
         self.store = executor.store
         self.settings = executor.settings
@@ -66,12 +74,13 @@ class FanOutSteps:
         assert spec.fan_out is not None
         steps = self.cache.dep_outputs(row, ctx.created_at)
         self.advance(row, ctx, spec.fan_out, backend.url_of(row.route), backend.secret,
-                     steps, attempt.tally, room=lambda: attempt.room((row.step,)))
+                     steps, attempt.tally, room=lambda: attempt.room((row.step,)),
+                     limits=backend.limits if self.limits is not None else None)
         return None
 
     def advance(self, row: StepRecord, ctx: RunContext, spec: Mapping[str, Any],
                 url: str, secret: str | None, steps: dict[str, Any] | None, tally: Tally,
-                room: Callable[[], bool]) -> None:
+                room: Callable[[], bool], limits: Limits | None = None) -> None:
         """Carry the claimed fan_out step on: call what is due, then end it, or release
         it to wait for what is not due yet."""
         items = self._items(row, ctx, spec, tally)
@@ -114,9 +123,17 @@ class FanOutSteps:
                     tally.add(row.run_id)
                 return
             row = replace(row, lease_until=until)
+            if limits is not None:
+                # Each item's call takes a slot of its backend's; none free: the step
+                # waits for one, released.
+                slots = self._slots(row, limits, ready, tally)
+                if slots is None:
+                    return
+                ready = slots
             with ThreadPoolExecutor(max_workers=len(ready)) as pool:
                 results = list(pool.map(
-                    lambda i, r=row: self._call(r, ctx, url, secret, steps, items[i], i, outcomes),
+                    lambda i, r=row: self._call(r, ctx, url, secret, steps, items[i], i, outcomes,
+                                                limits),
                     ready))
             for i, result in zip(ready, results, strict=True):
                 outcome = self._outcome(row, result, outcomes.get(i, {}))
@@ -154,15 +171,40 @@ class FanOutSteps:
         error = {"code": Code.FAN_OUT_FAILED.value, "message": f"step {row.step}: {message}"}
         self.executor.fail(row, ctx, Fail(error), tally)
 
+    def _slots(self, row: StepRecord, limits: Limits, ready: list[int],
+               tally: Tally) -> list[int] | None:
+        """The items of `ready` that took a slot of their backend's, in order (at least
+        one); None: none did, and the step was released to wait for one."""
+        assert self.limits is not None
+        gate = self.limits
+        got: list[int] = []
+
+        def enter() -> Wait | None:
+            for i in ready[len(got):]:
+                wait = gate.enter(limits, slot_holder(row, f"[{i}]"), row.timeout)
+                if wait is not None:
+                    return None if got else wait
+                got.append(i)
+            return None
+
+        return got if take_slot(self.executor, gate, limits, row, tally, enter=enter) else None
+
     def _call(self, row: StepRecord, ctx: RunContext, url: str, secret: str | None,
               steps: dict[str, Any] | None, item: Any, index: int,
-              outcomes: dict[int, dict[str, Any]]) -> Result:
+              outcomes: dict[int, dict[str, Any]], limits: Limits | None = None) -> Result:
         attempt = int(outcomes.get(index, {}).get("attempt") or 1)
-        return self.invoker.invoke(Call(
-            url=url, secret=secret, run_id=row.run_id, workflow=ctx.workflow,
-            step=f"{row.step}[{index}]", attempt=attempt, timeout=row.timeout,
-            input=ctx.input, steps=steps, payload={**row.payload, "item": item,
-                                                   "index": index}))
+        result: Result | None = None
+        try:
+            result = self.invoker.invoke(Call(
+                url=url, secret=secret, run_id=row.run_id, workflow=ctx.workflow,
+                step=f"{row.step}[{index}]", attempt=attempt, timeout=row.timeout,
+                input=ctx.input, steps=steps, payload={**row.payload, "item": item,
+                                                       "index": index}))
+            return result
+        finally:
+            if limits is not None and self.limits is not None:
+                self.limits.leave(limits, slot_holder(row, f"[{index}]"),
+                                  None if result is None else result.outcome)
 
     def _outcome(self, row: StepRecord, result: Result, before: dict[str, Any]
                  ) -> dict[str, Any]:

@@ -44,6 +44,8 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `versions#<backend>`        | `v#<label>`             | a live version of a backend's code  |
 | `sweep#wake`                | `<shard>`               | a wake shard's sweeper and cursors  |
 | `sweep#full`                | `-`                     | when the last full sweep ran        |
+| `blimit#<backend>`          | `-`                     | a backend's calls in flight, next start |
+| `blimitq#<backend>`         | `<ms>#<holder>`         | steps waiting for a backend's slot  |
 
 `<ms>` is a time as 15 zero-padded digits of milliseconds (`ms_key`), so a partition
 sorts by time. An `evw#` subject is the event's key, `` (none) or `*` (any): see
@@ -77,6 +79,8 @@ __all__ = [
     "approval_key",
     "approval_link_key",
     "approval_sk",
+    "backend_limit_key",
+    "backend_line_key",
     "child_sk",
     "children_key",
     "delivery_key",
@@ -383,3 +387,14 @@ def event_wait_event(item: Item) -> dict[str, Any] | None:
     """The event an event wait partition's item holds (None: it is a waiting run)."""
     return doc_of(item) if sk_of(item).startswith("e#") else None
 
+
+def backend_limit_key(backend: str) -> Pk:
+    """A backend's limits: its calls in flight and its next start (services/coordination/
+    backend_limits.py)."""
+    return Pk(f"blimit#{backend}")
+
+
+def backend_line_key(backend: str) -> Pk:
+    """The steps waiting for a free slot of a backend (sorted by arrival, as a lock's
+    line: `lock_waiter_sk`)."""
+    return Pk(f"blimitq#{backend}")

@@ -36,7 +36,7 @@ STATE_PROJECTION = (
 # work answering a follower that looks every quarter of a second.
 VIEW_PROJECTION = (
     "run_id, step, #s, attempt, #o, output_ref, output_size, #e, deps, started_at,"
-    " finished_at, waiting, " + ", ".join(REQUEST_NAMES)
+    " finished_at, waiting, lease_owner, " + ", ".join(REQUEST_NAMES)
 )
 SHOWN_NAMES = {"#s": "status", "#o": "output", "#e": "error", **REQUEST_NAMES}
 

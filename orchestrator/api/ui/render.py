@@ -14,6 +14,7 @@ from starlette.responses import HTMLResponse
 from orchestrator import __version__
 from orchestrator.api.ui.layout import detail
 from orchestrator.api.ui.reads import ENDED
+from orchestrator.presentation.backend_waits import backend_wait_text
 from orchestrator.presentation.glyphs import DURABLE_GLYPHS
 from orchestrator.presentation.glyphs import GLYPHS as TERMINAL_GLYPHS
 from orchestrator.presentation.script_log import script_log
@@ -56,7 +57,8 @@ _env = Environment(loader=PackageLoader("orchestrator.api.ui", "templates"),
                    autoescape=select_autoescape(default=True), trim_blocks=True,
                    lstrip_blocks=True)
 _env.filters.update(script_log=script_log, when=_when, pretty=_pretty, dollars=_dollars,
-                    glyph=lambda s: GLYPHS.get(str(s), "?"), detail=detail)
+                    glyph=lambda s: GLYPHS.get(str(s), "?"), detail=detail,
+                    backend_wait=backend_wait_text)
 _env.globals.update(took=_took, ended=lambda status: status in ENDED, version=__version__)
 
 

@@ -32,6 +32,7 @@ from orchestrator.engine.attempts import (
     after_attempt,
     output_not_kept,
 )
+from orchestrator.engine.backend_limits import LimitKind, Limits
 from orchestrator.engine.context import RunContext
 from orchestrator.engine.durable import BranchDone, Complete, Continue, Pause, Suspend
 from orchestrator.engine.durable import Fail as WorkflowFail
@@ -49,11 +50,13 @@ from orchestrator.engine.durable_waits import (
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import Released
 from orchestrator.errors import Code
+from orchestrator.runners.backend_gate import arrived_at, backend_wait, line_holder, slot_holder
 from orchestrator.runners.base import Attempt
 from orchestrator.runners.durable.branches import Branches
 from orchestrator.runners.durable.calls import STOP_CHECK_EVERY, Calls, Target
 from orchestrator.runners.durable.lookups import Lookups
 from orchestrator.services.coordination.approvals import Approvals, reject_run
+from orchestrator.services.coordination.backend_limits import BackendLimits
 from orchestrator.services.coordination.locks import Locks
 from orchestrator.services.coordination.state_cells import StateService
 from orchestrator.services.durable.children import Children
@@ -75,8 +78,11 @@ class Durable:
                  events: EventWaits | None = None, hooks: Hooks | None = None,
                  children: Children | None = None, approvals: Approvals | None = None,
                  state: StateService | None = None, locks: Locks | None = None,
-                 versions: Versions | None = None) -> None:
+                 versions: Versions | None = None,
+                 limits: BackendLimits | None = None) -> None:
         self.executor = executor
+        # Where a call to a backend with `limits:` takes its slot (runners/backend_gate.py).
+        self.limits = limits
         # Where each version of a backend's code is served (services/versions/).
         self.versions = versions
         self.locks = locks
@@ -118,7 +124,8 @@ class Durable:
                 return None
             url = served.rstrip("/") + row.route
         self.advance(row, ctx, Target(url, backend.secret),
-                     attempt.tally, room=lambda: attempt.room((row.step,)))
+                     attempt.tally, room=lambda: attempt.room((row.step,)),
+                     limits=backend.limits)
         return None
 
     def _version_gone(self, row: StepRecord, ctx: RunContext, tally: Tally) -> None:
@@ -133,10 +140,16 @@ class Durable:
                                                     "message": message}), tally)
 
     def advance(self, row: StepRecord, ctx: RunContext, target: Target, tally: Tally,
-                room: Callable[[], bool]) -> None:
+                room: Callable[[], bool], limits: Limits | None = None) -> None:
         """Advance the run whose driver `row` this worker has just claimed, until it
-        waits or ends (or `room()` says this worker's time is up)."""
+        waits or ends (or `room()` says this worker's time is up). `limits`: its
+        backend's, each call taking a slot first."""
         run_id = row.run_id
+        gate = self.limits if limits is not None else None
+        # Its first wait for its backend (its place in the backend's line).
+        arrived = 0.0 if limits is None else arrived_at(row.waiting, limits, 0.0)
+        queued = (row.waiting or {}).get("detail", {}).get("limit") == LimitKind.CONCURRENCY
+        joined = False
         scope = scope_of(row.step)
         view = JournalView([] if first_holder(row)
                            else self.store.journal.read_journal(run_id, self.clock()))
@@ -221,7 +234,34 @@ class Durable:
             if kept is None:
                 return  # the lease is lost: its next holder carries on
             row = kept
-            turn = self.calls.call(row, ctx, target, view, attempts, refs, tally)
+            if gate is not None and limits is not None:
+                wait = gate.enter(limits, slot_holder(row), row.timeout)
+                if wait is not None:  # its backend is busy: wait for a slot, released
+                    arrived = arrived or self.clock()
+                    if wait.limit is LimitKind.CONCURRENCY and not joined:
+                        gate.queue(limits, line_holder(row), run_id, row.step, arrived)
+                        queued = joined = True
+                        continue  # one more look once in line (runners/backend_gate.py)
+                    left = self._suspend(row, pokes, backend_wait(limits, wait, arrived),
+                                         self.clock(), tally)
+                    if left is not Released.POKED:
+                        return
+                    joined = False
+                    fresh = self.store.drivers.get_driver(run_id, row.step)
+                    pokes = fresh.pokes if fresh is not None else pokes + 1
+                    continue
+                if queued:
+                    gate.dequeue(limits, line_holder(row), arrived)
+                    queued = False
+                arrived, joined = 0.0, False  # a later refusal takes a new place
+                try:
+                    turn = self.calls.call(row, ctx, target, view, attempts, refs, tally)
+                except BaseException:
+                    gate.leave(limits, slot_holder(row), None)
+                    raise
+                gate.leave(limits, slot_holder(row), turn.failure)
+            else:
+                turn = self.calls.call(row, ctx, target, view, attempts, refs, tally)
             checked = max(checked, turn.checked)
             if turn.gone:
                 return

@@ -13,7 +13,8 @@ from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import StepStatus
 from orchestrator.services.reads.cost import estimate
 
-__all__ = ["durable_steps", "entry_step", "render", "run_view", "step_view", "view_json"]
+__all__ = ["durable_steps", "entry_step", "render", "run_view", "step_view", "view_json",
+           "waiting_for"]
 
 _ENTRY_STATUS = {"ok": "success", "error": "failed", "timeout": "timed_out"}
 _WAIT_STATUS = {"sleep": "waiting", "signal": "waiting", "retry": "retrying", "next": "ready",
@@ -62,7 +63,21 @@ def step_view(s: StepRecord | None, name: str, load: Callable[[StepRecord], Any]
         "started_at": s.started_at,
         "finished_at": s.finished_at,
         "output_bytes": s.output_size if s.status is StepStatus.SUCCESS else None,
+        **({"waiting_for": w} if (w := waiting_for(s)) else {}),
     }
+
+
+def waiting_for(s: StepRecord | None) -> dict[str, Any] | None:
+    """What a step (or a durable run's driver) released to wait for its backend waits
+    for (runners/backend_gate.py): `{backend, limit: concurrency | rate, limits, until}`;
+    None while it is held (called) or ended, or waits for anything else."""
+    if s is None or s.status.terminal or s.lease_owner or not s.waiting:
+        return None
+    detail = s.waiting.get("detail") or {}
+    if not detail.get("backend") or detail.get("attempt", s.attempt) != s.attempt:
+        return None  # another wait, or a past one (its attempt has been called since)
+    return {"backend": detail["backend"], "limit": detail.get("limit"),
+            "limits": detail.get("limits") or {}, "until": s.waiting.get("until")}
 
 
 def entry_step(e: dict[str, Any]) -> dict[str, Any]:
@@ -157,6 +172,7 @@ def run_view(
             if driver is not None and driver.status is not StepStatus.SUCCESS and driver.error:
                 view["error"] = view["error"] or driver.error
             view["waiting"] = None if driver is None or driver.status.terminal else driver.waiting
+            view["waiting_for"] = waiting_for(driver)
             view["steps"] = durable_steps(journal or [], driver, shown)
         return view
     if steps is not None:

@@ -1,0 +1,261 @@
+"""Limits that protect a backend (`backends.<name>.limits`), end to end: the real engine
+on moto, the backend a real FunctionApp on uvicorn that counts its calls in flight and
+records when each started (tests/support/limited_fns.py).
+
+- concurrency: with many runs of every kind (a DAG's calls, fan-out items, a durable
+  workflow's calls) on two workers, the backend never sees more calls at once than
+  its limit, and a step held back says so in its run's view;
+- rate: starts are spaced by the rate's interval;
+- a 429 with Retry-After holds every call to the backend off for the time asked (and
+  the step that got it is retried no earlier);
+- a slot whose holder vanished is taken back once its lease has passed;
+- a durable run waits released, and says so;
+- the call that frees a slot wakes the next step in line at once, and a wait whose
+  timer was lost is woken by the sweeper."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from functions.sdk.serving import BackgroundServer
+from orchestrator.adapters.store.backend_limits import BackendLimitStore
+from orchestrator.api.ui.pages import run_live_html
+from orchestrator.cli.render import render_run
+from tests.support.harness import BuildHarness, Harness, steps_of
+from tests.support.limited_fns import SECRET, Gauge, create_app
+
+GAUGE = Gauge()
+
+
+@pytest.fixture(scope="module")
+def api_url() -> Iterator[str]:
+    with BackgroundServer(create_app(GAUGE)) as server:
+        yield server.url
+
+
+def manifest(limits: str) -> str:
+    return f"""
+backends:
+  api: {{ url: "${{API}}", secret: {SECRET}, timeout: 10s, limits: {limits} }}
+workflows:
+  dag:
+    steps:
+      a: {{ backend: api, route: /work, payload: {{ seconds: 0.2 }} }}
+      b: {{ backend: api, route: /work, dependsOn: [a], payload: {{ seconds: 0.2 }} }}
+  one:
+    steps:
+      a: {{ backend: api, route: /work, payload: {{ seconds: 0.01 }} }}
+  long:
+    steps:
+      a: {{ backend: api, route: /work, payload: {{ seconds: 1.0 }} }}
+  fan:
+    steps:
+      each:
+        backend: api
+        route: /work
+        payload: {{ seconds: 0.2 }}
+        fanOut: {{ items: "input.items", maxParallel: 5 }}
+  busy:
+    steps:
+      a: {{ backend: api, route: /busy, retry: {{ max: 3, delay: 100ms }} }}
+  worky: {{ backend: api }}
+"""
+
+
+@pytest.fixture
+def make(build_harness: BuildHarness, tmp_path: Path,
+         api_url: str) -> Iterator[Callable[[str], Harness]]:
+    made: list[Harness] = []
+
+    def build(limits: str) -> Harness:
+        GAUGE.reset()
+        h = build_harness(manifest(limits), tmp_path, {"API": api_url})
+        made.append(h)
+        return h
+
+    yield build
+    for h in made:
+        h.close()
+
+
+def until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not {what} after {timeout}s")
+        time.sleep(0.02)
+
+
+def held_back(h: Harness, run_ids: list[str]) -> Callable[[], dict[str, Any] | None]:
+    """A run's view (as GET /runs/{id} sends it) in which a step waits for its backend,
+    if any."""
+    def check() -> dict[str, Any] | None:
+        for run_id in run_ids:
+            view = json.loads(h.rt.runs.view_body(run_id))
+            if view.get("waiting_for") or any(
+                    s.get("waiting_for") for s in view.get("steps", [])):
+                return view
+        return None
+    return check
+
+
+def test_calls_in_flight_never_pass_the_limit_across_runs_kinds_and_workers(
+        make: Callable[[str], Harness]) -> None:
+    h = make("{ concurrency: 2 }")
+    h.start_workers(2, threads=4)
+    h.start_sweeper()
+    runs = [h.start("dag", {}) for _ in range(4)]
+    runs += [h.start("fan", {"items": list(range(5))}) for _ in range(2)]
+    runs += [h.start("worky", {"steps": 3, "seconds": 0.2}) for _ in range(2)]
+    view = until("a step held back", held_back(h, runs))
+    shown = render_run(view, ascii_only=True)
+    assert "waiting for backend api (limit 2 in flight)" in shown, shown
+    waiting = view.get("waiting_for") or next(
+        s["waiting_for"] for s in view["steps"] if s.get("waiting_for"))
+    assert waiting["backend"] == "api" and waiting["limit"] == "concurrency", waiting
+
+    def on_the_dashboard() -> bool:
+        return any("waiting for backend api (limit 2 in flight)"
+                   in run_live_html(h.rt, run_id, {})[0] for run_id in runs)
+    until("shown on the dashboard", on_the_dashboard)
+    for run_id in runs:
+        assert h.wait(run_id, timeout=60)["status"] == "success", run_id
+    # 8 DAG calls, 10 items, 6 durable step bodies: all ran, never more than 2 at once.
+    assert len(GAUGE.starts) >= 24
+    assert GAUGE.peak == 2, GAUGE.peak
+    # Every slot went back.
+    item = BackendLimitStore(h.rt.store.control).state("api", time.time())
+    assert dict(item.holders) == {}
+
+
+def test_starts_are_spaced_by_the_rate(make: Callable[[str], Harness]) -> None:
+    h = make('{ rate: "5/1s" }')
+    h.start_workers(2, threads=4)
+    h.start_sweeper()
+    runs = [h.start("one", {}) for _ in range(6)]
+    for run_id in runs:
+        assert h.wait(run_id, timeout=30)["status"] == "success"
+    starts = GAUGE.times()
+    assert len(starts) == 6
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    # 0.2 s apart when their slots were taken; at the backend's side, give or take the
+    # HTTP calls' own latency (a loaded machine's included). Unlimited, they all start
+    # within a few milliseconds.
+    assert min(gaps) >= 0.1, gaps
+    assert starts[-1] - starts[0] >= 5 * 0.2 - 0.1, starts
+
+
+def test_a_429_with_retry_after_holds_the_backend_off_for_the_time_asked(
+        make: Callable[[str], Harness]) -> None:
+    h = make("{ concurrency: 4 }")
+    h.start_workers(1, threads=4)
+    h.start_sweeper()
+    busy = h.start("busy", {})
+    first = until("the 429 answered", lambda: GAUGE.times("busy:"))[0]
+    items = BackendLimitStore(h.rt.store.control)
+    until("held off", lambda: items.state("api", time.time()).not_before > first, timeout=5)
+    other = h.start("one", {})  # another run, another step, the same backend
+    view = until("held off", held_back(h, [other]), timeout=5)
+    assert steps_of(view)["a"]["waiting_for"]["limit"] == "retry_after", view
+    assert h.wait(busy)["status"] == "success"
+    assert h.wait(other)["status"] == "success"
+    busy_calls = GAUGE.times("busy:")
+    assert len(busy_calls) == 2
+    # The retry and the other run's call both came no earlier than asked (1 s).
+    assert busy_calls[1] - first >= 1.0, busy_calls
+    assert GAUGE.times(f"{other}/")[0] - first >= 1.0
+    # The 429 counted as an attempt, as any retryable answer does.
+    assert steps_of(h.wait(busy))["a"]["attempts"] == 2
+
+
+def test_a_slot_whose_holder_vanished_is_taken_back_once_its_lease_passed(
+        make: Callable[[str], Harness]) -> None:
+    h = make("{ concurrency: 1 }")
+    items = BackendLimitStore(h.rt.store.control)
+    now = time.time()
+    items.open("api")
+    # A call whose worker died mid-call: its slot's lease ends in 2 s.
+    assert items.take("api", "gone-worker", now + 2.0, now, concurrency=1, interval=None)
+    h.start_workers(1, threads=2)
+    h.start_sweeper()
+    run_id = h.start("one", {})
+    until("held back", held_back(h, [run_id]), timeout=5)
+    assert h.wait(run_id, timeout=30)["status"] == "success"
+    assert GAUGE.times()[0] >= now + 1.99  # (the lease is kept to the millisecond)
+    assert "gone-worker" not in items.state("api", time.time()).holders
+
+
+def test_a_durable_run_waits_for_its_backend_released_and_says_so(
+        make: Callable[[str], Harness]) -> None:
+    h = make("{ concurrency: 1 }")
+    items = BackendLimitStore(h.rt.store.control)
+    now = time.time()
+    items.open("api")
+    assert items.take("api", "gone-worker", now + 3.0, now, concurrency=1, interval=None)
+    h.start_workers(1, threads=2)
+    h.start_sweeper()
+    run_id = h.start("worky", {"steps": 2, "seconds": 0.01})
+    view = until("held back", held_back(h, [run_id]), timeout=5)
+    assert view["waiting_for"]["backend"] == "api", view
+    assert view["waiting_for"]["limit"] == "concurrency"
+    # Released: no worker holds the run while it waits.
+    driver = h.rt.store.steps.get_step(run_id, "$run")
+    assert driver is not None and driver.lease_owner is None
+    assert "waiting for backend api (limit 1 in flight)" in render_run(view, ascii_only=True)
+    assert h.wait(run_id, timeout=30)["status"] == "success"
+    assert GAUGE.times()[0] >= now + 2.99
+
+
+def test_a_wait_whose_timer_was_lost_is_woken_by_the_sweeper(
+        make: Callable[[str], Harness]) -> None:
+    h = make("{ concurrency: 1 }")
+    items = BackendLimitStore(h.rt.store.control)
+    now = time.time()
+    items.open("api")
+    assert items.take("api", "gone-worker", now + 1.0, now, concurrency=1, interval=None)
+    dropped: list[Any] = []
+
+    def drop_first_timer(messages: list[Any]) -> list[Any]:
+        kept = []
+        for m in messages:
+            timer = getattr(m, "due_at", None) is not None and getattr(m, "step", "") == "a"
+            if timer and not dropped:
+                dropped.append(m)
+                continue
+            kept.append(m)
+        return kept
+
+    h.rt.queues.tamper = drop_first_timer
+    h.start_workers(1, threads=2)
+    h.start_sweeper()
+    run_id = h.start("one", {})
+    until("held back", held_back(h, [run_id]), timeout=5)
+    assert h.wait(run_id, timeout=30)["status"] == "success"
+    assert dropped and dropped[0].run_id == run_id
+
+
+def test_the_call_that_frees_a_slot_wakes_the_next_in_line(
+        make: Callable[[str], Harness]) -> None:
+    h = make("{ concurrency: 1 }")
+    h.start_workers(1, threads=4)
+    h.start_sweeper()
+    first = h.start("long", {})
+    began = until("the first call in flight", lambda: GAUGE.times())[0]
+    second = h.start("one", {})
+    until("in line", held_back(h, [second]), timeout=5)
+    assert h.wait(second, timeout=30)["status"] == "success"
+    assert h.wait(first)["status"] == "success"
+    (then,) = GAUGE.times(f"{second}/")
+    # Handed the slot when the first call ended (about 1 s in), not at its own recheck
+    # (30 s after it was refused).
+    assert began + 1.0 <= then < began + 3.0, (began, then)

@@ -203,8 +203,10 @@ class Runtime:
                       script={"sha256": sha, "url": script_url(self.blobs, sha)})
 
     def released(self, run: RunRecord) -> None:
-        """A finished run gives up what it holds and wakes a parent waiting for it."""
-        self.admission.release(run)
+        """A finished run gives up what it holds and wakes a parent waiting for it (the
+        sweeper's repair of a release lost with its process: it looks before it
+        writes)."""
+        self.admission.release(run, looked=False)
         if run.holds_locks:
             self.locks.release_all(run.run_id)
         self.children.finished(run)

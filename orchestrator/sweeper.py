@@ -88,6 +88,8 @@ class Sweeper:
         self.on_waiting = on_waiting
         # The turns keys of each limit mended so far in this pass.
         self._keys: set[str] = set()
+        # Whether this is the full sweep (the backstop: it mends what the others leave).
+        self._full = False
         # The concurrency groups examined so far in this pass (each once, whichever
         # shard its runs are in); a pass starts with none.
         self._groups: set[str] = set()
@@ -159,7 +161,11 @@ class Sweeper:
             self._next_full_ask = now + every / 4
             try:
                 if self.control.take_full_sweep(self.id, now, every):
-                    self.sweep_runs(self.store.runs.active_run_ids(), set(), now, report)
+                    self._full = True
+                    try:
+                        self.sweep_runs(self.store.runs.active_run_ids(), set(), now, report)
+                    finally:
+                        self._full = False
             except OrchestratorError as exc:
                 log.warning("sweep: the full sweep failed: %s", exc)
         return report
@@ -262,7 +268,7 @@ class Sweeper:
                 report.queued_same_group += 1
                 # Its key's place in the turns is mended once a pass a key.
                 key = f"{gid}#{gate.limits[0].turns}"
-                if key not in self._keys and self.on_waiting is not None:
+                if key not in self._keys and self.on_waiting is not None and self._full:
                     self._keys.add(key)
                     self.on_waiting(run)
                 return

@@ -116,12 +116,22 @@ class Stack:
         return dict(self.api.get(f"/runs/{run_id}", params={"steps": "false"}).json())
 
     def ended(self, run_ids: list[str], timeout: float = 3600.0) -> list[dict[str, Any]]:
-        """Each run's view once it has ended (the last one first: it ends last)."""
-        views: dict[str, dict[str, Any]] = {}
-        for run_id in reversed(run_ids):
-            views[run_id] = until(lambda r=run_id: (lambda v: v if v["status"] not in (
-                "queued", "running") else None)(self.view(r)), timeout)
-        return [views[r] for r in run_ids]
+        """Each run's view once all have ended: the last one is polled (it ends last,
+        or near it), then each is read until it has (mostly once), so that polling adds
+        about a read a run to the requests counted."""
+        def done(run_id: str) -> dict[str, Any] | None:
+            v = self.view(run_id)
+            return v if v["status"] not in ("queued", "running") else None
+
+        def polled(run_id: str) -> dict[str, Any]:
+            while True:
+                v = done(run_id)
+                if v is not None:
+                    return v
+                time.sleep(0.25)
+
+        until(lambda: done(run_ids[-1]), timeout)
+        return [polled(r) for r in run_ids]
 
     def plugged(self, workflow: str) -> list[str]:
         plugs = [self.start(workflow) for _ in range(SLOTS)]
@@ -189,6 +199,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100,1000,10000")
     parser.add_argument("--backlog", default="1000,10000")
+    parser.add_argument("--fifo", default="1000", help="backlogs to run FIFO (no turns) too")
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args()
     out: dict[str, Any] = {"admissions": [], "fairness": []}
@@ -199,8 +210,11 @@ def main() -> int:
             for n in (int(x) for x in args.sizes.split(",") if x):
                 out["admissions"].append(admissions(stack, n))
                 print("admissions", json.dumps(out["admissions"][-1]), flush=True)
+            fifo = {int(x) for x in args.fifo.split(",") if x}
             for k in (int(x) for x in args.backlog.split(",") if x):
                 for wf, plug in (("fair", "plug"), ("fifo", "fifoplug")):
+                    if wf == "fifo" and k not in fifo:
+                        continue
                     out["fairness"].append(fairness(stack, k, wf, plug))
                     print("fairness", json.dumps(out["fairness"][-1]), flush=True)
         finally:

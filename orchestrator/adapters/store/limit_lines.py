@@ -9,7 +9,7 @@
   item holding the run's gate (its limits), so admission reads no run row to take them.
 - Its turns: `turns#<line>` holds each waiting turns key's round and the place of its
   first waiting run (`k#<key>`: `round`, `best`), and the keys in turn order
-  (`r#<round>#<key>`), which admission reads first."""
+  (`r#<round>#<key>`, with `best` too), which admission reads first."""
 
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ __all__ = ["Holders", "LimitLines", "Turn", "Waiting"]
 
 _ROOM = "(attribute_not_exists(holders) OR size(holders) < :n OR contains(holders, :me))" \
         " AND attribute_not_exists(holder)"
+# A take for a run nobody holds it for yet: one another process took for it fails.
+_FRESH = "(attribute_not_exists(holders) OR size(holders) < :n)" \
+         " AND NOT contains(holders, :me) AND attribute_not_exists(holder)"
 # The best place of a key whose first waiting run is not known: after every place.
 LAST = Sk("~")
 
@@ -82,12 +85,15 @@ class LimitLines(ControlTable):
         legacy = item.get("holder", {}).get("S")
         return Holders(frozenset(item.get("holders", {}).get("SS", ())), legacy)
 
-    def take_limits(self, limits: list[tuple[str, int]], run_id: str) -> bool:
+    def take_limits(self, limits: list[tuple[str, int]], run_id: str, *,
+                    fresh: bool = False) -> bool:
         """Add `run_id` to the holders of every (line, limit) if each has room (True),
-        or to none (False)."""
+        or to none (False). Taking again is a no-op that holds, unless `fresh`: then it
+        fails (another process took them for the run)."""
         def update(line_id: str, limit: int) -> dict[str, Any]:
             return {"TableName": self.table, "Key": self.key(holder_key(line_id)),
-                    "UpdateExpression": "ADD holders :r", "ConditionExpression": _ROOM,
+                    "UpdateExpression": "ADD holders :r",
+                    "ConditionExpression": _FRESH if fresh else _ROOM,
                     "ExpressionAttributeValues": {":r": {"SS": [run_id]}, ":n": num(limit),
                                                   ":me": {"S": run_id}}}
 
@@ -103,17 +109,23 @@ class LimitLines(ControlTable):
             return False
         return True
 
-    def let_go_of(self, line_id: str, run_ids: list[str]) -> Holders:
+    def let_go_of(self, line_id: str, run_ids: list[str]) -> tuple[bool, Holders]:
         """Remove runs from a limit's holders (absent ones: a no-op), and an earlier
-        version's lock they name; the holders left."""
+        version's lock they name: whether any held it, and the holders left."""
         pk = holder_key(line_id)
-        attrs = self.update(pk, update="DELETE holders :r",
-                            values={":r": {"SS": sorted(set(run_ids))}})
+        gone = set(run_ids)
+        request = self._request(pk, Sk("-"), None, {":r": {"SS": sorted(gone)}}, None,
+                                UpdateExpression="DELETE holders :r", ReturnValues="ALL_OLD")
+        with _translate(f"control {pk}: let go"):
+            attrs = self.ddb.update_item(**request).get("Attributes", {})
+        before = frozenset(attrs.get("holders", {}).get("SS", ()))
         legacy = attrs.get("holder", {}).get("S")
-        if legacy in run_ids:
-            self.update_if(pk, "REMOVE holder", {":me": {"S": legacy}}, "holder = :me")
+        freed = bool(before & gone)
+        if legacy in gone:
+            freed = self.update_if(pk, "REMOVE holder", {":me": {"S": legacy}},
+                                   "holder = :me") or freed
             legacy = None
-        return Holders(frozenset(attrs.get("holders", {}).get("SS", ())), legacy)
+        return freed, Holders(before - gone, legacy)
 
     # ---- waiting runs -------------------------------------------------------------------
 
@@ -155,12 +167,12 @@ class LimitLines(ControlTable):
 
     def next_turns(self, line_id: str, now: float, limit: int,
                    after: Sk | None = None) -> list[Turn]:
-        """Turns keys in turn order (lowest round first), from `after`; `best` unread."""
+        """Turns keys in turn order (lowest round first), from `after`."""
         out = []
         for item in self.query(turns_key(line_id), now=now, limit=limit,
                                after=after or ROUNDS_FROM):
             _, rnd, turns = str(item["sk"]["S"]).split("#", 2)
-            out.append(Turn(int(rnd), turns))
+            out.append(Turn(int(rnd), turns, Sk(str(item.get("best", {}).get("S", LAST)))))
         return out
 
     def join_turns(self, line_id: str, turns: str, place: Sk, now: float, *,
@@ -177,21 +189,25 @@ class LimitLines(ControlTable):
                                 attrs={"round": num(round_), "best": {"S": place}}):
                 return self.join_turns(line_id, turns, place, now, repair=repair)
             held = Turn(round_, turns, place)
+            self._index(pk, held.round, turns, held.best)
+            return held
         else:
             if place < held.best:
-                self._better(pk, turns, held, place)
-            if not repair:
+                held = self._better(pk, turns, held, place)
+            elif not repair:
                 return held
-        self._index(pk, held.round, turns)
+        self._index(pk, held.round, turns, held.best)
         return held
 
-    def _better(self, pk: Pk, turns: str, held: Turn, place: Sk) -> None:
+    def _better(self, pk: Pk, turns: str, held: Turn, place: Sk) -> Turn:
+        """A run waiting at a better place than the key's best: it is the best now."""
         try:
             self.update(pk, turn_sk(turns), update="SET best = :p", names={"#r": "round"},
                         condition="#r = :r AND best > :p",
                         values={":p": {"S": place}, ":r": num(held.round)})
         except ConditionFailed:
-            pass  # it moved on meanwhile: the next admission reads its queue afresh
+            return held  # it moved on meanwhile: the next admission reads its queue afresh
+        return Turn(held.round, turns, place)
 
     def advance_turns(self, line_id: str, turn: Turn, best: Sk) -> bool:
         """The key had its turn: its round goes up one and its best place is `best`
@@ -205,7 +221,7 @@ class LimitLines(ControlTable):
         except ConditionFailed:
             self.delete(pk, round_sk(turn.round, turn.turns))  # a stale index entry
             return False
-        self._index(pk, turn.round + 1, turn.turns)
+        self._index(pk, turn.round + 1, turn.turns, best)
         self.delete(pk, round_sk(turn.round, turn.turns))
         return True
 
@@ -217,9 +233,10 @@ class LimitLines(ControlTable):
                     values={":r": num(turn.round)})
         self.delete(pk, round_sk(turn.round, turn.turns))
 
-    def _index(self, pk: Pk, round_: int, turns: str) -> None:
+    def _index(self, pk: Pk, round_: int, turns: str, best: Sk) -> None:
         with _translate(f"control {pk}: index"):
-            self.ddb.put_item(TableName=self.table, Item=self.key(pk, round_sk(round_, turns)))
+            self.ddb.put_item(TableName=self.table, Item={
+                **self.key(pk, round_sk(round_, turns)), "best": {"S": best}})
 
 
 def _turn(item: dict[str, Any], turns: str) -> Turn:

@@ -81,7 +81,8 @@ class Groups:
 
     # ---- a run arrives (or is looked at again) -----------------------------------------
 
-    def arrive(self, run: RunRecord, gate: Gate, now: float) -> RunRecord:
+    def arrive(self, run: RunRecord, gate: Gate, now: float, *,
+               repair: bool = False) -> RunRecord:
         limits = gate.limits
         if any(lim.policy is GroupPolicy.SKIP for lim in limits):
             return self._now_or_never(run, limits)
@@ -89,7 +90,7 @@ class Groups:
         for lim in limits:
             place = waiting_place(run)
             self.control.wait_for_limit(lim.line_id, lim.turns, place, run.run_id, doc)
-            self.control.join_turns(lim.line_id, lim.turns, place, now)
+            self.control.join_turns(lim.line_id, lim.turns, place, now, repair=repair)
         if any(lim.policy is GroupPolicy.CANCEL_RUNNING for lim in limits):
             self._replace_others(run, limits, now)
         for lim in limits:
@@ -109,50 +110,67 @@ class Groups:
             started = self._start(run.run_id, limits, None, None)
             if started is not None:
                 return started
-        return self.arrive(run, gate, now)
+        return self.arrive(run, gate, now, repair=True)
 
     def rejoin(self, run: RunRecord, gate: Gate, now: float) -> None:
-        """Mend the run's keys' places in the turns (a sweep's look at a key whose
-        limit it has looked at already), for a key that still has runs waiting."""
+        """Mend the run's keys' places in the turns (the full sweep's look at a key
+        whose limit it has looked at already): a key with runs waiting and no turn (a
+        run that came as its key left) joins them."""
         for lim in gate.limits:
             if self.control.turn_of(lim.line_id, lim.turns, now) is None and \
-                    not self.control.first_waiting(lim.line_id, lim.turns, now, 1):
-                continue
-            self.control.join_turns(lim.line_id, lim.turns, waiting_place(run), now,
-                                    repair=True)
+                    self.control.first_waiting(lim.line_id, lim.turns, now, 1):
+                self.control.join_turns(lim.line_id, lim.turns, waiting_place(run), now)
 
     def admitted(self, run: RunRecord) -> None:
         """The run was admitted: its places in line go."""
         for lim in (run.gate or Gate()).limits:
             self.control.stop_waiting(lim.line_id, lim.turns, waiting_place(run))
 
-    def release(self, run: RunRecord) -> None:
-        """A run finished: let go of its limits, and let each one's next run go."""
+    def release(self, run: RunRecord, *, looked: bool = True) -> None:
+        """A run finished: let go of its limits, and let each one's next run go.
+        `looked=False` (a repeat is likely: the sweeper's) reads each limit's holders
+        first, and writes only to one the run still holds."""
         limits = (run.gate or Gate()).limits
         left = []
         for lim in limits:
+            if not looked:
+                holders = self.control.holders(lim.line_id, self.clock())
+                if run.run_id not in holders.runs and run.run_id != holders.legacy:
+                    left.append((False, holders))
+                    continue
             left.append(self.control.let_go_of(lim.line_id, [run.run_id]))
             if run.started_at is None:  # it never started: its place in line goes
                 self.control.stop_waiting(lim.line_id, lim.turns, waiting_place(run))
-        for lim, holders in zip(limits, left, strict=True):
-            self.next(lim, holders)
+        full: set[str] = set()
+        for lim, (freed, holders) in zip(limits, left, strict=True):
+            # Released before (a repeat, the sweeper's): the next run went then, or the
+            # sweeper's look at a waiting run lets it go.
+            if freed:
+                started = self.next(lim, holders, frozenset(full))
+                if holders.count() + len(started) >= lim.limit:
+                    full.add(lim.line_id)
 
     # ---- the next run of a limit ---------------------------------------------------------
 
-    def next(self, lim: Limit, holders: Holders | None = None) -> list[RunRecord]:
+    def next(self, lim: Limit, holders: Holders | None = None,
+             full: frozenset[str] = frozenset()) -> list[RunRecord]:
         """While the limit has room, start its next waiting run: keys in turns, then
-        place. A run another of its limits holds back is passed over this time; one
-        that holds the limit already is being started by another process."""
+        place. A run another of its limits holds back (or one of `full`, the limits a
+        hand-off found full) is passed over this time; one that holds the limit
+        already is being started by another process."""
         passed: set[str] = set()
         started: list[RunRecord] = []
         fails = 0
+        whole: list[Turn] | None = None  # the line's keys, when one look read them all
         while len(started) < STARTS and fails < PASSES:
             now = self.clock()
             if holders is None:
                 holders = self.control.holders(lim.line_id, now)
             if holders.count() >= lim.limit:
                 break
-            chosen = self._choose(lim, now, passed)
+            if whole is not None and {t.turns for t in whole} <= passed:
+                break  # every waiting key was passed over
+            chosen, whole = self._choose(lim, now, passed, whole)
             if chosen is None:
                 break
             turn, first, then = chosen
@@ -160,46 +178,52 @@ class Groups:
                 passed.add(turn.turns)  # another process is starting it
                 continue
             limits = _limits_of(first.gate)
-            if not self._take(first.run_id, limits):
+            if any(each.line_id in full for each in limits):
+                passed.add(turn.turns)  # a limit of its is full, as this hand-off found
+                continue
+            if not self._take(first.run_id, limits, fresh=True):
                 passed.add(turn.turns)  # another of its limits is full, or this one
                 fails += 1
                 holders = None
                 continue
             run = self._start(first.run_id, limits, lim, turn, then)
+            whole = None  # the turns moved
             if run is not None:
                 started.append(run)
             holders = Holders(holders.runs | {first.run_id}, holders.legacy)
         return started
 
-    def _choose(self, lim: Limit, now: float,
-                passed: set[str]) -> tuple[Turn, Waiting, Sk] | None:
+    def _choose(self, lim: Limit, now: float, passed: set[str], whole: list[Turn] | None
+                ) -> tuple[tuple[Turn, Waiting, Sk] | None, list[Turn] | None]:
         """The next run of a limit, the place of the one after it in its key; from the
         first keys in turn order, the one of the lowest round whose first run has the
-        best place."""
+        best place. `whole`: every key of the line, as a look just read them (and the
+        second value, when this look read them all)."""
         after: Sk | None = None
         while True:
-            page = self.control.next_turns(lim.line_id, now, KEYS_A_LOOK, after)
+            page = (whole if whole is not None and after is None
+                    else self.control.next_turns(lim.line_id, now, KEYS_A_LOOK, after))
+            more = len(page) >= KEYS_A_LOOK and (whole is None or after is not None)
+            last = page[-1] if page else None
             keys = [t for t in page if t.turns not in passed]
             while keys:
                 low = min(t.round for t in keys)
-                tied = [t for t in keys if t.round == low]
-                if len(tied) > 1:
-                    read = self.control.turns_of(lim.line_id, [t.turns for t in tied], now)
-                    tied = sorted((read.get(t.turns, t) for t in tied),
-                                  key=lambda t: (t.round != low, t.best, t.turns))
-                turn = tied[0]
+                turn = min((t for t in keys if t.round == low), key=lambda t: (t.best, t.turns))
                 waiting = self.control.first_waiting(lim.line_id, turn.turns, now, 2)
                 if waiting:
                     then = waiting[1].place if len(waiting) > 1 else LAST
-                    return Turn(low, turn.turns), waiting[0], then
+                    return ((Turn(low, turn.turns), waiting[0], then),
+                            None if more or after is not None else page)
                 self.control.leave_turns(lim.line_id, Turn(low, turn.turns))
                 keys = [t for t in keys if t.turns != turn.turns]
-            if len(page) < KEYS_A_LOOK:
-                return None
-            after = round_sk(page[-1].round, page[-1].turns)
+                page = [t for t in page if t.turns != turn.turns]
+            if not more or last is None:
+                return None, None
+            after = round_sk(last.round, last.turns)
 
-    def _take(self, run_id: str, limits: tuple[Limit, ...]) -> bool:
-        return self.control.take_limits([(lim.line_id, lim.limit) for lim in limits], run_id)
+    def _take(self, run_id: str, limits: tuple[Limit, ...], *, fresh: bool = False) -> bool:
+        return self.control.take_limits([(lim.line_id, lim.limit) for lim in limits], run_id,
+                                        fresh=fresh)
 
     def _start(self, run_id: str, limits: tuple[Limit, ...], lim: Limit | None,
                turn: Turn | None, then: Sk | None = None) -> RunRecord | None:
@@ -211,7 +235,7 @@ class Groups:
             if current is not None and current.status is RunStatus.RUNNING:
                 return None  # another process started it: what it holds is its own
             for each in limits:
-                self.control.let_go_of(each.line_id, [run_id])
+                self.control.let_go_of(each.line_id, [run_id])  # what it took goes back
             if current is not None:
                 self.admitted(current)
             elif current is None and lim is not None and turn is not None:
@@ -220,7 +244,10 @@ class Groups:
                         self.control.stop_waiting(lim.line_id, turn.turns, w.place)
             return None
         if lim is not None and turn is not None:
-            self.control.advance_turns(lim.line_id, turn, then or LAST)
+            if then == LAST:  # its key has no other run waiting: it leaves the turns
+                self.control.leave_turns(lim.line_id, turn)
+            else:
+                self.control.advance_turns(lim.line_id, turn, then or LAST)
         return started
 
     def _now_or_never(self, run: RunRecord, limits: tuple[Limit, ...]) -> RunRecord:

@@ -95,10 +95,10 @@ class Admission:
         if run is not None and run.status is RunStatus.QUEUED:
             self.arrive(run)
 
-    def release(self, run: RunRecord) -> None:
+    def release(self, run: RunRecord, *, looked: bool = True) -> None:
         """A run with concurrency limits finished (or was cancelled while queued): it
         lets go of them, and each lets its next run go."""
-        self.groups.release(run)
+        self.groups.release(run, looked=looked)
 
     # ---- the queued run's moves --------------------------------------------------------
 

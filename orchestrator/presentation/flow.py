@@ -75,7 +75,7 @@ def flow_lines(flow: Mapping[str, Any]) -> list[str]:
         lines.append(f"debounce {d['period']:g}s")
     if flow.get("batch"):
         b = flow["batch"]
-        lines.append(f"batch {b.get('size')} events or {b.get('timeout')}s")
+        lines.append(f"batch {b.get('size')} events or {float(b.get('timeout') or 0):g}s")
     for c in flow.get("cancelOn") or ():
         cond = f" if {c['if']}" if c.get("if") else ""
         lines.append(f"cancel on {c.get('event')}{cond}")

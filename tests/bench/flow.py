@@ -48,10 +48,22 @@ from tests.support.testfns import Recorder  # noqa: E402
 from tests.support.testfns import create_app as testfns_app  # noqa: E402
 
 SLOTS = 8
+STEPS = 20
+CHAIN = "\n".join(
+    f"      s{i}: {{{{ backend: {{backend}}, route: /echo"
+    + (f", dependsOn: [s{i - 1}]" if i else "") + " }}"
+    for i in range(STEPS))
 MANIFEST = f"""
 backends:
   fn: {{ url: "${{FN}}" }}
+  lim: {{ url: "${{FN}}", limits: {{ concurrency: 64, rate: "1000/1s" }} }}
 workflows:
+  chainfree:
+    steps:
+{CHAIN.format(backend="fn")}
+  chainlim:
+    steps:
+{CHAIN.format(backend="lim")}
   plug:
     concurrency: {{ group: pool, limit: {SLOTS} }}
     steps:
@@ -195,18 +207,45 @@ def fairness(stack: Stack, k: int, workflow: str, plug: str) -> dict[str, Any]:
             "b_waited_ms": round((bv["started_at"] - bv["created_at"]) * 1000, 1)}
 
 
+def backend_limits(stack: Stack, runs: int) -> dict[str, Any]:
+    """The same chains of 20 steps on a backend without limits and on one with
+    `limits: {concurrency: 64, rate: 1000/1s}` (never reached): what taking and giving
+    back a slot costs a call."""
+    out: dict[str, Any] = {"runs": runs, "steps": STEPS}
+    for wf in ("chainfree", "chainlim"):
+        stack.counted.take()
+        views = stack.ended(stack.start_many(wf, [None] * runs))
+        counts = stack.counted.take()
+        assert all(v["status"] == "success" for v in views)
+        per = [(v["finished_at"] - v["started_at"]) * 1000 / STEPS for v in views]
+        out[wf] = {"ms_per_step_median": round(sorted(per)[len(per) // 2], 2),
+                   "requests_per_step": round(sum(counts.values()) / (runs * STEPS), 2),
+                   "dollars_per_million_steps": round(
+                       dollars_per_million(counts, runs * STEPS), 2)}
+    out["overhead_ms_per_call"] = round(out["chainlim"]["ms_per_step_median"]
+                                        - out["chainfree"]["ms_per_step_median"], 2)
+    out["overhead_requests_per_call"] = round(out["chainlim"]["requests_per_step"]
+                                              - out["chainfree"]["requests_per_step"], 2)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100,1000,10000")
     parser.add_argument("--backlog", default="1000,10000")
     parser.add_argument("--fifo", default="1000", help="backlogs to run FIFO (no turns) too")
+    parser.add_argument("--backend-runs", type=int, default=10,
+                        help="chains run for the backend limit's overhead (0: none)")
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args()
-    out: dict[str, Any] = {"admissions": [], "fairness": []}
+    out: dict[str, Any] = {"admissions": [], "fairness": [], "backend": None}
     rec = Recorder()
     with Emulator() as emulator, BackgroundServer(testfns_app(rec)) as fn:
         stack = Stack(emulator, fn.url)
         try:
+            if args.backend_runs:
+                out["backend"] = backend_limits(stack, args.backend_runs)
+                print("backend", json.dumps(out["backend"]), flush=True)
             for n in (int(x) for x in args.sizes.split(",") if x):
                 out["admissions"].append(admissions(stack, n))
                 print("admissions", json.dumps(out["admissions"][-1]), flush=True)

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = """
 backends:
   fn: { url: "${FN}" }
+  lim: { url: "${FN}", limits: { concurrency: 4, rate: "10/1s" } }
 workflows:
   pooled:
     concurrency:
@@ -36,6 +37,12 @@ workflows:
   plain:
     steps:
       one: { backend: fn, route: /echo }
+  gathered:
+    on: { event: order.line }
+    batch: { size: 10, timeout: 5s }
+    cancelOn: [{ event: order.cancelled, if: "input.events[0].data.order == event.data.order" }]
+    steps:
+      one: { backend: lim, route: /echo }
 """
 
 
@@ -59,9 +66,15 @@ def test_the_flow_controls_show_in_the_api_the_cli_and_the_dashboard(
         assert flow["priority"] == "${{ input.tier }}"
         assert flow["throttle"]["limit"] == 10
         assert listed["plain"]["flow"] == {}
+        gathered = listed["gathered"]["flow"]
+        assert gathered["batch"] == {"size": 10, "timeout": 5.0, "key": ""}
+        assert gathered["cancelOn"][0]["event"] == "order.cancelled"
+        assert gathered["backends"] == {"lim": {"concurrency": 4, "rate": "10/1s"}}
         page = html.unescape(c.get("/ui/workflows").text)
         assert "concurrency 50; 3 per ${{ input.tenant }}" in page
         assert "priority ${{ input.tier }}" in page
+        assert "batch 10 events or 5s" in page and "cancel on order.cancelled" in page
+        assert "backend lim: concurrency 4, rate 10/1s" in page
     env = {**os.environ, "NO_COLOR": "1"}
     out = subprocess.run(
         [sys.executable, "-m", "orchestrator", "workflows", "list", "--url", url],
@@ -69,3 +82,4 @@ def test_the_flow_controls_show_in_the_api_the_cli_and_the_dashboard(
     assert out.returncode == 0, out.stderr
     assert "concurrency 50; 3 per ${{ input.tenant }}" in out.stdout
     assert "throttle 10/1s" in out.stdout
+    assert "cancel on order.cancelled if input.events[0].data.order" in out.stdout

@@ -190,7 +190,7 @@ class Groups:
             whole = None  # the turns moved
             if run is not None:
                 started.append(run)
-            holders = Holders(holders.runs | {first.run_id}, holders.legacy)
+                holders = Holders(holders.runs | {first.run_id}, holders.legacy)
         return started
 
     def _choose(self, lim: Limit, now: float, passed: set[str], whole: list[Turn] | None

@@ -37,6 +37,10 @@ WORKFLOWS = {
     "shared2": _wf(concurrency={"group": "pool", "limit": 2}),
     "skipper": _wf(concurrency={"limit": 2, "policy": "skip"}),
     "newest": _wf(concurrency={"limit": 2, "policy": "cancel-running"}),
+    # A run that fails (its step fails for good; the run halts) lets its place go too.
+    "failing": {"concurrency": {"limit": 1},
+                "steps": {"hold": HOLD, "boom": {"backend": "app", "route": "/boom",
+                                                 "dependsOn": ["hold"]}}},
 }
 
 
@@ -248,3 +252,18 @@ def test_a_durable_workflows_runs_fit_their_limits(env: ManifestEnv) -> None:
     assert status(env, *ids[1:]) == ["running", "success", "running"]
     for rid in (ids[1], ids[3]):
         finish(env, rid)
+
+
+def test_a_run_that_fails_or_times_out_lets_its_place_go(env: ManifestEnv) -> None:
+    ids = []
+    for _ in range(3):
+        ids.append(env.start("failing"))
+        env.advance(1)  # three arrivals in order (the fake clock stands still otherwise)
+    first, second, third = ids
+    assert status(env, first, second, third) == ["running", "queued", "queued"]
+    env.rt.approvals.answer(first, "hold", True, None, "test")
+    env.advance(0)
+    assert status(env, first, second, third) == ["failed", "running", "queued"]
+    env.advance("61m")  # its gate times out: the run ends, and the next one goes
+    assert env.status(second) in ("failed", "killed", "skipped")
+    assert env.status(third) != "queued"

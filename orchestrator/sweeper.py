@@ -252,8 +252,9 @@ class Sweeper:
         holder finishes (`on_finished`).
 
         A group is examined once a pass (`_groups`), whichever of its waiting runs comes
-        first (admission lets its next run go whichever it is), and each of its turns
-        keys mended once (`_keys`, `on_waiting`: a read), so the
+        first (admission lets its next run go whichever it is); the others' places in
+        line are mended (`on_waiting`: a write and a read; in the full sweep once a
+        turns key, `_keys`), so the
         work of a pass grows with the number of groups, not of runs waiting in them."""
         report.queued += 1
         since = max(run.created_at, run.admit_at or 0.0)
@@ -266,9 +267,10 @@ class Sweeper:
                 and (run.admit_at or 0.0) <= now:
             if gid in self._groups:
                 report.queued_same_group += 1
-                # Its key's place in the turns is mended once a pass a key.
+                # Its places in line are mended (a start that died before writing them):
+                # at its own wake, and once a pass a key in the full sweep.
                 key = f"{gid}#{gate.limits[0].turns}"
-                if key not in self._keys and self.on_waiting is not None and self._full:
+                if self.on_waiting is not None and not (self._full and key in self._keys):
                     self._keys.add(key)
                     self.on_waiting(run)
                 return

@@ -83,7 +83,7 @@ def _gate(
     limits = list(getattr(wf, "limits", None) or ())
     gate = Gate()
     if limits:
-        rendered = [_limit(c, workflow, context) for c in limits]
+        rendered = [_limit(c, workflow, context, i) for i, c in enumerate(limits)]
         # A limit without a key of its own takes turns by the run's keyed limit's key.
         turns = next((c.key for c, spec in zip(rendered, limits, strict=True) if spec.key), "")
         rendered = [c if spec.key else replace(c, turns=turns)
@@ -107,22 +107,29 @@ def _gate(
             burst=throttle.burst,
             policy=ThrottlePolicy(throttle.policy),
         ))
+    seen: set[str] = set()
     for limit in gate.limits:
         for name, value in (("group", limit.group), ("key", limit.key)):
             if len(value) > MAX_GATE_KEY:
                 raise UsageError(
                     f"concurrency {name}: longer than {MAX_GATE_KEY} characters once rendered"
                 )
+        if limit.line_id in seen:
+            raise UsageError(f"concurrency: two limits render to group {limit.group!r} key"
+                             f" {limit.key!r}: give them groups or keys that differ")
+        seen.add(limit.line_id)
     return None if gate.group is None and gate.throttle is None else gate
 
 
-def _limit(spec: Any, workflow: str, context: dict[str, Any]) -> Limit:
-    """One concurrency limit rendered for a run; without `group`, the workflow's own."""
+def _limit(spec: Any, workflow: str, context: dict[str, Any], index: int) -> Limit:
+    """One concurrency limit rendered for a run; without `group`, the workflow's own:
+    `workflow:<name>` for the first of its list, `workflow:<name>/<index>` for a later
+    one (so a key that renders empty never shares another limit's item)."""
     if spec.group:
         # A group that renders empty (a missing input field) is still a group.
         group = compile_template(spec.group).render(context) or spec.group
     else:
-        group = f"workflow:{workflow}"
+        group = f"workflow:{workflow}" + (f"/{index}" if index else "")
     key = compile_template(spec.key).render(context) if spec.key else ""
     return Limit(group=group, key=key, limit=spec.limit, policy=GroupPolicy(spec.policy),
                  turns=key)

@@ -104,7 +104,7 @@ def test_a_limit_of_n_and_a_limit_per_key_both_bind(env: ManifestEnv) -> None:
     view = env.view(a[3])
     limits = view["admission"]["limits"]
     assert [(lim["group"], lim["key"], lim["limit"]) for lim in limits] == [
-        ("workflow:capped", "", 3), ("workflow:capped", "a", 2)]
+        ("workflow:capped", "", 3), ("workflow:capped/1", "a", 2)]
     assert limits[0]["turns"] == "a"  # the keyless limit takes turns by the tenant
 
 
@@ -224,7 +224,7 @@ def test_a_holder_that_finished_without_letting_go_is_dropped_by_the_sweeper(
     # A run admitted elsewhere whose end never let go (its process died): a holder
     # whose run is gone.
     control = env.rt.store.control
-    assert control.take_limits([("workflow:ranked#", 1)], "ghost-run")
+    assert control.take_limits([("workflow:ranked#", 1)], "ghost-run") == []
     waiting = env.start("ranked", {"p": 0})
     env.advance(0)
     assert env.status(waiting) == "queued"
@@ -267,3 +267,37 @@ def test_a_run_that_fails_or_times_out_lets_its_place_go(env: ManifestEnv) -> No
     env.advance("61m")  # its gate times out: the run ends, and the next one goes
     assert env.status(second) in ("failed", "killed", "skipped")
     assert env.status(third) != "queued"
+
+
+def test_a_run_that_took_its_limit_and_did_not_start_is_started_by_the_sweeper(
+    env: ManifestEnv,
+) -> None:
+    """A hand-off took the limit for a waiting run and died before starting it: the
+    run holds its place, queued; the next sweep starts it."""
+    control = env.rt.store.control
+    holder = env.start("ranked", {"p": 0})
+    env.advance(1)
+    stuck = env.start("ranked", {"p": 0})
+    env.advance(1)
+    later = env.start("ranked", {"p": 0})
+    assert status(env, holder, stuck, later) == ["running", "queued", "queued"]
+    control.let_go_of("workflow:ranked#", [holder])  # as the dead hand-off had
+    assert control.take_limits([("workflow:ranked#", 1)], stuck, fresh=True) == []
+    finish(env, holder)
+    assert status(env, stuck, later) == ["queued", "queued"]  # nothing moves them
+    env.advance(30)
+    env.rt.sweeper(clock=env.clock).sweep(since=0)
+    assert status(env, stuck, later) == ["running", "queued"]
+    finish(env, stuck)
+    assert env.status(later) == "running"
+    finish(env, later)
+
+
+def test_a_key_that_renders_empty_shares_no_other_limits_item(env: ManifestEnv) -> None:
+    """`[{limit: 3}, {limit: 2, key: tenant}]` with no tenant in the input: the keyed
+    limit's item is its own (`workflow:capped/1`), so the run starts."""
+    ids = [env.start("capped", {}) for _ in range(3)]
+    env.advance(0)
+    assert status(env, *ids) == ["running", "running", "queued"]
+    for rid in ids:
+        finish(env, rid)

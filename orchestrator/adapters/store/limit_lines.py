@@ -86,10 +86,10 @@ class LimitLines(ControlTable):
         return Holders(frozenset(item.get("holders", {}).get("SS", ())), legacy)
 
     def take_limits(self, limits: list[tuple[str, int]], run_id: str, *,
-                    fresh: bool = False) -> bool:
-        """Add `run_id` to the holders of every (line, limit) if each has room (True),
-        or to none (False). Taking again is a no-op that holds, unless `fresh`: then it
-        fails (another process took them for the run)."""
+                    fresh: bool = False) -> list[str]:
+        """Add `run_id` to the holders of every (line, limit) if each has room (`[]`),
+        or to none: the lines that had no room. Taking again is a no-op that holds,
+        unless `fresh`: then it fails (another process took them for the run)."""
         def update(line_id: str, limit: int) -> dict[str, Any]:
             return {"TableName": self.table, "Key": self.key(holder_key(line_id)),
                     "UpdateExpression": "ADD holders :r",
@@ -105,9 +105,9 @@ class LimitLines(ControlTable):
                 with _translate(f"limits of {run_id}: take"):
                     self.ddb.transact_write_items(
                         TransactItems=[{"Update": update(*lim)} for lim in limits])
-        except ConditionFailed:
-            return False
-        return True
+        except ConditionFailed as exc:
+            return _refused([line for line, _ in limits], exc)
+        return []
 
     def let_go_of(self, line_id: str, run_ids: list[str]) -> tuple[bool, Holders]:
         """Remove runs from a limit's holders (absent ones: a no-op), and an earlier
@@ -152,19 +152,6 @@ class LimitLines(ControlTable):
         item = self.get(turns_key(line_id), turn_sk(turns), now=now)
         return None if item is None else _turn(item, turns)
 
-    def turns_of(self, line_id: str, keys: list[str], now: float) -> dict[str, Turn]:
-        """Several keys' turns in one read (consistent)."""
-        pk = turns_key(line_id)
-        with _translate(f"control {pk}: read turns"):
-            resp = self.ddb.batch_get_item(RequestItems={self.table: {
-                "Keys": [self.key(pk, turn_sk(k)) for k in dict.fromkeys(keys)],
-                "ConsistentRead": True}})
-        out = {}
-        for item in resp.get("Responses", {}).get(self.table, []):
-            key = str(item["sk"]["S"])[2:]
-            out[key] = _turn(item, key)
-        return out
-
     def next_turns(self, line_id: str, now: float, limit: int,
                    after: Sk | None = None) -> list[Turn]:
         """Turns keys in turn order (lowest round first), from `after`."""
@@ -193,20 +180,24 @@ class LimitLines(ControlTable):
             return held
         else:
             if place < held.best:
-                held = self._better(pk, turns, held, place)
+                better = self._better(pk, turns, held, place)
+                if better is None:
+                    return held  # its turn moved meanwhile: its index is the mover's
+                held = better
             elif not repair:
                 return held
         self._index(pk, held.round, turns, held.best)
         return held
 
-    def _better(self, pk: Pk, turns: str, held: Turn, place: Sk) -> Turn:
-        """A run waiting at a better place than the key's best: it is the best now."""
+    def _better(self, pk: Pk, turns: str, held: Turn, place: Sk) -> Turn | None:
+        """A run waiting at a better place than the key's best: it is the best now
+        (None: the key's turn moved meanwhile; its next admission reads afresh)."""
         try:
             self.update(pk, turn_sk(turns), update="SET best = :p", names={"#r": "round"},
                         condition="#r = :r AND best > :p",
                         values={":p": {"S": place}, ":r": num(held.round)})
         except ConditionFailed:
-            return held  # it moved on meanwhile: the next admission reads its queue afresh
+            return None
         return Turn(held.round, turns, place)
 
     def advance_turns(self, line_id: str, turn: Turn, best: Sk) -> bool:
@@ -237,6 +228,15 @@ class LimitLines(ControlTable):
         with _translate(f"control {pk}: index"):
             self.ddb.put_item(TableName=self.table, Item={
                 **self.key(pk, round_sk(round_, turns)), "best": {"S": best}})
+
+
+def _refused(lines: list[str], exc: ConditionFailed) -> list[str]:
+    """The lines whose guard failed, from the transaction's cancellation reasons (its
+    ClientError is the cause `translate_errors` chains); all of them when unknown."""
+    reasons = getattr(exc.__cause__, "response", {}).get("CancellationReasons") or []
+    failed = [line for line, r in zip(lines, reasons, strict=False)
+              if r.get("Code") == "ConditionalCheckFailed"]
+    return failed or lines
 
 
 def _turn(item: dict[str, Any], turns: str) -> Turn:

@@ -50,6 +50,9 @@ Refuse = Callable[[RunRecord, Code, str], RunRecord]
 KEYS_A_LOOK = 8
 STARTS = 8
 PASSES = 3
+# Runs a hand-off looks at in all: what it leaves, the next hand-off or the sweeper
+# takes up.
+TRIES = 24
 
 
 def waiting_place(run: RunRecord) -> Sk:
@@ -106,20 +109,21 @@ class Groups:
         for lim in limits:
             holders = self.drop_finished(lim, now)
             held += run.run_id in holders
-        if held == len(limits) and self._take(run.run_id, limits):
+        if held == len(limits) and not self._take(run.run_id, limits):
             started = self._start(run.run_id, limits, None, None)
             if started is not None:
                 return started
         return self.arrive(run, gate, now, repair=True)
 
     def rejoin(self, run: RunRecord, gate: Gate, now: float) -> None:
-        """Mend the run's keys' places in the turns (the full sweep's look at a key
-        whose limit it has looked at already): a key with runs waiting and no turn (a
-        run that came as its key left) joins them."""
+        """A sweep's look at a waiting run whose limit it has looked at already: its
+        place in each line is written again (a start that died before it wrote them),
+        and its key joins the turns if it is not in them."""
+        doc = dumps(gate.to_json())
         for lim in gate.limits:
-            if self.control.turn_of(lim.line_id, lim.turns, now) is None and \
-                    self.control.first_waiting(lim.line_id, lim.turns, now, 1):
-                self.control.join_turns(lim.line_id, lim.turns, waiting_place(run), now)
+            place = waiting_place(run)
+            self.control.wait_for_limit(lim.line_id, lim.turns, place, run.run_id, doc)
+            self.control.join_turns(lim.line_id, lim.turns, place, now)
 
     def admitted(self, run: RunRecord) -> None:
         """The run was admitted: its places in line go."""
@@ -133,14 +137,16 @@ class Groups:
         limits = (run.gate or Gate()).limits
         left = []
         for lim in limits:
+            if run.started_at is None:  # it never started: its place in line goes
+                self.control.stop_waiting(lim.line_id, lim.turns, waiting_place(run))
             if not looked:
                 holders = self.control.holders(lim.line_id, self.clock())
                 if run.run_id not in holders.runs and run.run_id != holders.legacy:
-                    left.append((False, holders))
+                    # Let go already; a hand-off lost with its process is made here
+                    # when the limit has room.
+                    left.append((holders.count() < lim.limit, holders))
                     continue
             left.append(self.control.let_go_of(lim.line_id, [run.run_id]))
-            if run.started_at is None:  # it never started: its place in line goes
-                self.control.stop_waiting(lim.line_id, lim.turns, waiting_place(run))
         full: set[str] = set()
         for lim, (freed, holders) in zip(limits, left, strict=True):
             # Released before (a repeat, the sweeper's): the next run went then, or the
@@ -160,9 +166,9 @@ class Groups:
         already is being started by another process."""
         passed: set[str] = set()
         started: list[RunRecord] = []
-        fails = 0
+        fails = tries = 0
         whole: list[Turn] | None = None  # the line's keys, when one look read them all
-        while len(started) < STARTS and fails < PASSES:
+        while len(started) < STARTS and fails < PASSES and tries < TRIES:
             now = self.clock()
             if holders is None:
                 holders = self.control.holders(lim.line_id, now)
@@ -174,17 +180,28 @@ class Groups:
             if chosen is None:
                 break
             turn, first, then = chosen
-            if first.run_id in holders.runs:
-                passed.add(turn.turns)  # another process is starting it
-                continue
+            tries += 1
             limits = _limits_of(first.gate)
+            if first.run_id in holders.runs:
+                # It took its limits and has not started: another process is starting
+                # it, or one died doing so. Carrying it on is safe either way.
+                passed.add(turn.turns)
+                run = self._carry(first, limits, lim, turn, then)
+                if run is not None:
+                    started.append(run)
+                holders = None
+                continue
             if any(each.line_id in full for each in limits):
                 passed.add(turn.turns)  # a limit of its is full, as this hand-off found
                 continue
-            if not self._take(first.run_id, limits, fresh=True):
-                passed.add(turn.turns)  # another of its limits is full, or this one
-                fails += 1
-                holders = None
+            refused = self._take(first.run_id, limits, fresh=True)
+            if refused:
+                passed.add(turn.turns)
+                if lim.line_id in refused:  # this limit filled meanwhile (or took it)
+                    fails += 1
+                    holders = None
+                else:  # another of its limits is full: the next key may fit
+                    full = full | set(refused)
                 continue
             run = self._start(first.run_id, limits, lim, turn, then)
             whole = None  # the turns moved
@@ -214,16 +231,40 @@ class Groups:
                     then = waiting[1].place if len(waiting) > 1 else LAST
                     return ((Turn(low, turn.turns), waiting[0], then),
                             None if more or after is not None else page)
-                self.control.leave_turns(lim.line_id, Turn(low, turn.turns))
+                self._leave(lim, Turn(low, turn.turns))
                 keys = [t for t in keys if t.turns != turn.turns]
                 page = [t for t in page if t.turns != turn.turns]
             if not more or last is None:
                 return None, None
             after = round_sk(last.round, last.turns)
 
-    def _take(self, run_id: str, limits: tuple[Limit, ...], *, fresh: bool = False) -> bool:
+    def _take(self, run_id: str, limits: tuple[Limit, ...], *,
+              fresh: bool = False) -> list[str]:
+        """Take every limit of the run: [] when taken, else the lines without room."""
         return self.control.take_limits([(lim.line_id, lim.limit) for lim in limits], run_id,
                                         fresh=fresh)
+
+    def _carry(self, first: Waiting, limits: tuple[Limit, ...], lim: Limit, turn: Turn,
+               then: Sk) -> RunRecord | None:
+        """A waiting run that holds its limits: start it if it is still queued; else
+        its place in line is left over (it started, or ended): it goes."""
+        current = self.store.runs.get_run(first.run_id, self.clock())
+        if current is not None and current.status is RunStatus.QUEUED:
+            return self._start(first.run_id, limits, lim, turn, then)
+        if current is None or current.status.terminal:
+            for each in limits:
+                self.control.let_go_of(each.line_id, [first.run_id])
+        self.control.stop_waiting(lim.line_id, turn.turns, first.place)
+        if current is not None:
+            self.admitted(current)
+        return None
+
+    def _leave(self, lim: Limit, turn: Turn) -> None:
+        """The key has no run waiting: it leaves the turns; a run that came meanwhile
+        (its join found the key still in them) brings it back."""
+        self.control.leave_turns(lim.line_id, turn)
+        for w in self.control.first_waiting(lim.line_id, turn.turns, self.clock(), 1):
+            self.control.join_turns(lim.line_id, turn.turns, w.place, self.clock())
 
     def _start(self, run_id: str, limits: tuple[Limit, ...], lim: Limit | None,
                turn: Turn | None, then: Sk | None = None) -> RunRecord | None:
@@ -245,7 +286,7 @@ class Groups:
             return None
         if lim is not None and turn is not None:
             if then == LAST:  # its key has no other run waiting: it leaves the turns
-                self.control.leave_turns(lim.line_id, turn)
+                self._leave(lim, turn)
             else:
                 self.control.advance_turns(lim.line_id, turn, then or LAST)
         return started
@@ -254,7 +295,7 @@ class Groups:
         """Policy skip: start now, or be refused naming the limit that is full."""
         now = self.clock()
         for attempt in range(2):
-            if self._take(run.run_id, limits):
+            if not self._take(run.run_id, limits):
                 started = self._start(run.run_id, limits, None, None)
                 return started if started is not None else self.reread(run)
             if attempt == 0:
@@ -271,8 +312,9 @@ class Groups:
                            f"group {full.group!r} key {full.key!r} is {what}")
 
     def drop_finished(self, lim: Limit, now: float) -> frozenset[str]:
-        """Drop the holders of a full limit whose run has finished or is gone; the
-        holders left."""
+        """Drop the holders of a full limit whose run has finished or is gone, and
+        start those still queued (a start that died between taking its limits and
+        starting); the holders left."""
         holders = self.control.holders(lim.line_id, now)
         ids = holders.all()
         if len(ids) < lim.limit:
@@ -282,6 +324,10 @@ class Groups:
         if gone:
             self.control.let_go_of(lim.line_id, gone)
             log.info("limit %s: dropped finished holders %s", lim.line_id, gone)
+        for rid in ids:
+            run = runs.get(rid)
+            if run is not None and run.status is RunStatus.QUEUED and run.gate is not None:
+                self._start(rid, run.gate.limits, None, None)
         return frozenset(ids) - set(gone)
 
     def _replace_others(self, run: RunRecord, limits: tuple[Limit, ...], now: float) -> None:

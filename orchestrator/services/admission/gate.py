@@ -112,8 +112,9 @@ class Admission:
             admitted = self.store.runs.admit_run(run_id, self.clock(), detail)
         except ConditionFailed:
             return None
-        self.launch(admitted)
+        # Its places in line go first: a launch that fails (or dies) leaves none behind.
         self.groups.admitted(admitted)
+        self.launch(admitted)
         return admitted
 
     def _refuse(self, run: RunRecord, code: Code, message: str) -> RunRecord:

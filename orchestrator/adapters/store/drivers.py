@@ -19,6 +19,7 @@ from orchestrator.adapters.store.tables import (
     with_requests,
 )
 from orchestrator.engine.definition import DRIVER
+from orchestrator.engine.durable_scopes import is_driver
 from orchestrator.engine.records import StepRecord
 from orchestrator.engine.states import STEP_MOVES, Released, StepStatus
 from orchestrator.errors import ConditionFailed
@@ -42,11 +43,18 @@ class Drivers(Tables):
         and by `pokes` (the count its holder saw): how it went (`Released`)."""
         values: dict[str, Any] = {":o": {"S": owner}, ":n": num(attempt), ":p": num(pokes),
                                   ":w": {"S": dumps(waiting)}}
-        # The driver's history keeps only its last wait (the journal holds the run's
-        # story): appended on every wait, a long-lived run's row would pass 400 KB.
-        values[":h"] = {"L": [history_entry(now, "run.waiting", waits=waiting["kind"],
-                                            name=waiting.get("name"))]}
-        sets = ["waiting = :w", "#h = :h"]
+        # A durable driver's history keeps only its last wait (the journal holds the
+        # run's story): appended on every wait, a long-lived run's row would pass 400 KB.
+        # A YAML step's wait (a lock, its backend's limits) is one transition of its
+        # history among the others: appended.
+        driver = is_driver(step)
+        values[":h"] = {"L": [history_entry(
+            now, "run.waiting" if driver else "step.waiting", waits=waiting["kind"],
+            name=waiting.get("name"))]}
+        sets = ["waiting = :w",
+                "#h = :h" if driver else "#h = list_append(if_not_exists(#h, :nil), :h)"]
+        if not driver:
+            values[":nil"] = {"L": []}
         removes = ["lease_owner", "lease_until"]
         for attr, value in (("due_at", due_at), ("wake_at", wake_at)):
             if value is None:

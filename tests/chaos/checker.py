@@ -35,7 +35,11 @@ transitions and history, errors, the API's history) and, for its driver rows, jo
 signals, step bodies and waits, durable_checks.py's; for the versions of its code it
 was pinned to and moved between during the deploy in the middle (`version-*`,
 `deploy`), version_checks.py's. A `run.migrated` entry comes only while the run is
-queued or running."""
+queued or running.
+
+The flow-control workflows (`pooled`'s concurrency limits of N, `limited`'s backend
+limit) get flow_checks.py's: `admitted-once`, `limit-exceeded` (counted at the function,
+by the ledger) and `slot-leaked`."""
 
 from __future__ import annotations
 
@@ -55,6 +59,7 @@ from orchestrator.manifest.retries import retry_delay
 from tests.chaos.coordination_checks import CoordinationChecks
 from tests.chaos.durable_checks import DurableChecks
 from tests.chaos.figures import durable_figures, figures
+from tests.chaos.flow_checks import FlowChecks
 from tests.chaos.jsonl import digest
 from tests.chaos.snapshot import Call, Snapshot
 from tests.chaos.version_checks import VersionChecks
@@ -150,6 +155,7 @@ class _Check:
         self.start_before_due: list[float] = []
         self.durable = DurableChecks(snap, self.bad, self.findings, TOL, self.error_doc)
         self.coordination = CoordinationChecks(snap, self.bad, TOL)
+        self.flow = FlowChecks(snap, self.bad, self.findings, TOL)
         self.versions = VersionChecks(snap, self.bad, self.findings, TOL)
 
     def bad(self, check: str, message: str, run: str | None = None, step: str | None = None,
@@ -667,6 +673,7 @@ def check(snap: Snapshot, *, bound: float) -> Report:
     c = _Check(snap, bound)
     c.runs()
     c.coordination.all()
+    c.flow.all()
     c.versions.deploy()
     c.items()
     for v in c.out:
@@ -676,4 +683,5 @@ def check(snap: Snapshot, *, bound: float) -> Report:
                    Counter(v.check for v in c.out))
     figs["durable"] = durable_figures(snap, c.durable)
     figs["versions"] = c.versions.figures()
+    figs["flow"] = c.flow.figures()
     return Report(c.out, figs)

@@ -325,7 +325,8 @@ class Cluster:
     def restart_all(self) -> None:
         with self.lock:
             victims = [p for p in self.procs.values() if p.role != "emulator" and p.alive()]
-            self.note("restart-all", None, procs=[p.name for p in victims])
+            self.note("restart-all", None, procs=[p.name for p in victims],
+                      pids={p.name: p.pid for p in victims})
             for proc in victims:
                 assert proc.pid is not None
                 os.kill(proc.pid, signal.SIGKILL)

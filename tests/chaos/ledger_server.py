@@ -21,6 +21,11 @@ Routes (the step's `payload` tunes them):
 - `/big`: `bytes` of JSON (over the inline limit: the output goes to the blob bucket);
 - `/huge`: `bytes` of JSON over the output hard cap: the step fails `output_too_large`;
 - `/nonjson`: 200 with a text body: the step fails `invalid_output`;
+- `/hold`: `/work`'s output after `hold` seconds (default HOLD_SECONDS), and never a
+  fault, calm or not: the flow-control workflows' calls (workloads `pooled`, `limited`),
+  whose `recv` to `done` is the time a run (or a call to backend `lim`) is in flight at
+  the function, which flow_checks counts against the limits. It is shorter than the
+  step's timeout, so a call whose worker died ends long before its slot's lease;
 - `/<v>/durable/<name>`: the durable workflows of durable_app in version `<v>` (a
   FunctionApp per version behind this server: the backend's versions, served at once;
   `/durable/<name>` is v1's), whose step bodies write `bstart` / `bend` lines. Each call
@@ -62,10 +67,12 @@ from functions.sdk.protocol import DURABLE_PREFIX
 from tests.chaos.durable_app import VERSIONS, durable_workflows
 from tests.chaos.jsonl import JsonlWriter, digest
 
-__all__ = ["FN_FAULTS", "create_app", "fn_fault", "main"]
+__all__ = ["FN_FAULTS", "HOLD_SECONDS", "create_app", "fn_fault", "main"]
 
 # Fault kinds of /work and their weights.
 FN_FAULTS: dict[str, int] = {"5xx": 3, "5xx-text": 2, "429": 2, "hang": 2, "drop": 3}
+# How long `/hold` keeps a call in flight by default.
+HOLD_SECONDS = 0.4
 
 
 def fn_fault(seed: int, name: str, step: str, attempt: int, rate: float) -> str | None:
@@ -174,6 +181,8 @@ class FunctionServer:
                                  self.fault_rate)
             if payload.get("sleep"):
                 await asyncio.sleep(float(payload["sleep"]))
+        elif route == "/hold":
+            await asyncio.sleep(float(payload.get("hold", HOLD_SECONDS)))
         elif route == "/flaky":
             if attempt <= int(payload.get("fail", 2)):
                 fault = "flaky"
@@ -291,7 +300,7 @@ def create_app(server: FunctionServer) -> Starlette:
         return JSONResponse({"ok": True})
 
     routes = [Route("/healthz", healthz, methods=["GET"])]
-    for path in ("/work", "/flaky", "/fail", "/big", "/huge", "/nonjson"):
+    for path in ("/work", "/hold", "/flaky", "/fail", "/big", "/huge", "/nonjson"):
         routes.append(Route(path, StepHandler(server, path), methods=["POST"]))
     for version in VERSIONS:
         durable = FunctionApp(secret=server.secret)

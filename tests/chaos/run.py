@@ -230,7 +230,7 @@ def render(res: SeedResult, *, verbose: bool = False) -> str:
                 "reexecutions_after_delivered_2xx", "ready_to_start", "ready_to_call",
                 "due_to_start", "due_to_call", "history_start_before_due",
                 "last_step_to_run_finished", "settle_after_calm", "largest_item",
-                "dlq_messages", "durable", "versions", "findings", "violations"):
+                "dlq_messages", "durable", "versions", "flow", "findings", "violations"):
         lines.append(f"  {key}: {json.dumps(f.get(key))}")
     for v in res.report.violations:
         lines.append(f"  VIOLATION {v.check}: run {v.run} step {v.step}: {v.message}")

@@ -148,6 +148,10 @@ def dump(snap: Snapshot, path: Path) -> None:
         "deploy": snap.deploy,
     }
     doc["journals"] = snap.journals
+    # The items of flow control (limits' holders, queues and turns; backend limits), raw:
+    # what slot-leaked reads.
+    doc["control"] = {k: v for k, v in snap.control.items()
+                      if k.startswith(("lock#", "queue#", "turns#", "blimit"))}
     doc["signals"] = {rid: [vars(s) for s in sigs] for rid, sigs in snap.signals.items()}
     doc["parallels"] = {rid: {f"{k[0]}#{k[1]}": v for k, v in aggs.items()}
                         for rid, aggs in snap.parallels.items()}

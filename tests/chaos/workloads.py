@@ -12,6 +12,14 @@ them through the API (retried across API restarts, one run per Idempotency-Key).
 - `independent` (`continue-independent`): a failing step, non-JSON and oversize
   answers, a 100 kB output (passed on intact through the blob bucket), independent
   branches (only the failed branches are skipped);
+- `pooled`: `concurrency: [{limit: 3}, {limit: 2, key: "${{ input.tenant }}"}]` with
+  `priority: "${{ input.p }}"`: a `/work` step, then two `/hold` steps in a row (a run
+  in flight at the function for a while); its runs spread over TENANTS, each with a
+  priority (`run_input`): at most 3 running at once, 2 of a tenant (the limits of N,
+  keys taking turns, priority, with the admitting processes killed);
+- `limited`: a `/work` step, then three `/hold` steps at once on backend `lim` (the same
+  function server, `limits: {concurrency: 2}`): at most 2 of its calls in flight, from
+  every run and worker;
 - the durable workflows of durable_app (`dchain`, `dsignals`, `dparallel`, `devent`,
   `dtimeout`, `dclaim`, `dlock`, `dgate`), of backend `dfn`, whose versions (`v1`,
   `v2`, `v3`) the function server serves at /<v>/durable/<name>; what the harness
@@ -34,26 +42,39 @@ import httpx
 from tests.chaos.durable_app import VERSIONS as DURABLE_VERSIONS
 from tests.chaos.durable_app import WORKFLOWS as DURABLE_WORKFLOWS
 
-__all__ = ["CI_SIZE", "DURABLE_BACKEND", "FIRST_VERSION", "SOAK_SIZE", "RunSpec", "Submission",
-           "manifest", "plan", "submit"]
+__all__ = ["CI_SIZE", "DURABLE_BACKEND", "FIRST_VERSION", "LIMITED_BACKEND",
+           "LIMITED_CONCURRENCY", "POOL_LIMIT", "SOAK_SIZE", "TENANTS", "TENANT_LIMIT", "RunSpec",
+           "Submission", "manifest", "plan", "run_input", "submit"]
 
 # The backend of the durable workflows: durable_app's versions, all served by the
 # function server (`<fn>/<v>`), the first current when the stack starts.
 DURABLE_BACKEND = "dfn"
 FIRST_VERSION = "v1"
 WORK_RETRY = "{ max: 6, strategy: linear, delay: 200ms, maxDelay: 2s }"
+# The flow-control workflows: `pooled`'s limits (all its runs, and one tenant's) and its
+# runs' tenants; the backend `limited` calls, and its limit of calls in flight.
+POOL_LIMIT = 3
+TENANT_LIMIT = 2
+TENANTS = ("acme", "globex", "initech")
+LIMITED_BACKEND = "lim"
+LIMITED_CONCURRENCY = 2
+# Workflows whose runs come in a burst (a fraction of the spread): `pooled`'s runs queue
+# for their limits while processes die, instead of each finding room on arrival.
+BURST = {"pooled": 0.3}
 # Runs per workflow.
 CI_SIZE = {"chain": 1, "fanout": 1, "diamond": 3, "flaky": 2, "halting": 2, "independent": 2,
            "dchain": 1, "dsignals": 1, "dparallel": 1, "devent": 1, "dtimeout": 1,
-           "dclaim": 3, "dlock": 3, "dgate": 2}
+           "dclaim": 3, "dlock": 3, "dgate": 2, "pooled": 12, "limited": 6}
 SOAK_SIZE = {"chain": 3, "fanout": 4, "diamond": 20, "flaky": 8, "halting": 6,
              "independent": 6, "dchain": 3, "dsignals": 4, "dparallel": 3, "devent": 3,
-             "dtimeout": 2, "dclaim": 6, "dlock": 6, "dgate": 4}
+             "dtimeout": 2, "dclaim": 6, "dlock": 6, "dgate": 4, "pooled": 36,
+             "limited": 12}
 
 
 def _step(name: str, route: str = "/work", deps: list[str] | None = None,
-          payload: dict[str, Any] | None = None, retry: str = WORK_RETRY) -> str:
-    parts = [f"backend: fn, route: {route}"]
+          payload: dict[str, Any] | None = None, retry: str = WORK_RETRY,
+          backend: str = "fn") -> str:
+    parts = [f"backend: {backend}, route: {route}"]
     if deps:
         parts.append(f"dependsOn: [{', '.join(deps)}]")
     if payload:
@@ -102,16 +123,27 @@ def manifest(fn_url: str, secret: str, timeout: float) -> str:
         _step("huge", "/huge", ["root"], {"bytes": 1100000}),
         _step("join", deps=["ok4", "b2"]),
     ])
+    wf["pooled"] = ("halt", [_step("a"), _step("h1", "/hold", ["a"]),
+                             _step("h2", "/hold", ["h1"])])
+    wf["limited"] = ("halt", [_step("a"), *[
+        _step(f"l{i}", "/hold", ["a"], backend=LIMITED_BACKEND) for i in (1, 2, 3)]])
+    heads = {"pooled": [
+        f"    concurrency: [{{ limit: {POOL_LIMIT} }},"
+        f' {{ limit: {TENANT_LIMIT}, key: "${{{{ input.tenant }}}}" }}]',
+        '    priority: "${{ input.p }}"']}
     versions = ", ".join(f'{v}: "{fn_url}/{v}"' for v in DURABLE_VERSIONS)
     lines = [
         "backends:",
         f'  fn: {{ url: "{fn_url}", secret: "{secret}", timeout: {timeout:g}s }}',
+        f'  {LIMITED_BACKEND}: {{ url: "{fn_url}", secret: "{secret}", timeout: {timeout:g}s,'
+        f" limits: {{ concurrency: {LIMITED_CONCURRENCY} }} }}",
         f'  dfn: {{ versions: {{ {versions} }}, current: {FIRST_VERSION}, secret: "{secret}",'
         f" timeout: {timeout:g}s }}",
         "workflows:",
     ]
     for name, (on_failure, steps) in wf.items():
-        lines += [f"  {name}:", f"    onFailure: {on_failure}", "    steps:", *steps]
+        lines += [f"  {name}:", f"    onFailure: {on_failure}", *heads.get(name, []),
+                  "    steps:", *steps]
     lines += [f"  {name}: {{ backend: {DURABLE_BACKEND} }}" for name in DURABLE_WORKFLOWS]
     return "\n".join(lines) + "\n"
 
@@ -136,19 +168,31 @@ class Submission:
 
 
 def plan(seed: int, sizes: dict[str, int], spread: float) -> list[RunSpec]:
-    """The runs of one seed, their start times spread over `spread` seconds."""
+    """The runs of one seed, their start times spread over `spread` seconds (those of a
+    BURST workflow over its fraction of it)."""
     rng = random.Random(f"{seed}/workload")
     names = [(wf, f"{wf}-{i}") for wf, n in sizes.items() for i in range(n)]
     rng.shuffle(names)
-    return sorted((RunSpec(name, wf, round(rng.uniform(0, spread), 2)) for wf, name in names),
-                  key=lambda s: s.at)
+    return sorted((RunSpec(name, wf, round(rng.uniform(0, spread) * BURST.get(wf, 1.0), 2))
+                   for wf, name in names), key=lambda s: s.at)
+
+
+def run_input(spec: RunSpec, seed: int) -> dict[str, Any]:
+    """A run's input: its name and the seed; a `pooled` run's also its tenant (in turn,
+    by its number) and its priority (0, 10 or 50, in a cycle of its own)."""
+    doc: dict[str, Any] = {"name": spec.name, "seed": seed}
+    if spec.workflow == "pooled":
+        n = int(spec.name.rsplit("-", 1)[1])
+        doc["tenant"] = TENANTS[n % len(TENANTS)]
+        doc["p"] = (0, 10, 50, 0)[n % 4]
+    return doc
 
 
 def submit(api_url: str, sub: Submission, seed: int, deadline: float,
            log: Callable[[str], None] = lambda _: None) -> Submission:
     """POST /runs until it is answered: connection errors and 5xx (the API restarting)
     are retried with the same Idempotency-Key, so a start retried is one run."""
-    body = {"workflow": sub.spec.workflow, "input": {"name": sub.spec.name, "seed": seed}}
+    body = {"workflow": sub.spec.workflow, "input": run_input(sub.spec, seed)}
     sub.sent_at = time.time()
     with httpx.Client(timeout=10.0) as client:
         while True:

@@ -76,7 +76,9 @@ STEP_EFFECT = {
     "step.succeeded": S.SUCCESS, "step.failed": S.FAILED, "step.skipped": S.SKIPPED,
     "step.reused": S.SUCCESS,
 }
-STEP_FLAGS = {"step.redispatched": (S.READY, S.DISPATCHED), "step.stopping": (S.DISPATCHED,)}
+STEP_FLAGS = {"step.redispatched": (S.READY, S.DISPATCHED), "step.stopping": (S.DISPATCHED,),
+              # A claimed step released to wait (a lock, its backend's limits).
+              "step.waiting": (S.DISPATCHED,)}
 R = RunStatus
 RUN_EFFECT = {
     "run.queued": R.QUEUED, "run.running": R.RUNNING, "run.started": R.RUNNING,

@@ -259,3 +259,8 @@ def test_the_call_that_frees_a_slot_wakes_the_next_in_line(
     # Handed the slot when the first call ended (about 1 s in), not at its own recheck
     # (30 s after it was refused).
     assert began + 1.0 <= then < began + 3.0, (began, then)
+    # Its wait is one transition of its history, after its start, not written over it.
+    types = [e["type"] for e in h.rt.runs.history(second) if e.get("step")]
+    assert "step.waiting" in types, types
+    assert types.index("step.started") < types.index("step.waiting"), types
+    assert types[-1] == "step.succeeded", types

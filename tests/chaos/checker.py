@@ -293,6 +293,7 @@ class _Check:
         seen_started: set[int] = set()
         retried: set[int] = set()
         prev_at = 0.0
+        waited = False
         for e in hist:
             typ, at = e.get("type", ""), float(e.get("at", 0.0))
             self.error_doc(e.get("error"), f"history {typ}", rid, name, full=False)
@@ -317,7 +318,15 @@ class _Check:
                     self.bad("step-transition", f"{typ} while {status.value}", rid, name, at)
             else:
                 self.findings[f"unknown step entry {typ}"] += 1
+            if typ == "step.waiting":
+                # Released to wait (a lock, its backend's limits): the same attempt is
+                # claimed again when the wait is over, and counts once.
+                waited = True
             if typ == "step.started":
+                if waited and started and started[-1] == int(attempt or 0):
+                    waited = False
+                    continue
+                waited = False
                 started.append(int(attempt or 0))
                 seen_started.add(int(attempt or 0))
             elif typ in ("step.retrying", "step.succeeded", "step.failed") and attempt:

@@ -13,7 +13,7 @@ from orchestrator.errors import UsageError
 from orchestrator.expressions import ExpressionError, compile_template
 
 __all__ = ["AGEING", "MAX_GATE_KEY", "MAX_PRIORITY", "effective_time", "gate_of",
-           "priority_of", "throttle_slot"]
+           "priority_of", "render_key", "throttle_slot"]
 
 MAX_GATE_KEY = 200
 MAX_PRIORITY = 100
@@ -50,6 +50,18 @@ def gate_of(
     except ExpressionError as exc:
         raise UsageError(f"workflow {workflow!r}: a concurrency or throttle key or the"
                          f" priority: {exc}") from None
+
+
+def render_key(template: str, context: dict[str, Any], what: str) -> str:
+    """A burst's or a batch's key rendered from its template (empty: ""), at most
+    `MAX_GATE_KEY` characters; UsageError naming `what` otherwise."""
+    try:
+        key = compile_template(template).render(context) if template else ""
+    except ExpressionError as exc:
+        raise UsageError(f"{what}: {exc}") from None
+    if len(key) > MAX_GATE_KEY:
+        raise UsageError(f"{what} is longer than {MAX_GATE_KEY} characters once rendered")
+    return key
 
 
 def priority_of(wf: Any, input: Any) -> int:

@@ -28,10 +28,10 @@ from typing import Any
 
 from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.batches import batch_key, member_key
+from orchestrator.engine.admission import render_key
 from orchestrator.engine.batches import batch_input, member, place
 from orchestrator.engine.records import RunRecord
-from orchestrator.errors import ConditionFailed, StoreError, UsageError
-from orchestrator.expressions import ExpressionError, compile_template
+from orchestrator.errors import ConditionFailed, StoreError
 from orchestrator.services.admission.result import Outcome, Started
 from orchestrator.services.values import MAX_VALUE_BYTES
 
@@ -60,14 +60,7 @@ class Batcher:
 
     @staticmethod
     def key_of(spec: Any, workflow: str, event: Any) -> str:
-        try:
-            key = compile_template(spec.key).render({"event": event}) if spec.key else ""
-        except ExpressionError as exc:
-            raise UsageError(f"workflow {workflow!r}: batch.key: {exc}") from None
-        if len(key) > 200:
-            raise UsageError(f"workflow {workflow!r}: batch.key is longer than 200 "
-                             "characters once rendered")
-        return key
+        return render_key(spec.key, {"event": event}, f"workflow {workflow!r}: batch.key")
 
     def trigger(self, workflow: str, spec: Any, event: Any,
                 create: Callable[[float, Any], RunRecord],

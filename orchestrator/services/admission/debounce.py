@@ -25,9 +25,9 @@ from typing import Any
 
 from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.bursts import burst_key, trigger_key
+from orchestrator.engine.admission import render_key
 from orchestrator.engine.records import RunRecord
-from orchestrator.errors import ConditionFailed, StoreError, UsageError
-from orchestrator.expressions import ExpressionError, compile_template
+from orchestrator.errors import ConditionFailed, StoreError
 from orchestrator.services.admission.result import Outcome, Started
 
 __all__ = ["Debouncer"]
@@ -44,14 +44,7 @@ class Debouncer:
 
     @staticmethod
     def key_of(spec: Any, workflow: str, input: Any) -> str:
-        try:
-            key = compile_template(spec.key).render({"input": input}) if spec.key else ""
-        except ExpressionError as exc:
-            raise UsageError(f"workflow {workflow!r}: debounce.key: {exc}") from None
-        if len(key) > 200:
-            raise UsageError(f"workflow {workflow!r}: debounce.key is longer than 200 "
-                             "characters once rendered")
-        return key
+        return render_key(spec.key, {"input": input}, f"workflow {workflow!r}: debounce.key")
 
     def trigger(self, workflow: str, spec: Any, input: Any,
                 create: Callable[[float], RunRecord],

@@ -85,13 +85,8 @@ class Pipeline:
                 return launcher.record(req.workflow, definition, req.input, None,
                                        trigger=trigger, gate=gate or Gate(), admit_at=admit_at)
 
-            def begin(run: RunRecord, also: list[dict[str, Any]]) -> RunRecord:
-                with metered(run.run_id):
-                    launcher.store.runs.create_run_with(run, also)
-                    return launcher.arrive(run)
-
-            return self.debouncer.trigger(req.workflow, wf.debounce, req.input, record, begin,
-                                          trigger_id=req.run_id)
+            return self.debouncer.trigger(req.workflow, wf.debounce, req.input, record,
+                                          self._begin, trigger_id=req.run_id)
         run, created = launcher.create(
             req.workflow, definition, req.input, req.run_id, trigger=trigger, gate=gate,
             rerun_of=req.rerun_of, kept_input=req.kept_input)
@@ -109,10 +104,12 @@ class Pipeline:
             return launcher.record(req.workflow, definition, input, None,
                                    trigger=trigger, gate=gate or Gate(), admit_at=admit_at)
 
-        def begin(run: RunRecord, also: list[dict[str, Any]]) -> RunRecord:
-            with metered(run.run_id):
-                launcher.store.runs.create_run_with(run, also)
-                return launcher.arrive(run)
-
-        return self.batcher.trigger(req.workflow, wf.batch, req.input, record, begin,
+        return self.batcher.trigger(req.workflow, wf.batch, req.input, record, self._begin,
                                     trigger_id=req.run_id)
+
+    def _begin(self, run: RunRecord, also: list[dict[str, Any]]) -> RunRecord:
+        """Write a burst's or a batch's run with the items that go with it (one
+        transaction), then take it to the gate."""
+        with metered(run.run_id):
+            self.launcher.store.runs.create_run_with(run, also)
+            return self.launcher.arrive(run)

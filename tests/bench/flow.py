@@ -56,7 +56,7 @@ CHAIN = "\n".join(
 MANIFEST = f"""
 backends:
   fn: {{ url: "${{FN}}" }}
-  lim: {{ url: "${{FN}}", limits: {{ concurrency: 64, rate: "1000/1s" }} }}
+  lim: {{ url: "${{FN}}", limits: {{ concurrency: 64 }} }}
 workflows:
   chainfree:
     steps:
@@ -209,7 +209,7 @@ def fairness(stack: Stack, k: int, workflow: str, plug: str) -> dict[str, Any]:
 
 def backend_limits(stack: Stack, runs: int) -> dict[str, Any]:
     """The same chains of 20 steps on a backend without limits and on one with
-    `limits: {concurrency: 64, rate: 1000/1s}` (never reached): what taking and giving
+    `limits: {concurrency: 64}` (never reached): what taking and giving
     back a slot costs a call."""
     out: dict[str, Any] = {"runs": runs, "steps": STEPS}
     for wf in ("chainfree", "chainlim"):

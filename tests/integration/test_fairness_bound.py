@@ -1,10 +1,13 @@
 """Issue 41 §1's fairness bound at the issue's size: with `[{limit: N}, {limit: M, key:
 tenant}]`, tenant A queues 10,000 runs, then tenant B queues one; B's run starts within
 the next N admissions. On a WorkflowEnv's fake clock (the runs hold their places at an
-approval gate until the test ends them), moto and uvicorn; slow (the 10,000 starts)."""
+approval gate until the test ends them), moto and uvicorn; slow (the 10,000 starts).
+Nothing is pumped: a start is admitted (or queued) as it is made, and a cancel lets the
+next run go as it returns."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,10 +16,10 @@ import pytest
 from infra.emulator import Emulator
 from tests.support.matrix import Calls, ManifestEnv, make_app
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 N = 3
-BACKLOG = 10_000
+BACKLOG = int(os.environ.get("FAIRNESS_BACKLOG", "10000"))
 WORKFLOWS = {"pooled": {
     "concurrency": [{"limit": N}, {"limit": 10, "key": "${{ input.tenant }}"}],
     "steps": {"hold": {"approval": {"prompt": "hold", "timeout": "1h"}},
@@ -36,7 +39,6 @@ def test_behind_ten_thousand_of_one_tenant_a_newcomer_waits_at_most_n_admissions
     with ThreadPoolExecutor(4) as pool:
         a = list(pool.map(lambda _: env.rt.runs.start("pooled", {"tenant": "huge"})[0].run_id,
                           range(BACKLOG)))
-    env.advance(0)
     control = env.rt.store.control
     going = set(control.holders(LINE, env.now).runs)
     assert len(going) == N and going <= set(a)
@@ -46,7 +48,7 @@ def test_behind_ten_thousand_of_one_tenant_a_newcomer_waits_at_most_n_admissions
     while b not in going:
         oldest = min(going, key=lambda r: env.rt.runs.get(r).started_at or 0.0)
         assert env.rt.runs.cancel(oldest, "done holding")
-        env.advance(0)
+        assert env.status(oldest) == "killed"
         now = set(control.holders(LINE, env.now).runs)
         admitted += sorted(now - going)
         going = now

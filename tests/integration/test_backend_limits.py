@@ -264,3 +264,23 @@ def test_the_call_that_frees_a_slot_wakes_the_next_in_line(
     assert "step.waiting" in types, types
     assert types.index("step.started") < types.index("step.waiting"), types
     assert types[-1] == "step.succeeded", types
+
+
+def test_a_take_sent_again_after_its_first_send_landed_holds_its_slot(
+        make: Callable[[str], Harness]) -> None:
+    """botocore resends a write whose answer timed out: the second send of a take finds
+    the holder its first send wrote, and holds the slot (it is not refused, leaving the
+    slot held by nobody's call until its lease ends)."""
+    from orchestrator.adapters.store.backend_limits import BackendLimitStore
+
+    h = make("{ concurrency: 2 }")
+    items = BackendLimitStore(h.rt.store.control)
+    items.open("api")
+    now = time.time()
+    assert items.take("api", "r/a#1", now + 5, now, concurrency=2, interval=None)
+    assert items.take("api", "r/a#1", now + 5, now, concurrency=2, interval=None)
+    assert items.take("api", "r/b#1", now + 5, now, concurrency=2, interval=None)
+    # Full: another holder, and a stale resend with another lease, are refused.
+    assert not items.take("api", "r/c#1", now + 5, now, concurrency=2, interval=None)
+    assert not items.take("api", "r/a#1", now + 9, now, concurrency=2, interval=None)
+    assert set(items.state("api", now).holders) == {"r/a#1", "r/b#1"}

@@ -74,7 +74,11 @@ class BackendLimitStore:
                                 values=values, names=names or None,
                                 condition=" AND ".join(conds))
         except ConditionFailed:
-            return False
+            # A take whose first send landed and was sent again (the caller saw a
+            # timeout; botocore retried) finds its own slot: it holds it.
+            # (The lease is stored to the millisecond.)
+            held = self.state(backend, now).holders.get(holder) if concurrency else None
+            return held is not None and abs(held - lease_until) < 0.001
         return True
 
     def state(self, backend: str, now: float) -> BackendLimit:

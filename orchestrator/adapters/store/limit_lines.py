@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +107,13 @@ class LimitLines(ControlTable):
                     self.ddb.transact_write_items(
                         TransactItems=[{"Update": update(*lim)} for lim in limits])
         except ConditionFailed as exc:
+            if fresh and len(limits) == 1 and \
+                    run_id in self.holders(limits[0][0], time.time()).runs:
+                # Its first send landed and botocore sent it again (the answer timed
+                # out): the run holds the limit, as another process's take for it
+                # would also leave it; starting it is guarded either way. A
+                # transaction's resend carries its first send's token: it holds.
+                return []
             return _refused([line for line, _ in limits], exc)
         return []
 

@@ -164,7 +164,10 @@ class Moves:
             "checked": len(verdicts), "compatible": len(verdicts) - len(bad),
             "diverging": [v.doc() for v in bad if v.status == "diverging"],
             "unchecked": [v.doc() for v in bad if v.status == "unchecked"]}
-        if bad and not pin_incompatible:
+        # A promotion of the version that is current already is a repeat (its first
+        # send landed and its answer was lost): promoted, and the runs that diverge stay
+        # pinned where they are, as the first one left them.
+        if bad and not pin_incompatible and registry.current != label:
             return {**report, "current": registry.current, "promoted": False}
         if registry.current != label:
             self.versions.make_current(backend, label, expected=registry.current)

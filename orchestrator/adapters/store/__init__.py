@@ -17,7 +17,7 @@ composed by table, so that a call site shows what it touches:
 - `store.control` (`control.Control`): the control table's items (locks, throttles,
   schedules, idempotency keys, hooks, deliveries, event waits): the generic reads and
   writes (`control_table.ControlTable`) with the named writes of each item kind
-  (`throttles`, `group_holders`, `schedules`, `sweep_shards`, `hook_spends`); the
+  (`throttles`, `limit_lines`, `schedules`, `sweep_shards`, `hook_spends`); the
   table's keys and codecs are `control_keys`;
 - `store.approvals` (`approvals.ApprovalStore`): approval gates and the inbox, in the
   control table;

@@ -3,7 +3,6 @@ reads and writes of its items (control_table.py) with the named writes of the it
 that have them, one module each:
 
 - throttles.py: throttle budgets (`throttle#`);
-- group_holders.py: concurrency groups' locks and waiting lines (`lock#`, `waiting#`);
 - limit_lines.py: concurrency limits' holders, waiting runs and turns (`lock#`,
   `queue#`, `turns#`);
 - schedules.py: schedules' cursors (`schedule#`);
@@ -16,7 +15,6 @@ codecs of its items and the table of every item kind are in control_keys.py."""
 
 from __future__ import annotations
 
-from orchestrator.adapters.store.group_holders import GroupHolders
 from orchestrator.adapters.store.hook_spends import HookSpends
 from orchestrator.adapters.store.limit_lines import LimitLines
 from orchestrator.adapters.store.schedules import Schedules
@@ -26,6 +24,6 @@ from orchestrator.adapters.store.throttles import Throttles
 __all__ = ["Control"]
 
 
-class Control(Throttles, GroupHolders, LimitLines, Schedules, SweepShards, HookSpends):
+class Control(Throttles, LimitLines, Schedules, SweepShards, HookSpends):
     """Reads and conditional writes of the control table's items, by keys made in
     control_keys.py."""

@@ -28,6 +28,7 @@ That every run of both ends at all (`limit-progress`) is checker.py's `progress`
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +52,8 @@ POOLED = "pooled"
 POOL_GROUP = f"workflow:{POOLED}"
 # Fault records that end a process (the harness's kill, an aimed crash).
 DEATHS = ("sigkill", "self-kill")
+# A worker's id (worker.py: host, pid, nonce) and the claim's number, at the holder's end.
+_OWNER = re.compile(r":(\d+):[0-9a-f]+(?:#\d+)?$")
 
 
 class FlowChecks:
@@ -258,10 +261,8 @@ def _merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def _pid(holder: str) -> int | None:
-    """The worker's pid in a slot's holder (`<run>/<step>#<host>:<pid>:<nonce>`)."""
-    owner = holder.rsplit("#", 1)[-1].split(":")
-    try:
-        return int(owner[-2])
-    except (IndexError, ValueError):
-        return None
+    """The worker's pid in a slot's holder: `<run>/<step>[item]#<lease owner>`, the
+    lease owner a worker's id and its claim's number (`<host>:<pid>:<nonce>#<n>`)."""
+    found = _OWNER.search(holder)
+    return int(found.group(1)) if found else None
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from orchestrator.engine.definition import Definition, StepSpec
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RunStatus
@@ -132,14 +134,20 @@ def test_no_slot_is_left_held_once_every_run_ended() -> None:
     assert found(open_) == []
 
 
-def test_a_backend_slot_left_is_a_dead_workers() -> None:
+@pytest.mark.parametrize("holder", [
+    "l0/l1#host:4242:abcd1234",
+    # A worker's lease owner carries its claim's number (worker.py), a fan-out item
+    # its index: the pid is found in both.
+    "l0/l1#host:4242:abcd1234#235",
+    "l0/l1[3]#host:4242:abcd1234#7",
+])
+def test_a_backend_slot_left_is_a_dead_workers(holder: str) -> None:
     def left(holder: str, until: float, faults: list[dict[str, Any]]) -> list[tuple[str, str]]:
         snap = snapshot([run("l0", "limited")], [])
         snap.control = {"blimit#lim/-": {"holders": {"M": {holder: {"N": str(until)}}}}}
         snap.faults = faults
         return found(snap)
 
-    holder = "l0/l1#host:4242:abcd1234"
     killed = [{"t": 10.0, "kind": "sigkill", "proc": "worker-1#1", "pid": 4242}]
     assert left(holder, 14.0, killed) == []
     everyone = [{"t": 10.0, "kind": "restart-all", "procs": ["worker-1"],

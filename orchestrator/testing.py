@@ -371,8 +371,15 @@ class WorkflowEnv:
                 # until the run holding it ends).
                 if run.admit_at is not None and run.admit_at <= now:
                     self.rt.admission.due(run_id)
-                    admitted = True
-                elif run.admit_at is not None:
+                    after = self.rt.store.runs.get_run(run_id, now)
+                    if after is None or after.status is not RunStatus.QUEUED:
+                        admitted = True
+                        continue
+                    # Still queued: its start moved on (a throttle's next slot), or it
+                    # waits in a concurrency limit's line, where the end of a run
+                    # ahead lets it go, not a timer.
+                    run = after
+                if run.admit_at is not None and run.admit_at > now:
                     next_at = run.admit_at if next_at is None else min(next_at, run.admit_at)
                 continue
             # The top's driver and each parallel branch's: any may wait on a timer. In a

@@ -2,8 +2,8 @@
 run_id, POST /runs with an Idempotency-Key, a signed webhook delivery, an event, a
 schedule fire, a rerun, a child run: POST /runs with a parent_run_id and a chosen
 run_id, as a durable parent's call starts one) crossed with every admission stage
-(dedupe, debounce, throttle, a concurrency group that queues, one that skips, a cancel
-while queued).
+(dedupe, debounce, throttle, a concurrency group that queues, one that skips, a limit
+of N, a backend's rate limit, a cancel while queued).
 
 The triggers go over real HTTP (create_app on a uvicorn server) into a WorkflowEnv's
 runtime, and the test pumps the worker on the environment's fake clock, so a 60 s
@@ -41,8 +41,8 @@ WORK = {"backend": "app", "route": "/work"}
 HOLD = {"approval": {"prompt": "hold the group", "timeout": "1h"}}
 
 
-def _wf(name: str, **rules: Any) -> dict[str, Any]:
-    steps: dict[str, Any] = {"a": dict(WORK)}
+def _wf(name: str, work: dict[str, Any] = WORK, **rules: Any) -> dict[str, Any]:
+    steps: dict[str, Any] = {"a": dict(work)}
     if "concurrency" in rules and isinstance(rules["concurrency"], dict | list):
         steps = {"hold": HOLD, "a": {**WORK, "dependsOn": ["hold"]}}
     # `concurrency: allow` where no group is given: a schedule fire's default (`skip`
@@ -64,7 +64,11 @@ WORKFLOWS = {
     # Limits of N (issue 41): two at once in all, keys (the input's n) taking turns.
     "pooled": _wf("pooled", concurrency=[{"limit": 2}, {"limit": 2, "key": "k${{ input.n }}"}],
                   priority="${{ input.p }}"),
+    # A backend's limit (issue 41 §3) is per call, whatever started the run.
+    "metered": _wf("metered", {"backend": "metered", "route": "/work"}),
 }
+# One call a minute to it: the second run's call waits for the rate's next slot.
+METERED = {"metered": {"url": "${WORKFLOW_ENV_URL}", "limits": {"rate": "1/60s"}}}
 
 SOURCES = ["api", "api-key", "webhook", "event", "schedule", "rerun", "child"]
 
@@ -173,7 +177,7 @@ class World:
 def world(request: pytest.FixtureRequest, emulator: Emulator) -> Iterator[World]:
     calls = Calls()
     env = ManifestEnv(make_app(calls), emulator=emulator, dags=WORKFLOWS,
-                      extra=webhook_section(list(WORKFLOWS)))
+                      extra={**webhook_section(list(WORKFLOWS)), "backends": METERED})
     with env, http_api(env) as c:
         w = World(env, c, calls, request.param, {})
         if w.source == "rerun":
@@ -327,6 +331,27 @@ def test_concurrency_limit_of_two_third_waits_for_a_place(ctx: Ctx) -> None:
     again = ctx.trigger("pooled", 3, "z")
     if ctx.source != "schedule" or again.run_id == third.run_id:
         assert again.run_id == third.run_id
+
+
+# ---- a backend's limit -------------------------------------------------------------------
+
+def test_a_backend_rate_spaces_the_calls_of_two_runs(ctx: Ctx) -> None:
+    first = ctx.trigger("metered", 1, "x")
+    second = ctx.trigger("metered", 2, "y")
+    assert first.run_id != second.run_id
+    ctx.env.advance(0)
+    called = [a for a in (first, second) if ctx.calls.of(a.run_id) == ["a"]]
+    held = [a for a in (first, second) if ctx.calls.of(a.run_id) == []]
+    assert len(called) == len(held) == 1
+    assert ctx.env.status(held[0].run_id) == "running"  # admitted; its call waits
+    [step] = ctx.env.view(held[0].run_id)["steps"]
+    assert step["waiting_for"]["backend"] == "metered", step
+    assert step["waiting_for"]["limit"] == "rate", step
+    ctx.env.run_until_idle()
+    a, b = ctx.run(called[0].run_id), ctx.run(held[0].run_id)
+    assert a.status.value == b.status.value == "success"
+    assert ctx.calls.of(held[0].run_id) == ["a"]
+    assert b.finished_at - a.finished_at >= 60 - 0.01
 
 
 # ---- cancel while queued -----------------------------------------------------------------

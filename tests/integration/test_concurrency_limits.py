@@ -8,6 +8,7 @@ time. The functions are served by uvicorn; the stack is moto."""
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,6 +38,15 @@ WORKFLOWS = {
     "shared2": _wf(concurrency={"group": "pool", "limit": 2}),
     "skipper": _wf(concurrency={"limit": 2, "policy": "skip"}),
     "newest": _wf(concurrency={"limit": 2, "policy": "cancel-running"}),
+    # Batches of events (§4) fit the limit as any run does: a full batch waits its turn.
+    "batched": {**_wf(concurrency={"limit": 1}), "on": {"event": "parcel.in"},
+                "batch": {"size": 2, "timeout": "60s"}},
+    # A debounced burst (per key) whose start has come waits for the limit like any run.
+    "settled": {**_wf(concurrency={"limit": 1}),
+                "debounce": {"period": "10s", "key": "${{ input.k }}"}},
+    # A backend's rate (§3): one call an hour, so a second run's call waits for it.
+    "metered": {"cancelOn": {"event": "meter.stop", "if": "input.n == event.data.n"},
+                "steps": {"a": {"backend": "metered", "route": "/work"}}},
     # A run that fails (its step fails for good; the run halts) lets its place go too.
     "failing": {"concurrency": {"limit": 1},
                 "steps": {"hold": HOLD, "boom": {"backend": "app", "route": "/boom",
@@ -55,7 +65,9 @@ def world(emulator: Emulator) -> Iterator[tuple[ManifestEnv, httpx.Client, Calls
     calls = Calls()
     app = make_app(calls)
     app.workflow(coded)
-    env = ManifestEnv(app, emulator=emulator, dags=WORKFLOWS,
+    env = ManifestEnv(app, emulator=emulator, dags=WORKFLOWS, extra={"backends": {
+                          "metered": {"url": "${WORKFLOW_ENV_URL}",
+                                      "limits": {"rate": "1/1h"}}}},
                       options={"coded": {"concurrency": [
                           {"limit": 2}, {"limit": 1, "key": "${{ input.tenant }}"}]}})
     with env, http_api(env) as c:
@@ -301,3 +313,108 @@ def test_a_key_that_renders_empty_shares_no_other_limits_item(env: ManifestEnv) 
     assert status(env, *ids) == ["running", "running", "queued"]
     for rid in ids:
         finish(env, rid)
+
+
+# ---- where limits meet the other features ----------------------------------------------
+
+def test_a_rejected_gate_stops_a_limited_run_and_lets_its_place_go(env: ManifestEnv) -> None:
+    holder = env.start("ranked", {"p": 0})
+    env.advance(1)
+    waiting = env.start("ranked", {"p": 0})
+    env.advance(0)
+    assert status(env, holder, waiting) == ["running", "queued"]
+    env.rt.approvals.answer(holder, "hold", False, "not this one", "ada")
+    env.advance(0)
+    assert status(env, holder, waiting) == ["killed", "running"]
+    assert "rejected by ada" in (env.rt.runs.get(holder).kill_reason or "")
+    assert set(env.rt.store.control.holders("workflow:ranked#", env.now).runs) == {waiting}
+    finish(env, waiting)
+
+
+def test_batches_of_events_wait_their_turn_for_the_limit(
+    world: tuple[ManifestEnv, httpx.Client, Calls], env: ManifestEnv,
+) -> None:
+    salt = uuid.uuid4().hex[:8]
+    runs = []
+    for i in range(5):
+        [run_id] = env.emit("parcel.in", {"i": i}, event_id=f"{salt}-p{i}")
+        runs.append(run_id)
+        env.advance(1)
+    first, second, third = runs[0], runs[2], runs[4]
+    assert runs == [first, first, second, second, third]
+    # The first batch is full and holds the limit; the second is full and waits for
+    # it; the third is not full yet.
+    assert status(env, first, second, third) == ["running", "queued", "queued"]
+    limits = env.view(second)["admission"]["limits"]
+    assert [(lim["group"], lim["limit"]) for lim in limits] == [("workflow:batched", 1)]
+    env.advance("2m")  # the third batch's timeout: it is due, and waits for the limit
+    assert status(env, first, second, third) == ["running", "queued", "queued"]
+    finish(env, first)
+    assert status(env, second, third) == ["running", "queued"]
+    finish(env, second)
+    assert env.status(third) == "running"
+    finish(env, third)
+    events = [[e["id"] for e in env.view(r)["input"]["events"]] for r in (first, second, third)]
+    assert events == [[f"{salt}-p0", f"{salt}-p1"], [f"{salt}-p2", f"{salt}-p3"],
+                      [f"{salt}-p4"]]
+    assert all(world[2].of(r) == [] for r in (first, second, third))  # held, cancelled
+
+
+def waiting_for(env: ManifestEnv, run_id: str) -> dict[str, Any] | None:
+    [step] = env.view(run_id)["steps"]
+    found: dict[str, Any] | None = step.get("waiting_for")
+    return found
+
+
+def test_stops_reach_a_run_waiting_for_its_backend(
+    world: tuple[ManifestEnv, httpx.Client, Calls], env: ManifestEnv,
+) -> None:
+    """A run whose call waits for its backend's rate is stopped by a cancel and by a
+    cancelOn event: it never calls, and its wait takes no slot from a later run."""
+    calls, c = world[2], world[1]
+    first = env.start("metered", {"n": 1})
+    env.advance(1)
+    by_api = env.start("metered", {"n": 2})
+    by_event = env.start("metered", {"n": 3})
+    env.advance(0)
+    assert env.status(first) == "success" and calls.of(first) == ["a"]
+    for run_id in (by_api, by_event):
+        assert env.status(run_id) == "running" and calls.of(run_id) == []
+        assert (waiting_for(env, run_id) or {}).get("limit") == "rate", env.view(run_id)
+    r = c.post(f"/runs/{by_api}/cancel", json={"reason": "not needed"})
+    assert r.status_code == 200, r.text
+    eid = f"stop-{uuid.uuid4().hex[:8]}"
+    assert env.rt.events.emit("meter.stop", {"n": 3}, event_id=eid)["cancelled"] == [by_event]
+    env.advance(0)
+    assert status(env, by_api, by_event) == ["killed", "killed"]
+    assert env.rt.runs.get(by_event).kill_reason == f"cancelled by event meter.stop ({eid})"
+    env.advance("61m")  # their timers come: they call nothing
+    assert calls.of(by_api) == calls.of(by_event) == []
+    later = env.start("metered", {"n": 4})
+    env.advance(0)
+    # The rate's next slot was still free: neither stopped run's wake took it.
+    assert env.status(later) == "success" and calls.of(later) == ["a"]
+
+
+def test_a_debounced_run_waiting_for_its_limit_takes_no_more_triggers(
+    env: ManifestEnv,
+) -> None:
+    """Its burst ended when its start came: a trigger while it waits for its place
+    begins a new burst (a new run), and the waiting run starts on its own input."""
+    holder = env.start("settled", {"k": "h"})
+    env.advance(11)
+    assert env.status(holder) == "running"
+    first = env.start("settled", {"k": "d", "v": 1})
+    env.advance(11)  # its period is over: it is due, and waits for the limit
+    assert env.status(first) == "queued"
+    second = env.start("settled", {"k": "d", "v": 2})
+    assert second != first
+    assert env.view(first)["input"] == {"k": "d", "v": 1}
+    finish(env, holder)
+    assert status(env, first, second) == ["running", "queued"]
+    env.advance(11)
+    assert env.status(second) == "queued"  # due, behind `first`
+    finish(env, first)
+    assert env.status(second) == "running"
+    assert env.view(second)["input"] == {"k": "d", "v": 2}
+    finish(env, second)

@@ -64,7 +64,9 @@ def make_app(calls: Calls) -> FunctionApp:
 
 
 class ManifestEnv(WorkflowEnv):
-    """A WorkflowEnv whose manifest also carries top-level sections (`webhooks`)."""
+    """A WorkflowEnv whose manifest also carries top-level sections (`webhooks`), and
+    more backends (`extra["backends"]`, beside the environment's `app`; their URL may
+    be the app's, `${WORKFLOW_ENV_URL}`)."""
 
     def __init__(self, app: FunctionApp, *, extra: Mapping[str, Any] | None = None,
                  **kwargs: Any) -> None:
@@ -74,7 +76,9 @@ class ManifestEnv(WorkflowEnv):
     def _manifest(self) -> tuple[str, dict[str, str]]:
         text, env = super()._manifest()
         doc = yaml.safe_load(text)
-        doc.update(self.extra)
+        extra = dict(self.extra)
+        doc["backends"].update(extra.pop("backends", {}))
+        doc.update(extra)
         return yaml.safe_dump(doc, sort_keys=False), env
 
 

@@ -29,6 +29,8 @@ from orchestrator.strict_json import dumps
 __all__ = ["RunRows"]
 
 # The move that finishes a running run with each terminal status.
+# A debounced burst takes triggers until its run's start has come (`:now`: the trigger's).
+BURST_OPEN = "admit_at > :now"
 _FINISH = {RunStatus.SUCCESS: "succeed", RunStatus.FAILED: "fail", RunStatus.KILLED: "kill"}
 
 
@@ -60,14 +62,15 @@ class RunRows(RunListing):
 
     def debounce(self, run_id: str, input: Any, admit_at: float, now: float) -> RunRecord:
         """A later trigger of a debounced burst: the queued run takes its input and
-        starts no earlier than `admit_at`. ConditionFailed once the run has left the
-        queue (the burst is over)."""
+        starts no earlier than `admit_at`. ConditionFailed once the burst is over: the
+        run has left the queue, or its start has come (it may still wait for a
+        concurrency limit's place, and a trigger then begins a new burst)."""
         move = RUN_MOVES["debounce"]
         values: dict[str, Any] = {":in": {"S": dumps(input)}, ":at": num(admit_at),
                                   ":wk": num(admit_at + self.wake.settle), ":now": num(now)}
         return self._update_queued(
             run_id, move, "SET #in = :in, admit_at = :at, wake_at = :wk, updated_at = :now",
-            values, {"#in": "input"},
+            values, {"#in": "input"}, also=BURST_OPEN,
         )
 
     def debounce_with(self, run_id: str, input: Any, admit_at: float, now: float,
@@ -78,7 +81,7 @@ class RunRows(RunListing):
         move = RUN_MOVES["debounce"]
         values: dict[str, Any] = {":in": {"S": dumps(input)}, ":at": num(admit_at),
                                   ":wk": num(admit_at + self.wake.settle), ":now": num(now)}
-        guard = status_guard(move, values)
+        guard = f"{status_guard(move, values)} AND {BURST_OPEN}"
         with _translate(f"run {run_id}: {move.name} with {len(also)} more"):
             self.ddb.transact_write_items(TransactItems=[
                 {"Update": {"TableName": self.runs, "Key": {"run_id": {"S": run_id}},
@@ -246,12 +249,11 @@ class RunRows(RunListing):
 
     def _update_queued(
         self, run_id: str, move: Move, update: str, values: dict[str, Any],
-        names: dict[str, str],
+        names: dict[str, str], *, also: str = "",
     ) -> RunRecord:
         """A queued run's move (admit, refuse, cancel): the row after it."""
-        return run_from_item(
-            self._update_running(run_id, move, update, values, names=names, returns="ALL_NEW")
-        )
+        return run_from_item(self._update_running(run_id, move, update, values, names=names,
+                                                  returns="ALL_NEW", also=also))
 
     def admit_run(self, run_id: str, now: float, detail: dict[str, Any]) -> RunRecord:
         """queued -> running: exactly one caller wins (ConditionFailed for the others)."""

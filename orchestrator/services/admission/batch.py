@@ -32,7 +32,7 @@ from orchestrator.engine.admission import render_key
 from orchestrator.engine.batches import batch_input, member, place
 from orchestrator.engine.records import RunRecord
 from orchestrator.errors import ConditionFailed, StoreError
-from orchestrator.services.admission.result import Outcome, Started
+from orchestrator.services.admission.result import Outcome, Started, repeat_of
 from orchestrator.services.values import MAX_VALUE_BYTES
 
 __all__ = ["Batcher"]
@@ -119,7 +119,4 @@ class Batcher:
         raise StoreError(f"workflow {workflow!r}: batch key {key!r} is contended")
 
     def _repeat(self, run_id: str, now: float) -> Started:
-        run = self.store.runs.get_run(run_id, now)
-        if run is None:
-            raise StoreError(f"run {run_id!r}, which this event joined, has expired")
-        return Started(run, Outcome.DUPLICATE)
+        return repeat_of(self.store.runs.get_run(run_id, now), run_id, "event")

@@ -28,7 +28,7 @@ from orchestrator.adapters.store.bursts import burst_key, trigger_key
 from orchestrator.engine.admission import render_key
 from orchestrator.engine.records import RunRecord
 from orchestrator.errors import ConditionFailed, StoreError
-from orchestrator.services.admission.result import Outcome, Started
+from orchestrator.services.admission.result import Outcome, Started, repeat_of
 
 __all__ = ["Debouncer"]
 
@@ -100,7 +100,4 @@ class Debouncer:
         raise StoreError(f"workflow {workflow!r}: debounce key {key!r} is contended")
 
     def _repeat(self, run_id: str, now: float) -> Started:
-        run = self.store.runs.get_run(run_id, now)
-        if run is None:
-            raise StoreError(f"run {run_id!r}, which this trigger joined, has expired")
-        return Started(run, Outcome.DUPLICATE)
+        return repeat_of(self.store.runs.get_run(run_id, now), run_id, "trigger")

@@ -9,8 +9,9 @@ from typing import Any
 
 from orchestrator.engine.records import RunRecord
 from orchestrator.engine.states import RunStatus
+from orchestrator.errors import StoreError
 
-__all__ = ["Outcome", "Started", "taken"]
+__all__ = ["Outcome", "Started", "repeat_of", "taken"]
 
 
 class Outcome(StrEnum):
@@ -63,3 +64,11 @@ def taken(outcome: Outcome) -> dict[str, Any]:
     return {"created": outcome in (Outcome.CREATED, Outcome.QUEUED, Outcome.SKIPPED),
             "duplicate": outcome is Outcome.DUPLICATE,
             "debounced": outcome is Outcome.DEBOUNCED, "outcome": outcome.value}
+
+
+def repeat_of(run: RunRecord | None, run_id: str, what: str) -> Started:
+    """The answer to a repeat of a trigger (`what`: "event", "trigger") that joined run
+    `run_id` (`run`: as read now); StoreError if the run has expired since."""
+    if run is None:
+        raise StoreError(f"run {run_id!r}, which this {what} joined, has expired")
+    return Started(run, Outcome.DUPLICATE)

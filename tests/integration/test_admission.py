@@ -42,6 +42,15 @@ workflows:
     steps:
       hold:  { backend: fn, route: /hold, payload: { seconds: 1.0 } }
       after: { backend: fn, route: /echo, dependsOn: [hold] }
+  latest:
+    # One at a time, the newest wins, whichever tenant it is (the keyless limit takes
+    # turns by the tenant's).
+    concurrency:
+      - { limit: 1, policy: cancel-running }
+      - { limit: 5, key: "${{ input.tenant }}" }
+    steps:
+      hold:  { backend: fn, route: /hold, payload: { seconds: 1.0 } }
+      after: { backend: fn, route: /echo, dependsOn: [hold] }
   enrich:
     throttle: { limit: 4, period: 2s, key: "crm-${{ input.tenant }}" }
     steps:
@@ -132,6 +141,29 @@ def test_cancel_running_replaces_the_holder(harness_factory: Any, recorder: Reco
     assert views[newest]["status"] == "success"
     holds = sorted(recorder.held[tenant])
     assert [run for _, _, run in holds] == [old, newest] and no_overlap(holds)
+
+
+def test_cancel_running_replaces_the_runs_waiting_under_other_turns_keys(
+    harness_factory: Any, recorder: Recorder
+) -> None:
+    h = harness_factory(MANIFEST)
+    h.start_workers(threads=8)
+    stamp = time.time_ns()
+    old = h.rt.runs.start("latest", {"tenant": f"x{stamp}"})[0].run_id
+    deadline = time.monotonic() + 10
+    while not recorder.for_step(old, "hold"):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    # Each replaces the holder, still in its call; the second waits under its tenant's
+    # key, the third under another's: the third replaces it too.
+    queued = h.rt.runs.start("latest", {"tenant": f"y{stamp}"})[0].run_id
+    newest = h.rt.runs.start("latest", {"tenant": f"z{stamp}"})[0].run_id
+    views = {r: h.wait(r, timeout=30) for r in (old, queued, newest)}
+    assert views[old]["status"] == "killed"
+    assert views[queued]["status"] == "killed", views[queued]
+    assert views[queued]["kill_reason"] == f"replaced by run {newest}"
+    assert views[queued]["started_at"] is None
+    assert views[newest]["status"] == "success"
 
 
 def test_cancelling_a_queued_run_keeps_its_reason(harness_factory: Any) -> None:

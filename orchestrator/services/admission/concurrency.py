@@ -53,6 +53,9 @@ PASSES = 3
 # Runs a hand-off looks at in all: what it leaves, the next hand-off or the sweeper
 # takes up.
 TRIES = 24
+# Runs waiting before a `cancel-running` run that it cancels at most (per turns key), and
+# turns keys it looks in: a line longer than that is cut down by the next arrivals.
+REPLACED = 100
 
 
 def waiting_place(run: RunRecord) -> Sk:
@@ -346,6 +349,22 @@ class Groups:
                                 else (0.0, r))
                 for rid in oldest[:over]:
                     self.cancel(rid, reason)
-            for w in self.control.first_waiting(lim.line_id, lim.turns, now, 100):
-                if w.run_id != run.run_id and w.place < mine:
-                    self.cancel(w.run_id, reason)
+            for turns in self._turns_keys(lim, now):
+                for w in self.control.first_waiting(lim.line_id, turns, now, REPLACED):
+                    if w.place >= mine:
+                        break  # by place: the rest of this key came after it
+                    if w.run_id != run.run_id:
+                        self.cancel(w.run_id, reason)
+
+    def _turns_keys(self, lim: Limit, now: float) -> list[str]:
+        """Every turns key waiting for the limit (its own, and the others'): a limit
+        without a key takes turns by another limit's, so runs of many keys wait."""
+        keys = [lim.turns]
+        after: Sk | None = None
+        while len(keys) < REPLACED:
+            page = self.control.next_turns(lim.line_id, now, KEYS_A_LOOK, after)
+            keys += [t.turns for t in page if t.turns not in keys]
+            if len(page) < KEYS_A_LOOK:
+                break
+            after = round_sk(page[-1].round, page[-1].turns)
+        return keys

@@ -120,31 +120,43 @@ def until(check: Any, timeout: float = 300.0) -> Any:
         time.sleep(0.05)
 
 
-class Stack:
-    def __init__(self, emulator: Emulator, fn_url: str, app_url: str) -> None:
-        settings = Settings(endpoint_url=emulator.url, prefix=f"co{int(time.time())}",
+class BenchStack:
+    """The stack a user runs, in this process: the data stack on the emulator, a
+    runtime on `manifest` (its `${...}` from `env`), a worker of `threads` threads and a
+    sweeper, and the HTTP API served by uvicorn, its requests counted by operation."""
+
+    def __init__(self, emulator: Emulator, manifest: str, env: dict[str, str], *,
+                 prefix: str, threads: int, connections: int | None = None) -> None:
+        settings = Settings(endpoint_url=emulator.url, prefix=f"{prefix}{int(time.time())}",
                             api_auth=False, sweep_interval=1.0)
         self.clients = emulator.attach(make_clients(settings))
         deploy_data_stack(self.clients, settings.prefix)
-        manifest = manifest_from_text(MANIFEST, "bench.yml", ROOT, {"FN": fn_url,
-                                                                    "APP": app_url})
-        self.rt = Runtime.build(settings, manifest, clients=self.clients)
+        self.rt = Runtime.build(settings, manifest_from_text(manifest, "bench.yml", ROOT, env),
+                                clients=self.clients)
         self.counted = Counted(self.clients)
         self.stop = threading.Event()
         self.threads = [
             threading.Thread(target=self.rt.worker().run, args=(self.stop,),
-                             kwargs={"threads": 4, "wait": 1}, daemon=True),
+                             kwargs={"threads": threads, "wait": 1}, daemon=True),
             threading.Thread(target=self.rt.sweeper().run, args=(self.stop,), daemon=True)]
         for t in self.threads:
             t.start()
         self.server = BackgroundServer(create_app(self.rt)).start()
-        self.api = httpx.Client(base_url=self.server.url, timeout=60)
+        limits = {} if connections is None else {
+            "limits": httpx.Limits(max_connections=connections)}
+        self.api = httpx.Client(base_url=self.server.url, timeout=120, **limits)
 
     def close(self) -> None:
         self.stop.set()
         for t in self.threads:
             t.join(timeout=10)
         self.server.stop()
+
+
+class Stack(BenchStack):
+    def __init__(self, emulator: Emulator, fn_url: str, app_url: str) -> None:
+        super().__init__(emulator, MANIFEST, {"FN": fn_url, "APP": app_url}, prefix="co",
+                         threads=4)
 
     def start(self, workflow: str, input: Any = None) -> str:
         return str(self.api.post("/runs", json={"workflow": workflow, "input": input}

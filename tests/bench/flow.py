@@ -24,26 +24,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from functions.sdk.serving import BackgroundServer  # noqa: E402
 from infra.emulator import Emulator  # noqa: E402
-from infra.stack import deploy_data_stack  # noqa: E402
-from orchestrator.adapters.aws import make_clients  # noqa: E402
-from orchestrator.api.app import create_app  # noqa: E402
-from orchestrator.manifest.loader import manifest_from_text  # noqa: E402
-from orchestrator.runtime import Runtime  # noqa: E402
-from orchestrator.settings import Settings  # noqa: E402
-from tests.bench.coordination import Counted, dollars_per_million, until  # noqa: E402
+from tests.bench.coordination import BenchStack, dollars_per_million, until  # noqa: E402
 from tests.support.testfns import Recorder  # noqa: E402
 from tests.support.testfns import create_app as testfns_app  # noqa: E402
 
@@ -88,31 +79,10 @@ workflows:
 """
 
 
-class Stack:
+class Stack(BenchStack):
     def __init__(self, emulator: Emulator, fn_url: str) -> None:
-        settings = Settings(endpoint_url=emulator.url, prefix=f"fl{int(time.time())}",
-                            api_auth=False, sweep_interval=1.0)
-        self.clients = emulator.attach(make_clients(settings))
-        deploy_data_stack(self.clients, settings.prefix)
-        manifest = manifest_from_text(MANIFEST, "bench.yml", ROOT, {"FN": fn_url})
-        self.rt = Runtime.build(settings, manifest, clients=self.clients)
-        self.counted = Counted(self.clients)
-        self.stop = threading.Event()
-        self.threads = [
-            threading.Thread(target=self.rt.worker().run, args=(self.stop,),
-                             kwargs={"threads": 8, "wait": 1}, daemon=True),
-            threading.Thread(target=self.rt.sweeper().run, args=(self.stop,), daemon=True)]
-        for t in self.threads:
-            t.start()
-        self.server = BackgroundServer(create_app(self.rt)).start()
-        self.api = httpx.Client(base_url=self.server.url, timeout=120,
-                                limits=httpx.Limits(max_connections=16))
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=10)
-        self.server.stop()
+        super().__init__(emulator, MANIFEST, {"FN": fn_url}, prefix="fl", threads=8,
+                         connections=16)
 
     def start(self, workflow: str, input: Any = None) -> str:
         r = self.api.post("/runs", json={"workflow": workflow, "input": input})

@@ -32,6 +32,7 @@ from orchestrator.engine.admission import render_key
 from orchestrator.engine.batches import batch_input, member, place
 from orchestrator.engine.records import RunRecord
 from orchestrator.errors import ConditionFailed, StoreError
+from orchestrator.services.admission.debounce import begin_burst
 from orchestrator.services.admission.result import Outcome, Started, repeat_of
 from orchestrator.services.values import MAX_VALUE_BYTES
 
@@ -109,13 +110,10 @@ class Batcher:
                 replacing = run_id  # full, started, timed out or gone: a new batch
             full = spec.size <= 1
             run = create(now if full else now + spec.timeout, batch_input([one]))
-            also = [rows.begin(pk, run.run_id, now, keep, replacing)]
-            if seen is not None:
-                also.append(rows.take(seen, run.run_id, now, remembered))
-            try:
-                return Started.new(begin(run, also))
-            except ConditionFailed:
-                continue  # another event began the batch first (or this one's repeat)
+            began = begin_burst(rows, begin, run, pk, now, keep, replacing, seen, remembered)
+            if began is not None:
+                return began
+            # Another event began the batch first (or this one's repeat): read again.
         raise StoreError(f"workflow {workflow!r}: batch key {key!r} is contended")
 
     def _repeat(self, run_id: str, now: float) -> Started:

@@ -24,13 +24,14 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.store import Store
-from orchestrator.adapters.store.bursts import burst_key, trigger_key
+from orchestrator.adapters.store.bursts import Bursts, burst_key, trigger_key
+from orchestrator.adapters.store.control_keys import Pk
 from orchestrator.engine.admission import render_key
 from orchestrator.engine.records import RunRecord
 from orchestrator.errors import ConditionFailed, StoreError
 from orchestrator.services.admission.result import Outcome, Started, repeat_of
 
-__all__ = ["Debouncer"]
+__all__ = ["Debouncer", "begin_burst"]
 
 # A burst's control item outlives its end by this much (then DynamoDB's TTL takes it).
 KEEP = 86400.0
@@ -89,15 +90,28 @@ class Debouncer:
                     replacing = run_id  # its run has started (or ended): a new burst
             due = now + spec.period if spec.max_wait is None else \
                 now + min(spec.period, spec.max_wait)
-            run = create(due)
-            also = [bursts.begin(pk, run.run_id, now, keep, replacing)]
-            if seen is not None:
-                also.append(bursts.take(seen, run.run_id, now, keep))
-            try:
-                return Started.new(begin(run, also))
-            except ConditionFailed:
-                continue  # another trigger began the burst first (or this one's repeat)
+            began = begin_burst(bursts, begin, create(due), pk, now, keep, replacing, seen,
+                                keep)
+            if began is not None:
+                return began
+            # Another trigger began the burst first (or this one's repeat): read again.
         raise StoreError(f"workflow {workflow!r}: debounce key {key!r} is contended")
 
     def _repeat(self, run_id: str, now: float) -> Started:
         return repeat_of(self.store.runs.get_run(run_id, now), run_id, "trigger")
+
+
+def begin_burst(items: Bursts, begin: Callable[[RunRecord, list[dict[str, Any]]], RunRecord],
+                run: RunRecord, pk: Pk, now: float, keep: float, replacing: str | None,
+                seen: Pk | None, remembered: float) -> Started | None:
+    """Write a new burst's (or batch's) queued `run` with its control item (`pk`, kept
+    until `keep`; replacing the ended one's) and the trigger's record (`seen`, kept
+    until `remembered`), in one transaction; None if another trigger began one first
+    (or this one's repeat did)."""
+    also = [items.begin(pk, run.run_id, now, keep, replacing)]
+    if seen is not None:
+        also.append(items.take(seen, run.run_id, now, remembered))
+    try:
+        return Started.new(begin(run, also))
+    except ConditionFailed:
+        return None

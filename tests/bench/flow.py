@@ -26,6 +26,7 @@ import json
 import sys
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -210,26 +211,48 @@ def fairness(stack: Stack, k: int, workflow: str, plug: str) -> dict[str, Any]:
             "b_waited_ms": round((bv["started_at"] - bv["created_at"]) * 1000, 1)}
 
 
-def backend_limits(stack: Stack, runs: int) -> dict[str, Any]:
+def backend_limits(stack: Stack, rec: Recorder, runs: int) -> dict[str, Any]:
     """The same chains of 20 steps on a backend without limits and on one with
     `limits: {concurrency: 64}` (never reached): what taking and giving
-    back a slot costs a call."""
+    back a slot costs a call. The views are read once the function has seen every
+    chain's last step (it records its calls: no request), so that the reads counted
+    do not grow with how long the chains took."""
     out: dict[str, Any] = {"runs": runs, "steps": STEPS}
+    seen: dict[str, Counter[str]] = {}
+    last = f"s{STEPS - 1}"
     for wf in ("chainfree", "chainlim"):
         stack.counted.take()
-        views = stack.ended(stack.start_many(wf, [None] * runs))
+        ids = stack.start_many(wf, [None] * runs)
+        until(lambda ids=ids: all(rec.for_step(r, last) for r in ids))
+        views = stack.ended(ids)
         counts = stack.counted.take()
         assert all(v["status"] == "success" for v in views)
         per = [(v["finished_at"] - v["started_at"]) * 1000 / STEPS for v in views]
-        out[wf] = {"ms_per_step_median": round(sorted(per)[len(per) // 2], 2),
-                   "requests_per_step": round(sum(counts.values()) / (runs * STEPS), 2),
+        ms = sorted(per)[len(per) // 2]
+        requests = sum(counts.values()) / (runs * STEPS)
+        seen[wf] = counts
+        out[wf] = {"ms_per_step_median": round(ms, 2),
+                   "requests_per_step": round(requests, 2),
+                   # What a request costs a step's latency, if requests were all of it.
+                   "ms_per_request": round(ms / requests, 2),
                    "dollars_per_million_steps": round(
-                       dollars_per_million(counts, runs * STEPS), 2)}
+                       dollars_per_million(counts, runs * STEPS), 2),
+                   "by_operation": per_step(counts, runs)}
     out["overhead_ms_per_call"] = round(out["chainlim"]["ms_per_step_median"]
                                         - out["chainfree"]["ms_per_step_median"], 2)
     out["overhead_requests_per_call"] = round(out["chainlim"]["requests_per_step"]
                                               - out["chainfree"]["requests_per_step"], 2)
+    # The requests a limited call adds, by operation (negative: it makes fewer).
+    extra = Counter(seen["chainlim"])
+    extra.subtract(seen["chainfree"])
+    out["overhead_by_operation"] = {k: v for k, v in per_step(extra, runs).items() if v}
     return out
+
+
+def per_step(counts: Counter[str], runs: int) -> dict[str, float]:
+    """Requests per step of a chain by operation, most first."""
+    return dict(sorted(((k, round(v / (runs * STEPS), 2)) for k, v in counts.items()),
+                       key=lambda kv: -kv[1]))
 
 
 def main() -> int:
@@ -247,7 +270,7 @@ def main() -> int:
         stack = Stack(emulator, fn.url)
         try:
             if args.backend_runs:
-                out["backend"] = backend_limits(stack, args.backend_runs)
+                out["backend"] = backend_limits(stack, rec, args.backend_runs)
                 print("backend", json.dumps(out["backend"]), flush=True)
             for n in (int(x) for x in args.sizes.split(",") if x):
                 out["admissions"].append(admissions(stack, n))

@@ -17,6 +17,10 @@ driven through the API over HTTP, as a user drives it.
 - **fairness**: tenant A queues k runs of `fair`, then B queues one; the figure is how
   many runs started between B's arrival and its start (the bound: 8) and how long B
   waited; `fifo` (one group of 8, no turns) the same, for comparison.
+- **backend limits** (`--backend-runs`): chains on a backend without limits and on one
+  with a limit never reached: what a limited call adds, in requests (by operation), in
+  ms a step, and in the process's CPU a step (the bench runs on one core: a step's time
+  is mostly the CPU of every chain's steps, taken in turn).
 """
 
 from __future__ import annotations
@@ -89,6 +93,34 @@ workflows:
 """
 
 
+class Timed:
+    """The time each DynamoDB request takes, as its thread sees it (botocore's
+    `before-call` to `after-call`: sending, the emulator's work, the answer parsed)."""
+
+    def __init__(self, dynamodb: Any) -> None:
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.spent, self.count = 0.0, 0
+        dynamodb.meta.events.register("before-call", self._sent)
+        dynamodb.meta.events.register("after-call", self._answered)
+
+    def _sent(self, **_: Any) -> None:
+        self.local.sent = time.perf_counter()
+
+    def _answered(self, **_: Any) -> None:
+        took = time.perf_counter() - self.local.sent
+        with self.lock:
+            self.spent += took
+            self.count += 1
+
+    def take(self) -> float:
+        """The mean in ms since the last take."""
+        with self.lock:
+            mean = self.spent * 1000 / max(self.count, 1)
+            self.spent, self.count = 0.0, 0
+        return mean
+
+
 class Stack:
     def __init__(self, emulator: Emulator, fn_url: str) -> None:
         settings = Settings(endpoint_url=emulator.url, prefix=f"fl{int(time.time())}",
@@ -98,6 +130,7 @@ class Stack:
         manifest = manifest_from_text(MANIFEST, "bench.yml", ROOT, {"FN": fn_url})
         self.rt = Runtime.build(settings, manifest, clients=self.clients)
         self.counted = Counted(self.clients)
+        self.timed = Timed(self.clients.dynamodb)
         self.stop = threading.Event()
         self.threads = [
             threading.Thread(target=self.rt.worker().run, args=(self.stop,),
@@ -222,10 +255,14 @@ def backend_limits(stack: Stack, rec: Recorder, runs: int) -> dict[str, Any]:
     last = f"s{STEPS - 1}"
     for wf in ("chainfree", "chainlim"):
         stack.counted.take()
+        stack.timed.take()
+        cpu, wall = time.process_time(), time.monotonic()
         ids = stack.start_many(wf, [None] * runs)
         until(lambda ids=ids: all(rec.for_step(r, last) for r in ids))
         views = stack.ended(ids)
         counts = stack.counted.take()
+        dynamodb_ms = stack.timed.take()
+        cpu, wall = time.process_time() - cpu, time.monotonic() - wall
         assert all(v["status"] == "success" for v in views)
         per = [(v["finished_at"] - v["started_at"]) * 1000 / STEPS for v in views]
         ms = sorted(per)[len(per) // 2]
@@ -233,8 +270,16 @@ def backend_limits(stack: Stack, rec: Recorder, runs: int) -> dict[str, Any]:
         seen[wf] = counts
         out[wf] = {"ms_per_step_median": round(ms, 2),
                    "requests_per_step": round(requests, 2),
-                   # What a request costs a step's latency, if requests were all of it.
+                   # What a request costs a step's latency, if requests were all of it;
+                   # and what a DynamoDB request takes, measured.
                    "ms_per_request": round(ms / requests, 2),
+                   "dynamodb_request_ms_mean": round(dynamodb_ms, 2),
+                   # The CPU time of this process (every thread: the emulator's, the
+                   # worker's, the API's, the functions') a step, and the share of the
+                   # phase's wall time it was busy: near 1, the chains' steps queue for
+                   # the interpreter, so a step's time is that CPU times the chains.
+                   "cpu_ms_per_step": round(cpu * 1000 / (runs * STEPS), 2),
+                   "cpu_busy": round(cpu / wall, 2),
                    "dollars_per_million_steps": round(
                        dollars_per_million(counts, runs * STEPS), 2),
                    "by_operation": per_step(counts, runs)}

@@ -17,6 +17,10 @@ driven through the API over HTTP, as a user drives it.
 - **fairness**: tenant A queues k runs of `fair`, then B queues one; the figure is how
   many runs started between B's arrival and its start (the bound: 8) and how long B
   waited; `fifo` (one group of 8, no turns) the same, for comparison.
+- **backend limits** (`--backend-runs`): chains on a backend without limits and on one
+  with a limit never reached: what a limited call adds, in requests (by operation), in
+  ms a step, and in the process's CPU a step (the bench runs on one core: a step's time
+  is mostly the CPU of every chain's steps, taken in turn).
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -79,10 +85,39 @@ workflows:
 """
 
 
+class Timed:
+    """The time each DynamoDB request takes, as its thread sees it (botocore's
+    `before-call` to `after-call`: sending, the emulator's work, the answer parsed)."""
+
+    def __init__(self, dynamodb: Any) -> None:
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.spent, self.count = 0.0, 0
+        dynamodb.meta.events.register("before-call", self._sent)
+        dynamodb.meta.events.register("after-call", self._answered)
+
+    def _sent(self, **_: Any) -> None:
+        self.local.sent = time.perf_counter()
+
+    def _answered(self, **_: Any) -> None:
+        took = time.perf_counter() - self.local.sent
+        with self.lock:
+            self.spent += took
+            self.count += 1
+
+    def take(self) -> float:
+        """The mean in ms since the last take."""
+        with self.lock:
+            mean = self.spent * 1000 / max(self.count, 1)
+            self.spent, self.count = 0.0, 0
+        return mean
+
+
 class Stack(BenchStack):
     def __init__(self, emulator: Emulator, fn_url: str) -> None:
         super().__init__(emulator, MANIFEST, {"FN": fn_url}, prefix="fl", threads=8,
                          connections=16)
+        self.timed = Timed(self.clients.dynamodb)
 
     def start(self, workflow: str, input: Any = None) -> str:
         r = self.api.post("/runs", json={"workflow": workflow, "input": input})
@@ -180,26 +215,60 @@ def fairness(stack: Stack, k: int, workflow: str, plug: str) -> dict[str, Any]:
             "b_waited_ms": round((bv["started_at"] - bv["created_at"]) * 1000, 1)}
 
 
-def backend_limits(stack: Stack, runs: int) -> dict[str, Any]:
+def backend_limits(stack: Stack, rec: Recorder, runs: int) -> dict[str, Any]:
     """The same chains of 20 steps on a backend without limits and on one with
     `limits: {concurrency: 64}` (never reached): what taking and giving
-    back a slot costs a call."""
+    back a slot costs a call. The views are read once the function has seen every
+    chain's last step (it records its calls: no request), so that the reads counted
+    do not grow with how long the chains took."""
     out: dict[str, Any] = {"runs": runs, "steps": STEPS}
+    seen: dict[str, Counter[str]] = {}
+    last = f"s{STEPS - 1}"
     for wf in ("chainfree", "chainlim"):
         stack.counted.take()
-        views = stack.ended(stack.start_many(wf, [None] * runs))
+        stack.timed.take()
+        cpu, wall = time.process_time(), time.monotonic()
+        ids = stack.start_many(wf, [None] * runs)
+        until(lambda ids=ids: all(rec.for_step(r, last) for r in ids))
+        views = stack.ended(ids)
         counts = stack.counted.take()
+        dynamodb_ms = stack.timed.take()
+        cpu, wall = time.process_time() - cpu, time.monotonic() - wall
         assert all(v["status"] == "success" for v in views)
         per = [(v["finished_at"] - v["started_at"]) * 1000 / STEPS for v in views]
-        out[wf] = {"ms_per_step_median": round(sorted(per)[len(per) // 2], 2),
-                   "requests_per_step": round(sum(counts.values()) / (runs * STEPS), 2),
+        ms = sorted(per)[len(per) // 2]
+        requests = sum(counts.values()) / (runs * STEPS)
+        seen[wf] = counts
+        out[wf] = {"ms_per_step_median": round(ms, 2),
+                   "requests_per_step": round(requests, 2),
+                   # What a request costs a step's latency, if requests were all of it;
+                   # and what a DynamoDB request takes, measured.
+                   "ms_per_request": round(ms / requests, 2),
+                   "dynamodb_request_ms_mean": round(dynamodb_ms, 2),
+                   # The CPU time of this process (every thread: the emulator's, the
+                   # worker's, the API's, the functions') a step, and the share of the
+                   # phase's wall time it was busy: near 1, the chains' steps queue for
+                   # the interpreter, so a step's time is that CPU times the chains.
+                   "cpu_ms_per_step": round(cpu * 1000 / (runs * STEPS), 2),
+                   "cpu_busy": round(cpu / wall, 2),
                    "dollars_per_million_steps": round(
-                       dollars_per_million(counts, runs * STEPS), 2)}
+                       dollars_per_million(counts, runs * STEPS), 2),
+                   "by_operation": per_step(counts, runs)}
     out["overhead_ms_per_call"] = round(out["chainlim"]["ms_per_step_median"]
                                         - out["chainfree"]["ms_per_step_median"], 2)
     out["overhead_requests_per_call"] = round(out["chainlim"]["requests_per_step"]
                                               - out["chainfree"]["requests_per_step"], 2)
+    # The requests a limited call adds, by operation (negative: it makes fewer).
+    extra = Counter(seen["chainlim"])
+    extra.subtract(seen["chainfree"])
+    out["overhead_by_operation"] = {k: v for k, v in per_step(extra, runs).items() if v}
     return out
+
+
+def per_step(counts: Counter[str], runs: int) -> dict[str, float]:
+    """Requests per step of a chain by operation, most first."""
+    return dict(sorted(((k, round(v / (runs * STEPS), 2)) for k, v in counts.items()),
+                       key=lambda kv: -kv[1]))
 
 
 def main() -> int:
@@ -217,7 +286,7 @@ def main() -> int:
         stack = Stack(emulator, fn.url)
         try:
             if args.backend_runs:
-                out["backend"] = backend_limits(stack, args.backend_runs)
+                out["backend"] = backend_limits(stack, rec, args.backend_runs)
                 print("backend", json.dumps(out["backend"]), flush=True)
             for n in (int(x) for x in args.sizes.split(",") if x):
                 out["admissions"].append(admissions(stack, n))

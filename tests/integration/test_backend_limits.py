@@ -11,14 +11,18 @@ records when each started (tests/support/limited_fns.py).
 - a slot whose holder vanished is taken back once its lease has passed;
 - a durable run waits released, and says so;
 - the call that frees a slot wakes the next step in line at once, and a wait whose
-  timer was lost is woken by the sweeper."""
+  timer was lost is woken by the sweeper;
+- a release with nobody in line is one write (no look at the line), and a step that
+  joins the line while a release finds it empty is still woken by the next release."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,8 @@ from functions.sdk.serving import BackgroundServer
 from orchestrator.adapters.store.backend_limits import BackendLimitStore
 from orchestrator.api.ui.pages import run_live_html
 from orchestrator.cli.render import render_run
+from orchestrator.engine.backend_limits import Limits
+from orchestrator.services.coordination.backend_limits import BackendLimits
 from tests.support.harness import BuildHarness, Harness, steps_of
 from tests.support.limited_fns import SECRET, Gauge, create_app
 
@@ -284,3 +290,120 @@ def test_a_take_sent_again_after_its_first_send_landed_holds_its_slot(
     assert not items.take("api", "r/c#1", now + 5, now, concurrency=2, interval=None)
     assert not items.take("api", "r/a#1", now + 9, now, concurrency=2, interval=None)
     assert set(items.state("api", now).holders) == {"r/a#1", "r/b#1"}
+
+
+@contextmanager
+def requests_of(h: Harness) -> Iterator[list[tuple[str, str]]]:
+    """The DynamoDB requests this thread sends meanwhile, as (operation, partition),
+    seen by botocore's own events on the runtime's client."""
+    me = threading.get_ident()
+    seen: list[tuple[str, str]] = []
+
+    def note(model: Any, params: dict[str, Any], **_: Any) -> None:
+        if threading.get_ident() == me:
+            pk = (params.get("Key") or params.get("Item") or {}).get("pk", {}).get("S") \
+                or params.get("ExpressionAttributeValues", {}).get(":pk", {}).get("S", "")
+            seen.append((model.name, pk))
+
+    events = h.rt.clients.dynamodb.meta.events
+    events.register("before-parameter-build.dynamodb", note)
+    try:
+        yield seen
+    finally:
+        events.unregister("before-parameter-build.dynamodb", note)
+
+
+def gate_of(h: Harness) -> BackendLimits:
+    return BackendLimits(h.rt.store, h.rt.queues, time.time, lease_margin=30.0)
+
+
+TAKE_OR_GIVE = ("UpdateItem", "blimit#api")
+LOOK = ("Query", "blimitq#api")
+
+
+def test_a_release_with_nobody_in_line_does_not_look_at_the_line(
+        make: Callable[[str], Harness]) -> None:
+    h = make("{ concurrency: 2 }")
+    gate, limits = gate_of(h), Limits("api", concurrency=2)
+    assert gate.enter(limits, "r/a#1", 10.0) is None  # (the first one opens the item)
+    with requests_of(h) as seen:
+        assert gate.enter(limits, "r/b#1", 10.0) is None
+        gate.leave(limits, "r/b#1", None)
+    assert seen == [TAKE_OR_GIVE, TAKE_OR_GIVE], seen
+    # Someone in line: the release looks, and takes its place away to wake it (its
+    # run is not there: nothing to dispatch).
+    gate.queue(limits, "r/w", "r", "w", time.time())
+    with requests_of(h) as seen:
+        gate.leave(limits, "r/a#1", None)
+    assert seen[:2] == [TAKE_OR_GIVE, LOOK], seen
+    assert BackendLimitStore(h.rt.store.control).line("api", time.time()).empty
+    # The next release finds the line empty and lowers the marker (one guarded
+    # write); the one after is a single write again.
+    assert gate.enter(limits, "r/c#1", 10.0) is None
+    with requests_of(h) as seen:
+        gate.leave(limits, "r/c#1", None)
+    assert seen == [TAKE_OR_GIVE, LOOK, TAKE_OR_GIVE], seen
+    assert gate.enter(limits, "r/d#1", 10.0) is None
+    with requests_of(h) as seen:
+        gate.leave(limits, "r/d#1", None)
+    assert seen == [TAKE_OR_GIVE], seen
+
+
+def test_an_expired_place_keeps_the_line_marker_up(make: Callable[[str], Harness]) -> None:
+    """A place past its expiry that DynamoDB has not deleted yet may hide live ones
+    after it (the look reads the first few): the line is not taken for empty."""
+    h = make("{ concurrency: 2 }")
+    gate, limits = gate_of(h), Limits("api", concurrency=2)
+    items = BackendLimitStore(h.rt.store.control)
+    assert gate.enter(limits, "r/a#1", 10.0) is None
+    long_ago = time.time() - 2 * 3600
+    items.join("api", "gone/x", "gone", "x", long_ago, long_ago)
+    line = items.line("api", time.time())
+    assert line.waiters == [] and not line.empty
+    gate.leave(limits, "r/a#1", None)
+    assert gate.enter(limits, "r/b#1", 10.0) is None
+    freed = items.give_back("api", "r/b#1")
+    assert freed.held and freed.queued, freed
+
+
+def test_a_step_joining_the_line_while_a_release_finds_it_empty_is_still_woken(
+        make: Callable[[str], Harness]) -> None:
+    """The release looks at the line (the marker is up) and finds it empty; before it
+    lowers the marker, another call takes the slot it freed and a step joins the line
+    and waits. The release's guarded write then leaves the marker up, so the other
+    call's release wakes the step at once (not its recheck, 30 s later)."""
+    h = make("{ concurrency: 1 }")
+    gate, limits = gate_of(h), Limits("api", concurrency=1)
+    items = BackendLimitStore(h.rt.store.control)
+    assert gate.enter(limits, "holder-a", 60.0) is None
+    now = time.time()
+    # The marker up over an empty line: a step waited, then left the line.
+    items.join("api", "old/x", "old", "x", now, now)
+    items.leave("api", "old/x", now)
+    h.start_workers(1, threads=2)
+    h.start_sweeper()
+    me = threading.get_ident()
+    meanwhile: list[str] = []
+
+    def between_the_look_and_the_marker(**_: Any) -> None:
+        if threading.get_ident() != me or meanwhile:
+            return
+        meanwhile.append("")
+        assert gate.enter(limits, "holder-c", 60.0) is None
+        meanwhile[0] = h.start("one", {})
+        until("in line", held_back(h, meanwhile), timeout=10)
+
+    events = h.rt.clients.dynamodb.meta.events
+    events.register("after-call.dynamodb.Query", between_the_look_and_the_marker)
+    try:
+        gate.leave(limits, "holder-a", None)
+    finally:
+        events.unregister("after-call.dynamodb.Query", between_the_look_and_the_marker)
+    (run_id,) = meanwhile
+    assert run_id, "the release did not look at the line"
+    assert not GAUGE.times(f"{run_id}/")
+    released = time.time()
+    gate.leave(limits, "holder-c", None)
+    assert h.wait(run_id, timeout=10)["status"] == "success"
+    (then,) = GAUGE.times(f"{run_id}/")
+    assert released <= then < released + 5.0, (released, then)

@@ -171,8 +171,10 @@ class ControlTable:
         limit: int = 100,
         newest_first: bool = False,
         after: Sk | None = None,
+        with_expired: bool = False,
     ) -> list[Item]:
-        """Items of one partition in sort-key order (live ones only)."""
+        """Items of one partition in sort-key order (live ones only, unless
+        `with_expired`: those DynamoDB has not deleted yet too)."""
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "pk = :pk" + (" AND sk > :after" if after else ""),
@@ -185,4 +187,5 @@ class ControlTable:
             kwargs["ExpressionAttributeValues"][":after"] = {"S": after}
         with _translate(f"control {pk}: query"):
             resp = self.ddb.query(**kwargs)
-        return [i for i in resp.get("Items", []) if _live(i, now) is not None]
+        items: list[Item] = resp.get("Items", [])
+        return items if with_expired else [i for i in items if _live(i, now) is not None]

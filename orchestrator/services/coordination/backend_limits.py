@@ -6,9 +6,11 @@ engine/backend_limits.py, the item adapters/store/backend_limits.py).
   Refused, it gets a `Wait`: it does not call, and waits released (no worker held) with
   a timer for the wait's end (its rate slot, a 429's hold-off, or a short recheck),
   joining the backend's line when the backend is full (`queue`).
-- **Leaving** (`leave`): once the call has answered, its slot is freed and the head of
-  the line is poked (the hand-over: its worker tries again at once). A `429` with a
-  `Retry-After` holds every call to the backend off until then.
+- **Leaving** (`leave`): once the call has answered, its slot is freed and, if the
+  backend's item says someone may wait (its line's marker, read from the give-back's
+  own answer), the head of the line is poked (the hand-over: its worker tries again at
+  once); nobody waiting, a release is one write. A `429` with a `Retry-After` holds
+  every call to the backend off until then.
 - **Repair**: a slot whose holder vanished is dropped once its lease (the call's timeout
   plus the lease margin) has passed, by whoever finds the backend full; a lost poke
   costs a waiter at most its recheck (`RECHECK`), and a lost timer is the sweeper's (the
@@ -68,8 +70,9 @@ class BackendLimits:
         if until is not None:
             self.items.hold_off(limits.backend, until)
         if limits.concurrency is not None:
-            self.items.give_back(limits.backend, holder)
-            self.hand_over(limits.backend)
+            freed = self.items.give_back(limits.backend, holder)
+            if freed.queued:
+                self.hand_over(limits.backend, freed.line_v)
 
     def queue(self, limits: Limits, holder: str, run_id: str, row: str,
               arrived: float) -> None:
@@ -81,13 +84,19 @@ class BackendLimits:
         """Out of the line (it took its slot)."""
         self.items.leave(limits.backend, holder, arrived)
 
-    def hand_over(self, backend: str) -> None:
+    def hand_over(self, backend: str, line_v: int | None = None) -> None:
         """Poke the head of the backend's line: its worker tries for the slot again.
         A waiter taken out of the line whose row could not be handed a dispatch (held:
         its holder sees the poke; or gone: its run ended) does not end the hand-over:
-        the next one is poked too (a spare wake only looks and waits again)."""
+        the next one is poked too (a spare wake only looks and waits again). A line
+        found empty lowers its marker if nobody joined since the item counted
+        `line_v` joins (the give-back's read)."""
         now = self.clock()
-        for waiter in self.items.line(backend, now):
+        line = self.items.line(backend, now)
+        if line.empty and line_v is not None:
+            self.items.line_empty(backend, line_v)
+            return
+        for waiter in line.waiters:
             if not self.items.take_turn(backend, waiter):
                 continue  # another release woke it
             poked = self.store.drivers.poke_driver(waiter.run_id, now, waiter.row)

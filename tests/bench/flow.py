@@ -2,12 +2,16 @@
 runs queued over 100 keys, the time a newcomer waits behind one tenant's backlog, and
 what an admitted run costs on AWS.
 
-The stack is the one `orchestrator dev` runs, in one process so its AWS requests can be
-counted with botocore's own events: the embedded emulator, a worker (8 threads) and a
-sweeper, the HTTP API served by uvicorn, the functions served by uvicorn; everything is
-driven through the API over HTTP, as a user drives it.
+With `--dev`, the stack is `orchestrator dev` itself, as a user starts it (its own
+process; its embedded emulator in another, given an AWS model with no latency and no
+throttling so that it counts every request: GET /_aws_model/stats). Without it, the
+same parts in this process, so that botocore's own events count the requests and time
+them: the embedded emulator, a worker (8 threads) and a sweeper, the HTTP API served by
+uvicorn. Either way the functions are served by uvicorn here, and everything is driven
+through the API over HTTP, as a user drives it.
 
-    python tests/bench/flow.py [--sizes 100,1000,10000] [--backlog 1000,10000] [--json out.json]
+    python tests/bench/flow.py [--dev] [--sizes 100,1000,10000] [--backlog 1000,10000]
+                               [--json out.json]
 
 - **admissions**: `plug` runs (an approval gate) fill a group of 8; n runs of `fair`
   (the same group, then 8 a tenant; one quick step) are queued over min(n, 100)
@@ -27,13 +31,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -113,11 +127,11 @@ class Timed:
         return mean
 
 
-class Stack(BenchStack):
-    def __init__(self, emulator: Emulator, fn_url: str) -> None:
-        super().__init__(emulator, MANIFEST, {"FN": fn_url}, prefix="fl", threads=8,
-                         connections=16)
-        self.timed = Timed(self.clients.dynamodb)
+class Driven:
+    """What the bench does through the API (`api`: a client of it)."""
+
+    api: httpx.Client
+    counted: Any  # take(): the requests since the last take, by operation
 
     def start(self, workflow: str, input: Any = None) -> str:
         r = self.api.post("/runs", json={"workflow": workflow, "input": input})
@@ -163,7 +177,99 @@ class Stack(BenchStack):
         return began
 
 
-def admissions(stack: Stack, n: int) -> dict[str, Any]:
+class Stack(BenchStack, Driven):
+    def __init__(self, emulator: Emulator, fn_url: str) -> None:
+        super().__init__(emulator, MANIFEST, {"FN": fn_url}, prefix="fl", threads=8,
+                         connections=16)
+        self.timed = Timed(self.clients.dynamodb)
+
+
+# The embedded emulator's AWS model with no latency and no throttling: it only counts
+# the requests (GET /_aws_model/stats), so `orchestrator dev` runs as it does without one.
+COUNTING_MODEL = """
+version: 1
+latency: {}
+dynamodb:
+  partition: {read_units_per_second: 1.0e12, write_units_per_second: 1.0e12,
+              basis: assumed, source: "bench: counting only"}
+  burst_seconds: 1
+  units: {write_unit_bytes: 1024, read_unit_bytes: 4096, transaction_factor: 2,
+          eventually_consistent_read_factor: 0.5, basis: assumed,
+          source: "bench: counting only"}
+lambda: {concurrency: 1000, basis: assumed, source: "bench: counting only"}
+"""
+
+
+class ModelCounted:
+    """The requests the emulator's model saw since the last `take`, by operation."""
+
+    def __init__(self, emulator: httpx.Client) -> None:
+        self.emulator = emulator
+        self.last: Counter[str] = self._now()
+
+    def _now(self) -> Counter[str]:
+        stats = self.emulator.get("/_aws_model/stats").json()
+        return Counter({f"{service}.{op}": int(n)
+                        for service, ops in stats["requests"].items() for op, n in ops.items()})
+
+    def take(self) -> Counter[str]:
+        now = self._now()
+        got, self.last = now - self.last, now
+        return got
+
+
+class DevStack(Driven):
+    """`orchestrator dev` as a user starts it, a process of its own (its embedded
+    emulator in another, counting the requests), calling the functions served here."""
+
+    def __init__(self, fn_url: str) -> None:
+        self.work = Path(tempfile.mkdtemp(prefix="flow-dev-"))
+        (self.work / "orchestrator.yml").write_text(MANIFEST)
+        (self.work / "counting.yaml").write_text(COUNTING_MODEL)
+        api_port, emu_port = _free_port(), _free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL")}
+        env["FN"] = fn_url
+        exe = shutil.which("orchestrator") or str(Path(sys.executable).parent / "orchestrator")
+        self.log = self.work / "dev.log"
+        with open(self.log, "w") as log:
+            self.dev = subprocess.Popen(
+                [exe, "dev", "--manifest", str(self.work / "orchestrator.yml"),
+                 "--port", str(api_port), "--emulator-port", str(emu_port),
+                 "--functions", "none", "--no-scripts",
+                 f"--aws-model={self.work / 'counting.yaml'}"],
+                cwd=self.work, env=env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        self.api = httpx.Client(base_url=f"http://127.0.0.1:{api_port}", timeout=120,
+                                limits=httpx.Limits(max_connections=16))
+        until(self._ready, 300)
+        key = re.search(r"ORCHESTRATOR_API_KEY=(\S+)", self.log.read_text())
+        if key:
+            self.api.headers["Authorization"] = f"Bearer {key.group(1)}"
+        self.counted = ModelCounted(httpx.Client(base_url=f"http://127.0.0.1:{emu_port}",
+                                                 timeout=60))
+
+    def _ready(self) -> bool:
+        if self.dev.poll() is not None:
+            raise RuntimeError(f"orchestrator dev exited: {self.log.read_text()[-2000:]}")
+        return "Ready." in self.log.read_text()
+
+    def close(self) -> None:
+        os.killpg(self.dev.pid, signal.SIGINT)
+        try:
+            self.dev.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.dev.pid, signal.SIGKILL)
+            self.dev.wait()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def admissions(stack: Driven, n: int) -> dict[str, Any]:
     tenants = min(n, 100)
     inputs = [{"tenant": f"t{i % tenants}"} for i in range(n)]
     stack.counted.take()
@@ -198,7 +304,7 @@ def admissions(stack: Stack, n: int) -> dict[str, Any]:
     }
 
 
-def fairness(stack: Stack, k: int, workflow: str, plug: str) -> dict[str, Any]:
+def fairness(stack: Driven, k: int, workflow: str, plug: str) -> dict[str, Any]:
     plugs = stack.plugged(plug)
     a = stack.start_many(workflow, [{"tenant": "A"}] * k)
     b = stack.start(workflow, {"tenant": "B"})
@@ -278,14 +384,20 @@ def main() -> int:
     parser.add_argument("--fifo", default="1000", help="backlogs to run FIFO (no turns) too")
     parser.add_argument("--backend-runs", type=int, default=10,
                         help="chains run for the backend limit's overhead (0: none)")
+    parser.add_argument("--dev", action="store_true",
+                        help="run `orchestrator dev` as a process of its own (admissions and"
+                             " fairness; the backend figures need the in-process stack)")
     parser.add_argument("--json", dest="json_out")
     args = parser.parse_args()
-    out: dict[str, Any] = {"admissions": [], "fairness": [], "backend": None}
+    out: dict[str, Any] = {"admissions": [], "fairness": [], "backend": None,
+                           "stack": "orchestrator dev" if args.dev else "in-process"}
     rec = Recorder()
-    with Emulator() as emulator, BackgroundServer(testfns_app(rec)) as fn:
-        stack = Stack(emulator, fn.url)
+    with ExitStack() as held:
+        fn = held.enter_context(BackgroundServer(testfns_app(rec)))
+        stack: Stack | DevStack = (DevStack(fn.url) if args.dev
+                                   else Stack(held.enter_context(Emulator()), fn.url))
         try:
-            if args.backend_runs:
+            if args.backend_runs and isinstance(stack, Stack):
                 out["backend"] = backend_limits(stack, rec, args.backend_runs)
                 print("backend", json.dumps(out["backend"]), flush=True)
             for n in (int(x) for x in args.sizes.split(",") if x):

@@ -251,8 +251,10 @@ class StoreError(OrchestratorError):
 class Throttled(StoreError):
     """AWS refused the request for its throughput (a DynamoDB partition or table over its
     rate: ProvisionedThroughputExceededException, ThrottlingException,
-    RequestLimitExceeded) and botocore's own retries did not get it through: the request
-    had no effect, and the same request may simply be sent again later."""
+    RequestLimitExceeded), or for a transaction in flight on its item
+    (TransactionConflictException, a transaction's TransactionConflict), and botocore's
+    own retries did not get it through: the request had no effect, and the same request
+    may simply be sent again later."""
 
 
 class ConditionFailed(OrchestratorError):

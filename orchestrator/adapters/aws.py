@@ -21,11 +21,16 @@ from orchestrator.settings import Settings
 __all__ = ["THROTTLING", "TRANSACTION_THROTTLING", "Clients", "make_clients",
            "translate_errors"]
 
-# The codes of a request AWS refused for its throughput (it had no effect).
+# The codes of a request AWS refused for its throughput (it had no effect), and of a
+# write refused because a transaction on its item was in flight (TransactionConflict-
+# Exception: it had no effect either; botocore does not retry it).
 THROTTLING = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException",
-                        "RequestLimitExceeded", "Throttling", "TooManyRequestsException"})
-# The cancellation reasons of a transaction cancelled for its throughput.
-TRANSACTION_THROTTLING = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded"})
+                        "RequestLimitExceeded", "Throttling", "TooManyRequestsException",
+                        "TransactionConflictException"})
+# The cancellation reasons of a transaction cancelled for its throughput, or because
+# another transaction or write on one of its items was in flight: no effect, send again.
+TRANSACTION_THROTTLING = frozenset({"ThrottlingError", "ProvisionedThroughputExceeded",
+                                    "TransactionConflict"})
 
 
 @contextmanager

@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 from functions.sdk.serving import BackgroundServer  # noqa: E402
 from infra.emulator import Emulator  # noqa: E402
 from tests.bench.coordination import BenchStack, dollars_per_million, until  # noqa: E402
+from tests.bench.scripts_dev import _rss_mb  # noqa: E402
 from tests.support.testfns import Recorder  # noqa: E402
 from tests.support.testfns import create_app as testfns_app  # noqa: E402
 
@@ -253,6 +254,10 @@ class DevStack(Driven):
             raise RuntimeError(f"orchestrator dev exited: {self.log.read_text()[-2000:]}")
         return "Ready." in self.log.read_text()
 
+    def rss_mb(self) -> float:
+        """The resident memory of `orchestrator dev` and its children (the emulator)."""
+        return round(_rss_mb(self.dev.pid), 1)
+
     def close(self) -> None:
         os.killpg(self.dev.pid, signal.SIGINT)
         try:
@@ -290,7 +295,8 @@ def admissions(stack: Driven, n: int) -> dict[str, Any]:
                                                           if v["status"] != "success"][:2]
     last = max(v["finished_at"] for v in views)
     extra = (queued + drain) - base
-    return {
+    memory = {"dev_rss_mb": stack.rss_mb()} if isinstance(stack, DevStack) else {}
+    return {**memory,
         "n": n, "tenants": tenants,
         "queued_per_s": round(n / queue_s, 1),
         "admitted_per_s": round(n / (last - unplugged), 1),

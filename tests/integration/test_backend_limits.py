@@ -36,6 +36,7 @@ from orchestrator.engine.backend_limits import Limits
 from orchestrator.services.coordination.backend_limits import BackendLimits
 from tests.support.harness import BuildHarness, Harness, steps_of
 from tests.support.limited_fns import SECRET, Gauge, create_app
+from tests.support.polling import until
 
 GAUGE = Gauge()
 
@@ -89,17 +90,6 @@ def make(build_harness: BuildHarness, tmp_path: Path,
     yield build
     for h in made:
         h.close()
-
-
-def until(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still not {what} after {timeout}s")
-        time.sleep(0.02)
 
 
 def held_back(h: Harness, run_ids: list[str]) -> Callable[[], dict[str, Any] | None]:

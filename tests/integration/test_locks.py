@@ -26,6 +26,7 @@ from functions.examples.durable.store import Log
 from functions.sdk.serving import BackgroundServer
 from orchestrator.adapters.store.control_keys import lock_item_key
 from tests.support.harness import BuildHarness, Harness
+from tests.support.polling import until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,17 +43,6 @@ def demo(build_harness: BuildHarness, tmp_path: Path) -> Iterator[tuple[Harness,
             yield h, work
         finally:
             h.close()
-
-
-def until(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still not {what} after {timeout}s")
-        time.sleep(0.02)
 
 
 def waits_in_line(h: Harness, run_id: str, row: str) -> Callable[[], bool]:

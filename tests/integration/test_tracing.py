@@ -29,6 +29,7 @@ from functions.sdk.tracing import op_span_id, run_span_id, trace_id_of
 from orchestrator import telemetry
 from orchestrator.api.app import create_app
 from tests.support.harness import Harness
+from tests.support.polling import until
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "tracing-secret"
@@ -65,17 +66,6 @@ def start(api: str, workflow: str, input: Any) -> str:
     resp = httpx.post(f"{api}/runs", json={"workflow": workflow, "input": input}, timeout=10)
     assert resp.status_code in (200, 201), resp.text
     return str(resp.json()["run_id"])
-
-
-def until(what: str, check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout}s")
-        time.sleep(0.05)
 
 
 def trace_of(exporter: InMemorySpanExporter, h: Harness, run_id: str) -> list[ReadableSpan]:

@@ -20,6 +20,7 @@ from orchestrator.api.app import create_app
 from orchestrator.presentation.script_log import script_log
 from tests.support.cli import cli
 from tests.support.harness import BuildHarness, Harness
+from tests.support.polling import until
 
 # Reference 002's recipes as scripts (the examples users run).
 RECIPES = Path(__file__).resolve().parents[2] / "functions" / "examples" / "scripts"
@@ -78,14 +79,7 @@ class ScriptStack:
 
 def poll(what: str, probe: Callable[[], Any], timeout: float = 30.0) -> Any:
     """probe()'s first truthy answer, polled under a deadline (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = probe()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    return until(what, probe, timeout, every=0.05)
 
 
 def log_of(view: dict[str, Any]) -> str:

@@ -88,10 +88,12 @@ class Store:
         wake: WakeTimes | None = None,
         blobs: Any = None,
         inline_limit: int = 32 * 1024,
+        search: bool = True,
     ) -> None:
         shared: dict[str, Any] = {"step_retention": step_retention, "wake": wake or WakeTimes(),
                                   "blobs": blobs, "inline_limit": inline_limit}
         self.runs = RunRows(dynamodb, names, **shared)
+        self.runs.search = search  # the search index (run_search.py): written and read
         self.steps = Steps(dynamodb, names, **shared)
         self.journal = Journal(dynamodb, names, **shared)
         self.signals = SignalStore(dynamodb, names, **shared)

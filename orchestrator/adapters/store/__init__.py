@@ -29,6 +29,8 @@ composed by table, so that a call site shows what it touches:
   and the guarded joins of a batch's queued run;
 - `store.versions` (`versions.VersionRows`): the live versions of each backend's code
   and the current one;
+- `store.bulk` (`bulk_jobs.BulkJobs`): bulk actions' jobs and what each did to a run,
+  in the control table;
 - `store.copies` (`run_copies.RunCopies`): a run read whole for an export, and one
   imported from another stack (inert: nothing here advances it).
 
@@ -46,6 +48,7 @@ from typing import Any
 
 from orchestrator.adapters.store.approvals import ApprovalStore
 from orchestrator.adapters.store.batches import BatchRows
+from orchestrator.adapters.store.bulk_jobs import BulkJobs
 from orchestrator.adapters.store.bursts import Bursts
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.drivers import Drivers
@@ -107,6 +110,7 @@ class Store:
         self.batches = BatchRows(self.runs, self.control)
         self.versions = VersionRows(self.control, names.runs_table, names.steps_table)
         self.copies = RunCopies(dynamodb, names, **shared)
+        self.bulk = BulkJobs(self.control)
         self.names = names
         # What every part was built with: a row's retention and the wake times.
         self.step_retention = step_retention

@@ -23,12 +23,14 @@ __all__ = ["get_job", "list_jobs", "paths", "start_job"]
 async def start_job(request: Request) -> JSONResponse:
     rt = api_state(request).rt
     req = validated(BulkAction, await read_json(request))
-    spec: dict[str, Any] = req.model_dump(exclude={"dry_run", "job_id"}, exclude_none=True)
+    spec: dict[str, Any] = req.model_dump(exclude={"dry_run", "job_id", "expected"},
+                                          exclude_none=True)
     if "input" in req.model_fields_set:
         spec["input"] = req.input
     if req.dry_run:
         return JSONResponse(await run_in_threadpool(rt.bulk.count, spec))
-    job, created = await run_in_threadpool(lambda: rt.bulk.start(spec, req.job_id))
+    job, created = await run_in_threadpool(
+        lambda: rt.bulk.start(spec, req.job_id, expected=req.expected))
     return JSONResponse(job.to_json(), status_code=202 if created else 200,
                         headers={"Location": f"/bulk-actions/{job.job_id}"})
 
@@ -62,8 +64,8 @@ async def list_jobs(request: Request) -> JSONResponse:
     return JSONResponse({"jobs": await run_in_threadpool(read)})
 
 
-_JOB: Schema = {"type": "object", "description": "A bulk job: its action and selection"
-                " (run_ids | q, workflow, status; reason; input), `status` (running, done),"
+_JOB: Schema = {"type": "object", "description": "A bulk job: `action`, `spec` (action,"
+                " run_ids | q, workflow, status; reason; input), `status` (running, done),"
                 " `pages` done, `counts` by outcome (done, skipped, failed), `processed`,"
                 " `created_at`, `finished_at`."}
 

@@ -88,6 +88,8 @@ class BulkAction(_Body):
     reason: str | None = Field(default=None, max_length=1000)
     input: Any = None
     dry_run: bool = False
+    expected: int | None = Field(default=None, ge=0, description="How many runs a dry run"
+                                 " counted: shown as the job's progress's end.")
     job_id: str | None = Field(default=None, min_length=1, max_length=100,
                                pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 

@@ -107,7 +107,7 @@ def bulk_action(action: str, where: str | None, workflow: str | None, status: st
                                        " to ask on)")
         click.confirm(f"{action.capitalize()} {n}{more} runs?", abort=True, err=True)
     with reported():
-        job = api.bulk(spec)
+        job = api.bulk({**spec, "expected": n})
         if no_wait:
             if as_json:
                 emit(job)

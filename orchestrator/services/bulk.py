@@ -144,13 +144,15 @@ class BulkActions:
 
     # ---- a job ----------------------------------------------------------------------
 
-    def start(self, spec: dict[str, Any], job_id: str | None = None) -> tuple[BulkJob, bool]:
+    def start(self, spec: dict[str, Any], job_id: str | None = None, *,
+              expected: int | None = None) -> tuple[BulkJob, bool]:
         """Create the job and send its first page's message: (job, created). The same
-        job id again with the same spec is that job (created False); with another, 409."""
+        job id again with the same spec is that job (created False); with another, 409.
+        `expected`: how many runs its dry run counted (shown as its progress's end)."""
         spec = self.checked(spec)
         job_id = job_id or f"bulk-{uuid.uuid4().hex[:12]}"
         now = self.clock()
-        job = self.jobs.create(job_id, spec, now)
+        job = self.jobs.create(job_id, spec, now, expected=expected)
         if job is None:
             found = self.jobs.get(job_id, now)
             if found is None:

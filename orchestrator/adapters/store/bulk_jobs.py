@@ -44,13 +44,15 @@ class BulkJob:
     cursor: Any = None
     counts: dict[str, int] = field(default_factory=dict)
     finished_at: float | None = None
+    expected: int | None = None  # the runs its dry run counted, if it was given
 
     def to_json(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, **self.spec, "created_at": self.created_at,
+        return {"job_id": self.job_id, "action": self.spec["action"], "spec": self.spec,
+                "created_at": self.created_at,
                 "status": self.status, "pages": self.page,
                 "counts": {k: self.counts.get(k, 0) for k in OUTCOMES},
                 "processed": sum(self.counts.get(k, 0) for k in OUTCOMES),
-                "finished_at": self.finished_at}
+                "finished_at": self.finished_at, "expected": self.expected}
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,8 @@ def _job(item: Item) -> BulkJob:
         created_at=float(item["created_at"]["N"]), status=item["status"]["S"],
         page=int(item["page"]["N"]), cursor=None if cursor is None else json.loads(cursor),
         counts={k: int(item[f"n_{k}"]["N"]) for k in OUTCOMES if f"n_{k}" in item},
-        finished_at=float(item["finished_at"]["N"]) if "finished_at" in item else None)
+        finished_at=float(item["finished_at"]["N"]) if "finished_at" in item else None,
+        expected=int(item["expected"]["N"]) if "expected" in item else None)
 
 
 class BulkJobs:
@@ -95,15 +98,18 @@ class BulkJobs:
     def __init__(self, control: ControlTable) -> None:
         self.control = control
 
-    def create(self, job_id: str, spec: dict[str, Any], now: float) -> BulkJob | None:
+    def create(self, job_id: str, spec: dict[str, Any], now: float, *,
+               expected: int | None = None) -> BulkJob | None:
         """Create the job (None: one with this id exists; read it with `get`)."""
         attrs = {"created_at": num(now), "status": {"S": "running"}, "page": num(0)}
+        if expected is not None:
+            attrs["expected"] = num(expected)
         if not self.control.put_new(_job_key(job_id), now=now, doc=spec, attrs=attrs,
                                     expires_at=now + KEEP):
             return None
         self.control.put_new(_JOBS, Sk(f"{ms_key(now)}#{job_id}"), now=now,
                              attrs={"job_id": {"S": job_id}}, expires_at=now + KEEP)
-        return BulkJob(job_id, spec, now)
+        return BulkJob(job_id, spec, now, expected=expected)
 
     def get(self, job_id: str, now: float) -> BulkJob | None:
         item = self.control.get(_job_key(job_id), now=now)

@@ -223,9 +223,9 @@ class DevStack(Driven):
     """`orchestrator dev` as a user starts it, a process of its own (its embedded
     emulator in another, counting the requests), calling the functions served here."""
 
-    def __init__(self, fn_url: str) -> None:
+    def __init__(self, fn_url: str, manifest: str = MANIFEST) -> None:
         self.work = Path(tempfile.mkdtemp(prefix="flow-dev-"))
-        (self.work / "orchestrator.yml").write_text(MANIFEST)
+        (self.work / "orchestrator.yml").write_text(manifest)
         (self.work / "counting.yaml").write_text(COUNTING_MODEL)
         api_port, emu_port = _free_port(), _free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ENDPOINT_URL")}

@@ -64,6 +64,7 @@ def _done(c: httpx.Client, job_id: str) -> dict[str, Any]:
 
 def test_cancel_every_run_a_search_names(api: tuple[Harness, httpx.Client]) -> None:
     h, c = api
+    h.rt.bulk.page_size = 3  # pages of 3 runs: the job goes through three
     bad = [_start(c, "napping", {"deploy": "v41", "i": i}) for i in range(7)]
     good = _start(c, "checked", {"deploy": "v40", "ok": True})
     until("the first run running", lambda: _status(c, bad[0]) == "running")
@@ -80,6 +81,7 @@ def test_cancel_every_run_a_search_names(api: tuple[Harness, httpx.Client]) -> N
     assert r.headers["location"] == "/bulk-actions/undo-v41"
     job = _done(c, "undo-v41")
     assert job["counts"] == {"done": 7, "skipped": 0, "failed": 0} and job["processed"] == 7
+    assert job["pages"] == 3
     assert {o["run_id"]: o["outcome"] for o in job["runs"]} == dict.fromkeys(bad, "done")
     until("every run of the bad deploy cancelled",
           lambda: {_status(c, x) for x in bad} == {"killed"})
@@ -105,6 +107,7 @@ def test_cancel_every_run_a_search_names(api: tuple[Harness, httpx.Client]) -> N
 
 def test_rerun_failed_runs_with_a_new_input(api: tuple[Harness, httpx.Client]) -> None:
     h, c = api
+    h.rt.bulk.page_size = 2  # by run ids, over two pages
     failed = [_start(c, "checked", {"ok": False, "n": i}) for i in range(3)]
     for run in failed:
         h.wait(run)

@@ -125,23 +125,27 @@ class BulkJobs:
         """Move the job past its page `job.page` (to `cursor`, adding `counts`); done
         if `last`. False: another worker moved it first."""
         values: Item = {":n": num(job.page), ":n1": num(job.page + 1), ":now": num(now)}
-        sets = ["page = :n1", "updated_at = :now"]
+        # Every name by a placeholder: `cursor` and `status` are DynamoDB reserved words.
+        names = {"#pg": "page", "#up": "updated_at"}
+        sets = ["#pg = :n1", "#up = :now"]
         if cursor is not None:
             values[":c"] = {"S": dumps(cursor)}
-            sets.append("cursor = :c")
+            names["#cur"] = "cursor"
+            sets.append("#cur = :c")
         if last:
             values[":finished"] = {"S": "done"}
-            sets += ["#s = :finished", "finished_at = :now"]
+            names.update({"#s": "status", "#fin": "finished_at"})
+            sets += ["#s = :finished", "#fin = :now"]
         adds = []
         for k in OUTCOMES:
             if counts.get(k):
                 values[f":n_{k}"] = num(counts[k])
-                adds.append(f"n_{k} :n_{k}")
+                names[f"#n_{k}"] = f"n_{k}"
+                adds.append(f"#n_{k} :n_{k}")
         update = "SET " + ", ".join(sets) + (" ADD " + ", ".join(adds) if adds else "")
         try:
             self.control.update(_job_key(job.job_id), update=update, values=values,
-                                names={"#s": "status"} if last else None,
-                                condition="page = :n")
+                                names=names, condition="#pg = :n")
         except ConditionFailed:
             return False
         return True

@@ -192,7 +192,9 @@ class RunSearch(RunListing):
         looked = 0
         last: str | None = None
         while looked < FIND_READS:
-            page = list(islice(it, _PAGE))
+            # As many candidates as the page still needs (and one more, to know whether
+            # there are more): each read row costs its whole size in read units.
+            page = list(islice(it, min(_PAGE, limit - len(runs) + 1)))
             if not page:
                 return runs, None
             looked += len(page)
@@ -217,6 +219,6 @@ class RunSearch(RunListing):
                     continue
                 runs.append(run)
                 if len(runs) >= limit:
-                    more = next(it, None) is not None or page[-1] != sk
+                    more = page[-1] != sk or next(it, None) is not None
                     return runs, {"find": {"S": sk}} if more else None
         return runs, None if last is None else {"find": {"S": last}}

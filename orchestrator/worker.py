@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -37,6 +38,7 @@ from orchestrator.runners.base import Fold
 from orchestrator.services.execution.executor import Executor
 from orchestrator.services.execution.folds import Folds
 from orchestrator.services.execution.tally import Tally
+from orchestrator.services.health.heartbeat import Heartbeat
 
 __all__ = ["BackendRef", "Worker"]
 
@@ -81,6 +83,30 @@ class Worker:
         self.sleep = sleep
         # Admission of a queued run whose throttle slot came due.
         self.admit = admit
+        # What this worker handled since it started, and its attempts running now by
+        # backend: told by its heartbeat (services/health/heartbeat.py), which also adds
+        # the steps' durations counted here to the stack's (`store.tallies`).
+        self._counted = threading.Lock()
+        self.handled: Counter[str] = Counter()
+        self.in_flight: Counter[str] = Counter()
+        self.heartbeat = Heartbeat(self.store, "worker", self.id,
+                                   every=self.settings.heartbeat_interval, clock=clock,
+                                   handled=self._handled, in_flight=self._in_flight)
+
+    def _handled(self) -> dict[str, int]:
+        with self._counted:
+            return dict(self.handled)
+
+    def _in_flight(self) -> dict[str, int]:
+        with self._counted:
+            return dict(self.in_flight)
+
+    def _count(self, what: str, n: int = 1, *, backend: str | None = None) -> None:
+        with self._counted:
+            if what:
+                self.handled[what] += n
+            if backend is not None:
+                self.in_flight[backend] += n
 
     # ---- one message -----------------------------------------------------------------
 
@@ -133,6 +159,7 @@ class Worker:
         """Claim the attempt the message names and run it (and its inline successors).
         Its AWS requests are counted for the message's run (adapters/metering.py).
         `parent`: the sender's span (W3C traceparent) when not on the receipt."""
+        self._count("messages")
         with metered(msg.run_id):
             if not telemetry.active():
                 self._handle(msg, receipt)
@@ -282,13 +309,25 @@ class Worker:
         attempt = Attempt(row, ctx, tally, self.backends.get(row.backend),
                           room=lambda steps: self._room_for(ctx, steps), lease=self.lease,
                           fold=self._fold())
-        return self.runners[kind_of(attempt)].run(attempt)
+        # Its duration (from its start check to its recorded outcome) goes to the
+        # stack's histogram at the next beat: no request of its own.
+        began = time.monotonic()
+        self._count("attempts", backend=row.backend)
+        try:
+            return self.runners[kind_of(attempt)].run(attempt)
+        finally:
+            self._count("", -1, backend=row.backend)
+            if ctx is not None:
+                self.store.tallies.step_took(ctx.workflow, time.monotonic() - began)
 
     # ---- the loop ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event, *, threads: int | None = None, wait: int = 2) -> None:
-        """Poll both queues until `stop` is set; run attempts on a thread pool."""
+        """Poll both queues until `stop` is set; run attempts on a thread pool. Its
+        heartbeat beats meanwhile, on a thread of its own."""
         self.folds.on = True
+        beats = threading.Event()
+        beating = self.heartbeat.start(beats)
         try:
             poll(self.queues, self.receipts, stop, threads=threads or self.settings.worker_threads,
                  wait=wait, handle=self.handle, flush=lambda: self.flush(force=False))
@@ -298,3 +337,6 @@ class Worker:
                 self.flush()
             except Exception:  # the messages not deleted come back, and find their rows moved on
                 log.exception("the last flush failed")
+            beats.set()
+            beating.join(timeout=5.0)
+            self.heartbeat.stopped()

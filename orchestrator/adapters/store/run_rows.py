@@ -48,6 +48,7 @@ class RunRows(RunListing):
                 Item=run_to_item(replace(run, requests=summed(run.requests, counts))),
                 ConditionExpression="attribute_not_exists(run_id)",
             )
+        self.tallies.run_started(run.workflow)
 
     def create_run_with(self, run: RunRecord, also: list[dict[str, Any]]) -> None:
         """Create the run row together with the writes `also` (items of other tables),
@@ -59,6 +60,7 @@ class RunRows(RunListing):
                 {"Put": {"TableName": self.runs, "Item": run_to_item(run),
                          "ConditionExpression": "attribute_not_exists(run_id)"}},
                 *also])
+        self.tallies.run_started(run.workflow)
 
     def debounce(self, run_id: str, input: Any, admit_at: float, now: float) -> RunRecord:
         """A later trigger of a debounced burst: the queued run takes its input and
@@ -286,12 +288,14 @@ class RunRows(RunListing):
             values, now, f"run.{status.value}", error=short_error(error),
             reason=None if kill_reason is None else kill_reason[:300],
         )
-        return self._update_queued(
+        done = self._update_queued(
             run_id, move,
             f"SET {status_set(move, values)}, #e = :err,{sets} finished_at = :now,"
             f" updated_at = :now, expires_at = :exp, wake_at = :now, {hist} REMOVE active",
             values, {"#e": "error", "#h": "history"},
         )
+        self.tallies.run_finished(done.workflow, status.value)
+        return done
 
     def set_admit_at(self, run_id: str, at: float) -> None:
         """Record a queued run's throttle slot."""
@@ -318,6 +322,7 @@ class RunRows(RunListing):
         halted: bool = False,
         unstopped: bool = False,
         wake: bool = True,
+        workflow: str = "",
     ) -> None:
         """Finish a running run. `halted`: record its halt too, first (a failed step's
         halt that had not been recorded when the last step in flight landed), only if
@@ -326,7 +331,8 @@ class RunRows(RunListing):
         otherwise). `wake`: move its wake to now, for the sweeper to check its
         follow-ups (RunRecord.follow_ups); without any, its wake stays where it is (the
         sweeper finds it finished there, with nothing to do), which spares the wake
-        index two writes."""
+        index two writes. `workflow`: the run's, for the stack's count of finished runs
+        (adapters/tallies.py)."""
         move = RUN_MOVES[_FINISH[status]]
         # `finished_by` names this write apart from a rival finisher's in the same
         # millisecond, so only its own landed copy is taken for its own (tables.landed).
@@ -358,6 +364,7 @@ class RunRows(RunListing):
         self._update_running(run_id, move, update + " REMOVE active", values, names=names,
                              also=also,
                              mine={"finished_at": values[":now"], "finished_by": values[":by"]})
+        self.tallies.run_finished(workflow, status.value)
 
     def arm_run(self, run_id: str, at: float, now: float) -> bool:
         """Wake a running run at `at`, unless it already wakes between now and then."""

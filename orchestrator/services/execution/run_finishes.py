@@ -49,7 +49,8 @@ class RunFinishes(ExecutorBase):
         expires = min(now + ttl, ctx.started_at + self.store.step_retention)
         try:
             self.store.runs.finish_run(done.run_id, RunStatus.SUCCESS, None, now, expires,
-                                       unstopped=True, wake=ctx.follow_ups)
+                                       unstopped=True, wake=ctx.follow_ups,
+                                       workflow=ctx.workflow)
         except ConditionFailed:
             return False
         return True
@@ -113,13 +114,14 @@ class RunFinishes(ExecutorBase):
                       and not run.halted and not run.kill_requested)
         try:
             self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at,
-                                       halted=halted_too, wake=run.follow_ups)
+                                       halted=halted_too, wake=run.follow_ups,
+                                       workflow=run.workflow)
         except ConditionFailed:
             if not halted_too:
                 return None
             try:  # the halter recorded its halt meanwhile: finish without another
                 self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at,
-                                           wake=run.follow_ups)
+                                           wake=run.follow_ups, workflow=run.workflow)
             except ConditionFailed:
                 return None
         try:

@@ -21,6 +21,7 @@ from orchestrator.api import (
     approvals,
     cells,
     durable_runs,
+    health,
     run_copies,
     runs,
     scripts,
@@ -146,7 +147,7 @@ def _paths(retention: float) -> dict[str, Schema]:
     out: dict[str, Schema] = {}
     for part in (runs.paths(retention), durable_runs.paths(), run_copies.paths(),
                  approvals.paths(), cells.paths(), workflows.paths(), triggers.paths(),
-                 scripts.paths(), versions.paths(), _meta_paths()):
+                 scripts.paths(), versions.paths(), health.paths(), _meta_paths()):
         for path, item in part.items():
             if path in out:
                 raise ValueError(f"path {path!r} is declared by two resources")

@@ -65,7 +65,7 @@ class Heartbeat:
         for i, (workflow, counts) in enumerate(taken.items()):
             try:
                 self.store.counts.add(workflow, counts)
-            except OrchestratorError:
+            except Exception:
                 self.store.tallies.give_back(dict(list(taken.items())[i:]))
                 raise
 
@@ -79,6 +79,8 @@ class Heartbeat:
             beat()
         except OrchestratorError as exc:  # the next beat tries again
             log.warning("heartbeat of %s %s failed: %s", self.kind, self.id, exc)
+        except Exception:  # anything else (a dropped connection): never the process's end
+            log.warning("heartbeat of %s %s failed", self.kind, self.id, exc_info=True)
 
     def run(self, stop: threading.Event) -> None:
         """Beat every `every` seconds until `stop` is set."""

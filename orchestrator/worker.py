@@ -309,15 +309,17 @@ class Worker:
         attempt = Attempt(row, ctx, tally, self.backends.get(row.backend),
                           room=lambda steps: self._room_for(ctx, steps), lease=self.lease,
                           fold=self._fold())
-        # Its duration (from its start check to its recorded outcome) goes to the
-        # stack's histogram at the next beat: no request of its own.
+        # A call's duration (from its start check to its recorded outcome) goes to the
+        # stack's histogram at the next beat, at no request of its own: only an attempt
+        # whose function answered (its `outcome`), not one that waited for its
+        # backend's slot, nor a durable run's driver, an approval or a fan-out.
         began = time.monotonic()
         self._count("attempts", backend=row.backend)
         try:
             return self.runners[kind_of(attempt)].run(attempt)
         finally:
             self._count("", -1, backend=row.backend)
-            if ctx is not None:
+            if ctx is not None and attempt.outcome is not None:
                 self.store.tallies.step_took(ctx.workflow, time.monotonic() - began)
 
     # ---- the loop ----------------------------------------------------------------------

@@ -10,9 +10,10 @@ last beat (a Lambda container reaped while frozen: those since its last beat).
 - runs started: a run's row created (the store's `create_run*`), queued or running;
 - runs finished, by status: a run's terminal write that landed (`finish_run`,
   `finish_queued`);
-- step durations: an attempt from its start check to its recorded outcome (the worker),
-  counted in the histogram's buckets `DURATION_BUCKETS` (each bucket holds the
-  attempts up to its bound and above the previous one; the reader sums them up)."""
+- step durations: a call step's attempt whose function answered (or timed out), from
+  its start check to its recorded outcome (the worker), counted in the histogram's
+  buckets `DURATION_BUCKETS` (each bucket holds the attempts up to its bound and above
+  the previous one; the reader sums them up)."""
 
 from __future__ import annotations
 

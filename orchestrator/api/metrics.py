@@ -104,7 +104,7 @@ def _counters(counts: dict[str, dict[str, float]]) -> Iterator[Metric]:
                                    labels=["workflow", "status"])
     durations = HistogramMetricFamily(
         "orchestrator_step_duration_seconds",
-        "Step attempts' durations, from the start check to the recorded outcome",
+        "Call steps' attempts, from the start check to the recorded outcome",
         labels=["workflow"])
     ended = [s.value for s in RunStatus if s.terminal]
     for workflow, c in sorted(counts.items()):

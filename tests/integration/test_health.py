@@ -72,14 +72,20 @@ def test_metrics_count_the_runs_that_succeeded_and_failed(
     }
     with httpx.Client(base_url=url) as c:
 
+        last: list[Any] = []
+
         def scraped() -> dict[Any, float] | None:
             got = c.get("/metrics")
             assert got.status_code == 200
             assert got.headers["content-type"].startswith("text/plain")
             seen = samples(got.text)
+            last[:] = [{k: seen.get(k) for k in wanted}]
             return seen if all(seen.get(k) == v for k, v in wanted.items()) else None
 
-        seen = until("the runs counted in /metrics", scraped, timeout=20)
+        try:
+            seen = until("the runs counted in /metrics", scraped, timeout=20)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last scraped: {last}") from None
     # The histogram's buckets are cumulative, up to the count.
     buckets = sorted((float(dict(k[1])["le"]), v) for k, v in seen.items()
                      if k[0] == "orchestrator_step_duration_seconds_bucket"
@@ -148,3 +154,40 @@ def test_metrics_and_health_want_the_bearer_key(harness_factory: Any) -> None:
             c.get("/metrics", headers={"Authorization": f"Bearer {key}"}).text)}
         assert {"orchestrator_runs_started", "orchestrator_queue_messages",
                 "orchestrator_processes_alive"} <= families
+
+
+CHAIN = "\n".join(
+    ["backends:", '  fn: { url: "${FN}" }', "workflows:", "  chain:", "    steps:",
+     "      s0: { backend: fn, route: /echo }"]
+    + [f"      s{i}: {{ backend: fn, route: /echo, dependsOn: [s{i - 1}] }}"
+       for i in range(1, 20)])
+
+
+def test_the_metrics_cost_a_beats_writes_not_a_request_per_step(harness_factory: Any) -> None:
+    """Twenty steps with a beat far off: the worker's heartbeat writes at its start and
+    at its stop, and adds the counts once, at its last beat; the steps themselves write
+    nothing for the metrics."""
+    h = harness_factory(CHAIN, heartbeat_interval=3600.0)
+    writes: list[str] = []
+
+    def note(params: dict[str, Any], **_: Any) -> None:
+        pk = params.get("Key", {}).get("pk", {}).get("S")
+        if pk in ("procs", "counts"):
+            writes.append(pk)
+
+    h.rt.clients.dynamodb.meta.events.register("provide-client-params.dynamodb.UpdateItem",
+                                               note)
+    stop = threading.Event()
+    worker = h.rt.worker()
+    t = threading.Thread(target=worker.run, args=(stop,), kwargs={"wait": 1}, daemon=True)
+    t.start()
+    until("the worker's first beat", lambda: writes)
+    run_id = h.start("chain", {})
+    assert h.wait(run_id)["status"] == "success"
+    assert writes == ["procs"]  # its first beat, as it started
+    stop.set()
+    t.join(timeout=10)
+    assert writes == ["procs", "procs", "counts"]  # its last beat, and the counts once
+    counts = h.rt.store.counts.read(time.time())["chain"]
+    assert counts["started"] == 1 and counts["finished_success"] == 1
+    assert counts["duration_count"] == 20

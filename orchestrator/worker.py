@@ -101,12 +101,15 @@ class Worker:
         with self._counted:
             return dict(self.in_flight)
 
-    def _count(self, what: str, n: int = 1, *, backend: str | None = None) -> None:
+    def _note(self, what: str) -> None:
+        """One more of `what` (messages, attempts) handled."""
         with self._counted:
-            if what:
-                self.handled[what] += n
-            if backend is not None:
-                self.in_flight[backend] += n
+            self.handled[what] += 1
+
+    def _running(self, backend: str, n: int) -> None:
+        """An attempt on `backend` began (n=1) or ended (n=-1)."""
+        with self._counted:
+            self.in_flight[backend] += n
 
     # ---- one message -----------------------------------------------------------------
 
@@ -159,7 +162,7 @@ class Worker:
         """Claim the attempt the message names and run it (and its inline successors).
         Its AWS requests are counted for the message's run (adapters/metering.py).
         `parent`: the sender's span (W3C traceparent) when not on the receipt."""
-        self._count("messages")
+        self._note("messages")
         with metered(msg.run_id):
             if not telemetry.active():
                 self._handle(msg, receipt)
@@ -314,11 +317,12 @@ class Worker:
         # whose function answered (its `outcome`), not one that waited for its
         # backend's slot, nor a durable run's driver, an approval or a fan-out.
         began = time.monotonic()
-        self._count("attempts", backend=row.backend)
+        self._note("attempts")
+        self._running(row.backend, 1)
         try:
             return self.runners[kind_of(attempt)].run(attempt)
         finally:
-            self._count("", -1, backend=row.backend)
+            self._running(row.backend, -1)
             if ctx is not None and attempt.outcome is not None:
                 self.store.tallies.step_took(ctx.workflow, time.monotonic() - began)
 

@@ -24,6 +24,7 @@ from orchestrator.engine.wakes import WakeTimes
 from orchestrator.errors import UsageError
 from orchestrator.runners import BackendRef, RunCache, runners
 from orchestrator.services.admission import Admission
+from orchestrator.services.bulk import BulkActions
 from orchestrator.services.coordination.approvals import Approvals
 from orchestrator.services.coordination.backend_limits import BackendLimits
 from orchestrator.services.coordination.locks import Locks
@@ -79,6 +80,13 @@ class Runtime:
     locks: Locks
     versions: Versions
     _moves: Moves | None = field(default=None, init=False, repr=False)
+    # Bulk actions (services/bulk.py): built from the parts above.
+    bulk: BulkActions = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.bulk = BulkActions(self.store, self.queues, self.store.bulk,
+                                cancel=self.runs.cancel, rerun=self.runs.rerun,
+                                resume=self.durable.resume, clock=self.clock)
 
     @classmethod
     def build(
@@ -176,7 +184,8 @@ class Runtime:
                         limits=BackendLimits(self.store, self.queues, clock,
                                              lease_margin=self.settings.lease_margin))
         return Worker(self.executor, invoker, self.backends(), table, cache,
-                      admit=self.admission.due, clock=clock, sleep=sleep, **kwargs)
+                      admit=self.admission.due, bulk=self.bulk.page, clock=clock, sleep=sleep,
+                      **kwargs)
 
     def health(self) -> HealthReads:
         """The reads of the stack's health: queues, processes, backends

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 from orchestrator import logs, telemetry
 from orchestrator.adapters.invoker import Invoker
-from orchestrator.adapters.messages import AdmitRun, AnyMessage, Dispatch, Promote
+from orchestrator.adapters.messages import AdmitRun, AnyMessage, BulkPage, Dispatch, Promote
 from orchestrator.adapters.metering import metered
 from orchestrator.adapters.queue import Received
 from orchestrator.adapters.receiving import Receipts, poll
@@ -54,6 +54,7 @@ class Worker:
         cache: RunCache,
         *,
         admit: Callable[[str], object] | None = None,
+        bulk: Callable[[BulkPage], object] | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], object] = time.sleep,
         worker_id: str | None = None,
@@ -83,6 +84,8 @@ class Worker:
         self.sleep = sleep
         # Admission of a queued run whose throttle slot came due.
         self.admit = admit
+        # A bulk action's page (services/bulk.py): its message is acknowledged after it.
+        self.bulk = bulk
         # What this worker handled since it started, and its attempts running now by
         # backend: told by its heartbeat (services/health/heartbeat.py), which also adds
         # the steps' durations counted here to the stack's (`store.tallies`).
@@ -186,6 +189,11 @@ class Worker:
         if isinstance(msg, AdmitRun):
             if self.admit is not None:
                 self.admit(msg.run_id)
+            self.receipts.ack(receipt)
+            return
+        if isinstance(msg, BulkPage):
+            if self.bulk is not None:
+                self.bulk(msg)
             self.receipts.ack(receipt)
             return
         if isinstance(msg, Promote):

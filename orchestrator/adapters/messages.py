@@ -10,7 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag, TypeAdapter
 
-__all__ = ["AdmitRun", "AnyMessage", "Dispatch", "Message", "Promote", "decode", "encode"]
+__all__ = ["AdmitRun", "AnyMessage", "BulkPage", "Dispatch", "Message", "Promote", "decode",
+           "encode"]
 
 
 class Dispatch(BaseModel):
@@ -60,7 +61,22 @@ class Promote(BaseModel):
     due_at: float | None = None
 
 
-AnyMessage = Dispatch | AdmitRun | Promote
+class BulkPage(BaseModel):
+    """Do page `page` of bulk job `job` (services/bulk.py), if the job is there."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    op: Literal["bulk"] = "bulk"
+    job: str
+    page: int
+    due_at: float | None = None
+
+    @property
+    def run_id(self) -> str:
+        """The name its requests are counted under (adapters/metering.py): no run's."""
+        return f"bulk:{self.job}"
+
+
+AnyMessage = Dispatch | AdmitRun | Promote | BulkPage
 
 
 def _op(value: Any) -> str:
@@ -72,7 +88,7 @@ def _op(value: Any) -> str:
 
 Message = Annotated[
     Annotated[Dispatch, Tag("step")] | Annotated[AdmitRun, Tag("admit")]
-    | Annotated[Promote, Tag("promote")],
+    | Annotated[Promote, Tag("promote")] | Annotated[BulkPage, Tag("bulk")],
     Discriminator(_op),
 ]
 _ADAPTER: TypeAdapter[AnyMessage] = TypeAdapter(Message)

@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute, Route
 from orchestrator import __version__, telemetry
 from orchestrator.api import (
     approvals,
+    bulk,
     cells,
     durable_runs,
     health,
@@ -157,6 +158,9 @@ def _routes() -> list[BaseRoute]:
         _route("/runs/check", versions.check_runs, "POST"),
         _route("/runs/migrate", versions.migrate_runs, "POST"),
         _route("/runs", runs.list_runs, "GET"),
+        _route("/bulk-actions", bulk.start_job, "POST"),
+        _route("/bulk-actions", bulk.list_jobs, "GET"),
+        _route("/bulk-actions/{job_id}", bulk.get_job, "GET"),
         _route("/runs/{run_id}", runs.get_run, "GET"),
         _route("/runs/{run_id}/events", runs.run_events, "GET"),
         _route("/runs/{run_id}/events", runs.add_run_event, "POST"),

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "AnswerApproval",
+    "BulkAction",
     "CancelRun",
     "CheckRuns",
     "CreateHook",
@@ -73,6 +74,24 @@ class ResumeRun(_Body):
 class ResetRun(_Body):
     to: int = Field(ge=0, description="The position in the workflow's top scope from which"
                     " the journal is forgotten: operations there and after run again.")
+
+
+class BulkAction(_Body):
+    """Cancel, rerun or resume many runs (services/bulk.py): name them by `run_ids`, or
+    by a search (`q`, as GET /runs takes it) and/or `workflow` and `status`."""
+
+    action: Literal["cancel", "rerun", "resume"]
+    run_ids: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
+    q: str | None = Field(default=None, max_length=2000)
+    workflow: str | None = Field(default=None, min_length=1, max_length=128)
+    status: str | None = Field(default=None, min_length=1, max_length=32)
+    reason: str | None = Field(default=None, max_length=1000)
+    input: Any = None
+    dry_run: bool = False
+    expected: int | None = Field(default=None, ge=0, description="How many runs a dry run"
+                                 " counted: shown as the job's progress's end.")
+    job_id: str | None = Field(default=None, min_length=1, max_length=100,
+                               pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
 
 
 class RerunRun(_Body):

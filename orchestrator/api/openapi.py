@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from orchestrator.api import (
     approvals,
+    bulk,
     cells,
     durable_runs,
     health,
@@ -31,6 +32,7 @@ from orchestrator.api import (
 )
 from orchestrator.api.models import (
     AnswerApproval,
+    BulkAction,
     CancelRun,
     CheckRuns,
     CreateHook,
@@ -65,7 +67,7 @@ BODY_MODELS: tuple[type[BaseModel], ...] = (StartRun, CancelRun, RerunRun, EmitE
                                             AnswerApproval, PutStateCell,
                                             SubmitScript, PutScript, RegisterVersion,
                                             PromoteVersion, RetireVersion, CheckRuns,
-                                            MigrateRuns, RunExport)
+                                            MigrateRuns, RunExport, BulkAction)
 
 # ---- request bodies --------------------------------------------------------------------
 
@@ -145,7 +147,7 @@ def _meta_paths() -> dict[str, Schema]:
 def _paths(retention: float) -> dict[str, Schema]:
     """Every resource's paths, each declared beside its handlers, in this order."""
     out: dict[str, Schema] = {}
-    for part in (runs.paths(retention), durable_runs.paths(), run_copies.paths(),
+    for part in (runs.paths(retention), bulk.paths(), durable_runs.paths(), run_copies.paths(),
                  approvals.paths(), cells.paths(), workflows.paths(), triggers.paths(),
                  scripts.paths(), versions.paths(), health.paths(), _meta_paths()):
         for path, item in part.items():

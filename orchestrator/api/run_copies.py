@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from orchestrator.adapters.store.codec import run_from_item
 from orchestrator.adapters.store.run_copies import decoded, to_json_item
 from orchestrator.api.models import EXPORT_FORMAT, RunExport
 from orchestrator.api.operations import BODY_ERRORS, body, errors, op, run_id_param
@@ -52,6 +53,15 @@ async def import_run(request: Request) -> JSONResponse:
     source = doc.source or "another stack"
 
     def write() -> dict[str, Any]:
+        if not rt.store.copies.run_exists(doc.run_id):
+            # Found by a search like any run (adapters/store/run_search.py): its input,
+            # trigger and error, before its row.
+            rec = run_from_item(run)
+            trigger = None if rec.trigger is None else rec.trigger.to_json()
+            rt.store.runs.index_run(
+                rec.run_id, rec.created_at,
+                {"input": rec.input, "trigger": trigger, "error": rec.error},
+                rec.expires_at or rec.created_at + rt.store.step_retention)
         try:
             n, status = rt.store.copies.import_run(run, rows, doc.blobs, source)
         except ConditionFailed as exc:

@@ -8,6 +8,7 @@ import base64
 import binascii
 import json
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -28,6 +29,7 @@ from orchestrator.api.requests import read_json, validated
 from orchestrator.api.schemas import RUN_STATUS, STRING, Schema, ref
 from orchestrator.api.schemas import json_body as _json
 from orchestrator.api.state import api_state, run_or_404
+from orchestrator.engine.search import parse_query
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import UsageError
 from orchestrator.services.admission import Started, StartRequest
@@ -41,6 +43,8 @@ __all__ = [
 
 # The attributes a listing's LastEvaluatedKey can hold (table and index keys).
 CURSOR_KEYS = frozenset({"run_id", "workflow", "created_at", "listed"})
+# A search's cursor (adapters/store/run_search.py): the last run's index key.
+FIND_CURSOR_KEYS = frozenset({"find"})
 # How often a long poll (`GET /runs/{id}?wait=`) reads the run's row, and its longest wait
 # (below API Gateway's 30 s integration timeout).
 FOLLOW_EVERY = 0.1
@@ -58,7 +62,7 @@ def decode_cursor(cursor: str | None) -> dict[str, Any] | None:
         start = json.loads(base64.urlsafe_b64decode(cursor.encode()))
     except (ValueError, binascii.Error):
         start = None
-    if not is_key(start, CURSOR_KEYS):
+    if not (is_key(start, CURSOR_KEYS) or is_key(start, FIND_CURSOR_KEYS)):
         raise UsageError("cursor: not a cursor this API returned")
     return start
 
@@ -168,11 +172,35 @@ async def add_run_event(request: Request) -> JSONResponse:
     return JSONResponse(await run_in_threadpool(add), status_code=201)
 
 
+def _one(name: str, param: str | None, written: str | None) -> str | None:
+    """A filter given as a parameter, in the query, or both alike."""
+    if param is not None and written is not None and param != written:
+        raise UsageError(f"{name}: {param!r} here and {written!r} in q: a run has one")
+    return param or written
+
+
+def _time(name: str, value: str | None) -> float | None:
+    """A time parameter: epoch seconds, or an ISO 8601 time (UTC unless it says)."""
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"{name}: {value!r} is neither epoch seconds nor an ISO 8601"
+                         " time") from None
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
+
+
 async def list_runs(request: Request) -> JSONResponse:
     rt = api_state(request).rt
     q = request.query_params
-    workflow = q.get("workflow") or None
-    status = q.get("status") or None
+    query = parse_query(q.get("q") or q.get("where"), "q" if q.get("q") else "where")
+    workflow = _one("workflow", q.get("workflow") or None, query.filters.get("workflow"))
+    status = _one("status", q.get("status") or None, query.filters.get("status"))
     if status is not None and status not in {s.value for s in RunStatus} | {"paused"}:
         known = ", ".join([*(s.value for s in RunStatus), "paused"])
         raise UsageError(f"status: {status!r} is not a run status ({known})")
@@ -182,10 +210,21 @@ async def list_runs(request: Request) -> JSONResponse:
         raise UsageError("limit: not an integer") from None
     limit = max(1, min(limit, 100))
     start = decode_cursor(q.get("cursor"))
-    runs, last = await run_in_threadpool(
-        lambda: rt.store.runs.list_runs(workflow, rt.clock(), status=status, limit=limit,
-                                        start=start)
-    )
+    since = _time("since", q.get("since"))
+    if query or since is not None:
+        if not query:
+            raise UsageError("since: goes with q (a search); a listing pages back in time")
+        runs, last = await run_in_threadpool(
+            lambda: rt.store.runs.find_runs(query, rt.clock(), workflow=workflow,
+                                            status=status, since=since, limit=limit,
+                                            start=start))
+    else:
+        if start is not None and "find" in start:
+            raise UsageError("cursor: a search's cursor goes with its q")
+        runs, last = await run_in_threadpool(
+            lambda: rt.store.runs.list_runs(workflow, rt.clock(), status=status, limit=limit,
+                                            start=start)
+        )
     return JSONResponse({"runs": [summary(r) for r in runs], "next_cursor": encode_cursor(last)})
 
 
@@ -255,6 +294,18 @@ def paths(retention: float) -> dict[str, Schema]:
                     {"name": "status", "in": "query", "required": False,
                      "description": "Only runs in this status (anything else: 400).",
                      "schema": RUN_STATUS},
+                    {"name": "q", "in": "query", "required": False,
+                     "description": "Search: runs whose input, output, error or trigger"
+                     " match every clause (`input.customer = \"acme\"`, `error ~ \"timeout\"`,"
+                     " `order:1042`, a bare word; `status = failed` and `workflow = x` are"
+                     " filters). Read from the search index, never a scan (README, \"Finding"
+                     " runs\"). A query that cannot be read: 400 naming what.",
+                     "schema": STRING},
+                    {"name": "where", "in": "query", "required": False,
+                     "description": "The same as `q`.", "schema": STRING},
+                    {"name": "since", "in": "query", "required": False,
+                     "description": "With `q`: only runs created at this time or later"
+                     " (epoch seconds or ISO 8601).", "schema": STRING},
                     limit_param(),
                     {"name": "cursor", "in": "query", "required": False,
                      "description": "The `next_cursor` of the previous page (opaque; anything"

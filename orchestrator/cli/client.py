@@ -120,12 +120,24 @@ class ApiClient:
         *,
         status: str | None = None,
         cursor: str | None = None,
+        q: str | None = None,
     ) -> Any:
         params: dict[str, Any] = {"limit": limit}
-        for name, value in (("workflow", workflow), ("status", status), ("cursor", cursor)):
+        for name, value in (("workflow", workflow), ("status", status), ("cursor", cursor),
+                            ("q", q)):
             if value:
                 params[name] = value
         return self.request("GET", "/runs", params=params)
+
+    def bulk(self, spec: dict[str, Any]) -> Any:
+        """Start a bulk action (or count its runs: `dry_run`)."""
+        return self.request("POST", "/bulk-actions", json=spec)
+
+    def bulk_job(self, job_id: str, *, limit: int = 100, cursor: str | None = None) -> Any:
+        params: dict[str, Any] = {"limit": limit}
+        if cursor:
+            params["cursor"] = cursor
+        return self.request("GET", f"/bulk-actions/{job_id}", params=params)
 
     def history(self, run_id: str) -> Any:
         return self.request("GET", f"/runs/{run_id}/events")

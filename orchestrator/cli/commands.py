@@ -36,6 +36,7 @@ from typing import Any
 import click
 
 from orchestrator.cli import approvals as cli_approvals
+from orchestrator.cli import bulk as cli_bulk
 from orchestrator.cli import deploy as cli_deploy
 from orchestrator.cli import doctor as cli_doctor
 from orchestrator.cli import durable_runs as cli_durable
@@ -98,7 +99,7 @@ for _command in (*cli_runs.COMMANDS, *cli_durable.COMMANDS, *cli_triggers.COMMAN
                  *cli_state.COMMANDS, *cli_scripts.COMMANDS, *cli_versions.COMMANDS):
     main.add_command(_command)
 for _command in (*cli_durable.RUNS_COMMANDS, *cli_versions.RUNS_COMMANDS,
-                 *cli_run_copies.RUNS_COMMANDS):
+                 *cli_run_copies.RUNS_COMMANDS, *cli_bulk.RUNS_COMMANDS):
     cli_runs.runs.add_command(_command)
 
 

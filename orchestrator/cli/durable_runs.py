@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
+from orchestrator.cli.bulk import bulk_action, selection_options
 from orchestrator.cli.common import (
     api_options,
     client,
@@ -179,13 +180,21 @@ def parent(run_id: str, as_json: bool, url: str, api_key: str | None) -> None:
 
 
 @click.command("resume")
-@run_argument
+@click.argument("run_id", metavar="[RUN]", required=False)
+@selection_options
 @json_option
 @api_options
-def resume(run_id: str, as_json: bool, url: str, api_key: str | None) -> None:
+def resume(run_id: str | None, as_json: bool, url: str, api_key: str | None,
+           **selection: Any) -> None:
     """Call paused durable run RUN's workflow again, once the code whose replay mismatch
     paused it is fixed. A run not paused is only woken. A finished run, or one being
-    advanced right now (try again), exits 2."""
+    advanced right now (try again), exits 2. Without RUN, every run a selection names
+    (--where, --workflow, --status paused, --run-id), as one job (`runs cancel`)."""
+    if run_id is None:
+        bulk_action("resume", as_json=as_json, url=url, api_key=api_key, **selection)
+        return
+    if any(selection[k] for k in ("where", "workflow", "status", "run_ids")):
+        raise click.UsageError("RUN or a selection (--where, ...), not both")
     with reported():
         result = client(url, api_key).resume(run_id)
     if as_json:

@@ -155,6 +155,11 @@ def runs() -> None:
               help="Runs a page lists (20 by default, at most 100); with --cost, the "
                    "newest runs summed (every run by default).")
 @click.option("--cursor", help="Continue a listing (the cursor a previous page printed).")
+@click.option("--where", "where", metavar="QUERY",
+              help="Only runs whose input, output, error or trigger match: clauses joined by"
+              " spaces, e.g. 'input.customer = \"acme\"', 'error ~ \"timeout\"', 'order:1042',"
+              " a bare word; 'status = failed' and 'workflow = x' filter (README, \"Finding"
+              " runs\").")
 @click.option("--cost", is_flag=True,
               help="Sum the runs' AWS requests and their estimated dollars instead of "
                    "listing them (each run's cost as `show` gives it).")
@@ -165,13 +170,16 @@ def list_runs(
     status: str | None,
     limit: int | None,
     cursor: str | None,
+    where: str | None,
     cost: bool,
     as_json: bool,
     url: str,
     api_key: str | None,
 ) -> None:
-    """List runs, newest first: of WORKFLOW, or of every workflow. With --cost, what
-    they cost together."""
+    """List runs, newest first: of WORKFLOW, or of every workflow; with --where, those a
+    search finds. With --cost, what they cost together."""
+    if cost and where:
+        raise click.UsageError("--cost sums a listing; it does not take --where")
     if cost:
         with reported():
             total = summed_cost(client(url, api_key), workflow, status, limit, cursor)
@@ -184,7 +192,8 @@ def list_runs(
         raise click.BadParameter("a page lists at most 100 runs (without --cost)",
                                  param_hint="'--limit'")
     with reported():
-        data = client(url, api_key).runs(workflow, limit or 20, status=status, cursor=cursor)
+        data = client(url, api_key).runs(workflow, limit or 20, status=status, cursor=cursor,
+                                         q=where)
     if as_json:
         emit(data)
         return

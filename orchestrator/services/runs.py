@@ -209,6 +209,7 @@ class RunService:
                 done = self.store.runs.finish_queued(
                     run_id, RunStatus.KILLED, killed_error(reason), now,
                     now + self.executor.settings.ttl_failed, kill_reason=reason,
+                    created_at=run.created_at,
                 )
             except ConditionFailed:
                 return self.cancel(run_id, reason)  # it was admitted meanwhile

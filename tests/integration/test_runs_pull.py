@@ -67,7 +67,7 @@ def stacks(build_harness: Any, app_url: str, testfns: str, tmp_path: Path
 def waiting_run(s: Stacks) -> str:
     """A run of `versioned` on the deployed stack, waiting for its signal after two
     steps."""
-    run_id = s.there.start("versioned", {})
+    run_id = s.there.start("versioned", {"order": 1042})
     until(lambda: (s.there.rt.store.drivers.get_driver(run_id) or _Nothing()).waiting)
     assert len(s.there.rt.store.journal.read_journal(run_id)) == 2
     return run_id
@@ -104,6 +104,10 @@ def test_a_deployed_run_is_pulled_shown_and_replayed_without_running_a_step(
     assert shown.exit_code == 0, shown.output
     assert "ok step one" in shown.stdout.splitlines()
     assert f"imported from {s.there_url} (read-only here)" in shown.stdout
+    # Found here by what it carried, as the runs started here are.
+    found = out_json(cli("runs", "--where", "input.order = 1042", "--json", "--url",
+                         s.here_url))
+    assert [r["run_id"] for r in found["runs"]] == [run_id]
     # Its journal, as the deployed stack has it.
     assert (s.here.rt.store.journal.read_journal(run_id)
             == s.there.rt.store.journal.read_journal(run_id))

@@ -29,6 +29,8 @@ composed by table, so that a call site shows what it touches:
   and the guarded joins of a batch's queued run;
 - `store.versions` (`versions.VersionRows`): the live versions of each backend's code
   and the current one;
+- `store.bulk` (`bulk_jobs.BulkJobs`): bulk actions' jobs and what each did to a run,
+  in the control table;
 - `store.copies` (`run_copies.RunCopies`): a run read whole for an export, and one
   imported from another stack (inert: nothing here advances it);
 - `store.heartbeats` (`heartbeats.Heartbeats`): the processes' heartbeats, and
@@ -50,6 +52,7 @@ from typing import Any
 
 from orchestrator.adapters.store.approvals import ApprovalStore
 from orchestrator.adapters.store.batches import BatchRows
+from orchestrator.adapters.store.bulk_jobs import BulkJobs
 from orchestrator.adapters.store.bursts import Bursts
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.drivers import Drivers
@@ -95,12 +98,14 @@ class Store:
         wake: WakeTimes | None = None,
         blobs: Any = None,
         inline_limit: int = 32 * 1024,
+        search: bool = True,
     ) -> None:
         self.tallies = Tallies()
         shared: dict[str, Any] = {"step_retention": step_retention, "wake": wake or WakeTimes(),
                                   "blobs": blobs, "inline_limit": inline_limit,
                                   "tallies": self.tallies}
         self.runs = RunRows(dynamodb, names, **shared)
+        self.runs.search = search  # the search index (run_search.py): written and read
         self.steps = Steps(dynamodb, names, **shared)
         self.journal = Journal(dynamodb, names, **shared)
         self.signals = SignalStore(dynamodb, names, **shared)
@@ -116,6 +121,7 @@ class Store:
         self.copies = RunCopies(dynamodb, names, **shared)
         self.heartbeats = Heartbeats(self.control)
         self.counts = StackCounts(self.control)
+        self.bulk = BulkJobs(self.control)
         self.names = names
         # What every part was built with: a row's retention and the wake times.
         self.step_retention = step_retention

@@ -11,7 +11,7 @@ from typing import Any
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.metering import carry, summed
 from orchestrator.adapters.store.codec import history_entry, num, run_from_item, run_to_item
-from orchestrator.adapters.store.run_listing import RunListing
+from orchestrator.adapters.store.run_search import RunSearch
 from orchestrator.adapters.store.tables import (
     Item,
     history_clause,
@@ -34,10 +34,22 @@ BURST_OPEN = "admit_at > :now"
 _FINISH = {RunStatus.SUCCESS: "succeed", RunStatus.FAILED: "fail", RunStatus.KILLED: "kill"}
 
 
-class RunRows(RunListing):
-    """Reads and conditional writes of the runs table (and its listing: RunListing)."""
+class RunRows(RunSearch):
+    """Reads and conditional writes of the runs table (and its listing: RunListing; its
+    search index: RunSearch, whose terms a creation and a finish write first)."""
+
+    def _index_created(self, run: RunRecord) -> None:
+        trigger = None if run.trigger is None else run.trigger.to_json()
+        self.index_run(run.run_id, run.created_at, {"input": run.input, "trigger": trigger},
+                       run.created_at + self.step_retention)
+
+    def _index_ended(self, run_id: str, created_at: float | None, error: Any,
+                     output: Any, expires_at: float) -> None:
+        if created_at is not None:
+            self.index_run(run_id, created_at, {"error": error, "output": output}, expires_at)
 
     def create_run(self, run: RunRecord) -> None:
+        self._index_created(run)
         if run.wake_at is None:
             run = replace(run, wake_at=run_wake(run, self.wake))
         # The start's request counts so far ride on the row (adapters/metering.py).
@@ -53,6 +65,7 @@ class RunRows(RunListing):
     def create_run_with(self, run: RunRecord, also: list[dict[str, Any]]) -> None:
         """Create the run row together with the writes `also` (items of other tables),
         in one transaction; ConditionFailed if any guard fails (nothing is written)."""
+        self._index_created(run)
         if run.wake_at is None:
             run = replace(run, wake_at=run_wake(run, self.wake))
         with _translate(f"run {run.run_id}: create with {len(also)} more"):
@@ -187,9 +200,12 @@ class RunRows(RunListing):
             return None
         return int(attrs["remaining"]["N"])
 
-    def mark_halted(self, run_id: str, error: dict[str, Any], now: float) -> None:
+    def mark_halted(self, run_id: str, error: dict[str, Any], now: float, *,
+                    created_at: float | None = None) -> None:
         """Flag the run halted (once: a second halter gets ConditionFailed). Written after
-        the stop pass, so no step starts after this entry in the run's history."""
+        the stop pass, so no step starts after this entry in the run's history. With
+        `created_at` (the run's), its error is indexed first (run_search.py)."""
+        self._index_ended(run_id, created_at, error, None, now + self.step_retention)
         values = {":t": {"BOOL": True}, ":err": {"S": dumps(error)}, ":now": num(now)}
         hist = history_clause(values, now, "run.halted", error=short_error(error))
         self._update_running(
@@ -271,10 +287,12 @@ class RunRows(RunListing):
 
     def finish_queued(
         self, run_id: str, status: RunStatus, error: dict[str, Any], now: float,
-        expires_at: float, *, kill_reason: str | None = None,
+        expires_at: float, *, kill_reason: str | None = None, created_at: float | None = None,
     ) -> RunRecord:
         """queued -> skipped or killed: a run that never started. A cancel keeps its
-        reason as `kill_reason` and in history, as it does for a running run."""
+        reason as `kill_reason` and in history, as it does for a running run. With
+        `created_at` (the run's), its error is indexed first (run_search.py)."""
+        self._index_ended(run_id, created_at, error, None, expires_at)
         move = RUN_MOVES["skip-queued" if status is RunStatus.SKIPPED else "kill-queued"]
         values: dict[str, Any] = {
             ":err": {"S": dumps(error)}, ":now": num(now), ":exp": num(expires_at),
@@ -322,6 +340,8 @@ class RunRows(RunListing):
         halted: bool = False,
         unstopped: bool = False,
         wake: bool = True,
+        created_at: float | None = None,
+        output: Any = None,
         workflow: str = "",
     ) -> None:
         """Finish a running run. `halted`: record its halt too, first (a failed step's
@@ -331,8 +351,10 @@ class RunRows(RunListing):
         otherwise). `wake`: move its wake to now, for the sweeper to check its
         follow-ups (RunRecord.follow_ups); without any, its wake stays where it is (the
         sweeper finds it finished there, with nothing to do), which spares the wake
-        index two writes. `workflow`: the run's, for the stack's count of finished runs
-        (adapters/tallies.py)."""
+        index two writes. With `created_at` (the run's), its error and `output` (what it
+        returned) are indexed first (run_search.py). `workflow`: the run's, for the
+        stack's count of finished runs (adapters/tallies.py)."""
+        self._index_ended(run_id, created_at, error, output, expires_at)
         move = RUN_MOVES[_FINISH[status]]
         # `finished_by` names this write apart from a rival finisher's in the same
         # millisecond, so only its own landed copy is taken for its own (tables.landed).

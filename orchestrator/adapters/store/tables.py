@@ -151,6 +151,8 @@ class Tables:
         self.inline_limit = inline_limit
         self.runs = names.runs_table
         self.steps = names.steps_table
+        # The search index's items (run_search.py) are the control table's.
+        self.control_table = names.control_table
         # Every write stamps the row's next wake (engine/wakes.py) in the same request.
         self.wake = wake or WakeTimes()
         # A step row's terminal write stamps its expiry (the longest run retention) in

@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from orchestrator.adapters.dead_letters import DeadLetters
-from orchestrator.api.ui import actions, health, live, pages
+from orchestrator.api.ui import actions, bulk, health, live, pages
 from orchestrator.api.ui.session import guarded
 from orchestrator.runtime import Runtime
 from orchestrator.services.access.dashboard_logins import DashboardLogins
@@ -82,6 +82,9 @@ def routes() -> list[BaseRoute]:
         Route("/runs/{run_id}/hooks/{op}", g(actions.execute_hook), methods=["POST"]),
         Route("/runs/{run_id}/resume", g(actions.resume), methods=["POST"]),
         Route("/runs/{run_id}/reset", g(actions.reset), methods=["POST"]),
+        Route("/bulk", g(bulk.start), methods=["POST"]),
+        Route("/bulk/confirm", g(bulk.confirm), methods=["POST"]),
+        Route("/bulk/{job_id}", g(bulk.job), methods=["GET"]),
         Route("/workflows", g(pages.workflows), methods=["GET"]),
         Route("/workflows/{workflow}/start", g(actions.start), methods=["POST"]),
         Route("/workflows/{workflow}/schedule/{action}", g(actions.schedule),

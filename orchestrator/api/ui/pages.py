@@ -103,7 +103,7 @@ async def runs(request: Request) -> Response:
     response = page(request, "runs.html", filters=f, rows=rows, next_cursor=next_cursor,
                     cursor=cursor, workflows=list(rt.manifest.workflows),
                     statuses=reads.STATUSES, triggers=reads.TRIGGERS,
-                    live_query=f.query())
+                    live_query=f.query(), problem=q.get("problem"))
     if "all" in q or f.any:
         response.set_cookie(FILTER_COOKIE, f.query(), path="/ui", httponly=True,
                             samesite="strict", max_age=90 * 24 * 3600)

@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from orchestrator.api.runs import decode_cursor, encode_cursor, summary
+from orchestrator.engine.search import parse_query
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import UsageError
 from orchestrator.presentation.flow import flow_lines, flow_of
@@ -40,6 +41,7 @@ def _time(raw: str, name: str) -> float | None:
 
 @dataclass(frozen=True)
 class RunFilters:
+    q: str = ""
     workflow: str = ""
     status: str = ""
     trigger: str = ""
@@ -48,7 +50,7 @@ class RunFilters:
     run_id: str = ""
     problems: list[str] = field(default_factory=list)
 
-    FIELDS = ("workflow", "status", "trigger", "since", "until", "run_id")
+    FIELDS = ("q", "workflow", "status", "trigger", "since", "until", "run_id")
 
     @classmethod
     def of(cls, query: dict[str, str], workflows: list[str]) -> RunFilters:
@@ -63,6 +65,11 @@ class RunFilters:
         if values["trigger"] and values["trigger"] not in TRIGGERS:
             problems.append(f"trigger: {values['trigger']!r} is not a trigger")
             values["trigger"] = ""
+        try:
+            parse_query(values["q"], "search")
+        except UsageError as exc:
+            problems.append(exc.message)
+            values["q"] = ""
         for name in ("since", "until"):
             try:
                 _time(values[name], name)
@@ -88,11 +95,19 @@ def list_page(rt: Runtime, f: RunFilters, cursor: str | None, limit: int = 25
     next page's cursor."""
     since, until = _time(f.since, "since"), _time(f.until, "until")
     start = decode_cursor(cursor)
+    query = parse_query(f.q, "search")
     out: list[dict[str, Any]] = []
     for _ in range(MAX_PAGES):
-        runs, last = rt.store.runs.list_runs(f.workflow or None, rt.clock(),
-                                             status=f.status or None,
-                                             limit=limit - len(out), start=start)
+        if query:  # a search (run_search.py): the index, from `since` on
+            runs, last = rt.store.runs.find_runs(
+                query, rt.clock(), workflow=f.workflow or query.filters.get("workflow"),
+                status=f.status or query.filters.get("status"), since=since,
+                limit=limit - len(out), start=start)
+        else:
+            runs, last = rt.store.runs.list_runs(
+                f.workflow or query.filters.get("workflow"), rt.clock(),
+                status=f.status or query.filters.get("status"),
+                limit=limit - len(out), start=start)
         for r in runs:
             if since is not None and r.created_at < since:
                 return out, None  # newest first: the rest are older still

@@ -122,7 +122,7 @@ class Admission:
         try:
             return self.store.runs.finish_queued(
                 run.run_id, RunStatus.SKIPPED, error_doc(code, message), now,
-                now + self.ttl,
+                now + self.ttl, created_at=run.created_at,
             )
         except ConditionFailed:
             return self._reread(run)

@@ -114,7 +114,8 @@ class Executor(Promotions, RunStops):
                     clock=self.clock)
             except ConditionFailed:
                 return None
-        ended = not done.stopping and done.step == ctx.ends_with and self.end_with(done, ctx)
+        ended = (not done.stopping and done.step == ctx.ends_with
+                 and self.end_with(done, ctx, output_json))
         if done.counted and not ended:
             tally.add(row.run_id)
         if on_recorded is not None:

@@ -5,11 +5,14 @@ finish verified against the rows once the counter says none are left
 
 from __future__ import annotations
 
+import json
 import logging
+from typing import Any
 
 from orchestrator.adapters.metering import metered
 from orchestrator.engine.commands import Finish
 from orchestrator.engine.context import RunContext
+from orchestrator.engine.definition import DRIVER
 from orchestrator.engine.policies import OnFailure
 from orchestrator.engine.records import RunRecord, StepRecord
 from orchestrator.engine.states import RunStatus, StepStatus
@@ -28,12 +31,15 @@ log = logging.getLogger("orchestrator.services.execution.executor")
 
 # Reads of a finishing run's rows, when steps keep landing between a read and its flags.
 FINISH_TRIES = 3
+# A succeeding run's output is its sinks' outputs (read for its search terms) when it has
+# at most this many.
+OUTPUT_SINKS = 4
 
 
 class RunFinishes(ExecutorBase):
     """Counting a run's terminal steps and finishing it."""
 
-    def end_with(self, done: StepRecord, ctx: RunContext) -> bool:
+    def end_with(self, done: StepRecord, ctx: RunContext, output_json: str | None = None) -> bool:
         """Finish a run whose one sink just succeeded (ctx.ends_with): every other step
         has, so no count, read or query is needed, only the finish, guarded by the run
         still running with no cancel or halt flagged. False when that guard fails or the
@@ -50,6 +56,9 @@ class RunFinishes(ExecutorBase):
         try:
             self.store.runs.finish_run(done.run_id, RunStatus.SUCCESS, None, now, expires,
                                        unstopped=True, wake=ctx.follow_ups,
+                                       created_at=ctx.created_at or None,
+                                       output=None if output_json is None
+                                       else json.loads(output_json),
                                        workflow=ctx.workflow)
         except ConditionFailed:
             return False
@@ -101,6 +110,25 @@ class RunFinishes(ExecutorBase):
             # the last one, and nobody else would look. Read again.
         return None
 
+    def _output(self, run: RunRecord, done: Finish) -> Any:
+        """What a succeeding run returned, for its search terms (run_search.py): a
+        durable run's driver's output, a workflow's sink's (each sink's by name, of up
+        to OUTPUT_SINKS sinks). One read a sink; an output kept in the blob store (over
+        the inline limit) is not read, nor indexed."""
+        if done.status is not RunStatus.SUCCESS:
+            return None
+        sinks = sorted(run.definition.sinks)
+        if run.definition.durable is not None:
+            sinks = [DRIVER]
+        if not sinks or len(sinks) > OUTPUT_SINKS:
+            return None
+        outputs = {}
+        for name in sinks:
+            row = self.store.steps.get_step(run.run_id, name)
+            if row is not None and row.status is StepStatus.SUCCESS and row.output_ref is None:
+                outputs[name] = row.output
+        return next(iter(outputs.values()), None) if len(sinks) == 1 else outputs
+
     def _finish(self, run: RunRecord, done: Finish, now: float) -> RunStatus | None:
         run_id = run.run_id
         # Step rows stamped their own expiry when they finished; only rows that would
@@ -112,16 +140,18 @@ class RunFinishes(ExecutorBase):
         # either way.
         halted_too = (done.status is RunStatus.FAILED and run.on_failure is OnFailure.HALT
                       and not run.halted and not run.kill_requested)
+        ended = {"created_at": run.created_at, "output": self._output(run, done),
+                 "workflow": run.workflow}
         try:
             self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at,
-                                       halted=halted_too, wake=run.follow_ups,
-                                       workflow=run.workflow)
+                                       halted=halted_too, wake=run.follow_ups, **ended)
         except ConditionFailed:
             if not halted_too:
                 return None
             try:  # the halter recorded its halt meanwhile: finish without another
                 self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at,
-                                           wake=run.follow_ups, workflow=run.workflow)
+                                           wake=run.follow_ups, created_at=run.created_at,
+                                           workflow=run.workflow)
             except ConditionFailed:
                 return None
         try:

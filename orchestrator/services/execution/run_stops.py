@@ -45,9 +45,11 @@ class RunStops(RunFinishes):
              ctx: RunContext | None = None) -> None:
         """Stop the run, then flag it halted: the flag comes after the pass, so no step
         starts after the run's `run.halted` entry."""
+        ctx = self.context(run_id, ctx)
         self.stop(run_id, cmd.reason, tally, ctx)
         try:
-            self.store.runs.mark_halted(run_id, cmd.error, self.clock())
+            self.store.runs.mark_halted(run_id, cmd.error, self.clock(),
+                                        created_at=ctx.created_at or None)
         except ConditionFailed:
             pass  # halted by another failure already, killed, or finished
 

@@ -1,0 +1,183 @@
+"""Bulk actions' items in the control table (services/bulk.py): a job and what it did to
+each run.
+
+| pk                 | sk               | what                                          |
+|--------------------|------------------|-----------------------------------------------|
+| `bulk#<job>`       | `-`              | the job: its selection, page, cursor, counts  |
+| `bulkrun#<job>`    | `<page>#<i>`     | what it did to one run (the report, in order) |
+| `bulks`            | `<ms>#<job>`     | the jobs, newest last (a listing)            |
+
+The job's page moves on only under a guard naming the page it leaves (`page = :n`), so
+two workers handling one page's message advance it once. A run's outcome is written
+once (`attribute_not_exists`): a page done again after a crash keeps the first one."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.adapters.store.codec import num
+from orchestrator.adapters.store.control_keys import Item, Pk, Sk, ms_key
+from orchestrator.adapters.store.control_table import ControlTable
+from orchestrator.errors import ConditionFailed
+from orchestrator.strict_json import dumps
+
+__all__ = ["BulkJob", "BulkJobs", "RunOutcome"]
+
+# How long a job and its report are kept.
+KEEP = 30 * 24 * 3600.0
+OUTCOMES = ("done", "skipped", "failed")
+
+
+@dataclass(frozen=True)
+class BulkJob:
+    """A bulk action: `spec` (action, selection, reason, input), where it is (`page`,
+    `cursor`: the selection's next page, None before the first), its counts by
+    outcome, and `status` (running, done)."""
+
+    job_id: str
+    spec: dict[str, Any]
+    created_at: float
+    status: str = "running"
+    page: int = 0
+    cursor: Any = None
+    counts: dict[str, int] = field(default_factory=dict)
+    finished_at: float | None = None
+    expected: int | None = None  # the runs its dry run counted, if it was given
+
+    def to_json(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "action": self.spec["action"], "spec": self.spec,
+                "created_at": self.created_at,
+                "status": self.status, "pages": self.page,
+                "counts": {k: self.counts.get(k, 0) for k in OUTCOMES},
+                "processed": sum(self.counts.get(k, 0) for k in OUTCOMES),
+                "finished_at": self.finished_at, "expected": self.expected}
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a job did to one run: `outcome` (done, skipped, failed), what it says
+    (`detail`), and the run it started (a rerun's)."""
+
+    run_id: str
+    outcome: str
+    detail: str
+    new_run_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "outcome": self.outcome, "detail": self.detail,
+                "new_run_id": self.new_run_id}
+
+
+def _job_key(job_id: str) -> Pk:
+    return Pk(f"bulk#{job_id}")
+
+
+def _runs_key(job_id: str) -> Pk:
+    return Pk(f"bulkrun#{job_id}")
+
+
+_JOBS = Pk("bulks")
+
+
+def _job(item: Item) -> BulkJob:
+    cursor = item.get("cursor", {}).get("S")
+    return BulkJob(
+        job_id=item["pk"]["S"].partition("#")[2], spec=json.loads(item["doc"]["S"]),
+        created_at=float(item["created_at"]["N"]), status=item["status"]["S"],
+        page=int(item["page"]["N"]), cursor=None if cursor is None else json.loads(cursor),
+        counts={k: int(item[f"n_{k}"]["N"]) for k in OUTCOMES if f"n_{k}" in item},
+        finished_at=float(item["finished_at"]["N"]) if "finished_at" in item else None,
+        expected=int(item["expected"]["N"]) if "expected" in item else None)
+
+
+class BulkJobs:
+    """Reads and guarded writes of bulk jobs and their reports."""
+
+    def __init__(self, control: ControlTable) -> None:
+        self.control = control
+
+    def create(self, job_id: str, spec: dict[str, Any], now: float, *,
+               expected: int | None = None) -> BulkJob | None:
+        """Create the job (None: one with this id exists; read it with `get`)."""
+        attrs = {"created_at": num(now), "status": {"S": "running"}, "page": num(0)}
+        if expected is not None:
+            attrs["expected"] = num(expected)
+        if not self.control.put_new(_job_key(job_id), now=now, doc=spec, attrs=attrs,
+                                    expires_at=now + KEEP):
+            return None
+        self.control.put_new(_JOBS, Sk(f"{ms_key(now)}#{job_id}"), now=now,
+                             attrs={"job_id": {"S": job_id}}, expires_at=now + KEEP)
+        return BulkJob(job_id, spec, now, expected=expected)
+
+    def get(self, job_id: str, now: float) -> BulkJob | None:
+        item = self.control.get(_job_key(job_id), now=now)
+        return None if item is None else _job(item)
+
+    def recent(self, now: float, limit: int = 20) -> list[str]:
+        """The newest jobs' ids, newest first."""
+        items = self.control.query(_JOBS, now=now, limit=limit, newest_first=True)
+        return [i["job_id"]["S"] for i in items]
+
+    def advance(self, job: BulkJob, cursor: Any, counts: dict[str, int], now: float,
+                *, last: bool) -> bool:
+        """Move the job past its page `job.page` (to `cursor`, adding `counts`); done
+        if `last`. False: another worker moved it first."""
+        values: Item = {":n": num(job.page), ":n1": num(job.page + 1), ":now": num(now)}
+        sets = ["page = :n1", "updated_at = :now"]
+        if cursor is not None:
+            values[":c"] = {"S": dumps(cursor)}
+            sets.append("cursor = :c")
+        if last:
+            values[":finished"] = {"S": "done"}
+            sets += ["#s = :finished", "finished_at = :now"]
+        adds = []
+        for k in OUTCOMES:
+            if counts.get(k):
+                values[f":n_{k}"] = num(counts[k])
+                adds.append(f"n_{k} :n_{k}")
+        update = "SET " + ", ".join(sets) + (" ADD " + ", ".join(adds) if adds else "")
+        try:
+            self.control.update(_job_key(job.job_id), update=update, values=values,
+                                names={"#s": "status"} if last else None,
+                                condition="page = :n")
+        except ConditionFailed:
+            return False
+        return True
+
+    def outcomes_of_page(self, job_id: str, page: int, now: float) -> dict[str, RunOutcome]:
+        """What a page did so far, by run (a page done again keeps these)."""
+        items = self.control.query(_runs_key(job_id), now=now, limit=1000,
+                                   after=Sk(f"{page:06d}#"))
+        found = {}
+        for item in items:
+            if not item["sk"]["S"].startswith(f"{page:06d}#"):
+                break
+            o = _outcome(item)
+            found[o.run_id] = o
+        return found
+
+    def record(self, job_id: str, page: int, i: int, outcome: RunOutcome, now: float) -> None:
+        """Keep what the job did to a run (once: a second record of it is dropped)."""
+        attrs: Item = {"run_id": {"S": outcome.run_id}, "outcome": {"S": outcome.outcome},
+                       "detail": {"S": outcome.detail[:500]}}
+        if outcome.new_run_id is not None:
+            attrs["new_run_id"] = {"S": outcome.new_run_id}
+        self.control.put_new(_runs_key(job_id), Sk(f"{page:06d}#{i:04d}"), now=now,
+                             attrs=attrs, expires_at=now + KEEP)
+
+    def report(self, job_id: str, now: float, *, after: str | None = None,
+               limit: int = 100) -> tuple[list[RunOutcome], str | None]:
+        """What the job did, run by run in its order, `limit` at a time after `after`
+        (the cursor a page returned)."""
+        items = self.control.query(_runs_key(job_id), now=now, limit=limit,
+                                   after=None if after is None else Sk(after))
+        more = items[-1]["sk"]["S"] if len(items) == limit else None
+        return [_outcome(i) for i in items], more
+
+
+def _outcome(item: Item) -> RunOutcome:
+    new = item.get("new_run_id", {}).get("S")
+    return RunOutcome(item["run_id"]["S"], item["outcome"]["S"], item["detail"]["S"], new)
+

@@ -1,0 +1,227 @@
+"""Acting on many runs at once: cancel, rerun (with or without a new input) or resume
+every run a selection names, as a job of its own (`POST /bulk-actions`,
+`orchestrator runs cancel --where …`, the dashboard's runs page).
+
+A selection is run ids, or a search (`q`, engine/search.py) and/or today's filters
+(workflow, status): the runs created before the job, as the listing or the search pages
+them. A job goes a page (PAGE runs) at a time, each page a message (`BulkPage`) that any
+worker takes: it reads the job, reads its page of the selection from the job's cursor,
+acts on each run the page has not acted on yet, records what it did per run, moves the
+job's page on under a guard, and sends the next page's message. So a job has no
+coordinator, survives the death of any process, and shows its progress in its item.
+
+Idempotent: each action is (a cancelled run is not cancelled again; a rerun's new run
+id derives from the job and the run, so doing it twice finds the first; a resume of a
+run that is not paused only wakes it); a page done again (its worker died before it
+moved the job on) acts only on the runs it has no outcome for, and a run's outcome is
+written once. A message that finds its page done already sends the next page's message
+again if the job still runs (the worker that moved it on may have died before sending)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.adapters.messages import BulkPage
+from orchestrator.adapters.queue import Queues
+from orchestrator.adapters.store import Store
+from orchestrator.adapters.store.bulk_jobs import BulkJob, BulkJobs, RunOutcome
+from orchestrator.engine.records import RunRecord
+from orchestrator.engine.search import parse_query
+from orchestrator.engine.states import RunStatus
+from orchestrator.errors import Conflict, NotFound, OrchestratorError, UsageError
+
+__all__ = ["ACTIONS", "PAGE", "BulkActions"]
+
+ACTIONS = ("cancel", "rerun", "resume")
+# Runs a page of a job acts on.
+PAGE = 50
+# Run ids a job may name.
+MAX_IDS = 10_000
+# A selection's count (dry run) reads at most this many runs.
+MAX_COUNT = 100_000
+
+
+class BulkActions:
+    """Bulk jobs: their selection counted, started, done page by page, read."""
+
+    def __init__(
+        self,
+        store: Store,
+        queues: Queues,
+        jobs: BulkJobs,
+        *,
+        cancel: Callable[[str, str], bool],
+        rerun: Callable[..., tuple[RunRecord, bool]],
+        resume: Callable[[str], dict[str, Any]],
+        clock: Callable[[], float],
+    ) -> None:
+        self.store = store
+        self.queues = queues
+        self.jobs = jobs
+        self.cancel = cancel
+        self.rerun = rerun
+        self.resume = resume
+        self.clock = clock
+
+    # ---- the selection --------------------------------------------------------------
+
+    @staticmethod
+    def checked(spec: dict[str, Any]) -> dict[str, Any]:
+        """`spec` (action, run_ids | q, workflow, status, reason, input) as a job keeps
+        it; UsageError naming the field that is wrong."""
+        action = spec.get("action")
+        if action not in ACTIONS:
+            raise UsageError(f"action: {action!r} is not one of {', '.join(ACTIONS)}")
+        ids = spec.get("run_ids")
+        q = spec.get("q")
+        if ids is not None:
+            if q or spec.get("workflow") or spec.get("status"):
+                raise UsageError("run_ids: names the runs itself; leave out q, workflow,"
+                                 " status")
+            if not ids or len(ids) > MAX_IDS:
+                raise UsageError(f"run_ids: 1 to {MAX_IDS} run ids")
+            ids = list(dict.fromkeys(ids))
+        elif not (q or spec.get("workflow") or spec.get("status")):
+            raise UsageError("name the runs: run_ids, q, workflow or status (a bulk action"
+                             " over every run is not taken)")
+        query = parse_query(q)
+        status = spec.get("status") or query.filters.get("status")
+        if status is not None and status not in {s.value for s in RunStatus} | {"paused"}:
+            raise UsageError(f"status: {status!r} is not a run status")
+        if "input" in spec and action != "rerun":
+            raise UsageError(f"input: only a rerun takes an input, not a {action}")
+        if spec.get("reason") and action != "cancel":
+            raise UsageError(f"reason: only a cancel takes a reason, not a {action}")
+        out = {"action": action, "run_ids": ids, "q": q or None,
+               "workflow": spec.get("workflow") or query.filters.get("workflow"),
+               "status": status}
+        if action == "cancel":
+            out["reason"] = spec.get("reason") or "cancelled in bulk"
+        if "input" in spec:
+            out["input"] = spec["input"]
+        return out
+
+    def select(self, spec: dict[str, Any], cursor: Any, limit: int,
+               until: float) -> tuple[list[tuple[str, RunRecord | None]], Any]:
+        """A page of the selection, created at `until` or before, from `cursor`: each
+        run id with its run (None: a named run that is not there), and the cursor
+        after it (None: no more)."""
+        now = self.clock()
+        ids = spec.get("run_ids")
+        if ids is not None:
+            at = int(cursor or 0)
+            page = ids[at:at + limit]
+            found = self.store.runs.get_runs(page, now)
+            return ([(r, found.get(r)) for r in page],
+                    at + limit if at + limit < len(ids) else None)
+        query = parse_query(spec.get("q"))
+        if query:
+            runs, nxt = self.store.runs.find_runs(
+                query, now, workflow=spec.get("workflow"), status=spec.get("status"),
+                limit=limit, start=cursor)
+        else:
+            runs, nxt = self.store.runs.list_runs(
+                spec.get("workflow"), now, status=spec.get("status"), limit=limit,
+                start=cursor)
+        return [(r.run_id, r) for r in runs if r.created_at <= until], nxt
+
+    def count(self, spec: dict[str, Any], sample: int = 5) -> dict[str, Any]:
+        """How many runs the selection names now (a dry run), and the first few."""
+        spec = self.checked(spec)
+        now = self.clock()
+        n, cursor = 0, None
+        first: list[str] = []
+        while n < MAX_COUNT:
+            runs, cursor = self.select(spec, cursor, 100, now)
+            named = [run_id for run_id, run in runs if run is not None]
+            n += len(named)
+            first += named[:sample - len(first)]
+            if cursor is None:
+                break
+        return {"count": n, "sample": first, "more": cursor is not None, **spec}
+
+    # ---- a job ----------------------------------------------------------------------
+
+    def start(self, spec: dict[str, Any], job_id: str | None = None, *,
+              expected: int | None = None) -> tuple[BulkJob, bool]:
+        """Create the job and send its first page's message: (job, created). The same
+        job id again with the same spec is that job (created False); with another, 409.
+        `expected`: how many runs its dry run counted (shown as its progress's end)."""
+        spec = self.checked(spec)
+        job_id = job_id or f"bulk-{uuid.uuid4().hex[:12]}"
+        now = self.clock()
+        job = self.jobs.create(job_id, spec, now, expected=expected)
+        if job is None:
+            found = self.jobs.get(job_id, now)
+            if found is None:
+                raise Conflict("job_gone", f"bulk job {job_id} expired; choose another id")
+            if found.spec != spec:
+                raise Conflict("job_exists", f"bulk job {job_id} exists with another spec")
+            return found, False
+        self._send(job_id, 0)
+        return job, True
+
+    def _send(self, job_id: str, page: int) -> None:
+        self.queues.timer(BulkPage(job=job_id, page=page), self.clock())
+
+    def get(self, job_id: str) -> BulkJob:
+        job = self.jobs.get(job_id, self.clock())
+        if job is None:
+            raise NotFound(f"bulk job {job_id} not found")
+        return job
+
+    def page(self, msg: BulkPage) -> None:
+        """Do the page `msg` names, if it is the job's next (see the module's doc)."""
+        job = self.jobs.get(msg.job, self.clock())
+        if job is None or job.status != "running":
+            return
+        if job.page != msg.page:
+            if job.page == msg.page + 1:
+                self._send(job.job_id, job.page)  # its sender may have died
+            return
+        runs, nxt = self.select(job.spec, job.cursor, PAGE, job.created_at)
+        now = self.clock()
+        done = self.jobs.outcomes_of_page(job.job_id, job.page, now)
+        counts: dict[str, int] = {}
+        for i, (run_id, run) in enumerate(runs):
+            outcome = done.get(run_id)
+            if outcome is None:
+                outcome = self._act(job, run_id, run)
+                self.jobs.record(job.job_id, job.page, i, outcome, self.clock())
+            counts[outcome.outcome] = counts.get(outcome.outcome, 0) + 1
+        if self.jobs.advance(job, nxt, counts, self.clock(), last=nxt is None) and nxt is not None:
+            self._send(job.job_id, job.page + 1)
+
+    def _act(self, job: BulkJob, run_id: str, run: RunRecord | None) -> RunOutcome:
+        spec = job.spec
+        action = spec["action"]
+        if run is None:
+            return RunOutcome(run_id, "skipped", "no such run (expired or never started)")
+        try:
+            if action == "cancel":
+                if run.status.terminal:
+                    return RunOutcome(run_id, "skipped", f"already {run.status.value}")
+                if self.cancel(run_id, spec["reason"]):
+                    return RunOutcome(run_id, "done", "cancelled")
+                return RunOutcome(run_id, "skipped", "already finished")
+            if action == "rerun":
+                kwargs: dict[str, Any] = {"new_run_id": rerun_id(run_id, job.job_id)}
+                if "input" in spec:
+                    kwargs["input"] = spec["input"]
+                new, created = self.rerun(run_id, **kwargs)
+                return RunOutcome(run_id, "done", "rerun" if created else "rerun (already)",
+                                  new.run_id)
+            result = self.resume(run_id)
+            return RunOutcome(run_id, "done",
+                              "resumed" if result.get("was_paused") else "woken (not paused)")
+        except (Conflict, UsageError, NotFound) as exc:
+            return RunOutcome(run_id, "skipped", str(exc))
+        except OrchestratorError as exc:
+            return RunOutcome(run_id, "failed", f"{type(exc).__name__}: {exc}")
+
+
+def rerun_id(run_id: str, job_id: str) -> str:
+    """A rerun's id in a job: the same for the same run and job, so a repeat finds it."""
+    return f"{run_id[:180]}.{job_id.removeprefix('bulk-')[:12]}"

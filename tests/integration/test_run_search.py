@@ -1,0 +1,140 @@
+"""Finding runs by what they carried (`GET /runs?q=`), over the HTTP API on moto with the
+test functions on uvicorn: by an input's path, a key:value anywhere, a word of an error,
+an output, a trigger; combined with the workflow and status filters; paged; and bad
+queries answered 400 naming what. The index is read, never a table scanned: the test
+counts the Scans a search makes (none)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from functions.sdk.serving import BackgroundServer
+from orchestrator.api.app import create_app
+from tests.support.harness import Harness
+
+MANIFEST = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  orders:
+    steps:
+      take: { backend: fn, route: /echo }
+      check: { backend: fn, route: /gate, dependsOn: [take], retry: { max: 0 } }
+  other:
+    steps:
+      only: { backend: fn, route: /echo }
+"""
+
+
+@pytest.fixture
+def api(harness_factory: Any) -> Iterator[tuple[Harness, httpx.Client]]:
+    h = harness_factory(MANIFEST)
+    h.start_workers(threads=8)
+    with BackgroundServer(create_app(h.rt)) as server, httpx.Client(
+        base_url=server.url, timeout=60
+    ) as client:
+        yield h, client
+
+
+def _start(c: httpx.Client, workflow: str, input: Any) -> str:
+    r = c.post("/runs", json={"workflow": workflow, "input": input})
+    assert r.status_code == 201, r.text
+    return str(r.json()["run_id"])
+
+
+def _found(c: httpx.Client, **params: Any) -> list[str]:
+    r = c.get("/runs", params=params)
+    assert r.status_code == 200, r.text
+    return [run["run_id"] for run in r.json()["runs"]]
+
+
+def test_runs_are_found_by_what_they_carried(api: tuple[Harness, httpx.Client]) -> None:
+    h, c = api
+    acme = _start(c, "orders", {"customer": "acme", "order": 1042, "ok": True,
+                                "lines": [{"sku": "X-1"}, {"sku": "Y-2"}]})
+    globex = _start(c, "orders", {"customer": "Globex", "order": 1043})
+    other = _start(c, "other", {"customer": "acme", "note": "rush delivery"})
+    for run in (acme, globex, other):
+        h.wait(run)
+    assert c.get(f"/runs/{globex}").json()["status"] == "failed"
+
+    assert _found(c, q='input.customer = "acme"') == [other, acme]
+    assert _found(c, q="input.customer = ACME") == [other, acme]  # case aside
+    assert _found(c, q="input.order = 1042") == [acme]
+    assert _found(c, q='input.order = "1042"') == [acme]  # values compare as text
+    assert _found(c, q="order:1043") == [globex]
+    assert _found(c, q="input.lines.sku = y-2") == [acme]  # a list's items
+    assert _found(c, q="rush") == [other]
+    assert _found(c, q='input ~ "rush delivery"') == [other]
+    # The error of a failed run, its words; with today's filters.
+    assert _found(c, q='error ~ "not true"') == [globex]
+    codes = c.get(f"/runs/{globex}").json()["error"]
+    assert _found(c, q=f'error.code = "{codes["code"]}"') == [globex]
+    assert _found(c, q="acme", workflow="orders") == [acme]
+    assert _found(c, q="acme workflow = other") == [other]
+    assert _found(c, q="input.customer = acme", status="success") == [other, acme]
+    assert _found(c, q="input.customer = acme status = failed") == []
+    # Output: what the run returned (its sink's output: /echo sends its input back).
+    assert _found(c, q='output.input.note = "rush delivery"') == [other]
+    assert _found(c, q="trigger.source = api input.order = 1043") == [globex]
+    assert _found(c, q="nosuchword") == []
+
+
+def test_a_search_pages_newest_first(api: tuple[Harness, httpx.Client]) -> None:
+    h, c = api
+    runs = [_start(c, "other", {"batch": "b7", "i": i}) for i in range(7)]
+    for run in runs:
+        h.wait(run)
+    seen: list[str] = []
+    cursor = None
+    for _ in range(10):
+        params: dict[str, Any] = {"q": "batch:b7", "limit": 3}
+        if cursor:
+            params["cursor"] = cursor
+        page = c.get("/runs", params=params).json()
+        seen += [r["run_id"] for r in page["runs"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert seen == runs[::-1]
+
+
+def test_a_search_scans_no_table(api: tuple[Harness, httpx.Client]) -> None:
+    h, c = api
+    run = _start(c, "other", {"customer": "initech"})
+    h.wait(run)
+    ops: list[str] = []
+
+    def count(event_name: str = "", **_: Any) -> None:
+        ops.append(event_name.rsplit(".", 1)[-1])
+
+    h.rt.clients.dynamodb.meta.events.register("before-call.dynamodb", count)
+    try:
+        assert _found(c, q="input.customer = initech") == [run]
+    finally:
+        h.rt.clients.dynamodb.meta.events.unregister("before-call.dynamodb", count)
+    assert "Scan" not in ops and "Query" in ops, ops
+
+
+@pytest.mark.parametrize(("q", "says"), [
+    ('input.customer = "acme', "unclosed quote"),
+    ("customer = acme", "a path starts with one of input, output, error, trigger"),
+    ("input.note ~ urgent", "~ searches the words of a whole field"),
+    ("input.x != 3", "!= is not searchable"),
+    ("input.x =", "no value after ="),
+    ("= 3", "with nothing before it"),
+    ("status = done status = failed", "a run has one"),
+    ("status ~ failed", "status takes = only"),
+    ("!!", "no word to search for"),
+])
+def test_a_query_that_cannot_be_read_is_a_400_naming_what(
+    api: tuple[Harness, httpx.Client], q: str, says: str,
+) -> None:
+    _, c = api
+    r = c.get("/runs", params={"q": q})
+    assert r.status_code == 400, r.text
+    assert says in r.json()["error"]["message"] and "q:" in r.json()["error"]["message"]

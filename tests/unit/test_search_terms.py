@@ -1,0 +1,51 @@
+"""The search index's terms of a run and the query language (engine/search.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.engine.search import MAX_TERMS, norm, parse_query, terms_of, words
+from orchestrator.errors import UsageError
+
+
+def test_a_runs_terms_are_its_leaves_then_its_words() -> None:
+    terms = terms_of({"input": {"customer": "Acme Corp", "order": 1042.0,
+                                "lines": [{"sku": "x-1"}], "rush": True, "gift": None},
+                      "trigger": {"source": "webhook"}})
+    assert terms[:4] == ["input.customer=acme corp", "input.order=1042", "input.rush=true",
+                         "input.gift=null"]
+    assert "input.lines.sku=x-1" in terms and "trigger.source=webhook" in terms
+    assert terms.index("input.lines.sku=x-1") < terms.index("input~acme")
+    assert {"input~acme", "input~corp", "trigger~webhook"} <= set(terms)
+
+
+def test_terms_are_bounded_and_long_values_hashed() -> None:
+    many = terms_of({"input": {f"k{i}": i for i in range(100)}})
+    assert len(many) == MAX_TERMS
+    long = "x" * 500
+    (term,) = [t for t in terms_of({"input": {"blob": long}}) if "=" in t]
+    assert term == f"input.blob={norm(long)}" and len(term) < 40
+    assert terms_of({"input": None, "output": None}) == []
+
+
+def test_words_are_letters_and_digits_lowercased_once() -> None:
+    assert words("Timed out: upstream TIMED-out (503) a") == ["timed", "out", "upstream", "503"]
+
+
+def test_a_query_names_clauses_and_filters() -> None:
+    q = parse_query('input.customer = "Acme" AND error ~ "timed out" order:7 rush '
+                    "status = failed")
+    assert [c.terms for c in q.clauses] == [
+        ("input.customer=acme",), ("error~timed",), ("error~out",),
+        ("input.order=7", "output.order=7", "error.order=7", "trigger.order=7"),
+        ("input~rush", "output~rush", "error~rush", "trigger~rush"),
+    ]
+    assert q.filters == {"status": "failed"}
+    assert not parse_query("  ") and not parse_query(None)
+    only_filter = parse_query("workflow = report")
+    assert not only_filter and only_filter.filters == {"workflow": "report"}
+
+
+def test_a_query_error_names_its_parameter() -> None:
+    with pytest.raises(UsageError, match=r"^where: 'nope.x': a path starts with"):
+        parse_query("nope.x = 1", "where")

@@ -29,13 +29,22 @@ function timeout, up to 900 s).
 passes stay seconds apart; two invocations that overlap split the shards between them as
 two sweeper processes do. It stops early when nothing is in flight and no schedule
 ticks before its end: an idle stack costs one short invocation a minute, and work lost
-right after an idle spell is found within that minute at worst."""
+right after an idle spell is found within that minute at worst.
+
+**Heartbeats.** A container's threads are frozen between invocations, so each handler
+beats at the end of an invocation when a beat is due (`Heartbeat.maybe`: at most one
+write per ORCH_HEARTBEAT_INTERVAL, plus the counts for `/metrics` it adds), under an id
+`lambda:<host>:<pid>:<nonce>`; a container reaped while frozen loses what it counted
+since its last beat."""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -122,8 +131,22 @@ def api(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return Mangum(create_app(container()), lifespan="off")
 
     answer: dict[str, Any] = _part("api", build)(event, context)
+    _beat("api")
     _flush_spans()
     return answer
+
+
+def _process_id() -> str:
+    return f"lambda:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _beat(kind: str) -> None:
+    """The API's heartbeat, when due (a worker's and a sweeper's are their own)."""
+    from orchestrator.services.health.heartbeat import Heartbeat
+
+    rt = container()
+    _part(f"beat-{kind}", lambda: Heartbeat(rt.store, kind, _process_id(),
+                                            every=rt.settings.heartbeat_interval)).maybe()
 
 
 def _flush_spans() -> None:
@@ -144,7 +167,7 @@ def worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
     duplicate or a late copy (its claim fails) is done."""
     from orchestrator.adapters.messages import decode
 
-    w = _part("worker", lambda: container().worker())
+    w = _part("worker", lambda: container().worker(worker_id=_process_id()))
     pool: ThreadPoolExecutor = _part(
         "pool", lambda: ThreadPoolExecutor(BATCH_THREADS, thread_name_prefix="record"))
     deadline = time.time() + context.get_remaining_time_in_millis() / 1000.0
@@ -168,6 +191,7 @@ def worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
         done = list(pool.map(one, records))
     failed = [r for r, ok in zip(records, done, strict=True) if not ok]
     _hand_back(failed)
+    w.heartbeat.maybe()
     _flush_spans()
     return {"batchItemFailures": [{"itemIdentifier": r["messageId"]} for r in failed]}
 
@@ -207,7 +231,7 @@ def sweeper(event: dict[str, Any], context: Any, *,
     flight, a pass that found work, or a schedule tick due before the invocation ends.
     An idle stack costs one short pass a minute. What the passes repaired, added up."""
     rt = container()
-    s = _part("sweeper", rt.sweeper)
+    s = _part("sweeper", lambda: rt.sweeper(sweeper_id=_process_id()))
     interval = rt.settings.sweep_interval
     margin = min(_margin(), interval)
     total: dict[str, int] = {}
@@ -215,6 +239,7 @@ def sweeper(event: dict[str, Any], context: Any, *,
     while True:
         started = time.monotonic()
         report = s.sweep()
+        s.heartbeat.maybe()
         passes += 1
         for key, value in report.__dict__.items():
             total[key] = total.get(key, 0) + int(value)

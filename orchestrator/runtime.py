@@ -35,6 +35,7 @@ from orchestrator.services.durable.event_waits import EventWaits
 from orchestrator.services.durable.hooks import Hooks
 from orchestrator.services.durable.signals import Signals
 from orchestrator.services.execution.executor import Executor
+from orchestrator.services.health.overview import HealthReads
 from orchestrator.services.runs import RunService
 from orchestrator.services.scripts.catalog import Catalog
 from orchestrator.services.scripts.registry import ScriptRegistry
@@ -186,6 +187,14 @@ class Runtime:
                       admit=self.admission.due, bulk=self.bulk.page, clock=clock, sleep=sleep,
                       **kwargs)
 
+    def health(self) -> HealthReads:
+        """The reads of the stack's health: queues, processes, backends
+        (services/health/overview.py)."""
+        limits = {name: ref.limits for name, ref in self.backends().items()}
+        urls = {"dispatch": self.queues.dispatch_url, "timer": self.queues.timer_url}
+        return HealthReads(self.store, self.clients.sqs, self.settings.names, urls, limits,
+                           self.clock)
+
     def moves(self) -> Moves:
         """Checks of open durable runs against code, and the moves between versions
         they allow (services/versions/), with an HTTP client of their own (made once)."""
@@ -220,13 +229,14 @@ class Runtime:
             self.locks.release_all(run.run_id)
         self.children.finished(run)
 
-    def sweeper(self, *, clock: Callable[[], float] | None = None) -> Sweeper:
+    def sweeper(self, *, clock: Callable[[], float] | None = None,
+                sweeper_id: str | None = None) -> Sweeper:
         return Sweeper(
             self.executor, control=self.control, plan=self.runs.rows_for,
             clock=clock or self.clock,
             on_queued=self.admission.recheck, on_finished=self.released,
             on_waiting=self.admission.rejoin,
-            tasks=(self.scheduler.tick,),
+            tasks=(self.scheduler.tick,), sweeper_id=sweeper_id,
         )
 
 

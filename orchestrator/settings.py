@@ -220,6 +220,9 @@ class Settings:
     # (and a run's own follow-ups as overdue).
     sweep_interval: float = 5.0
     redispatch_after: float = 5.0
+    # Every process's heartbeat (services/health/heartbeat.py): its item in the control
+    # table and the counts for /metrics it adds, once per this many seconds.
+    heartbeat_interval: float = 10.0
     # ... the longest a resent dispatch waits before being sent again (the wait doubles).
     redispatch_ceiling: float = 900.0
     # A sweep reads the wakes up to this long ago: the wake index's propagation delay
@@ -317,6 +320,7 @@ class Settings:
                 service: url for service, variable in SERVICE_ENDPOINT_VARIABLES.items()
                 if (url := _endpoint(env, variable))},
             sweep_interval=_float(env, "SWEEP_INTERVAL", d.sweep_interval),
+            heartbeat_interval=_float(env, "HEARTBEAT_INTERVAL", d.heartbeat_interval),
             redispatch_after=_float(env, "REDISPATCH_AFTER", d.redispatch_after),
             redispatch_ceiling=_float(env, "REDISPATCH_CEILING", d.redispatch_ceiling),
             wake_lag=_float(env, "WAKE_LAG", d.wake_lag),

@@ -35,6 +35,7 @@ from orchestrator.engine.wakes import WAKE_SHARDS
 from orchestrator.errors import ConditionFailed, OrchestratorError
 from orchestrator.services.execution.executor import Executor
 from orchestrator.services.execution.tally import Tally
+from orchestrator.services.health.heartbeat import Heartbeat
 
 __all__ = ["SweepReport", "Sweeper"]
 
@@ -104,6 +105,11 @@ class Sweeper:
         self.rand = rand
         self.id = sweeper_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._next_full_ask = float("-inf")
+        # Its passes and what they repaired since it started, told by its heartbeat.
+        self.handled: dict[str, int] = {}
+        self.heartbeat = Heartbeat(self.store, "sweeper", self.id,
+                                   every=self.settings.heartbeat_interval, clock=clock,
+                                   handled=lambda: dict(self.handled))
 
     @property
     def policy(self) -> SweepPolicy:
@@ -168,7 +174,17 @@ class Sweeper:
                         self._full = False
             except OrchestratorError as exc:
                 log.warning("sweep: the full sweep failed: %s", exc)
+        self._tell(report)
         return report
+
+    def _tell(self, report: SweepReport) -> None:
+        """Add a pass and what it repaired to what the heartbeat tells."""
+        handled = dict(self.handled)
+        handled["passes"] = handled.get("passes", 0) + 1
+        for what in ("redispatched", "leases_expired", "promoted", "created", "finished"):
+            if getattr(report, what):
+                handled[what] = handled.get(what, 0) + getattr(report, what)
+        self.handled = handled  # replaced whole: the heartbeat's thread reads it
 
     def sweep_shard(
         self, shard: int, cursors: tuple[float, float], now: float, report: SweepReport
@@ -368,6 +384,14 @@ class Sweeper:
     def run(self, stop: threading.Event) -> None:
         # Passes start every interval (not an interval after the last one ended), so a
         # wake waits at most the interval plus the lag for its pass, however long passes take.
+        beating = self.heartbeat.start(stop)
+        try:
+            self._passes(stop)
+        finally:
+            beating.join(timeout=5.0)
+            self.heartbeat.stopped()
+
+    def _passes(self, stop: threading.Event) -> None:
         while not stop.is_set():
             started = time.monotonic()
             try:

@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -37,6 +38,7 @@ from orchestrator.runners.base import Fold
 from orchestrator.services.execution.executor import Executor
 from orchestrator.services.execution.folds import Folds
 from orchestrator.services.execution.tally import Tally
+from orchestrator.services.health.heartbeat import Heartbeat
 
 __all__ = ["BackendRef", "Worker"]
 
@@ -84,6 +86,33 @@ class Worker:
         self.admit = admit
         # A bulk action's page (services/bulk.py): its message is acknowledged after it.
         self.bulk = bulk
+        # What this worker handled since it started, and its attempts running now by
+        # backend: told by its heartbeat (services/health/heartbeat.py), which also adds
+        # the steps' durations counted here to the stack's (`store.tallies`).
+        self._counted = threading.Lock()
+        self.handled: Counter[str] = Counter()
+        self.in_flight: Counter[str] = Counter()
+        self.heartbeat = Heartbeat(self.store, "worker", self.id,
+                                   every=self.settings.heartbeat_interval, clock=clock,
+                                   handled=self._handled, in_flight=self._in_flight)
+
+    def _handled(self) -> dict[str, int]:
+        with self._counted:
+            return dict(self.handled)
+
+    def _in_flight(self) -> dict[str, int]:
+        with self._counted:
+            return dict(self.in_flight)
+
+    def _note(self, what: str) -> None:
+        """One more of `what` (messages, attempts) handled."""
+        with self._counted:
+            self.handled[what] += 1
+
+    def _running(self, backend: str, n: int) -> None:
+        """An attempt on `backend` began (n=1) or ended (n=-1)."""
+        with self._counted:
+            self.in_flight[backend] += n
 
     # ---- one message -----------------------------------------------------------------
 
@@ -136,6 +165,7 @@ class Worker:
         """Claim the attempt the message names and run it (and its inline successors).
         Its AWS requests are counted for the message's run (adapters/metering.py).
         `parent`: the sender's span (W3C traceparent) when not on the receipt."""
+        self._note("messages")
         with metered(msg.run_id):
             if not telemetry.active():
                 self._handle(msg, receipt)
@@ -290,13 +320,28 @@ class Worker:
         attempt = Attempt(row, ctx, tally, self.backends.get(row.backend),
                           room=lambda steps: self._room_for(ctx, steps), lease=self.lease,
                           fold=self._fold())
-        return self.runners[kind_of(attempt)].run(attempt)
+        # A call's duration (from its start check to its recorded outcome) goes to the
+        # stack's histogram at the next beat, at no request of its own: only an attempt
+        # whose function answered (its `outcome`), not one that waited for its
+        # backend's slot, nor a durable run's driver, an approval or a fan-out.
+        began = time.monotonic()
+        self._note("attempts")
+        self._running(row.backend, 1)
+        try:
+            return self.runners[kind_of(attempt)].run(attempt)
+        finally:
+            self._running(row.backend, -1)
+            if ctx is not None and attempt.outcome is not None:
+                self.store.tallies.step_took(ctx.workflow, time.monotonic() - began)
 
     # ---- the loop ----------------------------------------------------------------------
 
     def run(self, stop: threading.Event, *, threads: int | None = None, wait: int = 2) -> None:
-        """Poll both queues until `stop` is set; run attempts on a thread pool."""
+        """Poll both queues until `stop` is set; run attempts on a thread pool. Its
+        heartbeat beats meanwhile, on a thread of its own."""
         self.folds.on = True
+        beats = threading.Event()
+        beating = self.heartbeat.start(beats)
         try:
             poll(self.queues, self.receipts, stop, threads=threads or self.settings.worker_threads,
                  wait=wait, handle=self.handle, flush=lambda: self.flush(force=False))
@@ -306,3 +351,6 @@ class Worker:
                 self.flush()
             except Exception:  # the messages not deleted come back, and find their rows moved on
                 log.exception("the last flush failed")
+            beats.set()
+            beating.join(timeout=5.0)
+            self.heartbeat.stopped()

@@ -19,7 +19,8 @@ from orchestrator.adapters.messages import AdmitRun, AnyMessage, Dispatch, Promo
 from orchestrator.errors import StoreError
 from orchestrator.settings import ResourceNames
 
-__all__ = ["MAX_DELAY", "AdmitRun", "Dispatch", "Promote", "Queues", "Received"]
+__all__ = ["MAX_DELAY", "AdmitRun", "Depth", "Dispatch", "Promote", "Queues", "Received",
+           "depth"]
 
 MAX_DELAY = 900  # SQS's ceiling on DelaySeconds
 
@@ -32,6 +33,30 @@ class Received:
     receive_count: int
     # The sender's span (W3C), when it traced: the worker's span continues it.
     traceparent: str | None = None
+
+
+@dataclass(frozen=True)
+class Depth:
+    """A queue's messages as SQS counts them (approximately): waiting to be received,
+    received and not yet deleted (in flight), and delayed (timers not yet due)."""
+
+    visible: int
+    in_flight: int
+    delayed: int
+
+
+DEPTH_ATTRIBUTES = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+                    "ApproximateNumberOfMessagesDelayed"]
+
+
+def depth(sqs: Any, url: str) -> Depth:
+    """A queue's depth, in one GetQueueAttributes. (The age of its oldest message is not
+    an attribute of the queue: SQS reports it to CloudWatch only.)"""
+    with _translate("queue depth"):
+        attrs = sqs.get_queue_attributes(QueueUrl=url,
+                                         AttributeNames=DEPTH_ATTRIBUTES)["Attributes"]
+    visible, in_flight, delayed = (int(attrs.get(a, "0")) for a in DEPTH_ATTRIBUTES)
+    return Depth(visible, in_flight, delayed)
 
 
 def _traced(entry: dict[str, Any], message: AnyMessage) -> dict[str, Any]:

@@ -30,6 +30,8 @@ from orchestrator.api import (
     bulk,
     cells,
     durable_runs,
+    health,
+    metrics,
     run_copies,
     runs,
     scripts,
@@ -200,6 +202,8 @@ def _routes() -> list[BaseRoute]:
         _route("/versions/{backend}", versions.register_version, "POST"),
         _route("/versions/{backend}/{version}/promote", versions.promote_version, "POST"),
         _route("/versions/{backend}/{version}/retire", versions.retire_version, "POST"),
+        _route("/health", health.health, "GET"),
+        _route("/metrics", metrics.metrics, "GET"),
         _route("/healthz", healthz, "GET"),
         _route("/openapi.json", openapi, "GET"),
         *ui.routes(),  # the dashboard: signed in by cookie (ui/session.py)

@@ -22,6 +22,7 @@ from orchestrator.api import (
     bulk,
     cells,
     durable_runs,
+    health,
     run_copies,
     runs,
     scripts,
@@ -148,7 +149,7 @@ def _paths(retention: float) -> dict[str, Schema]:
     out: dict[str, Schema] = {}
     for part in (runs.paths(retention), bulk.paths(), durable_runs.paths(), run_copies.paths(),
                  approvals.paths(), cells.paths(), workflows.paths(), triggers.paths(),
-                 scripts.paths(), versions.paths(), _meta_paths()):
+                 scripts.paths(), versions.paths(), health.paths(), _meta_paths()):
         for path, item in part.items():
             if path in out:
                 raise ValueError(f"path {path!r} is declared by two resources")

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
+import socket
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +192,9 @@ def sweeper(manifest_path: str, once: bool, every: bool) -> None:
     if every and not once:
         fail("--all goes with --once", EXIT_USAGE)
     if once:
-        click.echo(json.dumps(rt.sweeper().sweep(since=0.0 if every else None).__dict__))
+        s = rt.sweeper()
+        click.echo(json.dumps(s.sweep(since=0.0 if every else None).__dict__))
+        s.heartbeat.stopped()  # what its pass counted (runs it finished), for /metrics
         return
     rt.sweeper().run(_stop_event())
 
@@ -204,10 +209,22 @@ def api(manifest_path: str, port: int, host: str) -> None:
     import uvicorn
 
     from orchestrator.api.app import create_app
+    from orchestrator.services.health.heartbeat import Heartbeat
 
     rt = _runtime(manifest_path)
     click.echo(f"api on http://{host}:{port}", err=True)
-    uvicorn.run(create_app(rt), host=host, port=port, log_level="warning")
+    # Its heartbeat: listed with the stack's processes, and what it counted (the runs
+    # it started) added for /metrics.
+    beat = Heartbeat(rt.store, "api", f"{socket.gethostname()}:{os.getpid()}:"
+                     f"{uuid.uuid4().hex[:8]}", every=rt.settings.heartbeat_interval)
+    stop = threading.Event()
+    beating = beat.start(stop)
+    try:
+        uvicorn.run(create_app(rt), host=host, port=port, log_level="warning")
+    finally:
+        stop.set()
+        beating.join(timeout=5.0)
+        beat.stopped()
 
 
 @main.group()

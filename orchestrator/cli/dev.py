@@ -130,6 +130,7 @@ class LocalStack:
         self.functions_url = ""
         self.api_key: str | None = None
         self.dashboard_url: str | None = None
+        self.metrics_url: str | None = None
         # Variables the Lambda mode set in this process's environment, and what they were.
         self._saved_env: dict[str, str | None] = {}
         # The interpreter's switch interval before the emulator process's was set.
@@ -273,6 +274,10 @@ class LocalStack:
             self.dashboard_url = f"{api.url}/ui/login?token={token}"
         self.echo(f"dashboard  {self.dashboard_url}"
                   + ("   (signs you in once)" if settings.api_auth else ""))
+        # The whole stack's metrics, for Prometheus to scrape (api/metrics.py).
+        self.metrics_url = f"{api.url}/metrics"
+        self.echo(f"metrics    {self.metrics_url}   (Prometheus text format"
+                  + ("; send the bearer key below" if settings.api_auth else "") + ")")
         if self.emulator is not None:
             calm_collector()
             core = keep_to_one_core() if self.opts.one_core else None

@@ -172,3 +172,17 @@ def test_the_demo_runs_through_the_handlers() -> None:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "monthly-report" in done.stdout and "success" in done.stdout
+
+
+def test_the_handlers_containers_beat_at_the_end_of_their_invocations(stack: LocalStack
+                                                                       ) -> None:
+    with httpx.Client(base_url=stack.api_url, timeout=10) as c:
+        run_id = c.post("/runs", json={"workflow": "chain", "input": {"n": 2}}).json()["run_id"]
+        assert wait(stack, run_id)["status"] == "success"
+        alive = c.get("/health").json()["processes"]["alive"]
+    # A container's worker beat at its first invocation, the API's at its first request
+    # (this one's, or an earlier one's: a beat is due once a beat).
+    kinds = {p["kind"] for p in alive if p["id"].startswith("lambda:")}
+    assert {"worker", "api"} <= kinds, alive
+    worker = next(p for p in alive if p["kind"] == "worker")
+    assert worker["every"] == 10.0 and worker["version"]

@@ -271,7 +271,9 @@ def test_every_function_is_granted_only_what_it_calls_on_this_stacks_resources()
                 "dynamodb:BatchWriteItem"}
     logs = {"logs:CreateLogStream", "logs:PutLogEvents"}
     send = {"sqs:SendMessage", "sqs:GetQueueUrl"}
-    assert granted["ApiRole"] == item_ops | logs | send | {"s3:GetObject"}
+    # ... and the queues' depths GET /health and /metrics read.
+    assert granted["ApiRole"] == item_ops | logs | send | {"s3:GetObject",
+                                                           "sqs:GetQueueAttributes"}
     assert granted["WorkerRole"] == item_ops | logs | send | {
         "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
         "sqs:GetQueueAttributes", "s3:GetObject", "s3:PutObject"}

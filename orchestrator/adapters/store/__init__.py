@@ -32,7 +32,11 @@ composed by table, so that a call site shows what it touches:
 - `store.bulk` (`bulk_jobs.BulkJobs`): bulk actions' jobs and what each did to a run,
   in the control table;
 - `store.copies` (`run_copies.RunCopies`): a run read whole for an export, and one
-  imported from another stack (inert: nothing here advances it).
+  imported from another stack (inert: nothing here advances it);
+- `store.heartbeats` (`heartbeats.Heartbeats`): the processes' heartbeats, and
+  `store.counts` (`stack_counts.StackCounts`): the stack's counters for `/metrics`,
+  both in the control table; `store.tallies` (adapters/tallies.py) holds what this
+  process's writes counted (runs started and finished) until its heartbeat adds it.
 
 Each part shares `tables.Tables` (the client, the table names, the wake times and
 retention); `codec` holds the item encoding of rows.
@@ -53,18 +57,21 @@ from orchestrator.adapters.store.bursts import Bursts
 from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.drivers import Drivers
 from orchestrator.adapters.store.fanouts import FanOutItems
+from orchestrator.adapters.store.heartbeats import Heartbeats
 from orchestrator.adapters.store.join_counts import JoinCounts
 from orchestrator.adapters.store.journal import Journal
 from orchestrator.adapters.store.locks import LockStore
 from orchestrator.adapters.store.run_copies import RunCopies
 from orchestrator.adapters.store.run_rows import RunRows
 from orchestrator.adapters.store.signals import SignalStore
+from orchestrator.adapters.store.stack_counts import StackCounts
 from orchestrator.adapters.store.state_cells import StateCells
 from orchestrator.adapters.store.step_outcomes import StepOutcomes
 from orchestrator.adapters.store.step_rows import StepRows
 from orchestrator.adapters.store.step_stops import StepStops
 from orchestrator.adapters.store.step_writes import Lease
 from orchestrator.adapters.store.versions import VersionRows
+from orchestrator.adapters.tallies import Tallies
 from orchestrator.engine.wakes import WakeTimes
 from orchestrator.settings import ResourceNames
 
@@ -93,8 +100,10 @@ class Store:
         inline_limit: int = 32 * 1024,
         search: bool = True,
     ) -> None:
+        self.tallies = Tallies()
         shared: dict[str, Any] = {"step_retention": step_retention, "wake": wake or WakeTimes(),
-                                  "blobs": blobs, "inline_limit": inline_limit}
+                                  "blobs": blobs, "inline_limit": inline_limit,
+                                  "tallies": self.tallies}
         self.runs = RunRows(dynamodb, names, **shared)
         self.runs.search = search  # the search index (run_search.py): written and read
         self.steps = Steps(dynamodb, names, **shared)
@@ -110,6 +119,8 @@ class Store:
         self.batches = BatchRows(self.runs, self.control)
         self.versions = VersionRows(self.control, names.runs_table, names.steps_table)
         self.copies = RunCopies(dynamodb, names, **shared)
+        self.heartbeats = Heartbeats(self.control)
+        self.counts = StackCounts(self.control)
         self.bulk = BulkJobs(self.control)
         self.names = names
         # What every part was built with: a row's retention and the wake times.

@@ -46,6 +46,8 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `sweep#full`                | `-`                     | when the last full sweep ran        |
 | `blimit#<backend>`          | `-`                     | a backend's calls in flight, next start |
 | `blimitq#<backend>`         | `<ms>#<holder>`         | steps waiting for a backend's slot  |
+| `procs`                     | `<kind>#<process id>`   | a process's heartbeat (expires)     |
+| `counts`                    | `<workflow>`            | a workflow's counters (`/metrics`)  |
 
 `<ms>` is a time as 15 zero-padded digits of milliseconds (`ms_key`), so a partition
 sorts by time. An `evw#` subject is the event's key, `` (none) or `*` (any): see
@@ -68,8 +70,10 @@ __all__ = [
     "EVENT_WAITS_FROM",
     "HOOK_SECRET",
     "NO_SK",
+    "PROCESSES",
     "ROUNDS_FROM",
     "SCRIPTS",
+    "STACK_COUNTS",
     "SWEEP_FULL",
     "SWEEP_WAKE",
     "Item",
@@ -83,6 +87,7 @@ __all__ = [
     "backend_line_key",
     "child_sk",
     "children_key",
+    "counts_sk",
     "delivery_key",
     "doc_of",
     "event_id_key",
@@ -106,6 +111,7 @@ __all__ = [
     "locks_held_key",
     "login_key",
     "ms_key",
+    "process_sk",
     "queue_key",
     "round_sk",
     "schedule_key",
@@ -398,3 +404,21 @@ def backend_line_key(backend: str) -> Pk:
     """The steps waiting for a free slot of a backend (sorted by arrival, as a lock's
     line: `lock_waiter_sk`)."""
     return Pk(f"blimitq#{backend}")
+
+
+# The processes' heartbeats (`process_sk`: one item each, expiring a few minutes after
+# its last beat), in one partition: one query lists every process of the stack.
+PROCESSES = Pk("procs")
+
+
+def process_sk(kind: str, process_id: str) -> Sk:
+    return Sk(f"{kind}#{process_id}")
+
+
+# The stack's counters for `GET /metrics`, one item a workflow (`counts_sk`), added to
+# by every process (`ADD`): one query reads the whole stack's.
+STACK_COUNTS = Pk("counts")
+
+
+def counts_sk(workflow: str) -> Sk:
+    return Sk(workflow)

@@ -60,6 +60,7 @@ class RunRows(RunSearch):
                 Item=run_to_item(replace(run, requests=summed(run.requests, counts))),
                 ConditionExpression="attribute_not_exists(run_id)",
             )
+        self.tallies.run_started(run.workflow)
 
     def create_run_with(self, run: RunRecord, also: list[dict[str, Any]]) -> None:
         """Create the run row together with the writes `also` (items of other tables),
@@ -72,6 +73,7 @@ class RunRows(RunSearch):
                 {"Put": {"TableName": self.runs, "Item": run_to_item(run),
                          "ConditionExpression": "attribute_not_exists(run_id)"}},
                 *also])
+        self.tallies.run_started(run.workflow)
 
     def debounce(self, run_id: str, input: Any, admit_at: float, now: float) -> RunRecord:
         """A later trigger of a debounced burst: the queued run takes its input and
@@ -304,12 +306,14 @@ class RunRows(RunSearch):
             values, now, f"run.{status.value}", error=short_error(error),
             reason=None if kill_reason is None else kill_reason[:300],
         )
-        return self._update_queued(
+        done = self._update_queued(
             run_id, move,
             f"SET {status_set(move, values)}, #e = :err,{sets} finished_at = :now,"
             f" updated_at = :now, expires_at = :exp, wake_at = :now, {hist} REMOVE active",
             values, {"#e": "error", "#h": "history"},
         )
+        self.tallies.run_finished(done.workflow, status.value)
+        return done
 
     def set_admit_at(self, run_id: str, at: float) -> None:
         """Record a queued run's throttle slot."""
@@ -338,6 +342,7 @@ class RunRows(RunSearch):
         wake: bool = True,
         created_at: float | None = None,
         output: Any = None,
+        workflow: str = "",
     ) -> None:
         """Finish a running run. `halted`: record its halt too, first (a failed step's
         halt that had not been recorded when the last step in flight landed), only if
@@ -347,7 +352,8 @@ class RunRows(RunSearch):
         follow-ups (RunRecord.follow_ups); without any, its wake stays where it is (the
         sweeper finds it finished there, with nothing to do), which spares the wake
         index two writes. With `created_at` (the run's), its error and `output` (what it
-        returned) are indexed first (run_search.py)."""
+        returned) are indexed first (run_search.py). `workflow`: the run's, for the
+        stack's count of finished runs (adapters/tallies.py)."""
         self._index_ended(run_id, created_at, error, output, expires_at)
         move = RUN_MOVES[_FINISH[status]]
         # `finished_by` names this write apart from a rival finisher's in the same
@@ -380,6 +386,7 @@ class RunRows(RunSearch):
         self._update_running(run_id, move, update + " REMOVE active", values, names=names,
                              also=also,
                              mine={"finished_at": values[":now"], "finished_by": values[":by"]})
+        self.tallies.run_finished(workflow, status.value)
 
     def arm_run(self, run_id: str, at: float, now: float) -> bool:
         """Wake a running run at `at`, unless it already wakes between now and then."""

@@ -12,6 +12,7 @@ from typing import Any
 from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.metering import encode
 from orchestrator.adapters.store.codec import history_entry, num
+from orchestrator.adapters.tallies import Tallies
 from orchestrator.engine.states import Move
 from orchestrator.engine.wakes import WakeTimes
 from orchestrator.errors import ConditionFailed
@@ -139,8 +140,12 @@ class Tables:
         wake: WakeTimes | None = None,
         blobs: Any = None,
         inline_limit: int = 32 * 1024,
+        tallies: Tallies | None = None,
     ) -> None:
         self.ddb = dynamodb
+        # What this process's writes did, counted for the stack's metrics (runs started
+        # and finished: adapters/tallies.py), flushed by its heartbeat.
+        self.tallies = tallies or Tallies()
         # Where a value too large for an item goes (a durable run's journal entries).
         self.blobs = blobs
         self.inline_limit = inline_limit

@@ -1,6 +1,7 @@
 """The web dashboard at /ui: runs (filtered, live), a run (its graph or operations, a
 zoomable waterfall, each step's input and output, lineage, cost and actions), workflows
-with their triggers and schedules, events and the dead-letter queue.
+with their triggers and schedules, events, the dead-letter queue, and the queues and
+workers (health.py).
 
 Server-rendered (Jinja2 templates in templates/), made live by htmx and its SSE
 extension (static/, committed: no Node build at install time), and signed in with the
@@ -19,7 +20,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from orchestrator.adapters.dead_letters import DeadLetters
-from orchestrator.api.ui import actions, bulk, live, pages
+from orchestrator.api.ui import actions, bulk, health, live, pages
 from orchestrator.api.ui.session import guarded
 from orchestrator.runtime import Runtime
 from orchestrator.services.access.dashboard_logins import DashboardLogins
@@ -94,6 +95,7 @@ def routes() -> list[BaseRoute]:
         Route("/approvals/{run_id}/{step}", g(actions.answer), methods=["POST"]),
         Route("/dlq", g(pages.dlq), methods=["GET"]),
         Route("/dlq/redrive", g(actions.redrive), methods=["POST"]),
+        Route("/health", g(health.health), methods=["GET"]),
         Mount("/static", _Cached(directory=STATIC), name="ui-static"),
     ]
     return [Mount("/ui", routes=inside), Route("/favicon.ico", favicon, methods=["GET"])]

@@ -58,7 +58,8 @@ class RunFinishes(ExecutorBase):
                                        unstopped=True, wake=ctx.follow_ups,
                                        created_at=ctx.created_at or None,
                                        output=None if output_json is None
-                                       else json.loads(output_json))
+                                       else json.loads(output_json),
+                                       workflow=ctx.workflow)
         except ConditionFailed:
             return False
         return True
@@ -139,7 +140,8 @@ class RunFinishes(ExecutorBase):
         # either way.
         halted_too = (done.status is RunStatus.FAILED and run.on_failure is OnFailure.HALT
                       and not run.halted and not run.kill_requested)
-        ended = {"created_at": run.created_at, "output": self._output(run, done)}
+        ended = {"created_at": run.created_at, "output": self._output(run, done),
+                 "workflow": run.workflow}
         try:
             self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at,
                                        halted=halted_too, wake=run.follow_ups, **ended)
@@ -148,7 +150,8 @@ class RunFinishes(ExecutorBase):
                 return None
             try:  # the halter recorded its halt meanwhile: finish without another
                 self.store.runs.finish_run(run_id, done.status, done.error, now, done.expires_at,
-                                           wake=run.follow_ups, created_at=run.created_at)
+                                           wake=run.follow_ups, created_at=run.created_at,
+                                           workflow=run.workflow)
             except ConditionFailed:
                 return None
         try:

@@ -236,7 +236,7 @@ class Runtime:
             clock=clock or self.clock,
             on_queued=self.admission.recheck, on_finished=self.released,
             on_waiting=self.admission.rejoin,
-            tasks=(self.scheduler.tick,), sweeper_id=sweeper_id,
+            tasks=(self.scheduler.tick, self.bulk.nudge), sweeper_id=sweeper_id,
         )
 
 

@@ -38,6 +38,10 @@ __all__ = ["ACTIONS", "PAGE", "BulkActions"]
 ACTIONS = ("cancel", "rerun", "resume")
 # Runs a page of a job acts on.
 PAGE = 50
+# A running job whose page has not moved for this long is sent its message again (by a
+# sweeper's pass, at most every NUDGE_EVERY seconds).
+STALLED = 300.0
+NUDGE_EVERY = 60.0
 # Runs of a page acted on at once.
 THREADS = 8
 # Run ids a job may name.
@@ -69,6 +73,7 @@ class BulkActions:
         self.clock = clock
         # Runs a page of a job takes (its message's work).
         self.page_size = PAGE
+        self._next_nudge = 0.0
 
     # ---- the selection --------------------------------------------------------------
 
@@ -167,6 +172,24 @@ class BulkActions:
             return found, False
         self._send(job_id, 0)
         return job, True
+
+    def nudge(self) -> int:
+        """A sweeper's task: send again the page message of each running job that has
+        not moved for STALLED seconds (its message was lost, or went to the dead-letter
+        queue after failing); at most once every NUDGE_EVERY seconds a process. The
+        number of jobs nudged."""
+        now = self.clock()
+        if now < self._next_nudge:
+            return 0
+        self._next_nudge = now + NUDGE_EVERY
+        nudged = 0
+        for job_id in self.jobs.recent(now, limit=50):
+            job = self.jobs.get(job_id, now)
+            if job is not None and job.status == "running" and \
+                    now - (job.updated_at or job.created_at) > STALLED:
+                self._send(job.job_id, job.page)
+                nudged += 1
+        return nudged
 
     def _send(self, job_id: str, page: int) -> None:
         self.queues.timer(BulkPage(job=job_id, page=page), self.clock())

@@ -375,3 +375,31 @@ def test_cancel_while_queued_ends_killed_and_never_starts(ctx: Ctx) -> None:
     if ctx.source != "schedule" or again.run_id == second.run_id:
         assert again.run_id == second.run_id
         assert ctx.env.status(second.run_id) == "killed"
+
+
+# ---- found by a search, cancelled in bulk -------------------------------------------------
+
+def test_a_queued_run_is_found_by_what_it_carried_and_cancelled_in_bulk(ctx: Ctx) -> None:
+    """Issue 42 across the sources: a run from each is in the search index (its input,
+    or a schedule's trigger), and a bulk cancel naming it by that search cancels it
+    and nothing else."""
+    first = ctx.trigger("queued", 4240, "x")
+    second = ctx.trigger("queued", 4242, "y")
+    ctx.env.advance(0)
+    assert ctx.env.status(second.run_id) == "queued"
+    q = {"event": "input.data.n = 4242", "schedule": "trigger.source = schedule"
+         }.get(ctx.source, "input.n = 4242")
+    r = ctx.c.get("/runs", params={"q": q, "workflow": "queued", "status": "queued"})
+    assert r.status_code == 200, r.text
+    assert [x["run_id"] for x in r.json()["runs"]] == [second.run_id]
+    job = ctx.c.post("/bulk-actions", json={"action": "cancel", "q": q, "workflow": "queued",
+                                            "status": "queued", "reason": "bulk"})
+    assert job.status_code == 202, job.text
+    ctx.env.run_until_idle()
+    done = ctx.c.get(f"/bulk-actions/{job.json()['job_id']}").json()
+    assert done["status"] == "done" and done["counts"]["done"] == 1, done
+    assert [o["run_id"] for o in done["runs"]] == [second.run_id]
+    b = ctx.run(second.run_id)
+    assert b.status.value == "killed" and b.kill_reason == "bulk"
+    assert ctx.calls.of(second.run_id) == []
+    assert ctx.env.status(first.run_id) == "success"

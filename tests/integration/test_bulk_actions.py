@@ -16,6 +16,7 @@ from functions.sdk.serving import BackgroundServer
 from orchestrator.adapters.messages import BulkPage
 from orchestrator.adapters.store.bulk_jobs import RunOutcome
 from orchestrator.api.app import create_app
+from orchestrator.services.bulk import BulkActions
 from tests.support.harness import Harness
 from tests.support.polling import until
 
@@ -173,3 +174,23 @@ def test_a_bulk_action_that_cannot_be_read_is_a_4xx_naming_what(
     r = c.post("/bulk-actions", json=body)
     assert r.status_code in (400, 422), r.text
     assert says in r.text
+
+
+def test_a_job_whose_message_was_lost_is_nudged_by_a_sweep(
+        api: tuple[Harness, httpx.Client]) -> None:
+    h, c = api
+    run = _start(c, "checked", {"ok": False})
+    h.wait(run)
+    rt = h.rt
+    # A job whose first message never went (its sender died after creating it).
+    spec = rt.bulk.checked({"action": "cancel", "run_ids": [run]})
+    assert rt.store.bulk.create("lost", spec, rt.clock()) is not None
+    assert rt.bulk.nudge() == 0  # not stalled yet
+    # Six minutes on, a sweeper's pass sends its page again (a clock of its own).
+    later = BulkActions(rt.store, rt.queues, rt.store.bulk, cancel=rt.runs.cancel,
+                        rerun=rt.runs.rerun, resume=rt.durable.resume,
+                        clock=lambda: rt.clock() + 360)
+    assert later.nudge() == 1
+    assert later.nudge() == 0  # once a minute at most
+    job = _done(c, "lost")
+    assert job["counts"] == {"done": 0, "skipped": 1, "failed": 0}

@@ -45,6 +45,7 @@ class BulkJob:
     counts: dict[str, int] = field(default_factory=dict)
     finished_at: float | None = None
     expected: int | None = None  # the runs its dry run counted, if it was given
+    updated_at: float | None = None  # when its page last moved
 
     def to_json(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "action": self.spec["action"], "spec": self.spec,
@@ -89,7 +90,8 @@ def _job(item: Item) -> BulkJob:
         page=int(item["page"]["N"]), cursor=None if cursor is None else json.loads(cursor),
         counts={k: int(item[f"n_{k}"]["N"]) for k in OUTCOMES if f"n_{k}" in item},
         finished_at=float(item["finished_at"]["N"]) if "finished_at" in item else None,
-        expected=int(item["expected"]["N"]) if "expected" in item else None)
+        expected=int(item["expected"]["N"]) if "expected" in item else None,
+        updated_at=float(item["updated_at"]["N"]) if "updated_at" in item else None)
 
 
 class BulkJobs:

@@ -63,7 +63,7 @@ def test_search_then_rerun_every_match_by_keyboard(stack: tuple[Harness, str]) -
         assert h.wait(r)["status"] == "failed"
     with open_browser() as browser:
         p = _open(h, url, browser, 1280, 900)
-        box = p.locator("input[name=q]")
+        box = p.locator("form.filters input[name=q]")
         box.focus()
         p.keyboard.type('input.customer = "acme"')
         p.keyboard.press("Enter")
@@ -73,10 +73,10 @@ def test_search_then_rerun_every_match_by_keyboard(stack: tuple[Harness, str]) -
         assert p.locator("td.id a", has_text=other).count() == 0
         _shot(p, "runs-search")
         # A query it cannot read says why, on the page.
-        p.fill("input[name=q]", "customer = acme")
+        p.fill("form.filters input[name=q]", "customer = acme")
         p.keyboard.press("Enter")
         p.locator(".notice.bad", has_text="a path starts with one of input").wait_for()
-        p.fill("input[name=q]", 'input.customer = "acme"')
+        p.fill("form.filters input[name=q]", 'input.customer = "acme"')
         p.keyboard.press("Enter")
         p.locator("td.id a", has_text=acme[0]).wait_for()
 
@@ -91,7 +91,7 @@ def test_search_then_rerun_every_match_by_keyboard(stack: tuple[Harness, str]) -
         p.locator("h1", has_text="Rerun 3 runs?").wait_for()
         p.keyboard.press("Enter")  # the confirm button has the focus
         p.wait_for_url(re.compile(r".*/ui/bulk/bulk-.*"))
-        p.locator("#job .status", has_text="done").wait_for()
+        p.locator("#job .jobstate", has_text="done").wait_for()
         text = " ".join(p.locator("#job").inner_text().split())
         assert "3 of 3 runs · 3 done · 0 skipped · 0 failed" in text
         _shot(p, "bulk-job")
@@ -120,7 +120,7 @@ def test_tick_queued_runs_and_cancel_them_at_a_phones_width(
         p.locator("h1", has_text="Cancel 2 runs?").wait_for()
         assert p.evaluate("document.documentElement.scrollWidth") <= 390
         p.locator("form[action='/ui/bulk/confirm'] button").click()
-        p.locator("#job .status", has_text="done").wait_for()
+        p.locator("#job .jobstate", has_text="done").wait_for()
         assert p.evaluate("document.documentElement.scrollWidth") <= 390
         _shot(p, "bulk-job-phone")
     for r in runs[:2]:

@@ -15,6 +15,7 @@ import pytest
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from tests.support.harness import Harness
+from tests.support.polling import until
 
 MANIFEST = """
 backends:
@@ -138,3 +139,68 @@ def test_a_query_that_cannot_be_read_is_a_400_naming_what(
     r = c.get("/runs", params={"q": q})
     assert r.status_code == 400, r.text
     assert says in r.json()["error"]["message"] and "q:" in r.json()["error"]["message"]
+
+
+CROSSING = """
+backends:
+  fn: { url: "${FN}" }
+workflows:
+  forked:
+    steps:
+      a: { backend: fn, route: /echo }
+      left: { backend: fn, route: /echo, dependsOn: [a] }
+      right: { backend: fn, route: /echo, dependsOn: [a] }
+  solo:
+    concurrency: { limit: 1, policy: skip }
+    steps:
+      hold: { approval: { prompt: "hold", timeout: 1h } }
+  held:
+    concurrency: { limit: 1 }
+    steps:
+      hold: { approval: { prompt: "hold", timeout: 1h } }
+"""
+
+
+@pytest.fixture
+def crossing(harness_factory: Any) -> Iterator[tuple[Harness, httpx.Client]]:
+    h = harness_factory(CROSSING)
+    h.start_workers(threads=8)
+    with BackgroundServer(create_app(h.rt)) as server, httpx.Client(
+        base_url=server.url, timeout=60
+    ) as client:
+        yield h, client
+
+
+def test_every_stop_and_sink_is_found(crossing: tuple[Harness, httpx.Client]) -> None:
+    """Where search meets the other features: a run with two sinks is found by each
+    sink's output; a cancelled run (queued or running) by its reason; a run a
+    concurrency limit skipped by its error's code; a child run by its parent."""
+    h, c = crossing
+    forked = _start(c, "forked", {"tag": "fork-1"})
+    h.wait(forked)
+    assert _found(c, q="output.left.input.tag = fork-1") == [forked]
+    assert _found(c, q="output.right.step = right") == [forked]
+
+    running = _start(c, "held", {"i": 1})
+    queued = _start(c, "held", {"i": 2})
+    skipped_holder = _start(c, "solo", {"i": 3})
+    until("the first held run running", lambda: c.get(f"/runs/{running}").json()["status"]
+          == "running")
+    until("solo running", lambda: c.get(f"/runs/{skipped_holder}").json()["status"]
+          == "running")
+    skipped = _start(c, "solo", {"i": 4})
+    for run, why in ((queued, "wrong tenant queued"), (running, "wrong tenant running")):
+        assert c.post(f"/runs/{run}/cancel", json={"reason": why}).status_code == 200
+    c.post(f"/runs/{skipped_holder}/cancel", json={"reason": "tidy"})
+    for run in (running, queued, skipped, skipped_holder):
+        h.wait(run)
+    assert _found(c, q='error ~ "wrong tenant"') == [queued, running]
+    assert _found(c, q='error ~ "queued"') == [queued]
+    code = c.get(f"/runs/{skipped}").json()["error"]["code"]
+    assert _found(c, q=f"error.code = {code} workflow = solo") == [skipped]
+    # A child run (POST /runs with a parent): found by its parent.
+    child = c.post("/runs", json={"workflow": "forked", "input": {"tag": "kid"},
+                                  "parent_run_id": forked, "run_id": "kid-1"})
+    assert child.status_code == 201, child.text
+    h.wait("kid-1")
+    assert _found(c, q=f'trigger.parent_run_id = "{forked}"') == ["kid-1"]

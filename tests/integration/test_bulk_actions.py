@@ -12,13 +12,12 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.sdk.serving import BackgroundServer
 from orchestrator.adapters.messages import BulkPage
 from orchestrator.adapters.store.bulk_jobs import RunOutcome
-from orchestrator.api.app import create_app
 from orchestrator.services.bulk import BulkActions
 from tests.support.harness import Harness
 from tests.support.polling import until
+from tests.support.served import api_client, start_run
 
 MANIFEST = """
 backends:
@@ -38,17 +37,8 @@ workflows:
 @pytest.fixture
 def api(harness_factory: Any) -> Iterator[tuple[Harness, httpx.Client]]:
     h = harness_factory(MANIFEST)
-    h.start_workers(threads=8)
-    with BackgroundServer(create_app(h.rt)) as server, httpx.Client(
-        base_url=server.url, timeout=60
-    ) as client:
+    with api_client(h) as client:
         yield h, client
-
-
-def _start(c: httpx.Client, workflow: str, input: Any) -> str:
-    r = c.post("/runs", json={"workflow": workflow, "input": input})
-    assert r.status_code == 201, r.text
-    return str(r.json()["run_id"])
 
 
 def _status(c: httpx.Client, run_id: str) -> str:
@@ -66,8 +56,8 @@ def _done(c: httpx.Client, job_id: str) -> dict[str, Any]:
 def test_cancel_every_run_a_search_names(api: tuple[Harness, httpx.Client]) -> None:
     h, c = api
     h.rt.bulk.page_size = 3  # pages of 3 runs: the job goes through three
-    bad = [_start(c, "napping", {"deploy": "v41", "i": i}) for i in range(7)]
-    good = _start(c, "checked", {"deploy": "v40", "ok": True})
+    bad = [start_run(c, "napping", {"deploy": "v41", "i": i}) for i in range(7)]
+    good = start_run(c, "checked", {"deploy": "v40", "ok": True})
     until("the first run running", lambda: _status(c, bad[0]) == "running")
     assert {_status(c, r) for r in bad[1:]} == {"queued"}
 
@@ -109,7 +99,7 @@ def test_cancel_every_run_a_search_names(api: tuple[Harness, httpx.Client]) -> N
 def test_rerun_failed_runs_with_a_new_input(api: tuple[Harness, httpx.Client]) -> None:
     h, c = api
     h.rt.bulk.page_size = 2  # by run ids, over two pages
-    failed = [_start(c, "checked", {"ok": False, "n": i}) for i in range(3)]
+    failed = [start_run(c, "checked", {"ok": False, "n": i}) for i in range(3)]
     for run in failed:
         h.wait(run)
     r = c.post("/bulk-actions", json={"action": "rerun", "run_ids": [*failed, "no-such-run"],
@@ -129,7 +119,7 @@ def test_rerun_failed_runs_with_a_new_input(api: tuple[Harness, httpx.Client]) -
 
 def test_a_page_done_again_acts_on_no_run_twice(api: tuple[Harness, httpx.Client]) -> None:
     h, c = api
-    failed = [_start(c, "checked", {"ok": False, "n": i}) for i in range(4)]
+    failed = [start_run(c, "checked", {"ok": False, "n": i}) for i in range(4)]
     for run in failed:
         h.wait(run)
     rt = h.rt
@@ -151,7 +141,7 @@ def test_a_page_done_again_acts_on_no_run_twice(api: tuple[Harness, httpx.Client
 
 def test_resume_reports_a_run_it_cannot_resume(api: tuple[Harness, httpx.Client]) -> None:
     h, c = api
-    run = _start(c, "checked", {"ok": True})
+    run = start_run(c, "checked", {"ok": True})
     h.wait(run)
     r = c.post("/bulk-actions", json={"action": "resume", "run_ids": [run]})
     job = _done(c, r.json()["job_id"])
@@ -179,7 +169,7 @@ def test_a_bulk_action_that_cannot_be_read_is_a_4xx_naming_what(
 def test_a_job_whose_message_was_lost_is_nudged_by_a_sweep(
         api: tuple[Harness, httpx.Client]) -> None:
     h, c = api
-    run = _start(c, "checked", {"ok": False})
+    run = start_run(c, "checked", {"ok": False})
     h.wait(run)
     rt = h.rt
     # A job whose first message never went (its sender died after creating it).

@@ -14,10 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.sdk.serving import BackgroundServer
-from orchestrator.api.app import create_app
 from tests.support.harness import Harness
 from tests.support.polling import until
+from tests.support.served import api_client
 
 MANIFEST = """
 backends:
@@ -32,9 +31,7 @@ workflows:
 @pytest.fixture
 def stack(harness_factory: Any) -> Iterator[tuple[Harness, httpx.Client]]:
     h = harness_factory(MANIFEST)
-    h.start_workers(threads=8)
-    with BackgroundServer(create_app(h.rt)) as server, httpx.Client(
-            base_url=server.url, timeout=60) as c:
+    with api_client(h) as c:
         yield h, c
 
 

@@ -12,10 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.sdk.serving import BackgroundServer
-from orchestrator.api.app import create_app
 from tests.support.harness import Harness
 from tests.support.polling import until
+from tests.support.served import api_client, found, start_run
 
 MANIFEST = """
 backends:
@@ -34,60 +33,45 @@ workflows:
 @pytest.fixture
 def api(harness_factory: Any) -> Iterator[tuple[Harness, httpx.Client]]:
     h = harness_factory(MANIFEST)
-    h.start_workers(threads=8)
-    with BackgroundServer(create_app(h.rt)) as server, httpx.Client(
-        base_url=server.url, timeout=60
-    ) as client:
+    with api_client(h) as client:
         yield h, client
-
-
-def _start(c: httpx.Client, workflow: str, input: Any) -> str:
-    r = c.post("/runs", json={"workflow": workflow, "input": input})
-    assert r.status_code == 201, r.text
-    return str(r.json()["run_id"])
-
-
-def _found(c: httpx.Client, **params: Any) -> list[str]:
-    r = c.get("/runs", params=params)
-    assert r.status_code == 200, r.text
-    return [run["run_id"] for run in r.json()["runs"]]
 
 
 def test_runs_are_found_by_what_they_carried(api: tuple[Harness, httpx.Client]) -> None:
     h, c = api
-    acme = _start(c, "orders", {"customer": "acme", "order": 1042, "ok": True,
+    acme = start_run(c, "orders", {"customer": "acme", "order": 1042, "ok": True,
                                 "lines": [{"sku": "X-1"}, {"sku": "Y-2"}]})
-    globex = _start(c, "orders", {"customer": "Globex", "order": 1043})
-    other = _start(c, "other", {"customer": "acme", "note": "rush delivery"})
+    globex = start_run(c, "orders", {"customer": "Globex", "order": 1043})
+    other = start_run(c, "other", {"customer": "acme", "note": "rush delivery"})
     for run in (acme, globex, other):
         h.wait(run)
     assert c.get(f"/runs/{globex}").json()["status"] == "failed"
 
-    assert _found(c, q='input.customer = "acme"') == [other, acme]
-    assert _found(c, q="input.customer = ACME") == [other, acme]  # case aside
-    assert _found(c, q="input.order = 1042") == [acme]
-    assert _found(c, q='input.order = "1042"') == [acme]  # values compare as text
-    assert _found(c, q="order:1043") == [globex]
-    assert _found(c, q="input.lines.sku = y-2") == [acme]  # a list's items
-    assert _found(c, q="rush") == [other]
-    assert _found(c, q='input ~ "rush delivery"') == [other]
+    assert found(c, q='input.customer = "acme"') == [other, acme]
+    assert found(c, q="input.customer = ACME") == [other, acme]  # case aside
+    assert found(c, q="input.order = 1042") == [acme]
+    assert found(c, q='input.order = "1042"') == [acme]  # values compare as text
+    assert found(c, q="order:1043") == [globex]
+    assert found(c, q="input.lines.sku = y-2") == [acme]  # a list's items
+    assert found(c, q="rush") == [other]
+    assert found(c, q='input ~ "rush delivery"') == [other]
     # The error of a failed run, its words; with today's filters.
-    assert _found(c, q='error ~ "not true"') == [globex]
+    assert found(c, q='error ~ "not true"') == [globex]
     codes = c.get(f"/runs/{globex}").json()["error"]
-    assert _found(c, q=f'error.code = "{codes["code"]}"') == [globex]
-    assert _found(c, q="acme", workflow="orders") == [acme]
-    assert _found(c, q="acme workflow = other") == [other]
-    assert _found(c, q="input.customer = acme", status="success") == [other, acme]
-    assert _found(c, q="input.customer = acme status = failed") == []
+    assert found(c, q=f'error.code = "{codes["code"]}"') == [globex]
+    assert found(c, q="acme", workflow="orders") == [acme]
+    assert found(c, q="acme workflow = other") == [other]
+    assert found(c, q="input.customer = acme", status="success") == [other, acme]
+    assert found(c, q="input.customer = acme status = failed") == []
     # Output: what the run returned (its sink's output: /echo sends its input back).
-    assert _found(c, q='output.input.note = "rush delivery"') == [other]
-    assert _found(c, q="trigger.source = api input.order = 1043") == [globex]
-    assert _found(c, q="nosuchword") == []
+    assert found(c, q='output.input.note = "rush delivery"') == [other]
+    assert found(c, q="trigger.source = api input.order = 1043") == [globex]
+    assert found(c, q="nosuchword") == []
 
 
 def test_a_search_pages_newest_first(api: tuple[Harness, httpx.Client]) -> None:
     h, c = api
-    runs = [_start(c, "other", {"batch": "b7", "i": i}) for i in range(7)]
+    runs = [start_run(c, "other", {"batch": "b7", "i": i}) for i in range(7)]
     for run in runs:
         h.wait(run)
     seen: list[str] = []
@@ -106,7 +90,7 @@ def test_a_search_pages_newest_first(api: tuple[Harness, httpx.Client]) -> None:
 
 def test_a_search_scans_no_table(api: tuple[Harness, httpx.Client]) -> None:
     h, c = api
-    run = _start(c, "other", {"customer": "initech"})
+    run = start_run(c, "other", {"customer": "initech"})
     h.wait(run)
     ops: list[str] = []
 
@@ -115,7 +99,7 @@ def test_a_search_scans_no_table(api: tuple[Harness, httpx.Client]) -> None:
 
     h.rt.clients.dynamodb.meta.events.register("before-call.dynamodb", count)
     try:
-        assert _found(c, q="input.customer = initech") == [run]
+        assert found(c, q="input.customer = initech") == [run]
     finally:
         h.rt.clients.dynamodb.meta.events.unregister("before-call.dynamodb", count)
     assert "Scan" not in ops and "Query" in ops, ops
@@ -164,10 +148,7 @@ workflows:
 @pytest.fixture
 def crossing(harness_factory: Any) -> Iterator[tuple[Harness, httpx.Client]]:
     h = harness_factory(CROSSING)
-    h.start_workers(threads=8)
-    with BackgroundServer(create_app(h.rt)) as server, httpx.Client(
-        base_url=server.url, timeout=60
-    ) as client:
+    with api_client(h) as client:
         yield h, client
 
 
@@ -176,31 +157,31 @@ def test_every_stop_and_sink_is_found(crossing: tuple[Harness, httpx.Client]) ->
     sink's output; a cancelled run (queued or running) by its reason; a run a
     concurrency limit skipped by its error's code; a child run by its parent."""
     h, c = crossing
-    forked = _start(c, "forked", {"tag": "fork-1"})
+    forked = start_run(c, "forked", {"tag": "fork-1"})
     h.wait(forked)
-    assert _found(c, q="output.left.input.tag = fork-1") == [forked]
-    assert _found(c, q="output.right.step = right") == [forked]
+    assert found(c, q="output.left.input.tag = fork-1") == [forked]
+    assert found(c, q="output.right.step = right") == [forked]
 
-    running = _start(c, "held", {"i": 1})
-    queued = _start(c, "held", {"i": 2})
-    skipped_holder = _start(c, "solo", {"i": 3})
+    running = start_run(c, "held", {"i": 1})
+    queued = start_run(c, "held", {"i": 2})
+    skipped_holder = start_run(c, "solo", {"i": 3})
     until("the first held run running", lambda: c.get(f"/runs/{running}").json()["status"]
           == "running")
     until("solo running", lambda: c.get(f"/runs/{skipped_holder}").json()["status"]
           == "running")
-    skipped = _start(c, "solo", {"i": 4})
+    skipped = start_run(c, "solo", {"i": 4})
     for run, why in ((queued, "wrong tenant queued"), (running, "wrong tenant running")):
         assert c.post(f"/runs/{run}/cancel", json={"reason": why}).status_code == 200
     c.post(f"/runs/{skipped_holder}/cancel", json={"reason": "tidy"})
     for run in (running, queued, skipped, skipped_holder):
         h.wait(run)
-    assert _found(c, q='error ~ "wrong tenant"') == [queued, running]
-    assert _found(c, q='error ~ "queued"') == [queued]
+    assert found(c, q='error ~ "wrong tenant"') == [queued, running]
+    assert found(c, q='error ~ "queued"') == [queued]
     code = c.get(f"/runs/{skipped}").json()["error"]["code"]
-    assert _found(c, q=f"error.code = {code} workflow = solo") == [skipped]
+    assert found(c, q=f"error.code = {code} workflow = solo") == [skipped]
     # A child run (POST /runs with a parent): found by its parent.
     child = c.post("/runs", json={"workflow": "forked", "input": {"tag": "kid"},
                                   "parent_run_id": forked, "run_id": "kid-1"})
     assert child.status_code == 201, child.text
     h.wait("kid-1")
-    assert _found(c, q=f'trigger.parent_run_id = "{forked}"') == ["kid-1"]
+    assert found(c, q=f'trigger.parent_run_id = "{forked}"') == ["kid-1"]

@@ -14,8 +14,7 @@ import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
-from orchestrator.services.access.dashboard_logins import DashboardLogins
-from tests.support.browser import SHOTS, open_browser
+from tests.support.browser import SHOTS, open_browser, signed_in
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -42,11 +41,7 @@ def stack(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
 
 
 def _open(h: Harness, url: str, browser: Any, width: int, height: int) -> Any:
-    p = browser.new_context(viewport={"width": width, "height": height}).new_page()
-    p.set_default_timeout(WAIT)
-    p.goto(f"{url}/ui/login?token={DashboardLogins(h.rt.control).create(h.rt.clock())}")
-    p.wait_for_url(re.compile(r".*/ui/runs.*"))
-    return p
+    return signed_in(browser, h, url, width=width, height=height, timeout=WAIT)
 
 
 def _shot(p: Any, name: str) -> None:

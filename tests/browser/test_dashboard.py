@@ -17,7 +17,7 @@ import pytest
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from orchestrator.services.access.dashboard_logins import DashboardLogins
-from tests.support.browser import SHOTS, open_browser
+from tests.support.browser import SHOTS, open_browser, signed_in
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -82,14 +82,9 @@ def stack(served: tuple[Harness, str, Answers]) -> tuple[Harness, str]:
 def page(stack: tuple[Harness, str]) -> Iterator[Any]:
     h, url = stack
     with open_browser() as browser:
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        p = context.new_page()
-        p.set_default_timeout(WAIT)
-        token = DashboardLogins(h.rt.control).create(h.rt.clock())
-        p.goto(f"{url}/ui/login?token={token}")
-        p.wait_for_url(re.compile(r".*/ui/runs.*"))
+        p = signed_in(browser, h, url, timeout=WAIT)
         yield p
-        context.close()
+        p.context.close()
 
 
 def _shot(p: Any, name: str) -> None:

@@ -14,8 +14,7 @@ import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
-from orchestrator.services.access.dashboard_logins import DashboardLogins
-from tests.support.browser import SHOTS, open_browser
+from tests.support.browser import SHOTS, open_browser, signed_in
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -43,14 +42,9 @@ def stack(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
 def page(stack: tuple[Harness, str]) -> Iterator[Any]:
     h, url = stack
     with open_browser() as browser:
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        p = context.new_page()
-        p.set_default_timeout(WAIT)
-        token = DashboardLogins(h.rt.control).create(h.rt.clock())
-        p.goto(f"{url}/ui/login?token={token}&next=/ui/health")
-        p.wait_for_url(re.compile(r".*/ui/health.*"))
+        p = signed_in(browser, h, url, next_path="/ui/health", timeout=WAIT)
         yield p
-        context.close()
+        p.context.close()
 
 
 def test_the_health_page_shows_queues_processes_and_backends_and_fits_a_phone(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["SHOTS", "chromium_path", "open_browser"]
+__all__ = ["SHOTS", "chromium_path", "open_browser", "signed_in"]
 
 # Where the tests save their screenshots (the README shows copies from docs/dashboard/).
 SHOTS = Path(os.environ.get("ORCH_SCREENSHOTS", "build/screenshots"))
@@ -51,3 +51,20 @@ def open_browser() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+def signed_in(browser: Any, h: Any, url: str, *, width: int = 1280, height: int = 900,
+              next_path: str = "/ui/runs", timeout: int = 20_000) -> Any:
+    """A page of a new context `width` x `height`, signed in to the dashboard at `url`
+    with the one-time link `orchestrator dev` prints (for harness `h`'s stack), on
+    `next_path`."""
+    import re
+
+    from orchestrator.services.access.dashboard_logins import DashboardLogins
+
+    p = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    p.set_default_timeout(timeout)
+    token = DashboardLogins(h.rt.control).create(h.rt.clock())
+    p.goto(f"{url}/ui/login?token={token}&next={next_path}")
+    p.wait_for_url(re.compile(".*" + re.escape(next_path) + ".*"))
+    return p

@@ -27,6 +27,12 @@ TIMES = ("\u00d7", "x")  # before a step's count of calls, when over one
 
 
 def seconds_text(s: float) -> str:
+    """A duration as a bar's tail, the axis or the scale print it: milliseconds under a
+    second (a short run's column is a few ms, never "0.00s"), then seconds, then minutes."""
+    if s < 1:
+        ms = s * 1000
+        # Two significant digits under 10 ms (4.5ms, 0.45ms), whole ms above.
+        return f"{ms:.0f}ms" if ms >= 10 or ms == 0 else f"{ms:.2g}ms"
     if s < 10:
         return f"{s:.2f}s"
     if s < 600:

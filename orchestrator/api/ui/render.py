@@ -47,6 +47,15 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
 
 
+def _error_message(error: Any) -> str:
+    """An error's human message: its `message`, else the error itself as text."""
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    if isinstance(error, str):
+        return error
+    return json.dumps(error, ensure_ascii=False, default=str)
+
+
 def _dollars(value: Any) -> str:
     if not isinstance(value, (int, float)):
         return "—"
@@ -58,7 +67,7 @@ _env = Environment(loader=PackageLoader("orchestrator.api.ui", "templates"),
                    lstrip_blocks=True)
 _env.filters.update(script_log=script_log, when=_when, pretty=_pretty, dollars=_dollars,
                     glyph=lambda s: GLYPHS.get(str(s), "?"), detail=detail,
-                    backend_wait=backend_wait_text)
+                    backend_wait=backend_wait_text, error_message=_error_message)
 _env.globals.update(took=_took, ended=lambda status: status in ENDED, version=__version__)
 
 

@@ -50,7 +50,7 @@ def _pretty(value: Any) -> str:
 def _error_message(error: Any) -> str:
     """An error's human message: its `message`, else the error itself as text."""
     if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return error["message"]
+        return str(error["message"])
     if isinstance(error, str):
         return error
     return json.dumps(error, ensure_ascii=False, default=str)

@@ -18,6 +18,7 @@ from orchestrator.api.app import create_app
 from orchestrator.services.access.dashboard_logins import DashboardLogins
 from tests.support.browser import SHOTS, open_browser
 from tests.support.harness import Harness
+from tests.support.polling import until
 
 MANIFEST = """
 backends:
@@ -100,6 +101,83 @@ def test_a_failed_runs_page_its_error_once_and_legends_in_their_bars_colours(
     graph = "svg[aria-label=\"The run's steps and their dependencies\"]"
     for status in ("success", "failed", "skipped"):
         box = _style(page, f"{graph} tspan.s-{status}", "fill")
-        assert _style(page, f"p[aria-label='Legend'] .s-{status}", "color") == box, status
+        assert _style(page, f"p[aria-label='Legend'] .key-{status}", "color") == box, status
     assert (_style(page, f"{graph} tspan.s-failed", "fill")
             != _style(page, f"{graph} tspan.s-success", "fill"))
+
+
+# What the keyboard must reach on each page (besides the skip link and the navigation):
+# a CSS selector of each main control, matched against the focused element.
+CONTROLS = {
+    "runs": ["select[name=workflow]", "form.filters button[type=submit]", "td.id a"],
+    "run": ["svg a", "a[href*='from=']", "#edit-input", "#rerun-input",
+            "form[aria-label='Rerun from the failed steps'] button", "#history summary"],
+    "workflows": ["a[href^='/ui/runs?workflow=']", "summary", "textarea[name=input]",
+                  "button.primary"],
+    "approvals": ["input[name=approver]", "input[name=comment]", "button[value=approve]",
+                  "button[value=reject]"],
+    "events": ["input[name=name]", "textarea[name=data]", "button.primary"],
+    "dlq": ["nav a[href='/ui/dlq']"],
+}
+
+_FOCUSED = """(sels) => {
+  const e = document.activeElement;
+  const s = getComputedStyle(e);
+  return {hit: sels.filter(q => e.matches(q)), tag: e.tagName, html: e.outerHTML.slice(0, 120),
+          outline: s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) >= 2,
+          inside: (() => { const r = e.getBoundingClientRect();
+                           return r.right <= window.innerWidth + 1 && r.left >= -1; })()};
+}"""
+
+
+def _tab_through(p: Any, wanted: list[str], limit: int = 80) -> set[str]:
+    """Tab from the top of the page until every control in `wanted` had the focus (or
+    `limit` presses); each focused control shows a visible outline and sits on screen."""
+    p.evaluate("document.activeElement && document.activeElement.blur()")
+    p.evaluate("window.scrollTo(0, 0)")
+    reached: set[str] = set()
+    for _ in range(limit):
+        p.keyboard.press("Tab")
+        got = p.evaluate(_FOCUSED, wanted)
+        if got["tag"] == "BODY":
+            break
+        assert got["outline"], f"no visible focus on {got}"
+        assert got["inside"], f"a focused control off the screen's width: {got}"
+        reached.update(got["hit"])
+        if reached == set(wanted):
+            break
+    return reached
+
+
+def test_every_page_fits_a_phone_keeps_ids_whole_and_tabs_to_its_controls(
+        stack: tuple[Harness, str], page: Any) -> None:
+    h, url = stack
+    failed = h.start("report", {"ok": False})
+    gate = h.start("refund", {"order": 1042})
+    assert h.wait(failed)["status"] == "failed"
+    until("the gate open in the inbox",
+          lambda: any(g["run_id"] == gate for g in h.rt.approvals.inbox(None, 200)))
+    page.set_viewport_size({"width": 390, "height": 844})
+    pages = {"runs": "/ui/runs", "run": f"/ui/runs/{failed}", "workflows": "/ui/workflows",
+             "approvals": "/ui/approvals", "events": "/ui/events", "dlq": "/ui/dlq"}
+    for name, path in pages.items():
+        page.goto(url + path)
+        wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert wide <= 0, f"{path} is {wide}px wider than a phone"
+        reached = _tab_through(page, CONTROLS[name])
+        assert reached == set(CONTROLS[name]), (name, set(CONTROLS[name]) - reached)
+        _shot(page, f"phone-{name}")
+    # A run id is one unit: one line, monospace, its whole text (an ellipsis at most).
+    page.goto(f"{url}/ui/runs")
+    ids = page.locator("td.id a")
+    assert ids.count() == 2
+    for i in range(ids.count()):
+        link = ids.nth(i)
+        assert link.evaluate("e => e.getClientRects().length") == 1, link.inner_text()
+        assert link.text_content() in (failed, gate)
+        assert "monospace" in _style(page, "td.id a", "font-family")
+    page.goto(f"{url}/ui/runs/{failed}")
+    heading = page.locator("h1 .id")
+    assert heading.evaluate("e => e.getClientRects().length") == 1
+    assert heading.text_content() == failed
+    assert heading.evaluate("e => e.scrollWidth <= e.clientWidth")  # whole, not cut

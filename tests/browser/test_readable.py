@@ -34,7 +34,12 @@ workflows:
     steps:
       ask: { approval: { prompt: "Refund order 1042, EUR 480?", timeout: 1h } }
       refund: { backend: fn, route: /echo, dependsOn: [ask] }
-"""
+""" + "".join(f"""  w{i:02}:
+    description: One of many, for the workflows page's height.
+    steps:
+      one: {{ backend: fn, route: /echo }}
+      two: {{ backend: fn, route: /echo, dependsOn: [one] }}
+""" for i in range(18))  # 20 workflows in all
 
 WAIT = 20_000  # ms: the longest a page waits for what it should show
 
@@ -112,8 +117,8 @@ CONTROLS = {
     "runs": ["select[name=workflow]", "form.filters button[type=submit]", "td.id a"],
     "run": ["svg a", "a[href*='from=']", "#edit-input", "#rerun-input",
             "form[aria-label='Rerun from the failed steps'] button", "#history summary"],
-    "workflows": ["a[href^='/ui/runs?workflow=']", "summary", "textarea[name=input]",
-                  "button.primary"],
+    "workflows": ["details.graph summary", "a.id", "a[href^='/ui/runs?workflow=']",
+                  "details.start summary"],  # its start form: the workflows test
     "approvals": ["input[name=approver]", "input[name=comment]", "button[value=approve]",
                   "button[value=reject]"],
     "events": ["input[name=name]", "textarea[name=data]", "button.primary"],
@@ -181,3 +186,38 @@ def test_every_page_fits_a_phone_keeps_ids_whole_and_tabs_to_its_controls(
     assert heading.evaluate("e => e.getClientRects().length") == 1
     assert heading.text_content() == failed
     assert heading.evaluate("e => e.scrollWidth <= e.clientWidth")  # whole, not cut
+
+
+def test_the_workflows_page_is_a_compact_table_with_sparklines_and_a_keyboard_start(
+        stack: tuple[Harness, str], page: Any) -> None:
+    h, url = stack
+    made = [h.start("report", {"ok": ok}) for ok in (True, False, True, False)]
+    assert [h.wait(r)["status"] for r in made] == ["success", "failed", "success", "failed"]
+    page.goto(f"{url}/ui/workflows")
+    rows = page.locator("table.workflows > tbody > tr, table.workflows > tr")
+    assert rows.count() == 20
+    # Compact: 20 workflows in a few screens (they were 8,000 px as cards).
+    tallest = max(rows.nth(i).bounding_box()["height"] for i in range(rows.count()))
+    assert tallest <= 130, tallest
+    assert page.evaluate("document.documentElement.scrollHeight") <= 20 * 130 + 400
+    # The sparkline: a bar a run, oldest first, in its status's colour (the text's).
+    report = page.locator("tr#wf-report")
+    bars = report.locator("svg.spark rect")
+    assert bars.count() == 4
+    fills = [bars.nth(i).evaluate("e => getComputedStyle(e).fill") for i in range(4)]
+    assert fills[0] == fills[2] != fills[1] == fills[3]
+    assert fills[1] == _style(page, "tr#wf-report .status.s-failed", "color")
+    assert report.locator("svg.spark rect title").nth(3).text_content().endswith(made[3])
+    _shot(page, "workflows-table")
+    # By keyboard: the start form unfolds with Enter, its input and button follow.
+    report.locator("details.start summary").focus()
+    page.keyboard.press("Enter")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.name") == "input"
+    page.keyboard.press("Control+A")  # its {} replaced
+    page.keyboard.type('{"ok": true}')
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Start run"
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r".*/ui/runs/report-[^/?]+\?done=started"))
+    page.locator("#live .status", has_text="success").first.wait_for()

@@ -30,6 +30,11 @@ workflows:
       fetch: { backend: fn, route: /echo }
       check: { backend: fn, route: /check, dependsOn: [fetch] }
       publish: { backend: fn, route: /echo, dependsOn: [check] }
+  nightly:
+    schedule: { cron: "0 3 * * *" }
+    on: [{ event: report.asked }]
+    steps:
+      one: { backend: fn, route: /echo }
 """
 
 
@@ -66,3 +71,51 @@ def test_a_failed_runs_error_is_its_message_first_and_its_json_once(
     # Another step selected (one that succeeded): no error of its own, the run's still once.
     other = httpx.get(f"{url}/ui/runs/{run_id}?step=fetch").text
     assert len([p for p in _pres(other) if "must be true" in p]) == 1
+
+
+def test_the_workflows_page_is_a_row_a_workflow_with_a_sparkline_of_its_runs(
+        stack: tuple[Harness, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    h, url = stack
+    made = []
+    for ok in (False, False, True):
+        made.append(h.start("fixable", {"ok": ok}))
+        h.wait(made[-1])
+    # The page reads each workflow's runs with one listing query (counted on the real
+    # store: the call goes through).
+    listed: list[str | None] = []
+    real = h.rt.store.runs.list_runs
+
+    def counting(workflow: str | None, *args: Any, **kwargs: Any) -> Any:
+        listed.append(workflow)
+        return real(workflow, *args, **kwargs)
+
+    monkeypatch.setattr(h.rt.store.runs, "list_runs", counting)
+    page = httpx.get(f"{url}/ui/workflows").text
+    assert sorted(listed) == ["fixable", "hello", "nightly"]
+    rows = re.findall(r'<tr id="wf-([^"]+)">(.*?)</tr>', page, re.S)
+    assert [name for name, _ in rows] == ["hello", "fixable", "nightly"]
+    hello, fixable, nightly = (row for _, row in rows)
+    # Its sparkline: a bar a run, oldest first, coloured by status, each titled.
+    spark = re.search(r'<svg class="spark"[^>]*aria-label="([^"]*)">(.*?)</svg>', fixable, re.S)
+    assert spark is not None
+    assert html.unescape(spark.group(1)).startswith(
+        "The last 3 runs of fixable, oldest first: 2 failed, 1 success; the longest took")
+    bars = re.findall(r'<rect class="s-(\w+)"[^>]*><title>([^<]*)</title>', spark.group(2))
+    assert [s for s, _ in bars] == ["failed", "failed", "success"]
+    assert [title.rsplit(" · ", 1)[1] for _, title in bars] == made
+    assert "33% of 3 succeeded" in fixable and made[-1] in fixable
+    assert 'class="spark"' not in hello and "no run yet" in hello and "API only" in hello
+    # Its actions are all there: the start form (folded), its runs, its graph.
+    assert 'action="/ui/workflows/fixable/start"' in fixable
+    assert 'href="/ui/runs?workflow=fixable"' in fixable and "Graph (3 steps)" in fixable
+    # A schedule's buttons, and its events, in its Triggers.
+    assert "0 3 * * *" in nightly and "event <code>report.asked</code>" in nightly
+    for action in ("pause", "trigger"):
+        assert f'action="/ui/workflows/nightly/schedule/{action}"' in nightly
+    paused = httpx.post(f"{url}/ui/workflows/nightly/schedule/pause")
+    assert paused.status_code == 303
+    again = httpx.get(f"{url}/ui/workflows").text
+    assert 'action="/ui/workflows/nightly/schedule/resume"' in again
+    assert "<strong>paused</strong>" in again
+    started = httpx.post(f"{url}/ui/workflows/hello/start", data={"input": "{}"})
+    assert started.status_code == 303 and "done=started" in started.headers["location"]

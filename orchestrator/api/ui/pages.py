@@ -19,6 +19,7 @@ from orchestrator.api.ui.layout import graph, waterfall
 from orchestrator.api.ui.reads import ENDED
 from orchestrator.api.ui.render import fragment, page
 from orchestrator.api.ui.session import set_session, signed_in
+from orchestrator.api.ui.sparks import sparkline
 from orchestrator.errors import NotFound, Unauthorized, UsageError
 
 __all__ = ["approvals", "dlq", "events", "history", "index", "login", "login_post", "logout", "run",
@@ -219,8 +220,10 @@ async def history(request: Request) -> Response:
 async def workflows(request: Request) -> Response:
     rt = api_state(request).rt
     rows = await run_in_threadpool(reads.workflow_rows, rt)
+    now = time.time()
     for wf in rows:
         wf["graph"] = graph(wf["steps"]) if wf["steps"] else None
+        wf["spark"] = sparkline(wf["runs"], now)
     return page(request, "workflows.html", workflows=rows,
                 message=request.query_params.get("done"),
                 problem=request.query_params.get("problem"))

@@ -94,7 +94,8 @@ def _detail(step: dict[str, Any], ascii_only: bool = False) -> str:
 def _details(step: dict[str, Any]) -> str:
     status, attempts = step.get("status", ""), int(step.get("attempts") or 0)
     if status == "success":
-        return "done"
+        # A rerun's step carried over from the run it reruns (output copied, not called).
+        return "reused" if step.get("reused_from") else "done"
     if status == "failed":
         return _reason(step.get("error"))
     if status in ("dispatched", "running"):

@@ -221,3 +221,26 @@ def test_the_workflows_page_is_a_compact_table_with_sparklines_and_a_keyboard_st
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r".*/ui/runs/report-[^/?]+\?done=started"))
     page.locator("#live .status", has_text="success").first.wait_for()
+
+
+def test_a_reruns_page_marks_the_steps_it_carried_over(
+        stack: tuple[Harness, str], page: Any) -> None:
+    h, url = stack
+    bad = h.start("report", {"ok": False})
+    assert h.wait(bad)["status"] == "failed"
+    new = h.rt.runs.rerun(bad, input={"ok": True})[0].run_id
+    assert h.wait(new)["status"] == "success"
+    page.goto(f"{url}/ui/runs/{new}")
+    graph = "svg[aria-label=\"The run's steps and their dependencies\"]"
+    dashes = "stroke-dasharray"
+    assert _style(page, f"{graph} a[aria-label^='fetch'] rect", dashes) == "5px, 3px"
+    assert _style(page, f"{graph} a[aria-label^='check'] rect", dashes) == "none"
+    # The window in ms under a second (the run took some tens of ms), never 0.00s.
+    window = page.locator("p[aria-label='Timeline zoom'] .muted").text_content()
+    assert re.fullmatch(r"0ms → (\S+) of \1", window) and "0.00" not in window, window
+    assert "reused, not run again" in page.locator(f"{graph} a[aria-label^='fetch']").text_content()
+    note = page.locator("svg[aria-label='Waterfall of attempts'] text.reused-note")
+    assert note.count() == 1 and note.is_visible()
+    assert note.text_content() == f"↺ reused from {bad}, not run again"
+    assert page.locator("p[aria-label='Legend'] a.id").text_content() == bad
+    _shot(page, "run-rerun-reused")

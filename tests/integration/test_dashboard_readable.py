@@ -16,6 +16,7 @@ import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
+from tests.support.cli import cli
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -119,3 +120,36 @@ def test_the_workflows_page_is_a_row_a_workflow_with_a_sparkline_of_its_runs(
     assert "<strong>paused</strong>" in again
     started = httpx.post(f"{url}/ui/workflows/hello/start", data={"input": "{}"})
     assert started.status_code == 303 and "done=started" in started.headers["location"]
+
+
+def test_a_rerun_marks_the_steps_it_carried_over_in_its_view_page_and_cli(
+        stack: tuple[Harness, str]) -> None:
+    h, url = stack
+    bad = h.start("fixable", {"ok": False})
+    assert h.wait(bad)["status"] == "failed"
+    new = h.rt.runs.rerun(bad, input={"ok": True})[0].run_id
+    assert h.wait(new)["status"] == "success"
+    # The view names the run a carried-over step came from; steps run again name none.
+    steps = {s["step"]: s for s in httpx.get(f"{url}/runs/{new}").json()["steps"]}
+    assert steps["fetch"]["reused_from"] == bad
+    assert "reused_from" not in steps["check"] and "reused_from" not in steps["publish"]
+    assert "reused_from" not in httpx.get(f"{url}/runs/{bad}").json()["steps"][0]
+    # The page: its box dashed and saying so, a note across its timeline row, a legend.
+    page = html.unescape(httpx.get(f"{url}/ui/runs/{new}?step=fetch").text)
+    boxes = dict(re.findall(r'aria-label="(\w+): success[^"]*">\s*<rect class="([^"]*)"', page))
+    assert "reused" in boxes["fetch"].split() and "reused" not in boxes["check"].split()
+    assert f'aria-label="fetch: success, reused from {bad}"' in page
+    assert "↺ reused, not run again" in page
+    notes = re.findall(r'<text class="reused-note"[^>]*>([^<]*)</text>', page)
+    assert notes == [f"↺ reused from {bad}, not run again"]
+    assert "reused from <a class=\"id\"" in page  # the legend, linking that run
+    assert f"<dt>Reused from</dt><dd><a class=\"id\" href=\"/ui/runs/{bad}?step=fetch\">" in page
+    # The CLI's diagram and timeline mark it too (the same view).
+    shown = cli("show", new, "--url", url, "--ascii")
+    assert shown.exit_code == 0, shown.output
+    assert re.search(r"\|\s+reused\s+\|", shown.output), shown.output
+    assert re.search(r"\|\s+done\s+\|", shown.output), shown.output  # check, publish: run
+    timeline = cli("show", new, "--timeline", "--url", url).output
+    rows = {line.split()[0]: line for line in timeline.splitlines() if line[:1].isalpha()}
+    assert rows["fetch"].endswith("ok reused") and "#" not in rows["fetch"], timeline
+    assert "reused" not in rows["check"] and "#" in rows["check"], timeline

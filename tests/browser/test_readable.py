@@ -57,6 +57,10 @@ def page(stack: tuple[Harness, str]) -> Iterator[Any]:
     h, url = stack
     with open_browser() as browser:
         context = browser.new_context(viewport={"width": 1280, "height": 900})
+        # An ended run's page closes its stream once it swapped its live part in: a
+        # page is read whole after that, never while a part is being replaced.
+        context.add_init_script(
+            "document.addEventListener('htmx:sseClose', () => { window.sseClosed = true; })")
         p = context.new_page()
         p.set_default_timeout(WAIT)
         token = DashboardLogins(h.rt.control).create(h.rt.clock())
@@ -71,9 +75,19 @@ def _shot(p: Any, name: str) -> None:
     p.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
+def _ended_run(p: Any, url: str) -> None:
+    """Open an ended run's page and wait until its stream has sent what it sends."""
+    p.goto(url)
+    p.wait_for_function("window.sseClosed === true")
+
+
 def _style(p: Any, selector: str, prop: str) -> str:
-    return str(p.locator(selector).first.evaluate(
-        f"e => getComputedStyle(e).getPropertyValue({prop!r})"))
+    """The computed `prop` of the first element `selector` finds. A run page's stream
+    swaps its live part in once after the page loaded: an element read as it is swapped
+    out has no style (''), so it is found again until it answers."""
+    return str(until(f"{prop} of {selector}", lambda: p.locator(selector).first.evaluate(
+        f"e => e.isConnected ? getComputedStyle(e).getPropertyValue({prop!r}) : ''"),
+        timeout=WAIT / 1000))
 
 
 def test_a_failed_runs_page_its_error_once_and_legends_in_their_bars_colours(
@@ -81,7 +95,7 @@ def test_a_failed_runs_page_its_error_once_and_legends_in_their_bars_colours(
     h, url = stack
     run_id = h.start("report", {"ok": False})
     assert h.wait(run_id)["status"] == "failed"
-    page.goto(f"{url}/ui/runs/{run_id}")
+    _ended_run(page, f"{url}/ui/runs/{run_id}")
     # The error: its code and message in words, its JSON folded and drawn once.
     outcome = page.locator("#run-outcome .error-message")
     assert outcome.inner_text() == "step_failed step check failed: input.ok must be true"
@@ -166,7 +180,10 @@ def test_every_page_fits_a_phone_keeps_ids_whole_and_tabs_to_its_controls(
     pages = {"runs": "/ui/runs", "run": f"/ui/runs/{failed}", "workflows": "/ui/workflows",
              "approvals": "/ui/approvals", "events": "/ui/events", "dlq": "/ui/dlq"}
     for name, path in pages.items():
-        page.goto(url + path)
+        if name == "run":
+            _ended_run(page, url + path)
+        else:
+            page.goto(url + path)
         wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert wide <= 0, f"{path} is {wide}px wider than a phone"
         reached = _tab_through(page, CONTROLS[name])
@@ -230,7 +247,7 @@ def test_a_reruns_page_marks_the_steps_it_carried_over(
     assert h.wait(bad)["status"] == "failed"
     new = h.rt.runs.rerun(bad, input={"ok": True})[0].run_id
     assert h.wait(new)["status"] == "success"
-    page.goto(f"{url}/ui/runs/{new}")
+    _ended_run(page, f"{url}/ui/runs/{new}")
     graph = "svg[aria-label=\"The run's steps and their dependencies\"]"
     dashes = "stroke-dasharray"
     assert _style(page, f"{graph} a[aria-label^='fetch'] rect", dashes) == "5px, 3px"

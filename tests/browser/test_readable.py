@@ -181,6 +181,11 @@ def test_every_page_fits_a_phone_keeps_ids_whole_and_tabs_to_its_controls(
     # A long value shown in a table (an event's data) scrolls in its cell, not the page.
     h.rt.events.emit("order.placed", {"note": "a-long-unbroken-value-" * 12}, key=None,
                      event_id=None)
+    # ... and starts a run, ended before the runs list is read: its live rows then stay
+    # as they are while the keyboard goes through them.
+    listener = until("the listener's run", lambda: h.rt.store.runs.list_runs(
+        "listener", h.rt.clock())[0])[0].run_id
+    assert h.wait(listener)["status"] == "success"
     until("the gate open in the inbox",
           lambda: any(g["run_id"] == gate for g in h.rt.approvals.inbox(None, 200)))
     page.set_viewport_size({"width": 390, "height": 844})

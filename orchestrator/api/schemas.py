@@ -115,6 +115,9 @@ def response_schemas() -> dict[str, Schema]:
             "id": nullable_string,
             "until": nullable_time,
             "waiting_for": WAITING_FOR,
+            "reused_from": {"type": "string", "description": "A rerun's step carried over"
+                            " from the run it reruns (that run's id): its output copied,"
+                            " the step not called again"},
         }, description="A step without a row yet shows only step, status (blocked),"
                        " attempts, output and error. A durable run's steps are its"
                        " operations, in order (kind, scope, position, id; until: when a"

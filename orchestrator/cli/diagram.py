@@ -94,7 +94,8 @@ def _detail(step: dict[str, Any], ascii_only: bool = False) -> str:
 def _details(step: dict[str, Any]) -> str:
     status, attempts = step.get("status", ""), int(step.get("attempts") or 0)
     if status == "success":
-        return "done"
+        # A rerun's step carried over from the run it reruns (output copied, not called).
+        return "reused" if step.get("reused_from") else "done"
     if status == "failed":
         return _reason(step.get("error"))
     if status in ("dispatched", "running"):
@@ -213,9 +214,17 @@ class _Canvas:
         return out
 
 
+# The selected step's box (`watch`), drawn in heavy lines: seen without colour too.
+HEAVY = {"h": ("━", "="), "v": ("┃", "#"), "tl": ("┏", "#"), "tr": ("┓", "#"),
+         "bl": ("┗", "#"), "br": ("┛", "#")}
+
+
 def _draw_box(canvas: _Canvas, x: _Node, top: int, left: int, inner: int,
-              ascii_only: bool) -> None:
-    h, v = _line("h", ascii_only), _line("v", ascii_only)
+              ascii_only: bool, selected: bool = False) -> None:
+    def line(kind: str) -> str:
+        return HEAVY[kind][1 if ascii_only else 0] if selected else _line(kind, ascii_only)
+
+    h, v = line("h"), line("v")
     if x.through:
         canvas.put(top + 1, left, h * (inner + 2))
         return
@@ -225,10 +234,10 @@ def _draw_box(canvas: _Canvas, x: _Node, top: int, left: int, inner: int,
     detail = " " * len(head) + x.detail
     if len(detail) > inner:
         detail = detail[: inner - 3] + "..." if ascii_only else detail[: inner - 1] + "…"
-    canvas.put(top, left, _line("tl", ascii_only) + h * inner + _line("tr", ascii_only))
+    canvas.put(top, left, line("tl") + h * inner + line("tr"))
     canvas.put(top + 1, left, v + name.ljust(inner) + v)
     canvas.put(top + 2, left, v + detail.ljust(inner) + v)
-    canvas.put(top + 3, left, _line("bl", ascii_only) + h * inner + _line("br", ascii_only))
+    canvas.put(top + 3, left, line("bl") + h * inner + line("br"))
 
 
 def _draw_gap(canvas: _Canvas, lanes: list[list[_Bus]], left: int, ascii_only: bool) -> None:
@@ -266,7 +275,8 @@ def _draw_gap(canvas: _Canvas, lanes: list[list[_Bus]], left: int, ascii_only: b
                            h if r in bus.through else _line("arrow", ascii_only))
 
 
-def _band(columns: list[list[_Node]], ascii_only: bool, inner: int) -> list[str]:
+def _band(columns: list[list[_Node]], ascii_only: bool, inner: int,
+          selected: str | None = None) -> list[str]:
     gaps = [_lanes(_buses(columns[c], columns[c + 1])) for c in range(len(columns) - 1)]
     box = inner + 2
     widths = [box] + [STUB + len(g) + STUB + 1 + box for g in gaps]
@@ -278,7 +288,8 @@ def _band(columns: list[list[_Node]], ascii_only: bool, inner: int) -> list[str]
             _draw_gap(canvas, gaps[c - 1], left, ascii_only)
             left += STUB + len(gaps[c - 1]) + STUB + 1
         for x in col:
-            _draw_box(canvas, x, x.slot * BOX_LINES, left, inner, ascii_only)
+            _draw_box(canvas, x, x.slot * BOX_LINES, left, inner, ascii_only,
+                      selected=x.name == selected and not x.through)
         left += box
     return canvas.lines()
 
@@ -343,9 +354,10 @@ def inner_width(steps: Sequence[dict[str, Any]], ascii_only: bool) -> int:
 
 
 def render_diagram(view: dict[str, Any], *, ascii_only: bool = False, width: int = 100,
-                   now: float | None = None) -> str:
+                   now: float | None = None, selected: str | None = None) -> str:
     """A DAG run's view as a diagram no wider than `width` (its columns wrapped into
-    rows of columns); the dependency list where two columns do not fit."""
+    rows of columns); the dependency list where two columns do not fit. The box of
+    step `selected` (watch's selection) is drawn in heavy lines."""
     steps = view.get("steps") or []
     inner = inner_width(steps, ascii_only)
     columns = _columns(steps, ascii_only)
@@ -368,7 +380,7 @@ def render_diagram(view: dict[str, Any], *, ascii_only: bool = False, width: int
         if a:
             lines += ["", *wrap(f"{_line('arrow', ascii_only)} continued: columns {a + 1} "
                                 f"to {b}", width)]
-        lines += _band(_cut(columns[a:b]), ascii_only, inner)
+        lines += _band(_cut(columns[a:b]), ascii_only, inner, selected)
     return "\n".join(lines + _footer(view, ascii_only, width))
 
 

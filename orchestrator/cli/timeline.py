@@ -2,7 +2,8 @@
 step, on one time scale from the run's start to its end (or now), as wide as the
 terminal. Each attempt shows its wait in the queue (ready to started), its call (started
 to its outcome) and, before a retry, its backoff; the row ends with the step's status,
-its calls' total time and its attempts. A terminal too narrow for a 10-column bar beside
+its calls' total time and its attempts (a rerun's step carried over from the run it
+reruns: `reused`, and no bar). A terminal too narrow for a 10-column bar beside
 the names draws each step's name above its bar.
 
 Pure: the run's view and its history (GET /runs/{id}/events) in, lines out."""
@@ -27,6 +28,12 @@ TIMES = ("\u00d7", "x")  # before a step's count of calls, when over one
 
 
 def seconds_text(s: float) -> str:
+    """A duration as a bar's tail, the axis or the scale print it: milliseconds under a
+    second (a short run's column is a few ms, never "0.00s"), then seconds, then minutes."""
+    if s < 1:
+        ms = s * 1000
+        # Two significant digits under 10 ms (4.5ms, 0.45ms), whole ms above.
+        return f"{ms:.0f}ms" if ms >= 10 or ms == 0 else f"{ms:.2g}ms"
     if s < 10:
         return f"{s:.2f}s"
     if s < 600:
@@ -48,7 +55,8 @@ def render_timeline(view: dict[str, Any], history: Sequence[dict[str, Any]], *,
         t1 = now
     span = max(t1 - t0, 1e-3)
     steps = [s["step"] for s in view.get("steps") or ()]
-    status = {s["step"]: s.get("status", "") for s in view.get("steps") or ()}
+    view_steps = {s["step"]: s for s in view.get("steps") or ()}
+    status = {name: s.get("status", "") for name, s in view_steps.items()}
     by_step: dict[str, list[dict[str, Any]]] = {name: [] for name in steps}
     for e in history:
         if e.get("step") in by_step:
@@ -63,6 +71,8 @@ def render_timeline(view: dict[str, Any], history: Sequence[dict[str, Any]], *,
         glyph = GLYPHS.get(status[name], ("?", "?"))[1 if ascii_only else 0]
         took = sum(s.end - s.start for s in calls)
         tail = f" {glyph} {seconds_text(took)}" if calls else f" {glyph}"
+        if view_steps[name].get("reused_from"):  # a rerun's, carried over: never called
+            tail += " reused"
         if len(calls) > 1:
             tail += f" {TIMES[1 if ascii_only else 0]}{len(calls)}"
         tails[name] = tail

@@ -1,5 +1,6 @@
-"""`orchestrator watch RUN_OR_WORKFLOW`: the run's diagram, live (rich's `Live`), with the
-selected step's payload, output and error underneath. Keys: ↑↓ or j/k select a step, K
+"""`orchestrator watch RUN_OR_WORKFLOW`: the run's diagram, live (rich's `Live`), the
+selected step's box in heavy lines, and underneath what it was sent (the run's input and
+its dependencies' outputs), its output and its error. Keys: ↑↓ or j/k select a step, K
 kills the run (after a y/n confirmation), r refreshes now, q quits. It ends by itself
 when the run finishes, with `trigger --wait`'s exit code (0 on success, 1 otherwise).
 
@@ -36,11 +37,14 @@ from orchestrator.cli.common import (
 from orchestrator.cli.diagram import render_diagram
 from orchestrator.cli.durable_diagram import render_durable
 from orchestrator.errors import NotFound
+from orchestrator.presentation.step_inputs import sent_to
 
 __all__ = ["COMMANDS", "WatchState", "watch"]
 
 TERMINAL = ("success", "failed", "killed", "skipped")
 KEYS = "↑↓/jk select   K kill   r refresh   q quit"
+HEAVY_MARKS = frozenset("┏━┓┃┗┛")  # the selected box's lines (cli/diagram.py HEAVY)
+SELECTED_STYLE = "bold bright_yellow"
 _ARROWS = {"\x1b[A": "up", "\x1b[B": "down", "\x1bOA": "up", "\x1bOB": "down"}
 
 
@@ -92,8 +96,12 @@ class WatchState:
             return []
         s = steps[min(self.selected, len(steps) - 1)]
         out = [f"▶ {s['step']}  {s.get('status')}  attempts {s.get('attempts') or 0}"]
-        for key in ("payload", "output", "error"):
-            value = s.get(key)
+        if s.get("reused_from"):
+            out.append(f"  reused from {s['reused_from']} (its output copied, not run again)")
+        # What it was sent: a DAG step's input and its dependencies' outputs (a durable
+        # run's operations are its code's, sent nothing of their own).
+        sent = sent_to(self.view, s) if self.view.get("kind") != "durable" else None
+        for key, value in (("sent", sent), *((k, s.get(k)) for k in ("output", "error"))):
             if value not in (None, {}, ""):
                 text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
                 out.append(f"  {key}: {text if len(text) <= 400 else text[:399] + '…'}")
@@ -105,15 +113,20 @@ def _frame(state: WatchState, width: int, plain: bool) -> Group:
     if view.get("kind") == "durable":
         body = Text(render_durable(view, ascii_only=plain, width=width))
     else:
-        body = Text(render_diagram(view, ascii_only=plain, width=width))
         steps = state.steps
-        if steps:  # the selected step's box, its name line, in reverse
-            name = steps[min(state.selected, len(steps) - 1)]["step"]
+        name = steps[min(state.selected, len(steps) - 1)]["step"] if steps else None
+        # The selected step's box in heavy lines (seen without colour, and in ASCII as
+        # `#` and `=`), in bold colour, and its name line in reverse.
+        body = Text(render_diagram(view, ascii_only=plain, width=width, selected=name))
+        for at, ch in enumerate(body.plain):
+            if ch in HEAVY_MARKS:
+                body.stylize(SELECTED_STYLE, at, at + 1)
+        if name is not None:
             for line_start, line in _lines(body.plain):
                 at = line.find(f" {name} ")
                 while at >= 0:
                     end = at + len(name) + 2
-                    if line[end:].lstrip(" ").startswith(("│", "|")):
+                    if line[end:].lstrip(" ").startswith(("│", "|", "┃", "#")):
                         body.stylize("reverse", line_start + at + 1, line_start + end - 1)
                         break
                     at = line.find(f" {name} ", at + 1)
@@ -223,8 +236,9 @@ def watch_run(api: ApiClient, target: str, *, interval: float, plain: bool,
 def watch(target: str, interval: float, ascii_only: bool | None, url: str,
           api_key: str | None) -> None:
     """Watch a run (by id), or a workflow's newest run, live: its diagram, the selected
-    step's payload, output and error. Keys: up/down or j/k select, K kills the run (y to
-    confirm), r refreshes, q quits. Exits when the run finishes: 0 if it succeeded."""
+    step's box in heavy lines, and what that step was sent, its output and error. Keys:
+    up/down or j/k select, K kills the run (y to confirm), r refreshes, q quits. Exits
+    when the run finishes: 0 if it succeeded."""
     plain = bool(ascii_only) or not sys.stdout.isatty()
     with reported():
         code = watch_run(client(url, api_key), target, interval=interval, plain=plain,

@@ -226,14 +226,16 @@ def test_the_workflows_page_starts_a_run_and_refuses_bad_json(
         stack: tuple[Harness, str], page: Any) -> None:
     _, url = stack
     page.goto(f"{url}/ui/workflows")
-    card = page.locator("section", has=page.locator("h2", has_text="report"))
-    card.locator("details summary").click()
+    card = page.locator("tr#wf-report")  # a row a workflow
+    card.locator("details.graph summary").click()
     assert card.locator("svg rect.box").count() == 3
     _shot(page, "workflows")
+    card.locator("details.start summary").click()
     card.locator("textarea").fill("{not json")
     card.locator("button", has_text="Start run").click()
     assert "input: not JSON" in page.locator(".notice.bad").inner_text()
-    card = page.locator("section", has=page.locator("h2", has_text="report"))
+    card = page.locator("tr#wf-report")
+    card.locator("details.start summary").click()
     card.locator("textarea").fill('{"ok": true}')
     card.locator("button", has_text="Start run").click()
     page.wait_for_url(re.compile(r".*/ui/runs/[^/?]+\?done=started"))

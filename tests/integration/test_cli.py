@@ -83,6 +83,21 @@ def test_run_wait_json_and_show(api: tuple[Harness, str]) -> None:
     assert json.loads(res.output)["runs"][0]["run_id"] == view["run_id"]
 
 
+def test_a_piped_timeline_of_a_short_run_counts_its_columns_in_ms(
+        api: tuple[Harness, str]) -> None:
+    h, url = api
+    run_id = h.start("chain", {})
+    view = h.wait(run_id)
+    assert view["status"] == "success"
+    assert view["finished_at"] - view["started_at"] < 5  # a short run: ms a column
+    res = cli("show", run_id, "--timeline", "--url", url)  # piped: CliRunner is no tty
+    assert res.exit_code == 0, res.output
+    scale = re.search(r"\((\S+) a column\)", res.output)
+    assert scale is not None, res.output
+    assert re.fullmatch(r"\d+(\.\d+)?ms", scale.group(1)), res.output
+    assert float(scale.group(1)[:-2]) > 0 and "0.00s" not in res.output, res.output
+
+
 def test_run_wait_exits_1_on_failure(api: tuple[Harness, str]) -> None:
     _, url = api
     res = cli("run", "broken", "--wait", "--url", url)

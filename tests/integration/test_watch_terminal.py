@@ -93,3 +93,25 @@ def test_K_then_y_kills_the_run_and_the_watch_exits_1(
     screen = t.until(lambda s: "EXIT=" in s, "the command's exit", timeout=40.0)
     assert "EXIT=1" in screen and "killed" in screen and "⊘ after" in screen, screen
     assert h.wait(run_id)["status"] == "killed"
+
+
+def test_the_selected_box_is_drawn_heavy_and_its_pane_shows_what_the_step_was_sent(
+    api: tuple[Harness, str], terminals: list[Terminal],
+) -> None:
+    h, url = api
+    run_id = h.start("slow", {"day": "mon"})
+    t = watch(terminals, run_id, url)
+    t.until(lambda s: "◐ nap" in s and "✔ first" in s, "nap running")
+    # The first step selected: its box, and only its, in heavy lines.
+    screen = t.until(lambda s: "┃ ✔ first" in s, "first's box drawn heavy")
+    assert "│ ◐ nap" in screen and "┏" in screen and screen.count("┏") == 1, screen
+    assert '  sent: {"input":{"day":"mon"},"steps":{}}' in screen, screen
+    t.keys("j")
+    screen = t.until(lambda s: "┃ ◐ nap" in s, "the heavy box moved to nap")
+    assert "│ ✔ first" in screen and screen.count("┏") == 1, screen
+    # What nap was sent: the run's input and first's output (the echo of its request).
+    sent = next(line for line in t.screen(joined=True).splitlines()
+                if line.startswith("  sent: "))
+    assert sent.startswith('  sent: {"input":{"day":"mon"},"steps":{"first":{'), sent
+    t.keys("q")
+    t.until(lambda s: "EXIT=" in s, "the command's exit")

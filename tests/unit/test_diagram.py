@@ -162,3 +162,10 @@ def test_the_timeline_draws_each_attempt_on_one_scale() -> None:
     ascii_text = render_timeline(view, history, width=80, ascii_only=True, now=10.0)
     assert ascii_text.replace("report-2026-09", "").isascii()
     check("timeline-ascii.txt", ascii_text)
+
+
+def test_durations_under_a_second_are_in_ms_never_zero_seconds() -> None:
+    from orchestrator.cli.timeline import seconds_text
+
+    assert [seconds_text(s) for s in (0.0, 0.00004, 0.0045, 0.19, 0.9994, 2.6, 10.0)] == [
+        "0ms", "0.04ms", "4.5ms", "190ms", "999ms", "2.60s", "10.0s"]

@@ -65,3 +65,10 @@ def test_a_window_zooms_to_its_seconds() -> None:
                    for k in ("queue", "call"))
     assert queue.x == 0 and abs(call.x - AXIS_W / 2) < 1 and abs(call.w - AXIS_W / 2) < 1
     assert all(b.row == 0 for b in shown.bars)  # b ran after the window
+
+
+def test_a_short_runs_axis_is_in_ms() -> None:
+    from orchestrator.api.ui.layout import seconds
+
+    assert [seconds(s) for s in (0.0, 0.044, 0.9994, 2.5, 75.0)] == [
+        "0ms", "44ms", "999ms", "2.5s", "75s"]

@@ -12,10 +12,13 @@ from typing import Any
 from orchestrator.presentation.attempt_segments import Segment, segments
 from orchestrator.presentation.layers import columns_by_longest_path
 
-__all__ = ["Bar", "Box", "Graph", "Waterfall", "graph", "waterfall"]
+__all__ = ["REUSED", "Bar", "Box", "Graph", "Waterfall", "graph", "seconds", "waterfall"]
 
 BOX_W, BOX_H = 188, 46
 GAP_X, GAP_Y, PAD = 56, 14, 8
+
+
+REUSED = "↺"  # a rerun's step carried over from the run it reruns, in its box and rows
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,7 @@ class Box:
     detail: str
     x: int
     y: int
+    reused: bool = False  # carried over from the run it reruns, not run again
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ def detail(step: dict[str, Any]) -> str:
         return reason if len(reason) <= 28 else reason[:27] + "…"
     if status == "running":
         return f"running… attempt {attempts}" if attempts > 1 else "running…"
+    if status == "success" and step.get("reused_from"):
+        return f"{REUSED} reused, not run again"
     if status == "success":
         return "done" if attempts <= 1 else f"done after {attempts} attempts"
     return status.replace("_", " ")
@@ -72,7 +78,8 @@ def graph(steps: Sequence[dict[str, Any]]) -> Graph:
     for c, col in enumerate(columns):
         for i, s in enumerate(col):
             boxes[s["step"]] = Box(s["step"], str(s.get("status", "")), detail(s),
-                                   PAD + c * (BOX_W + GAP_X), PAD + i * (BOX_H + GAP_Y))
+                                   PAD + c * (BOX_W + GAP_X), PAD + i * (BOX_H + GAP_Y),
+                                   bool(s.get("reused_from")))
     edges = []
     for s in steps:
         to = boxes[s["step"]]
@@ -116,12 +123,14 @@ class Waterfall:
     t1: float  # the window shown, seconds from the run's start
     span: float  # the run's whole length
     height: int
+    reused: frozenset[int] = frozenset()  # the rows of steps a rerun carried over
     label_w: int = LABEL_W
     axis_w: int = AXIS_W
     row_h: int = ROW_H
 
 
-def _seconds(s: float) -> str:
+def seconds(s: float) -> str:
+    """A time on the waterfall's axis: ms under a second (a short run reads 0ms → 44ms)."""
     if s < 1:
         return f"{s * 1000:.0f}ms"
     if s < 600:
@@ -186,11 +195,13 @@ def waterfall(view: dict[str, Any], history: Sequence[dict[str, Any]], now: floa
                 continue
             a, b = x(g.start), x(g.end)
             bars.append(Bar(i, g.kind, round(a, 1), round(max(b - a, 1.5), 1),
-                            f"{g.kind} {_seconds(g.end - g.start)} "
-                            f"(+{_seconds(g.start)} → +{_seconds(g.end)})"))
-    ticks = [(round(x(t0 + (t1 - t0) * k / 4), 1), _seconds(t0 + (t1 - t0) * k / 4))
+                            f"{g.kind} {seconds(g.end - g.start)} "
+                            f"(+{seconds(g.start)} → +{seconds(g.end)})"))
+    ticks = [(round(x(t0 + (t1 - t0) * k / 4), 1), seconds(t0 + (t1 - t0) * k / 4))
              for k in range(5)] if not gaps else [
-        (0.0, _seconds(t0)), (float(AXIS_W), _seconds(t1))]
+        (0.0, seconds(t0)), (float(AXIS_W), seconds(t1))]
     return Waterfall(steps, bars, [(round(x(a) + squeezed * scale / 2, 1), b - a)
                                    for a, b in gaps],
-                     ticks, t0, t1, span, ROW_H * max(1, len(steps)) + 28)
+                     ticks, t0, t1, span, ROW_H * max(1, len(steps)) + 28,
+                     frozenset(i for i, s in enumerate(view.get("steps") or ())
+                               if s.get("reused_from")))

@@ -19,7 +19,9 @@ from orchestrator.api.ui.layout import graph, waterfall
 from orchestrator.api.ui.reads import ENDED
 from orchestrator.api.ui.render import fragment, page
 from orchestrator.api.ui.session import set_session, signed_in
+from orchestrator.api.ui.sparks import sparkline
 from orchestrator.errors import NotFound, Unauthorized, UsageError
+from orchestrator.presentation.step_inputs import sent_to
 
 __all__ = ["approvals", "dlq", "events", "history", "index", "login", "login_post", "logout", "run",
            "run_live_html", "runs", "runs_rows_html", "workflows"]
@@ -177,10 +179,8 @@ def _step_detail(rt: Any, view: dict[str, Any], step: dict[str, Any]) -> dict[st
     """A DAG step as its page shows it: what it was sent (the run's input and its
     dependencies' outputs), its payload (read from its row) and its idempotency key."""
     row = rt.store.steps.get_step(view["run_id"], step["step"])
-    outputs = {s["step"]: s.get("output") for s in view.get("steps") or ()}
     return {**step, "payload": None if row is None else row.payload,
-            "inputs": {"input": view.get("input"),
-                       "steps": {d: outputs.get(d) for d in step.get("depends_on") or ()}},
+            "inputs": sent_to(view, step),
             "idempotency_key": idempotency_key(view["run_id"], step["step"])}
 
 
@@ -219,8 +219,10 @@ async def history(request: Request) -> Response:
 async def workflows(request: Request) -> Response:
     rt = api_state(request).rt
     rows = await run_in_threadpool(reads.workflow_rows, rt)
+    now = time.time()
     for wf in rows:
         wf["graph"] = graph(wf["steps"]) if wf["steps"] else None
+        wf["spark"] = sparkline(wf["runs"], now)
     return page(request, "workflows.html", workflows=rows,
                 message=request.query_params.get("done"),
                 problem=request.query_params.get("problem"))

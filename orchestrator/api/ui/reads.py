@@ -25,6 +25,7 @@ STATUSES = (*(s.value for s in RunStatus), "paused")
 ENDED = frozenset(s.value for s in RunStatus if s.terminal)
 MAX_PAGES = 10  # listing pages read to fill one page of filtered runs
 LINEAGE_SCAN = 100  # the workflow's newest runs searched for a run's reruns
+SPARK_RUNS = 30  # a workflow's newest runs its row on the workflows page draws
 
 
 def _time(raw: str, name: str) -> float | None:
@@ -201,9 +202,10 @@ def run_page(rt: Runtime, run_id: str, body: bytes | None = None
     return view, _view_history(view)
 
 
-def workflow_rows(rt: Runtime, recent: int = 20) -> list[dict[str, Any]]:
-    """Each declared workflow: its steps (for the graph), triggers, schedule and the
-    success rate of its `recent` newest runs."""
+def workflow_rows(rt: Runtime, recent: int = SPARK_RUNS) -> list[dict[str, Any]]:
+    """Each declared workflow: its steps (for the graph), triggers, schedule, and its
+    `recent` newest runs (the success rate, the last run and the sparkline are all drawn
+    from them): one listing query a workflow, and one of the schedules."""
     manifest = rt.manifest
     schedules = {s["workflow"]: s for s in rt.scheduler.list_all()}
     out = []
@@ -226,5 +228,6 @@ def workflow_rows(rt: Runtime, recent: int = 20) -> list[dict[str, Any]]:
             "recent": len(runs), "finished": len(done), "succeeded": ok,
             "rate": None if not done else round(100 * ok / len(done)),
             "last": summary(runs[0]) if runs else None,
+            "runs": [summary(r) for r in runs],
         })
     return out

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from orchestrator import __version__
-from orchestrator.api.ui.layout import detail
+from orchestrator.api.ui.layout import REUSED, detail, seconds
 from orchestrator.api.ui.reads import ENDED
 from orchestrator.presentation.backend_waits import backend_wait_text
 from orchestrator.presentation.glyphs import DURABLE_GLYPHS
@@ -47,6 +47,15 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
 
 
+def _error_message(error: Any) -> str:
+    """An error's human message: its `message`, else the error itself as text."""
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])
+    if isinstance(error, str):
+        return error
+    return json.dumps(error, ensure_ascii=False, default=str)
+
+
 def _dollars(value: Any) -> str:
     if not isinstance(value, (int, float)):
         return "—"
@@ -58,8 +67,10 @@ _env = Environment(loader=PackageLoader("orchestrator.api.ui", "templates"),
                    lstrip_blocks=True)
 _env.filters.update(script_log=script_log, when=_when, pretty=_pretty, dollars=_dollars,
                     glyph=lambda s: GLYPHS.get(str(s), "?"), detail=detail,
-                    backend_wait=backend_wait_text)
-_env.globals.update(took=_took, ended=lambda status: status in ENDED, version=__version__)
+                    backend_wait=backend_wait_text, error_message=_error_message,
+                    span=seconds)
+_env.globals.update(took=_took, ended=lambda status: status in ENDED, version=__version__,
+                    reused_glyph=REUSED)
 
 
 def fragment(template: str, **context: Any) -> str:

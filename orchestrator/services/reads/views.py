@@ -182,4 +182,10 @@ def run_view(
         specs = run.definition.specs
         view["steps"] = [step_view(by_name.get(n), n, load,
                                    specs[n].deps if n in specs else ()) for n in order]
+        # A rerun's steps carried over from the run it reruns (their output copied, not
+        # called again) name that run.
+        reused = run.definition.reused
+        for s in view["steps"] if reused else ():
+            if s["step"] in reused and s["status"] == StepStatus.SUCCESS.value:
+                s["reused_from"] = reused[s["step"]]
     return view

@@ -1,6 +1,7 @@
 """The web dashboard at /ui: runs (filtered, live), a run (its graph or operations, a
 zoomable waterfall, each step's input and output, lineage, cost and actions), workflows
-with their triggers and schedules, events and the dead-letter queue.
+as a table with their triggers, schedules and a sparkline of their recent runs
+(sparks.py), events and the dead-letter queue.
 
 Server-rendered (Jinja2 templates in templates/), made live by htmx and its SSE
 extension (static/, committed: no Node build at install time), and signed in with the

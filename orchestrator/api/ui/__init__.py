@@ -1,7 +1,8 @@
 """The web dashboard at /ui: runs (filtered, live), a run (its graph or operations, a
 zoomable waterfall, each step's input and output, lineage, cost and actions), workflows
-with their triggers and schedules, events, the dead-letter queue, and the queues and
-workers (health.py).
+as a table with their triggers, schedules and a sparkline of their recent runs
+(sparks.py), events, the dead-letter queue, the queues and workers (health.py), and bulk
+actions over runs (bulk.py).
 
 Server-rendered (Jinja2 templates in templates/), made live by htmx and its SSE
 extension (static/, committed: no Node build at install time), and signed in with the

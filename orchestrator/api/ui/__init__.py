@@ -1,7 +1,7 @@
 """The web dashboard at /ui: runs (filtered, live), a run (its graph or operations, a
 zoomable waterfall, each step's input and output, lineage, cost and actions), workflows
 with their triggers and schedules, events, the dead-letter queue, and the queues and
-workers (health.py).
+workers (health.py), and a workflow's health over a day or week (workflow.py).
 
 Server-rendered (Jinja2 templates in templates/), made live by htmx and its SSE
 extension (static/, committed: no Node build at install time), and signed in with the
@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from orchestrator.adapters.dead_letters import DeadLetters
-from orchestrator.api.ui import actions, bulk, health, live, pages
+from orchestrator.api.ui import actions, bulk, health, live, pages, workflow
 from orchestrator.api.ui.session import guarded
 from orchestrator.runtime import Runtime
 from orchestrator.services.access.dashboard_logins import DashboardLogins
@@ -86,6 +86,7 @@ def routes() -> list[BaseRoute]:
         Route("/bulk/confirm", g(bulk.confirm), methods=["POST"]),
         Route("/bulk/{job_id}", g(bulk.job), methods=["GET"]),
         Route("/workflows", g(pages.workflows), methods=["GET"]),
+        Route("/workflows/{workflow}", g(workflow.workflow), methods=["GET"]),
         Route("/workflows/{workflow}/start", g(actions.start), methods=["POST"]),
         Route("/workflows/{workflow}/schedule/{action}", g(actions.schedule),
               methods=["POST"]),

@@ -1,7 +1,8 @@
 """`GET /workflows/{name}/stats?window=day|week`: a workflow's health over the last day
 (hour by hour) or week (6 hours a bucket), its newest failures grouped by error code and
 its triggers (services/health/workflow_stats.py; the dashboard's workflow page draws
-the same); and its OpenAPI path."""
+the same); and its OpenAPI path. Beside the stats' reads, a scheduled workflow costs one
+read of its schedule's item."""
 
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ from orchestrator.api import (
     triggers,
     ui,
     versions,
+    workflow_stats,
     workflows,
 )
 from orchestrator.api.openapi import openapi_document
@@ -185,6 +186,7 @@ def _routes() -> list[BaseRoute]:
         _route("/state/{entity}/{key}", cells.put_cell, "PUT"),
         _route("/state/{entity}/{key}", cells.delete_cell, "DELETE"),
         _route("/workflows", workflows.list_workflows, "GET"),
+        _route("/workflows/{name}/stats", workflow_stats.workflow_stats, "GET"),
         _route("/scripts/runs", scripts.submit_script, "POST"),
         _route("/scripts", scripts.list_scripts, "GET"),
         _route("/scripts/{name}", scripts.put_script, "PUT"),

@@ -28,6 +28,7 @@ from orchestrator.api import (
     scripts,
     triggers,
     versions,
+    workflow_stats,
     workflows,
 )
 from orchestrator.api.models import (
@@ -148,7 +149,8 @@ def _paths(retention: float) -> dict[str, Schema]:
     """Every resource's paths, each declared beside its handlers, in this order."""
     out: dict[str, Schema] = {}
     for part in (runs.paths(retention), bulk.paths(), durable_runs.paths(), run_copies.paths(),
-                 approvals.paths(), cells.paths(), workflows.paths(), triggers.paths(),
+                 approvals.paths(), cells.paths(), workflows.paths(),
+                 workflow_stats.paths(), triggers.paths(),
                  scripts.paths(), versions.paths(), health.paths(), _meta_paths()):
         for path, item in part.items():
             if path in out:

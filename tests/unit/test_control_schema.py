@@ -111,6 +111,7 @@ def test_the_keys_are_the_ones_deployed_tables_hold() -> None:
     assert c.event_wait_events_after(1.0) == "e#000000000001000"
     assert c.event_wait_sk("r", "s", 3) == "w#r#s#3"
     assert c.EVENT_WAITS_FROM == "w#" and c.NO_SK == "-"
+    assert c.hourly_counts_key("wf") == "counts#wf" and c.hour_sk(493_000) == "h#0000493000"
 
 
 def test_the_codecs_read_items_as_typed_values() -> None:

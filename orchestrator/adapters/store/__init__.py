@@ -35,7 +35,8 @@ composed by table, so that a call site shows what it touches:
   imported from another stack (inert: nothing here advances it);
 - `store.heartbeats` (`heartbeats.Heartbeats`): the processes' heartbeats, and
   `store.counts` (`stack_counts.StackCounts`): the stack's counters for `/metrics`,
-  both in the control table; `store.tallies` (adapters/tallies.py) holds what this
+  and `store.hourly` (`hourly_counts.HourlyCounts`): the same hour by hour, for a
+  workflow's page, all in the control table; `store.tallies` (adapters/tallies.py) holds what this
   process's writes counted (runs started and finished) until its heartbeat adds it.
 
 Each part shares `tables.Tables` (the client, the table names, the wake times and
@@ -58,6 +59,7 @@ from orchestrator.adapters.store.control import Control
 from orchestrator.adapters.store.drivers import Drivers
 from orchestrator.adapters.store.fanouts import FanOutItems
 from orchestrator.adapters.store.heartbeats import Heartbeats
+from orchestrator.adapters.store.hourly_counts import HourlyCounts
 from orchestrator.adapters.store.join_counts import JoinCounts
 from orchestrator.adapters.store.journal import Journal
 from orchestrator.adapters.store.locks import LockStore
@@ -121,6 +123,7 @@ class Store:
         self.copies = RunCopies(dynamodb, names, **shared)
         self.heartbeats = Heartbeats(self.control)
         self.counts = StackCounts(self.control)
+        self.hourly = HourlyCounts(self.control)
         self.bulk = BulkJobs(self.control)
         self.names = names
         # What every part was built with: a row's retention and the wake times.

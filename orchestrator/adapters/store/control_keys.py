@@ -48,6 +48,7 @@ One table, one item kind per key prefix, each changed only by conditional writes
 | `blimitq#<backend>`         | `<ms>#<holder>`         | steps waiting for a backend's slot  |
 | `procs`                     | `<kind>#<process id>`   | a process's heartbeat (expires)     |
 | `counts`                    | `<workflow>`            | a workflow's counters (`/metrics`)  |
+| `counts#<workflow>`         | `h#<epoch hour>`        | the same, added in one hour (expires) |
 
 `<ms>` is a time as 15 zero-padded digits of milliseconds (`ms_key`), so a partition
 sorts by time. An `evw#` subject is the event's key, `` (none) or `*` (any): see
@@ -103,6 +104,9 @@ __all__ = [
     "holder_key",
     "hook_key",
     "hook_used",
+    "hour_of",
+    "hour_sk",
+    "hourly_counts_key",
     "idempotency_key",
     "inbox_sk",
     "lock_item_key",
@@ -422,3 +426,19 @@ STACK_COUNTS = Pk("counts")
 
 def counts_sk(workflow: str) -> Sk:
     return Sk(workflow)
+
+
+def hourly_counts_key(workflow: str) -> Pk:
+    """A workflow's counters hour by hour (`hour_sk`: one item an hour, expiring), for
+    its page's charts: one query reads a week of them."""
+    return Pk(f"counts#{workflow}")
+
+
+def hour_sk(hour: int) -> Sk:
+    """An hour as a sort key: hours since the epoch (UTC), 10 zero-padded digits."""
+    return Sk(f"h#{hour:010d}")
+
+
+def hour_of(item: Item) -> int:
+    """The hour (since the epoch) of an hourly counts item."""
+    return int(sk_of(item)[2:])

@@ -1,8 +1,9 @@
 """The web dashboard at /ui: runs (filtered, live), a run (its graph or operations, a
 zoomable waterfall, each step's input and output, lineage, cost and actions), workflows
 as a table with their triggers, schedules and a sparkline of their recent runs
-(sparks.py), events, the dead-letter queue, the queues and workers (health.py), and bulk
-actions over runs (bulk.py).
+(sparks.py), a workflow's health over a day or week (workflow.py), events, the
+dead-letter queue, the queues and workers (health.py), and bulk actions over runs
+(bulk.py).
 
 Server-rendered (Jinja2 templates in templates/), made live by htmx and its SSE
 extension (static/, committed: no Node build at install time), and signed in with the
@@ -21,7 +22,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from orchestrator.adapters.dead_letters import DeadLetters
-from orchestrator.api.ui import actions, bulk, health, live, pages
+from orchestrator.api.ui import actions, bulk, health, live, pages, workflow
 from orchestrator.api.ui.session import guarded
 from orchestrator.runtime import Runtime
 from orchestrator.services.access.dashboard_logins import DashboardLogins
@@ -87,6 +88,7 @@ def routes() -> list[BaseRoute]:
         Route("/bulk/confirm", g(bulk.confirm), methods=["POST"]),
         Route("/bulk/{job_id}", g(bulk.job), methods=["GET"]),
         Route("/workflows", g(pages.workflows), methods=["GET"]),
+        Route("/workflows/{workflow}", g(workflow.workflow), methods=["GET"]),
         Route("/workflows/{workflow}/start", g(actions.start), methods=["POST"]),
         Route("/workflows/{workflow}/schedule/{action}", g(actions.schedule),
               methods=["POST"]),

@@ -18,7 +18,8 @@ from orchestrator.errors import UsageError
 from orchestrator.presentation.flow import flow_lines, flow_of
 from orchestrator.runtime import Runtime
 
-__all__ = ["RunFilters", "lineage", "list_page", "run_page", "workflow_rows"]
+__all__ = ["RunFilters", "lineage", "list_page", "run_page", "workflow_rows",
+           "workflow_triggers"]
 
 TRIGGERS = ("api", "webhook", "schedule", "event", "rerun", "manual")
 STATUSES = (*(s.value for s in RunStatus), "paused")
@@ -202,6 +203,21 @@ def run_page(rt: Runtime, run_id: str, body: bytes | None = None
     return view, _view_history(view)
 
 
+def workflow_triggers(rt: Runtime, name: str, schedule: dict[str, Any] | None = None
+                      ) -> dict[str, Any]:
+    """A workflow's triggers, as the Workflows page shows them: the events it starts
+    on, its webhooks and its schedule (`schedule`, if read already: its expression,
+    paused, next fire; None without one)."""
+    wf = rt.manifest.workflows[name]
+    if schedule is None and name in rt.scheduler.scheduled:
+        schedule = rt.scheduler.show(name)
+    return {
+        "events": [t.event for t in getattr(wf, "on", None) or ()],
+        "webhooks": [h for h, spec in rt.manifest.webhooks.items() if spec.workflow == name],
+        "schedule": schedule,
+    }
+
+
 def workflow_rows(rt: Runtime, recent: int = SPARK_RUNS) -> list[dict[str, Any]]:
     """Each declared workflow: its steps (for the graph), triggers, schedule, and its
     `recent` newest runs (the success rate, the last run and the sparkline are all drawn
@@ -221,10 +237,8 @@ def workflow_rows(rt: Runtime, recent: int = SPARK_RUNS) -> list[dict[str, Any]]
             "name": name, "description": wf.description,
             "kind": "durable" if wf.durable else "dag",
             "steps": steps,
-            "events": [t.event for t in getattr(wf, "on", None) or ()],
-            "webhooks": [h for h, spec in manifest.webhooks.items() if spec.workflow == name],
+            **workflow_triggers(rt, name, schedules.get(name)),
             "flow": flow_lines(flow_of(wf, manifest.backends)),
-            "schedule": schedules.get(name),
             "recent": len(runs), "finished": len(done), "succeeded": ok,
             "rate": None if not done else round(100 * ok / len(done)),
             "last": summary(runs[0]) if runs else None,

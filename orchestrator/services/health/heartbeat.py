@@ -1,7 +1,8 @@
 """A process's heartbeat: every `every` seconds (ORCH_HEARTBEAT_INTERVAL, 10 s) one write
 of its item (adapters/store/heartbeats.py: kind, id, start, last beat, version, what it
-handled since it started), then one `ADD` per workflow of what the process counted
-since the last beat (adapters/tallies.py -> adapters/store/stack_counts.py).
+handled since it started), then two `ADD`s per workflow of what the process counted
+since the last beat (adapters/tallies.py -> adapters/store/stack_counts.py, and
+adapters/store/hourly_counts.py for the hour's item).
 
 Off the hot path: a long-lived process beats from a thread of its own (`start`); a
 Lambda container, whose threads are frozen between invocations, beats at the end of an
@@ -59,15 +60,22 @@ class Heartbeat:
 
     def flush(self) -> None:
         """Add what this process counted since the last flush to the stack's counters:
-        one request per workflow it saw. What a write could not store waits for the
-        next beat."""
+        two requests per workflow it saw, one to its cumulative item (`/metrics`), one to
+        its item of this hour (its page's charts). What the cumulative write could not
+        store waits for the next beat; an hour's write that fails after it is not
+        retried (that would count the cumulative item twice): the hour misses it."""
         taken = self.store.tallies.take()
+        now = self.clock()
         for i, (workflow, counts) in enumerate(taken.items()):
             try:
                 self.store.counts.add(workflow, counts)
             except Exception:
                 self.store.tallies.give_back(dict(list(taken.items())[i:]))
                 raise
+            try:
+                self.store.hourly.add(workflow, counts, now)
+            except Exception:  # the charts lose a beat's counts; /metrics has them
+                log.warning("hourly counts of %s lost at this beat", workflow, exc_info=True)
 
     def maybe(self) -> None:
         """Beat if a beat is due (a Lambda container's, at the end of an invocation)."""

@@ -18,6 +18,7 @@ from functions.examples import monthly_report
 from functions.examples.flow import Flow
 from infra.emulator import Emulator
 from orchestrator.adapters.messages import AdmitRun
+from orchestrator.engine.search import parse_query
 from orchestrator.errors import ManifestError
 from orchestrator.manifest.loader import manifest_from_text
 from orchestrator.testing import WorkflowEnv
@@ -56,6 +57,12 @@ def test_five_events_in_a_burst_cause_one_reindex_on_the_last(
     env.run_until_idle()
     assert env.status(ids[0]) == "success" and env.status(other[0]) == "success"
     assert sorted(reindexed(tmp_path)) == [("acme", {"n": 5}), ("globex", {"n": 1})]
+    # Found by a search by the last event's input, as by the first's (each trigger's
+    # input is indexed before the write that takes it).
+    for n in (1, 5):
+        found, _ = env.rt.store.runs.find_runs(parse_query(f"input.data.n = {n}"),
+                                               env.now, workflow="reindex-customer")
+        assert [r.run_id for r in found] == ([other[0]] if n == 1 else []) + [ids[0]]
     # The run started 2 s after the last event of its burst.
     run = env.rt.runs.get(ids[0])
     assert run.started_at == pytest.approx(run.created_at + 4 * 0.5 + 2.0, abs=0.01)

@@ -52,7 +52,10 @@ ROOT = TEMPLATE_PATH.parent
 # What the Lambda functions import beyond the runtime's own boto3 (pinned to the versions
 # installed here: what the tests ran against).
 LAMBDA_REQUIREMENTS = ("starlette", "pydantic", "httpx", "PyYAML", "cronsim", "simpleeval",
-                       "mangum", "prometheus-client")
+                       "mangum", "prometheus-client",
+                       # The dashboard the API serves (/ui): templates, form posts, live
+                       # updates (tests/unit/test_lambda_requirements.py checks the list).
+                       "jinja2", "python-multipart", "sse-starlette")
 CODE_PACKAGES = ("orchestrator", "functions")
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 SECRET_PARAMETERS = ("FunctionsSecret", "WebhookSecret", "ScriptsSecret")

@@ -271,9 +271,11 @@ def test_every_function_is_granted_only_what_it_calls_on_this_stacks_resources()
                 "dynamodb:BatchWriteItem"}
     logs = {"logs:CreateLogStream", "logs:PutLogEvents"}
     send = {"sqs:SendMessage", "sqs:GetQueueUrl"}
-    # ... and the queues' depths GET /health and /metrics read.
-    assert granted["ApiRole"] == item_ops | logs | send | {"s3:GetObject",
-                                                           "sqs:GetQueueAttributes"}
+    # ... and the queues' depths GET /health and /metrics read, and the dead letters the
+    # dashboard reads and redrives (adapters/dead_letters.py).
+    assert granted["ApiRole"] == item_ops | logs | send | {
+        "s3:GetObject", "sqs:GetQueueAttributes", "sqs:ReceiveMessage", "sqs:DeleteMessage",
+        "sqs:ChangeMessageVisibility"}
     assert granted["WorkerRole"] == item_ops | logs | send | {
         "sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility",
         "sqs:GetQueueAttributes", "s3:GetObject", "s3:PutObject"}

@@ -7,11 +7,13 @@ counts the Scans a search makes (none)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
 import pytest
 
+from orchestrator.errors import ConditionFailed
 from tests.support.harness import Harness
 from tests.support.polling import until
 from tests.support.served import api_client, found, start_run
@@ -185,3 +187,21 @@ def test_every_stop_and_sink_is_found(crossing: tuple[Harness, httpx.Client]) ->
     assert child.status_code == 201, child.text
     h.wait("kid-1")
     assert found(c, q=f'trigger.parent_run_id = "{forked}"') == ["kid-1"]
+
+
+def test_a_run_created_twice_is_found_once_at_its_creation(
+        api: tuple[Harness, httpx.Client]) -> None:
+    """A creation that loses to an earlier one of the same run id (a trigger sent twice,
+    a schedule's tick fired by two sweepers) wrote its terms first, under its own time:
+    the search lists the run once, where its row's creation puts it."""
+    h, c = api
+    body = {"workflow": "other", "input": {"twice": "yes"}, "run_id": "twice-1"}
+    assert c.post("/runs", json=body).status_code == 201
+    h.wait("twice-1")
+    run = h.rt.store.runs.get_run("twice-1", h.rt.clock())
+    assert run is not None
+    with pytest.raises(ConditionFailed):  # the losing attempt, a second later
+        h.rt.store.runs.create_run(replace(run, created_at=run.created_at + 1.0))
+    later = start_run(c, "other", {"twice": "yes"})
+    h.wait(later)
+    assert found(c, q="input.twice = yes") == [later, "twice-1"]

@@ -14,7 +14,9 @@ finish, its error's (and a succeeding run its output's) before the finish's writ
 Each is one BatchWriteItem of at most MAX_TERMS (24) items of under 1 KB: as many write
 units, $1.25 a million on demand. Written before the row, so a process that dies in
 between leaves a term naming a run that is not there (a query skips it), never a run
-without its terms. A term a rival write left (a finish that lost to a cancel) may name
+without its terms; a creation that loses to an earlier one of the same run id (a
+trigger repeated) leaves terms under its own time, which a query skips too (the row's
+creation time is not theirs). A term a rival write left (a finish that lost to a cancel) may name
 a run whose row says otherwise: the query's answer is what the index holds.
 
 Reads (`find_runs`): one clause drives (its terms' partitions read newest first, in
@@ -204,13 +206,18 @@ class RunSearch(RunListing):
                 if not keep:
                     break
             ids = {sk: sk.partition("#")[2] for sk in page if sk in keep}
-            rows = self._shown(list(ids.values())) if ids else {}
+            rows = self._shown(sorted(set(ids.values()))) if ids else {}
             for sk in page:
                 last = sk
                 item = rows.get(ids.get(sk, ""))
                 if item is None:
                     continue
                 run = run_from_item(item)
+                if ms_key(run.created_at) != sk.partition("#")[0]:
+                    # A term of an attempt at creating this run id that lost to an
+                    # earlier one (a trigger sent twice): the run is listed at its own
+                    # creation's entry, once.
+                    continue
                 if run.expires_at is not None and run.expires_at <= now:
                     continue
                 if workflow is not None and run.workflow != workflow:

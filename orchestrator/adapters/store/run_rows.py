@@ -85,7 +85,7 @@ class RunRows(RunSearch):
                                      ProjectionExpression="created_at",
                                      ConsistentRead=True).get("Item")
         if item:
-            created = float(item["created_at"]["N"])
+            created = int(item["created_at"]["N"]) / 1000.0  # whole milliseconds (codec)
             self.index_run(run_id, created, {"input": input}, created + self.step_retention)
 
     def debounce(self, run_id: str, input: Any, admit_at: float, now: float) -> RunRecord:

@@ -191,6 +191,7 @@ class RunSearch(RunListing):
         others = [c for c in query.clauses if c is not driver]
         it = self._candidates(driver, below, since)
         runs: list[RunRecord] = []
+        listed: set[str] = set()
         looked = 0
         last: str | None = None
         while looked < FIND_READS:
@@ -213,11 +214,13 @@ class RunSearch(RunListing):
                 if item is None:
                     continue
                 run = run_from_item(item)
-                if ms_key(run.created_at) != sk.partition("#")[0]:
+                if run.run_id in listed or abs(
+                        round(run.created_at * 1000) - int(sk.partition("#")[0])) > 1:
                     # A term of an attempt at creating this run id that lost to an
                     # earlier one (a trigger sent twice): the run is listed at its own
-                    # creation's entry, once.
+                    # creation's entry (its row keeps whole milliseconds), once.
                     continue
+                listed.add(run.run_id)
                 if run.expires_at is not None and run.expires_at <= now:
                     continue
                 if workflow is not None and run.workflow != workflow:

@@ -203,14 +203,15 @@ def test_every_page_fits_a_phone_keeps_ids_whole_and_tabs_to_its_controls(
         _shot(page, f"phone-{name}")
     # A run id is one unit: one line, monospace, its whole text (an ellipsis at most).
     page.goto(f"{url}/ui/runs")
-    ids = page.locator("td.id a")
-    assert ids.count() == 3  # and the listener's, started by the event
-    for i in range(ids.count()):
-        link = ids.nth(i)
-        assert link.evaluate("e => e.getClientRects().length") == 1, link.inner_text()
-        assert link.text_content() in (failed, gate) or link.text_content().startswith(
-            "listener-")
-        assert "monospace" in _style(page, "td.id a", "font-family")
+    # Read in one script, so that a live refresh of the rows (which replaces them) cannot
+    # fall between finding a link and measuring it.
+    links = page.evaluate("() => [...document.querySelectorAll('td.id a')].map("
+                          "a => [a.textContent, a.getClientRects().length])")
+    assert len(links) == 3, links  # and the listener's, started by the event
+    for text, rects in links:
+        assert rects == 1, (text, rects)
+        assert text in (failed, gate) or text.startswith("listener-")
+    assert "monospace" in _style(page, "td.id a", "font-family")
     page.goto(f"{url}/ui/runs/{failed}")
     heading = page.locator("h1 .id")
     assert heading.evaluate("e => e.getClientRects().length") == 1

@@ -105,7 +105,7 @@ def paths() -> dict[str, Schema]:
                              "schema": {"type": "string"}}],
                 responses={"200": _json(_JOB, "The job, with `runs`: [{run_id, outcome,"
                                         " detail, new_run_id}] and `next_cursor`"),
-                           **errors("404", "503")},
+                           **errors("400", "404", "503")},
             ),
         },
     }

@@ -177,6 +177,9 @@ def _live(emulator: Emulator, testfns: str, tmp_path_factory: pytest.TempPathFac
         # Stored scripts to read, replace and delete.
         for name in SCRIPT_NAMES:
             h.rt.runs.manifest.register(name, "echo seeded\n")
+        # A bulk job to read (no workers: it stays at its first page).
+        assert client.post("/bulk-actions", json={"action": "cancel", "run_ids": ["seed-killed"],
+                                                  "job_id": "seed-job"}).status_code == 202
         export = client.get("/runs/seed-killed/export").json()
         schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
         yield Live(h, server.url, key, client, schema, "seed-running", "seed-killed", tokens,
@@ -289,6 +292,18 @@ def steer(live: Live, case: Any, data: st.DataObject, mode: GenerationMode) -> N
         body.update(json.loads(json.dumps(live.export).replace(live.killed, run_id)))
     if isinstance(body, dict) and path == "/events":
         body["name"] = "order.paid"  # its trigger's `if` then runs over the fuzzed data
+    if params is not None and "job_id" in params:
+        params["job_id"] = data.draw(st.sampled_from(["seed-job", "no-such-job"]))
+    if isinstance(body, dict) and path == "/bulk-actions":
+        # A selection that names runs (one that names none is a 400), and only what
+        # the action takes.
+        for name in ("q", "workflow", "status", "job_id"):
+            body.pop(name, None)
+        body["run_ids"] = [live.killed, live.running]
+        if body.get("action") != "cancel":
+            body.pop("reason", None)
+        if body.get("action") != "rerun":
+            body.pop("input", None)
     steer_versions(live, case, data)
     if isinstance(case.query, dict) and case.method == "GET":
         if path == "/runs":

@@ -19,9 +19,8 @@ from functions.sdk.serving import BackgroundServer
 from orchestrator.adapters.store.hourly_counts import HOUR
 from orchestrator.adapters.tallies import bucket_attr
 from orchestrator.api.app import create_app
-from orchestrator.services.access.dashboard_logins import DashboardLogins
 from orchestrator.services.health.workflow_stats import WINDOWS, WorkflowStats
-from tests.support.browser import SHOTS, open_browser
+from tests.support.browser import SHOTS, open_browser, signed_in
 from tests.support.harness import Harness
 from tests.support.polling import until
 
@@ -54,14 +53,9 @@ def stack(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
 def page(stack: tuple[Harness, str]) -> Iterator[Any]:
     h, url = stack
     with open_browser() as browser:
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        p = context.new_page()
-        p.set_default_timeout(WAIT)
-        token = DashboardLogins(h.rt.control).create(h.rt.clock())
-        p.goto(f"{url}/ui/login?token={token}&next=/ui/workflows")
-        p.wait_for_url(re.compile(r".*/ui/workflows$"))
+        p = signed_in(browser, h, url, next_path="/ui/workflows", timeout=WAIT)
         yield p
-        context.close()
+        p.context.close()
 
 
 def seed_earlier_hours(h: Harness) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from orchestrator import __version__
 from orchestrator.adapters.store import Store
 from orchestrator.adapters.store.heartbeats import Heartbeat as Beat
+from orchestrator.adapters.tallies import Counts as Tally
 from orchestrator.errors import OrchestratorError
 
 __all__ = ["Heartbeat"]
@@ -52,19 +53,27 @@ class Heartbeat:
         """Write this process's heartbeat and add what it counted to the stack's."""
         with self._lock:
             self._last = time.monotonic()
-            self.store.heartbeats.beat(Beat(
-                self.kind, self.id, self.started_at, self.clock(), self.every, __version__,
-                dict(self.handled()), {k: v for k, v in self.in_flight().items() if v},
-                stopped))
-            self.flush()
+            # What was counted up to the beat's start is this beat's: a count taken
+            # while its heartbeat is written waits for the next beat.
+            taken = self.store.tallies.take()
+            try:
+                self.store.heartbeats.beat(Beat(
+                    self.kind, self.id, self.started_at, self.clock(), self.every,
+                    __version__, dict(self.handled()),
+                    {k: v for k, v in self.in_flight().items() if v}, stopped))
+            except Exception:
+                self.store.tallies.give_back(taken)
+                raise
+            self.flush(taken)
 
-    def flush(self) -> None:
+    def flush(self, taken: dict[str, Tally] | None = None) -> None:
         """Add what this process counted since the last flush to the stack's counters:
         two requests per workflow it saw, one to its cumulative item (`/metrics`), one to
         its item of this hour (its page's charts). What the cumulative write could not
         store waits for the next beat; an hour's write that fails after it is not
         retried (that would count the cumulative item twice): the hour misses it."""
-        taken = self.store.tallies.take()
+        if taken is None:
+            taken = self.store.tallies.take()
         now = self.clock()
         for i, (workflow, counts) in enumerate(taken.items()):
             try:

@@ -17,10 +17,14 @@ RUNTIME = ("boto3",)
 # Imported only where installed (each import in a try): the handlers are imported here
 # with these refused, which proves it. httpx's command line (click, rich, pygments),
 # sse-starlette's look for a uvicorn server, the optional traces (the `otel` extra).
+# Modules the interpreter loaded before the handlers (a pip-made venv's setuptools hook,
+# `_distutils_hack`, from its .pth file) are not the handlers' imports.
 OPTIONAL = ("click", "rich", "pygments", "uvicorn", "opentelemetry")
 IMPORTS = """
 import sys
 from importlib.abc import MetaPathFinder
+
+started = set(sys.modules)
 
 class Refuse(MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
@@ -34,7 +38,7 @@ from orchestrator.api.app import create_app
 from orchestrator.runtime import Runtime
 from orchestrator.sweeper import Sweeper
 from orchestrator.worker import Worker
-print("\\n".join(sorted({m.split(".")[0] for m in sys.modules})))
+print("\\n".join(sorted({m.split(".")[0] for m in set(sys.modules) - started})))
 """
 
 

@@ -1,8 +1,9 @@
 """Acting on many runs at once (`POST /bulk-actions`, services/bulk.py), over the HTTP API
 on moto with the test functions on uvicorn and real workers taking the job's pages:
-cancel every run a search names (queued behind a limit and running alike), rerun failed
-runs with a new input, resume; a dry run's count; the per-run report; a job id used
-twice; a page done again after its worker died acts on no run twice."""
+cancel every run a search names (queued behind a limit and running alike) and a halting
+run (its step in flight lands, nothing starts after), rerun failed runs with a new input,
+resume; a dry run's count; the per-run report; a job id used twice; a page done again
+after its worker died acts on no run twice."""
 
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ workflows:
     steps:
       check: { backend: fn, route: /gate, retry: { max: 0 } }
       after: { backend: fn, route: /echo, dependsOn: [check] }
+  halting:
+    steps:
+      check: { backend: fn, route: /gate, retry: { max: 0 } }
+      nap: { backend: fn, route: /slow, payload: { seconds: 8 } }
+      after: { backend: fn, route: /echo, dependsOn: [nap] }
 """
 
 
@@ -137,6 +143,28 @@ def test_a_page_done_again_acts_on_no_run_twice(api: tuple[Harness, httpx.Client
     assert done["runs"][0]["new_run_id"] == "by-the-first-worker"
     reruns = c.get("/runs", params={"q": "trigger.source = rerun", "limit": 100}).json()
     assert sorted(r["rerun_of"] for r in reruns["runs"]) == sorted(failed)
+
+
+def test_a_cancel_reaches_a_halting_run(api: tuple[Harness, httpx.Client]) -> None:
+    # Its first step failed (onFailure: halt) while `nap` was in flight: the run is
+    # still running, halted, until `nap` lands (8 s: time enough to find and cancel it
+    # on a loaded machine).
+    h, c = api
+    run = start_run(c, "halting", {"ok": False})
+    until("the run halted with its nap in flight",
+          lambda: h.rt.store.runs.get_run(run, h.rt.clock()).halted)
+    assert _status(c, run) == "running"
+    found = c.get("/runs", params={"q": "status = running workflow = halting"}).json()
+    assert [r["run_id"] for r in found["runs"]] == [run]
+    r = c.post("/bulk-actions", json={"action": "cancel", "run_ids": [run]})
+    job = _done(c, r.json()["job_id"])
+    assert [(o["outcome"], o["detail"]) for o in job["runs"]] == [("done", "cancelled")]
+    # The cancel is the run's end; its step's failure stays in its steps, the step in
+    # flight landed, and nothing started after it.
+    view = h.wait(run)
+    assert (view["status"], view["kill_reason"]) == ("killed", "cancelled in bulk")
+    steps = {s["step"]: s["status"] for s in view["steps"]}
+    assert steps == {"check": "failed", "nap": "success", "after": "skipped"}
 
 
 def test_resume_reports_a_run_it_cannot_resume(api: tuple[Harness, httpx.Client]) -> None:

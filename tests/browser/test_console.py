@@ -14,7 +14,7 @@ import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
-from tests.support.browser import SHOTS, open_browser, signed_in
+from tests.support.browser import open_browser, shot, signed_in
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -44,11 +44,6 @@ def _open(h: Harness, url: str, browser: Any, width: int, height: int) -> Any:
     return signed_in(browser, h, url, width=width, height=height, timeout=WAIT)
 
 
-def _shot(p: Any, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    p.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
 def test_search_then_rerun_every_match_by_keyboard(stack: tuple[Harness, str]) -> None:
     h, url = stack
     acme = [h.start("orders", {"ok": False, "customer": "acme", "order": 1040 + i})
@@ -66,7 +61,7 @@ def test_search_then_rerun_every_match_by_keyboard(stack: tuple[Harness, str]) -
         for r in acme:
             p.locator("td.id a", has_text=r).wait_for()
         assert p.locator("td.id a", has_text=other).count() == 0
-        _shot(p, "runs-search")
+        shot(p, "runs-search")
         # A query it cannot read says why, on the page.
         p.fill("form.filters input[name=q]", "customer = acme")
         p.keyboard.press("Enter")
@@ -89,7 +84,7 @@ def test_search_then_rerun_every_match_by_keyboard(stack: tuple[Harness, str]) -
         p.locator("#job .jobstate", has_text="done").wait_for()
         text = " ".join(p.locator("#job").inner_text().split())
         assert "3 of 3 runs · 3 done · 0 skipped · 0 failed" in text
-        _shot(p, "bulk-job")
+        shot(p, "bulk-job")
         new = [a.inner_text() for a in p.locator("td.id.opt a").all()]
         assert len(new) == 3
         for r in new:
@@ -117,7 +112,7 @@ def test_tick_queued_runs_and_cancel_them_at_a_phones_width(
         p.locator("form[action='/ui/bulk/confirm'] button").click()
         p.locator("#job .jobstate", has_text="done").wait_for()
         assert p.evaluate("document.documentElement.scrollWidth") <= 390
-        _shot(p, "bulk-job-phone")
+        shot(p, "bulk-job-phone")
     for r in runs[:2]:
         view = h.wait(r)
         assert view["status"] == "killed" and view["kill_reason"] == "wrong batch"

@@ -17,7 +17,7 @@ import pytest
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from orchestrator.services.access.dashboard_logins import DashboardLogins
-from tests.support.browser import SHOTS, open_browser, signed_in
+from tests.support.browser import dashboard_page, open_browser, shot
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -81,15 +81,8 @@ def stack(served: tuple[Harness, str, Answers]) -> tuple[Harness, str]:
 @pytest.fixture
 def page(stack: tuple[Harness, str]) -> Iterator[Any]:
     h, url = stack
-    with open_browser() as browser:
-        p = signed_in(browser, h, url, timeout=WAIT)
+    with dashboard_page(h, url, timeout=WAIT) as p:
         yield p
-        p.context.close()
-
-
-def _shot(p: Any, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    p.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def _status(p: Any, status: str) -> None:
@@ -125,7 +118,7 @@ def test_find_the_failed_run_read_its_error_rerun_it_with_edited_input_to_succes
     assert h.wait(bad)["status"] == "failed"
     page.goto(f"{url}/ui/runs")
     page.locator("td.id a", has_text=good).wait_for()
-    _shot(page, "runs")
+    shot(page, "runs")
     page.select_option("select[name=status]", "failed")
     page.click("form.filters button[type=submit]")
     page.wait_for_url(re.compile(r".*status=failed.*"))
@@ -140,7 +133,7 @@ def test_find_the_failed_run_read_its_error_rerun_it_with_edited_input_to_succes
     step = page.locator("section#step")
     assert "check" in step.locator("h2").inner_text()
     assert "input.ok must be true" in step.inner_text()
-    _shot(page, "run-failed")
+    shot(page, "run-failed")
     # The history is fetched when its section is opened.
     page.click("#history summary")
     page.locator("#history td", has_text="step.failed").first.wait_for()
@@ -155,7 +148,7 @@ def test_find_the_failed_run_read_its_error_rerun_it_with_edited_input_to_succes
     # Its lineage names the run it reruns.
     page.reload()
     assert page.locator("ul.tree a", has_text=bad).count() == 1
-    _shot(page, "run-rerun")
+    shot(page, "run-rerun")
 
 
 def test_approve_a_waiting_durable_run_through_its_hook(
@@ -166,7 +159,7 @@ def test_approve_a_waiting_durable_run_through_its_hook(
                        for s in h.rt.runs.view(run_id)["steps"]))
     page.goto(f"{url}/ui/runs/{run_id}")
     hook = page.locator("form[aria-label^='Execute hook']")
-    _shot(page, "run-durable-waiting")
+    shot(page, "run-durable-waiting")
     hook.locator("textarea").fill('{"approved": true}')
     hook.locator("button").click()
     page.locator(".notice.ok", has_text="hook executed").wait_for()
@@ -219,7 +212,7 @@ def test_a_page_left_open_while_its_run_ends_shows_one_status(
     assert page.locator(".s-running").count() == 0
     assert set(page.locator(".status").all_inner_texts()) == {"success", "✔ success"}
     assert page.evaluate("window.notReloaded") is True
-    _shot(page, "run-ended-live")
+    shot(page, "run-ended-live")
 
 
 def test_the_workflows_page_starts_a_run_and_refuses_bad_json(
@@ -229,7 +222,7 @@ def test_the_workflows_page_starts_a_run_and_refuses_bad_json(
     card = page.locator("tr#wf-report")  # a row a workflow
     card.locator("details.graph summary").click()
     assert card.locator("svg rect.box").count() == 3
-    _shot(page, "workflows")
+    shot(page, "workflows")
     card.locator("details.start summary").click()
     card.locator("textarea").fill("{not json")
     card.locator("button", has_text="Start run").click()
@@ -258,7 +251,7 @@ def test_every_page_fits_a_phone_has_labelled_controls_and_a_keyboard_path(
             && !e.textContent.trim()).map(e => e.outerHTML)""")
         assert unlabelled == [], path
     page.goto(f"{url}/ui/runs/{run_id}")
-    _shot(page, "run-phone")
+    shot(page, "run-phone")
     # The keyboard: the first Tab reaches the skip link, Enter jumps to the content.
     page.goto(f"{url}/ui/runs")
     page.keyboard.press("Tab")
@@ -288,7 +281,7 @@ def test_approve_a_gate_from_the_inbox_and_the_run_goes_on(
         page.wait_for_load_state()
         row = page.locator("tr", has_text=run_id)
     assert "Refund order 1042, EUR 480?" in row.inner_text()
-    _shot(page, "approvals")
+    shot(page, "approvals")
     row.locator("input[name=comment]").fill("refund it")
     row.locator("button", has_text="Approve").click()
     page.locator(".notice.ok", has_text="approved").wait_for()

@@ -14,7 +14,7 @@ import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
-from tests.support.browser import SHOTS, open_browser, signed_in
+from tests.support.browser import dashboard_page, shot
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -41,10 +41,8 @@ def stack(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
 @pytest.fixture
 def page(stack: tuple[Harness, str]) -> Iterator[Any]:
     h, url = stack
-    with open_browser() as browser:
-        p = signed_in(browser, h, url, next_path="/ui/health", timeout=WAIT)
+    with dashboard_page(h, url, next_path="/ui/health", timeout=WAIT) as p:
         yield p
-        p.context.close()
 
 
 def test_the_health_page_shows_queues_processes_and_backends_and_fits_a_phone(
@@ -68,8 +66,7 @@ def test_the_health_page_shows_queues_processes_and_backends_and_fits_a_phone(
     alive.locator("tr", has_text="worker").filter(has_text="attempts 1").first.wait_for()
     backends = page.get_by_role("table", name="Backends").locator("tr", has_text="fn")
     assert re.search(r"fn\s+0\s+2\s+50/1s", backends.inner_text()), backends.inner_text()
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "health.png"), full_page=True)
+    shot(page, "health")
     # A worker started while the page is open shows up on its own.
     second = h.start_workers(1, threads=1)[0]
     page.locator(f"tr[data-process='{second.id}']").wait_for()
@@ -78,5 +75,5 @@ def test_the_health_page_shows_queues_processes_and_backends_and_fits_a_phone(
     page.goto(f"{url}/ui/health")
     wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert wide <= 0, f"/ui/health is {wide}px wider than a phone"
-    page.screenshot(path=str(SHOTS / "health-phone.png"), full_page=True)
+    shot(page, "health-phone")
     assert errors == []

@@ -15,8 +15,7 @@ import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
-from orchestrator.services.access.dashboard_logins import DashboardLogins
-from tests.support.browser import SHOTS, open_browser
+from tests.support.browser import dashboard_page, shot
 from tests.support.harness import Harness
 from tests.support.polling import until
 
@@ -59,24 +58,11 @@ def stack(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
 @pytest.fixture
 def page(stack: tuple[Harness, str]) -> Iterator[Any]:
     h, url = stack
-    with open_browser() as browser:
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        # An ended run's page closes its stream once it swapped its live part in: a
-        # page is read whole after that, never while a part is being replaced.
-        context.add_init_script(
-            "document.addEventListener('htmx:sseClose', () => { window.sseClosed = true; })")
-        p = context.new_page()
-        p.set_default_timeout(WAIT)
-        token = DashboardLogins(h.rt.control).create(h.rt.clock())
-        p.goto(f"{url}/ui/login?token={token}")
-        p.wait_for_url(re.compile(r".*/ui/runs.*"))
+    # An ended run's page closes its stream once it swapped its live part in: a page is
+    # read whole after that, never while a part is being replaced.
+    closed = "document.addEventListener('htmx:sseClose', () => { window.sseClosed = true; })"
+    with dashboard_page(h, url, timeout=WAIT, init_script=closed) as p:
         yield p
-        context.close()
-
-
-def _shot(p: Any, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    p.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def _ended_run(p: Any, url: str) -> None:
@@ -109,7 +95,7 @@ def test_a_failed_runs_page_its_error_once_and_legends_in_their_bars_colours(
     assert not page.locator("pre", has_text="input.ok must be true").is_visible()
     page.locator("#run-outcome details summary").click()
     assert page.locator("pre", has_text="input.ok must be true").is_visible()
-    _shot(page, "run-failed")
+    shot(page, "run-failed")
     # Each swatch of the timeline's legend is painted as its bars are.
     fall = "svg[aria-label='Waterfall of attempts']"
     legend = "p[aria-label='Timeline legend']"
@@ -200,7 +186,7 @@ def test_every_page_fits_a_phone_keeps_ids_whole_and_tabs_to_its_controls(
         assert wide <= 0, f"{path} is {wide}px wider than a phone"
         reached = _tab_through(page, CONTROLS[name])
         assert reached == set(CONTROLS[name]), (name, set(CONTROLS[name]) - reached)
-        _shot(page, f"phone-{name}")
+        shot(page, f"phone-{name}")
     # A run id is one unit: one line, monospace, its whole text (an ellipsis at most).
     page.goto(f"{url}/ui/runs")
     # Read in one script, so that a live refresh of the rows (which replaces them) cannot
@@ -239,7 +225,7 @@ def test_the_workflows_page_is_a_compact_table_with_sparklines_and_a_keyboard_st
     assert fills[0] == fills[2] != fills[1] == fills[3]
     assert fills[1] == _style(page, "tr#wf-report .status.s-failed", "color")
     assert report.locator("svg.spark rect title").nth(3).text_content().endswith(made[3])
-    _shot(page, "workflows-table")
+    shot(page, "workflows-table")
     # By keyboard: the start form unfolds with Enter, its input and button follow.
     report.locator("details.start summary").focus()
     page.keyboard.press("Enter")
@@ -274,4 +260,4 @@ def test_a_reruns_page_marks_the_steps_it_carried_over(
     assert note.count() == 1 and note.is_visible()
     assert note.text_content() == f"↺ reused from {bad}, not run again"
     assert page.locator("p[aria-label='Legend'] a.id").text_content() == bad
-    _shot(page, "run-rerun-reused")
+    shot(page, "run-rerun-reused")

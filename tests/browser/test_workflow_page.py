@@ -20,7 +20,7 @@ from orchestrator.adapters.store.hourly_counts import HOUR
 from orchestrator.adapters.tallies import bucket_attr
 from orchestrator.api.app import create_app
 from orchestrator.services.health.workflow_stats import WINDOWS, WorkflowStats
-from tests.support.browser import SHOTS, open_browser, signed_in
+from tests.support.browser import dashboard_page, shot
 from tests.support.harness import Harness
 from tests.support.polling import until
 
@@ -52,10 +52,8 @@ def stack(harness_factory: Any) -> Iterator[tuple[Harness, str]]:
 @pytest.fixture
 def page(stack: tuple[Harness, str]) -> Iterator[Any]:
     h, url = stack
-    with open_browser() as browser:
-        p = signed_in(browser, h, url, next_path="/ui/workflows", timeout=WAIT)
+    with dashboard_page(h, url, next_path="/ui/workflows", timeout=WAIT) as p:
         yield p
-        p.context.close()
 
 
 def seed_earlier_hours(h: Harness) -> None:
@@ -97,8 +95,7 @@ def test_the_workflow_page_charts_the_day_and_week_and_groups_the_failures(
     last = page.locator("#chart-runs rect.wfp-bar").last
     assert last.get_attribute("data-status") in ("success", "failed")
     assert page.locator("#chart-latency polyline.wfp-p95").count() >= 1
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "workflow.png"), full_page=True)
+    shot(page, "workflow")
     # The numbers in a table, behind a disclosure.
     page.get_by_text("The numbers, bucket by bucket").click()
     rows = page.get_by_role("table", name="Numbers per bucket").locator("tbody tr, tr")
@@ -132,7 +129,7 @@ def test_the_workflow_page_charts_the_day_and_week_and_groups_the_failures(
     page.goto(f"{url}/ui/workflows/checkout")
     wide = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert wide <= 0, f"/ui/workflows/checkout is {wide}px wider than a phone"
-    page.screenshot(path=str(SHOTS / "workflow-phone.png"), full_page=True)
+    shot(page, "workflow-phone")
     assert errors == []
     # An unknown workflow is a page saying so (a 404).
     assert page.goto(f"{url}/ui/workflows/nope").status == 404

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["SHOTS", "chromium_path", "open_browser", "signed_in"]
+__all__ = ["SHOTS", "chromium_path", "dashboard_page", "open_browser", "shot", "signed_in"]
 
 # Where the tests save their screenshots (the README shows copies from docs/dashboard/).
 SHOTS = Path(os.environ.get("ORCH_SCREENSHOTS", "build/screenshots"))
@@ -54,17 +54,37 @@ def open_browser() -> Iterator[Any]:
 
 
 def signed_in(browser: Any, h: Any, url: str, *, width: int = 1280, height: int = 900,
-              next_path: str = "/ui/runs", timeout: int = 20_000) -> Any:
+              next_path: str = "/ui/runs", timeout: int = 20_000,
+              init_script: str | None = None) -> Any:
     """A page of a new context `width` x `height`, signed in to the dashboard at `url`
     with the one-time link `orchestrator dev` prints (for harness `h`'s stack), on
-    `next_path`."""
+    `next_path`; `init_script` runs in each of its documents first."""
     import re
 
     from orchestrator.services.access.dashboard_logins import DashboardLogins
 
-    p = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    context = browser.new_context(viewport={"width": width, "height": height})
+    if init_script is not None:
+        context.add_init_script(init_script)
+    p = context.new_page()
     p.set_default_timeout(timeout)
     token = DashboardLogins(h.rt.control).create(h.rt.clock())
     p.goto(f"{url}/ui/login?token={token}&next={next_path}")
     p.wait_for_url(re.compile(".*" + re.escape(next_path) + ".*"))
     return p
+
+
+@contextmanager
+def dashboard_page(h: Any, url: str, **how: Any) -> Iterator[Any]:
+    """A browser's page signed in to the dashboard at `url` (`signed_in`'s options), for
+    a test's fixture: its context closed after."""
+    with open_browser() as browser:
+        p = signed_in(browser, h, url, **how)
+        yield p
+        p.context.close()
+
+
+def shot(p: Any, name: str) -> None:
+    """Save the whole page as SHOTS/<name>.png."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    p.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)

@@ -1,8 +1,9 @@
 """Bulk actions where they meet the other features (issue 42): a bulk cancel reaching a
 run at every kind of wait (an open approval gate, a retry's backoff, a fan-out's items,
 a YAML step's lock and the run waiting in its line, a durable sleep, a signal, a child
-run); a bulk rerun of runs that a rejected gate or an execution timeout ended; a bulk
-resume of paused durable runs once their code is fixed.
+run, a shell script's sleep and signal, a `run:` step's retry); a bulk rerun of runs that
+a rejected gate or an execution timeout ended; a bulk resume of paused durable runs once
+their code is fixed.
 
 The jobs go through the real API (create_app over uvicorn) into a WorkflowEnv's runtime;
 the test pumps its worker on the fake clock, so a job's pages and a day of waits cost
@@ -11,6 +12,7 @@ milliseconds and every check reads state that has settled."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,8 +20,11 @@ import pytest
 
 from functions.durable import Context, step, workflow
 from functions.sdk import FunctionApp, RetryableError, StepRequest
+from functions.sdk.scripts import ScriptHost
 from infra.emulator import Emulator
-from tests.support.matrix import Calls, ManifestEnv, http_api
+from orchestrator.errors import Conflict
+from orchestrator.testing import WorkflowEnv
+from tests.support.matrix import Calls, http_api
 
 CALLS = Calls()
 # The code version of `shifty` this process serves (a test "deploys" a change by
@@ -108,9 +113,9 @@ DAGS: dict[str, Any] = {
 
 
 @pytest.fixture
-def env(emulator: Emulator) -> Iterator[tuple[ManifestEnv, httpx.Client]]:
+def env(emulator: Emulator) -> Iterator[tuple[WorkflowEnv, httpx.Client]]:
     SHIFTY["version"] = 1
-    with ManifestEnv(_make_app(), emulator=emulator, dags=DAGS) as e, http_api(e) as c:
+    with WorkflowEnv(_make_app(), emulator=emulator, dags=DAGS) as e, http_api(e) as c:
         yield e, c
 
 
@@ -120,7 +125,7 @@ def _start(c: httpx.Client, workflow: str, input: Any) -> str:
     return str(r.json()["run_id"])
 
 
-def _job(env: ManifestEnv, c: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+def _job(env: WorkflowEnv, c: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     """Start a bulk job over the API, pump the worker through its pages, and answer the
     job as `GET /bulk-actions/{id}` shows it."""
     r = c.post("/bulk-actions", json=body)
@@ -137,7 +142,7 @@ def _status(c: httpx.Client, run_id: str) -> str:
 
 
 def test_a_bulk_cancel_stops_a_run_at_every_kind_of_wait(
-        env: tuple[ManifestEnv, httpx.Client]) -> None:
+        env: tuple[WorkflowEnv, httpx.Client]) -> None:
     e, c = env
     waits = {
         "gated": {}, "retrying": {}, "fanned": {"items": [1, 2, 3]}, "locked": {},
@@ -173,7 +178,7 @@ def test_a_bulk_cancel_stops_a_run_at_every_kind_of_wait(
 
 
 def test_a_bulk_rerun_takes_runs_a_rejected_gate_or_a_timeout_ended(
-        env: tuple[ManifestEnv, httpx.Client]) -> None:
+        env: tuple[WorkflowEnv, httpx.Client]) -> None:
     e, c = env
     rejected = [_start(c, "gated", {"n": i}) for i in range(2)]
     late = [_start(c, "timed", {"n": i}) for i in range(2)]
@@ -211,7 +216,7 @@ def test_a_bulk_rerun_takes_runs_a_rejected_gate_or_a_timeout_ended(
 
 
 def test_a_bulk_resume_calls_paused_durable_runs_again_after_the_fix(
-        env: tuple[ManifestEnv, httpx.Client]) -> None:
+        env: tuple[WorkflowEnv, httpx.Client]) -> None:
     e, c = env
     runs = [_start(c, "shifty", {"n": i}) for i in range(3)]
     e.advance(0)
@@ -234,3 +239,36 @@ def test_a_bulk_resume_calls_paused_durable_runs_again_after_the_fix(
     assert [o["detail"] for o in job["runs"]] == ["woken (not paused)"]
     e.run_until_idle()
     assert _status(c, runs[2]) == "running"
+
+
+def test_a_bulk_cancel_stops_shell_scripts_and_run_steps(emulator: Emulator,
+                                                         tmp_path: Path) -> None:
+    effects = tmp_path / "effects"
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    # Each writes what it did to `effects`: before its wait, and after it.
+    (scripts / "napper.sh").write_text(
+        f"orchestrator step before -- sh -c 'echo before >> {effects}'\n"
+        "orchestrator sleep 1h\n"
+        f"orchestrator step after -- sh -c 'echo after >> {effects}'\n")
+    (scripts / "listener.sh").write_text(
+        "orchestrator wait signal go\n"
+        f"orchestrator step heard -- sh -c 'echo heard >> {effects}'\n")
+    host = ScriptHost(secret="script-secret", directory=scripts)
+    retried = {"steps": {"sh": {"run": f"echo tried >> {effects}; exit 1",
+                                "retry": {"max": 3, "delay": "1h", "maxDelay": "1h"}}}}
+    with WorkflowEnv(host.app, secret="script-secret", emulator=emulator,
+                     capabilities=("shell",), dags={"retried": retried}) as e, \
+            http_api(e) as c:
+        runs = [_start(c, wf, {"wave": "s1"}) for wf in ("napper", "listener", "retried")]
+        e.advance(0)
+        assert [_status(c, r) for r in runs] == ["running"] * 3
+        assert sorted(effects.read_text().split()) == ["before", "tried"]
+
+        job = _job(e, c, {"action": "cancel", "q": "input.wave = s1"})
+        assert job["counts"] == {"done": 3, "skipped": 0, "failed": 0}, job["runs"]
+        with pytest.raises(Conflict, match="already finished"):
+            e.send_signal(runs[1], "go")  # the run is over
+        e.advance("1d")
+        assert [_status(c, r) for r in runs] == ["killed"] * 3
+        assert sorted(effects.read_text().split()) == ["before", "tried"]

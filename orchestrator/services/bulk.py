@@ -5,20 +5,27 @@ every run a selection names, as a job of its own (`POST /bulk-actions`,
 A selection is run ids, or a search (`q`, engine/search.py) and/or today's filters
 (workflow, status): the runs created before the job, as the listing or the search pages
 them. A job goes a page (PAGE runs) at a time, each page a message (`BulkPage`) that any
-worker takes: it reads the job, reads its page of the selection from the job's cursor,
-acts on each run the page has not acted on yet, records what it did per run, moves the
-job's page on under a guard, and sends the next page's message. So a job has no
-coordinator, survives the death of any process, and shows its progress in its item.
+worker takes: it reads the job, claims its page (a guarded write with an expiry, so two
+copies of a message never act at once), reads the page's runs from the job's cursor and
+keeps them on the job before acting, acts on each run the page has not acted on yet,
+records what it did per run, moves the job's page on under a guard, and sends the next
+page's message. So a job has no coordinator, survives the death of any process, and
+shows its progress in its item.
 
 Idempotent: each action is (a cancelled run is not cancelled again; a rerun's new run
 id derives from the job and the run, so doing it twice finds the first; a resume of a
 run that is not paused only wakes it); a page done again (its worker died before it
-moved the job on) acts only on the runs it has no outcome for, and a run's outcome is
-written once. A message that finds its page done already sends the next page's message
-again if the job still runs (the worker that moved it on may have died before sending)."""
+moved the job on) acts on the runs it kept, only those it has no outcome for, and a
+run's outcome is written once. A message for a page another worker holds comes back
+when the claim ends (that worker may have died); one for a page already done sends the
+next page's message only if that one never went (its sender died first); a sweeper
+sends the page message of a job that has not moved for STALLED seconds (a message lost
+or dead-lettered)."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +39,7 @@ from orchestrator.engine.records import RunRecord
 from orchestrator.engine.search import parse_query
 from orchestrator.engine.states import RunStatus
 from orchestrator.errors import Conflict, NotFound, OrchestratorError, UsageError
+from orchestrator.strict_json import dumps
 
 __all__ = ["ACTIONS", "PAGE", "BulkActions"]
 
@@ -44,10 +52,21 @@ STALLED = 300.0
 NUDGE_EVERY = 60.0
 # Runs of a page acted on at once.
 THREADS = 8
-# Run ids a job may name.
+# How long a worker holds a page it acts on: a page of PAGE runs takes a second or two;
+# past this, another worker may take it over (the holder died).
+CLAIM_FOR = 60.0
+# Run ids a job may name, and their length in all (the job keeps them in its item,
+# under DynamoDB's 400 KB).
 MAX_IDS = 10_000
-# A selection's count (dry run) reads at most this many runs.
+MAX_IDS_BYTES = 200_000
+# A job's spec in all (its ids and its new input), as its item keeps it.
+MAX_SPEC_BYTES = 300_000
+# A selection's count (dry run) reads at most this many runs, in at most this many
+# pages of the selection (a search that matches few runs reads candidates, not runs).
 MAX_COUNT = 100_000
+MAX_COUNT_PAGES = 50
+# A job id a client chooses.
+JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
 
 
 class BulkActions:
@@ -71,8 +90,10 @@ class BulkActions:
         self.rerun = rerun
         self.resume = resume
         self.clock = clock
-        # Runs a page of a job takes (its message's work).
+        # Runs a page of a job takes (its message's work); a count's pages, and how many.
         self.page_size = PAGE
+        self.count_page = 100
+        self.count_pages = MAX_COUNT_PAGES
         self._next_nudge = 0.0
 
     # ---- the selection --------------------------------------------------------------
@@ -97,9 +118,17 @@ class BulkActions:
             raise UsageError("name the runs: run_ids, q, workflow or status (a bulk action"
                              " over every run is not taken)")
         query = parse_query(q)
+        for name in ("workflow", "status"):
+            given, written = spec.get(name), query.filters.get(name)
+            if given and written and given != written:
+                raise UsageError(f"{name}: {given!r}, but the query says {name} = {written}:"
+                                 " give one")
         status = spec.get("status") or query.filters.get("status")
         if status is not None and status not in {s.value for s in RunStatus} | {"paused"}:
             raise UsageError(f"status: {status!r} is not a run status")
+        if ids is not None and len(dumps(ids)) > MAX_IDS_BYTES:
+            raise UsageError(f"run_ids: {len(dumps(ids)):,} bytes of run ids; a job takes at"
+                             f" most {MAX_IDS_BYTES:,}: split them over several jobs")
         if "input" in spec and action != "rerun":
             raise UsageError(f"input: only a rerun takes an input, not a {action}")
         if spec.get("reason") and action != "cancel":
@@ -111,6 +140,9 @@ class BulkActions:
             out["reason"] = spec.get("reason") or "cancelled in bulk"
         if "input" in spec:
             out["input"] = spec["input"]
+        if len(dumps(out)) > MAX_SPEC_BYTES:
+            raise UsageError(f"input: the job (its run ids and new input) is over"
+                             f" {MAX_SPEC_BYTES:,} bytes")
         return out
 
     def select(self, spec: dict[str, Any], cursor: Any, limit: int,
@@ -141,10 +173,11 @@ class BulkActions:
         """How many runs the selection names now (a dry run), and the first few."""
         spec = self.checked(spec)
         now = self.clock()
-        n, cursor = 0, None
+        n, cursor, pages = 0, None, 0
         first: list[str] = []
-        while n < MAX_COUNT:
-            runs, cursor = self.select(spec, cursor, 100, now)
+        while n < MAX_COUNT and pages < self.count_pages:
+            runs, cursor = self.select(spec, cursor, self.count_page, now)
+            pages += 1
             named = [run_id for run_id, run in runs if run is not None]
             n += len(named)
             first += named[:sample - len(first)]
@@ -160,7 +193,10 @@ class BulkActions:
         job id again with the same spec is that job (created False); with another, 409.
         `expected`: how many runs its dry run counted (shown as its progress's end)."""
         spec = self.checked(spec)
-        job_id = job_id or f"bulk-{uuid.uuid4().hex[:12]}"
+        if job_id is not None and not JOB_ID.fullmatch(job_id):
+            raise UsageError(f"job_id: {job_id[:120]!r} is not a job id (1 to 100 letters,"
+                             " digits and _ . : -, from a letter or digit)")
+        job_id = job_id or self.new_job_id()
         now = self.clock()
         job = self.jobs.create(job_id, spec, now, expected=expected)
         if job is None:
@@ -169,9 +205,15 @@ class BulkActions:
                 raise Conflict("job_gone", f"bulk job {job_id} expired; choose another id")
             if found.spec != spec:
                 raise Conflict("job_exists", f"bulk job {job_id} exists with another spec")
+            if found.status == "running" and found.sent < found.page:
+                self._send(job_id, found.page)  # its creator died before sending it
             return found, False
         self._send(job_id, 0)
         return job, True
+
+    @staticmethod
+    def new_job_id() -> str:
+        return f"bulk-{uuid.uuid4().hex[:12]}"
 
     def nudge(self) -> int:
         """A sweeper's task: send again the page message of each running job that has
@@ -183,16 +225,18 @@ class BulkActions:
             return 0
         self._next_nudge = now + NUDGE_EVERY
         nudged = 0
-        for job_id in self.jobs.recent(now, limit=50):
+        for job_id in self.jobs.running(now):
             job = self.jobs.get(job_id, now)
-            if job is not None and job.status == "running" and \
-                    now - (job.updated_at or job.created_at) > STALLED:
+            if job is None or job.status != "running":
+                self.jobs.forget_running(job_id)  # its end's clean-up did not happen
+            elif now - (job.updated_at or job.created_at) > STALLED:
                 self._send(job.job_id, job.page)
                 nudged += 1
         return nudged
 
-    def _send(self, job_id: str, page: int) -> None:
-        self.queues.timer(BulkPage(job=job_id, page=page), self.clock())
+    def _send(self, job_id: str, page: int, at: float | None = None) -> None:
+        self.queues.timer(BulkPage(job=job_id, page=page, due_at=at), self.clock())
+        self.jobs.mark_sent(job_id, page)
 
     def get(self, job_id: str) -> BulkJob:
         job = self.jobs.get(job_id, self.clock())
@@ -202,23 +246,31 @@ class BulkActions:
 
     def page(self, msg: BulkPage) -> None:
         """Do the page `msg` names, if it is the job's next (see the module's doc)."""
-        job = self.jobs.get(msg.job, self.clock())
+        now = self.clock()
+        job = self.jobs.get(msg.job, now)
         if job is None or job.status != "running":
             return
         if job.page != msg.page:
-            if job.page == msg.page + 1:
-                self._send(job.job_id, job.page)  # its sender may have died
+            if job.page == msg.page + 1 and job.sent < job.page:
+                self._send(job.job_id, job.page)  # its sender died before sending it
             return
-        runs, nxt = self.select(job.spec, job.cursor, self.page_size, job.created_at)
-        now = self.clock()
-        done = self.jobs.outcomes_of_page(job.job_id, job.page, now)
+        held = self.jobs.claim(job, now, now + CLAIM_FOR)
+        if held is None:
+            # Another worker holds the page: look again once its claim ends (it may die).
+            self._send(job.job_id, job.page, at=now + CLAIM_FOR + 1)
+            return
+        page = self._runs_of_page(held)
+        if page is None:
+            return
+        runs, nxt = page
+        done = self.jobs.outcomes_of_page(held.job_id, held.page, now)
 
         def one(i: int) -> RunOutcome:
             run_id, run = runs[i]
             outcome = done.get(run_id)
             if outcome is None:
-                outcome = self._act(job, run_id, run)
-                self.jobs.record(job.job_id, job.page, i, outcome, self.clock())
+                outcome = self._act(held, run_id, run)
+                self.jobs.record(held.job_id, held.page, i, outcome, self.clock())
             return outcome
 
         # The page's runs side by side: each action is a run's own, and each waits on
@@ -228,8 +280,29 @@ class BulkActions:
         counts: dict[str, int] = {}
         for outcome in outcomes:
             counts[outcome.outcome] = counts.get(outcome.outcome, 0) + 1
-        if self.jobs.advance(job, nxt, counts, self.clock(), last=nxt is None) and nxt is not None:
-            self._send(job.job_id, job.page + 1)
+        if not self.jobs.advance(held, nxt, counts, self.clock(), last=nxt is None):
+            return
+        if nxt is None:
+            self.jobs.forget_running(held.job_id)
+        else:
+            self._send(held.job_id, held.page + 1)
+
+    def _runs_of_page(
+            self, job: BulkJob) -> tuple[list[tuple[str, RunRecord | None]], Any] | None:
+        """The runs the job's page acts on, and the selection's cursor after them: read
+        from the selection and kept on the job the first time, the kept ones after
+        (None: the job moved on meanwhile, its claim taken over)."""
+        if job.page_runs is None:
+            runs, nxt = self.select(job.spec, job.cursor, self.page_size, job.created_at)
+            if self.jobs.hold_page(job, [run_id for run_id, _ in runs], nxt):
+                return runs, nxt
+            kept = self.jobs.get(job.job_id, self.clock())  # an earlier holder kept them
+            if kept is None or kept.page != job.page or kept.page_runs is None:
+                return None
+            job = kept
+        assert job.page_runs is not None
+        found = self.store.runs.get_runs(job.page_runs, self.clock())
+        return [(r, found.get(r)) for r in job.page_runs], job.page_next
 
     def _act(self, job: BulkJob, run_id: str, run: RunRecord | None) -> RunOutcome:
         spec = job.spec
@@ -260,5 +333,15 @@ class BulkActions:
 
 
 def rerun_id(run_id: str, job_id: str) -> str:
-    """A rerun's id in a job: the same for the same run and job, so a repeat finds it."""
-    return f"{run_id[:180]}.{job_id.removeprefix('bulk-')[:12]}"
+    """A rerun's id in a job: the same for the same run and job (a repeat finds it),
+    another for another job or run. A generated job id's own 12 hex digits name the
+    job; any other id's digest does; a run id past 180 characters keeps its digest."""
+    generated = re.fullmatch(r"bulk-([0-9a-f]{12})", job_id)
+    job = generated.group(1) if generated else _digest(job_id)
+    if len(run_id) > 180:
+        run_id = f"{run_id[:167]}-{_digest(run_id)}"
+    return f"{run_id}.{job}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

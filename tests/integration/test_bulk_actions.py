@@ -184,6 +184,13 @@ def test_resume_reports_a_run_it_cannot_resume(api: tuple[Harness, httpx.Client]
     ({"action": "cancel", "q": "xy", "input": {}}, "only a rerun takes an input"),
     ({"action": "rerun", "q": "xy", "reason": "r"}, "only a cancel takes a reason"),
     ({"action": "cancel", "status": "done"}, "not a run status"),
+    ({"action": "cancel", "workflow": "napping", "q": "workflow = checked input.x = 1"},
+     "the query says workflow = checked"),
+    ({"action": "cancel", "status": "failed", "q": "status = queued"},
+     "the query says status = queued"),
+    ({"action": "cancel", "run_ids": ["r"], "job_id": "../other"}, "job_id"),
+    ({"action": "cancel", "run_ids": [f"run-{i:052}" for i in range(10_000)]},
+     "run_ids: 590,001 bytes of run ids; a job takes at most 200,000"),
 ])
 def test_a_bulk_action_that_cannot_be_read_is_a_4xx_naming_what(
     api: tuple[Harness, httpx.Client], body: dict[str, Any], says: str,

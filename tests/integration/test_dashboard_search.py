@@ -88,8 +88,15 @@ def test_ticked_runs_are_cancelled_and_a_bad_form_comes_back(
                                        "action": "cancel", "reason": "tidy"})
     assert "Cancel 2 runs?" in confirm.text
     spec = html.unescape(re.search(r'name="spec" value="([^"]+)"', confirm.text)[1])  # type: ignore[index]
-    job = c.post("/ui/bulk/confirm", data={"spec": spec}).headers["location"]
+    job_id = re.search(r'name="job_id" value="([^"]+)"', confirm.text)[1]  # type: ignore[index]
+    job = c.post("/ui/bulk/confirm", data={"spec": spec, "job_id": job_id}).headers["location"]
+    # The confirmation sent again (a double click): the same job, not a second one.
+    again = c.post("/ui/bulk/confirm", data={"spec": spec, "job_id": job_id})
+    assert again.headers["location"] == job == f"/ui/bulk/{job_id}"
+    assert [j["job_id"] for j in c.get("/bulk-actions").json()["jobs"]] == [job_id]
     page = until("the job done", lambda: _done_page(c, job))
+    bad = c.post("/ui/bulk/confirm", data={"spec": spec, "job_id": "../other"})
+    assert "job_id: &#39;../other&#39; is not a job id" in c.get(bad.headers["location"]).text
     assert "0 done · 2 skipped" in " ".join(page.split()) and "already success" in page
     # Nothing ticked; a rerun's input that is not JSON; a time range with "every run".
     for form, says in [

@@ -70,8 +70,10 @@ async def start(request: Request) -> Response:
     except OrchestratorError as exc:
         return RedirectResponse(f"/ui/runs?{urlencode({'problem': exc.message})}",
                                 status_code=303)
+    # The job's id is chosen here: a confirmation sent twice (a double click, the form
+    # sent again) is one job.
     return page(request, "bulk_confirm.html", spec=spec, counted=counted,
-                spec_json=json.dumps(spec), problem=None)
+                spec_json=json.dumps(spec), job_id=rt.bulk.new_job_id(), problem=None)
 
 
 async def confirm(request: Request) -> Response:

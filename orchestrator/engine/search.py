@@ -33,14 +33,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import UsageError
 
 __all__ = [
-    "FIELDS", "MAX_TERMS", "Clause", "Query", "norm", "parse_query", "terms_of", "words",
+    "FIELDS", "MAX_TERMS", "Clause", "Query", "field_of", "matches", "norm", "parse_query",
+    "terms_of", "words",
 ]
 
 FIELDS = ("input", "output", "error", "trigger")
@@ -101,9 +102,10 @@ def _leaves(value: Any, path: str, depth: int) -> Iterator[tuple[int, str, Any]]
             return
 
 
-def terms_of(fields: Mapping[str, Any], limit: int = MAX_TERMS) -> list[str]:
+def terms_of(fields: Mapping[str, Any], limit: int | None = MAX_TERMS) -> list[str]:
     """The terms a run is indexed by for `fields` (field name to its value; a missing
-    or None field has none), at most `limit`, in the order of the module's doc."""
+    or None field has none), at most `limit` (None: every one), in the order of the
+    module's doc."""
     exact: list[tuple[int, str]] = []
     texts: list[str] = []
     for name in FIELDS:
@@ -116,6 +118,11 @@ def terms_of(fields: Mapping[str, Any], limit: int = MAX_TERMS) -> list[str]:
                 texts.extend(f"{name}~{w}" for w in words(leaf))
     ordered = [t for _, t in sorted(exact, key=lambda pair: pair[0])] + texts
     return list(dict.fromkeys(ordered))[:limit]
+
+
+def field_of(term: str) -> str:
+    """The field a term is of (`input.customer=acme`, `input~rush`: input)."""
+    return re.split(r"[.=~]", term, maxsplit=1)[0]
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,19 @@ class Query:
 
     def __bool__(self) -> bool:
         return bool(self.clauses)
+
+
+def matches(query: Query, found: Collection[str], fields: Mapping[str, Any]) -> bool:
+    """Whether a run matches every clause of `query`: each has a term among `found` (the
+    run's terms an index holds) that its fields (as its row holds them now) have, of
+    all their terms (not only the MAX_TERMS an index write keeps). A term of a field not
+    in `fields`, one the caller cannot see (an output the run row does not keep), is
+    taken on the index's word. The store checks what its index found with this: an index
+    item written before a write that then lost (a debounce after its burst closed, a
+    finish that lost to a cancel) names a run that does not carry it."""
+    have = set(terms_of(fields, limit=None))
+    sure = {t for t in found if t in have or field_of(t) not in fields}
+    return all(any(t in sure for t in c.terms) for c in query.clauses)
 
 
 _TOKEN = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|\'([^\']*)\'|(!=|=|~)|([^\s=~"\']+))')

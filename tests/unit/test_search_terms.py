@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.engine.search import MAX_TERMS, norm, parse_query, terms_of, words
+from orchestrator.engine.search import MAX_TERMS, matches, norm, parse_query, terms_of, words
 from orchestrator.errors import UsageError
 
 
@@ -49,3 +49,18 @@ def test_a_query_names_clauses_and_filters() -> None:
 def test_a_query_error_names_its_parameter() -> None:
     with pytest.raises(UsageError, match=r"^where: 'nope.x': a path starts with"):
         parse_query("nope.x = 1", "where")
+
+
+def test_a_run_matches_by_the_indexed_terms_its_fields_still_have() -> None:
+    q = parse_query("input.customer = zeta rush")
+    found = {"input.customer=zeta", "input~rush", "output~rush"}
+    # The row's input is another (a debounce that lost left the index's terms).
+    assert not matches(q, found, {"input": {"customer": "acme", "note": "rush"}})
+    assert matches(q, found, {"input": {"customer": "Zeta", "note": "rush"}})
+    # An output the caller cannot see is taken on the index's word; one it knows is
+    # absent is not.
+    assert matches(q, found, {"input": {"customer": "zeta"}})
+    assert not matches(q, found, {"input": {"customer": "zeta"}, "output": None})
+    # Every term of a field counts, not only the first MAX_TERMS.
+    wide = {f"k{i}": i for i in range(100)}
+    assert matches(parse_query("input.k99 = 99"), {"input.k99=99"}, {"input": wide})

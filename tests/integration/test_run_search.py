@@ -127,6 +127,20 @@ def test_a_query_that_cannot_be_read_is_a_400_naming_what(
     assert says in r.json()["error"]["message"] and "q:" in r.json()["error"]["message"]
 
 
+def test_q_and_where_together_must_agree(api: tuple[Harness, httpx.Client]) -> None:
+    h, c = api
+    run = start_run(c, "other", {"customer": "hooli"})
+    h.wait(run)
+    r = c.get("/runs", params={"q": "hooli", "where": "acme"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"].startswith("q: 'hooli' and where: 'acme'")
+    same = c.get("/runs", params={"q": "hooli", "where": "hooli"})
+    assert [x["run_id"] for x in same.json()["runs"]] == [run]
+    # The filters in key:value form, as with =.
+    assert found(c, q="hooli status:success workflow:other") == [run]
+    assert found(c, q="hooli workflow:orders") == []
+
+
 CROSSING = """
 backends:
   fn: { url: "${FN}" }

@@ -131,6 +131,10 @@ class RunSearch(RunListing):
             yield sk, term
 
     def _partition_of(self, pk: str, below: str | None, since: float | None) -> Iterator[str]:
+        if below is not None and since is not None and below < ms_key(since):
+            # A cursor from before `since` (a page of a search with an earlier one):
+            # nothing lies between, and DynamoDB refuses a BETWEEN whose bounds cross.
+            return
         cond = "pk = :p"
         values: dict[str, Any] = {":p": {"S": pk}}
         if below is not None and since is not None:

@@ -111,7 +111,7 @@ class RunListing(Tables):
                 "Keys": [{"run_id": {"S": r}} for r in run_ids[i : i + 100]],
                 "ProjectionExpression": projection, "ExpressionAttributeNames": names,
             }}
-            for _ in range(10):
+            for _ in self.batch_rounds():
                 with _translate("runs listed: their rows"):
                     resp = self.ddb.batch_get_item(RequestItems=request)
                 for item in resp.get("Responses", {}).get(self.runs, []):

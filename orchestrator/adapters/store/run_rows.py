@@ -435,7 +435,7 @@ class RunRows(RunSearch):
                 "Keys": [{"run_id": {"S": r}} for r in run_ids[i : i + 100]],
                 "ConsistentRead": True,
             }}
-            for _ in range(10):
+            for _ in self.batch_rounds():
                 with _translate("read runs"):
                     resp = self.ddb.batch_get_item(RequestItems=request)
                 for item in resp.get("Responses", {}).get(self.runs, []):

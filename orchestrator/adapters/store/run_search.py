@@ -112,7 +112,7 @@ class RunSearch(RunListing):
             {"PutRequest": {"Item": {"pk": {"S": _pk(t, shard)}, "sk": {"S": sk},
                                      "expires_at": num(expires_at)}}}
             for t in terms]}
-        for _ in range(10):
+        for _ in self.batch_rounds():
             with _translate(f"run {run_id}: search terms"):
                 resp = self.ddb.batch_write_item(RequestItems=request)
             request = resp.get("UnprocessedItems") or {}
@@ -183,7 +183,7 @@ class RunSearch(RunListing):
         for i in range(0, len(keys), 100):
             request: dict[str, Any] = {self.control_table: {
                 "Keys": keys[i:i + 100], "ProjectionExpression": "pk, sk"}}
-            for _ in range(10):
+            for _ in self.batch_rounds():
                 with _translate("runs searched: a clause's terms"):
                     resp = self.ddb.batch_get_item(RequestItems=request)
                 for it in resp.get("Responses", {}).get(self.control_table, []):

@@ -104,8 +104,14 @@ class Runtime:
                          settle=settings.redispatch_after, ceiling=settings.redispatch_ceiling)
         blobs = Blobs(clients.s3, names.blob_bucket)
         # A durable run's journal entries past the inline limit go to the blob store.
+        # The counters for /metrics count an ad-hoc script's runs under one label: the
+        # catalog built below says which workflows are the stack's.
+        def declared(workflow: str) -> bool:
+            return catalog.declares(workflow)
+
         store = Store(clients.dynamodb, names, step_retention=retention, wake=wake,
-                      blobs=blobs, inline_limit=settings.inline_output_limit)
+                      blobs=blobs, inline_limit=settings.inline_output_limit,
+                      declared=declared)
         queues = Queues(clients.sqs, names)
         control = store.control
         # Admission and runs need each other (a finished run admits the next, which is
@@ -128,11 +134,11 @@ class Runtime:
         versions = Versions(store, clock)
         executor = Executor(store, queues, blobs, settings, clock, on_finish=release)
         # Every workflow a run may name: the manifest's and the stored scripts'.
-        manifest = Catalog(manifest, ScriptRegistry(control, clock), ScriptTexts(blobs))
+        catalog = Catalog(manifest, ScriptRegistry(control, clock), ScriptTexts(blobs))
         runs = RunService(
-            executor, manifest, default_timeout=settings.default_step_timeout,
+            executor, catalog, default_timeout=settings.default_step_timeout,
             arrive=arrive, release=release, children_of=children_of,
-            store_script=manifest.texts.put, pin=versions.pin,
+            store_script=catalog.texts.put, pin=versions.pin,
         )
         admission = Admission(
             store, control, queues, clock, launch=runs.launch, cancel=runs.cancel,
@@ -153,7 +159,7 @@ class Runtime:
         hooks = Hooks(control, store, signals, clock, secret=settings.hook_secret,
                       public_url=settings.public_url)
         return cls(
-            settings, manifest, clients, store, queues, blobs, executor, runs, clock, control,
+            settings, catalog, clients, store, queues, blobs, executor, runs, clock, control,
             admission, events, webhooks, scheduler, signals,
             DurableAdmin(store, queues, clock), event_waits, hooks, children,
             Approvals(store, queues, hooks, clock), StateService(store, clock), locks,

@@ -16,7 +16,9 @@ containers) while this API process answers.
 | orchestrator_processes_gone             | gauge     | kind            |
 
 The counters and the histogram are the `counts` items every process adds to at its
-heartbeat (adapters/tallies.py: up to one beat behind, ORCH_HEARTBEAT_INTERVAL); the
+heartbeat (adapters/tallies.py: up to one beat behind, ORCH_HEARTBEAT_INTERVAL), the
+runs of workflows the stack does not declare (ad-hoc scripts, named by their clients)
+under one `workflow="(ad-hoc)"` (adapters/store/stack_counts.py); the
 gauges are read at the scrape (services/health/overview.py). A scrape costs one query
 of the counters, one of the heartbeats, three GetQueueAttributes and one read per
 backend with a concurrency limit."""

@@ -198,7 +198,11 @@ def _time(name: str, value: str | None) -> float | None:
 async def list_runs(request: Request) -> JSONResponse:
     rt = api_state(request).rt
     q = request.query_params
-    query = parse_query(q.get("q") or q.get("where"), "q" if q.get("q") else "where")
+    text, where = q.get("q"), q.get("where")
+    if text and where and text != where:
+        raise UsageError(f"q: {text!r} and where: {where!r}: where is another name of q;"
+                         " give one")
+    query = parse_query(text or where, "q" if text else "where")
     workflow = _one("workflow", q.get("workflow") or None, query.filters.get("workflow"))
     status = _one("status", q.get("status") or None, query.filters.get("status"))
     if status is not None and status not in {s.value for s in RunStatus} | {"paused"}:
@@ -302,7 +306,8 @@ def paths(retention: float) -> dict[str, Schema]:
                      " runs\"). A query that cannot be read: 400 naming what.",
                      "schema": STRING},
                     {"name": "where", "in": "query", "required": False,
-                     "description": "The same as `q`.", "schema": STRING},
+                     "description": "The same as `q` (both, unless equal: 400).",
+                     "schema": STRING},
                     {"name": "since", "in": "query", "required": False,
                      "description": "With `q`: only runs created at this time or later"
                      " (epoch seconds or ISO 8601).", "schema": STRING},

@@ -22,9 +22,15 @@ The query language: clauses joined by spaces (or `AND`), all of which a run must
 - `error ~ "timed out"`: every word of the text is a word of the field (of its strings,
   anywhere in it);
 - `order:1042`: some field has a top-level `order` equal to 1042 (`customer.id:7`: a
-  path);
+  path; `input.customer:acme`, whose key starts with a field and a dot, is that path,
+  as `input.customer = acme`);
 - `acme`: a word of some field;
-- `status = failed`, `workflow = report`: today's filters, written in the query.
+- `status = failed`, `workflow = report` (or `status:failed`): today's filters, written
+  in the query.
+
+There is no OR, NOT or `-word`: those are refused, as is a word longer than WORD_CHARS
+(the index does not keep it, so dropping it would widen the search unseen), each with a
+UsageError naming it.
 
 This module is pure: the store writes and reads the terms (adapters/store/run_search.py)."""
 
@@ -33,14 +39,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.errors import UsageError
 
 __all__ = [
-    "FIELDS", "MAX_TERMS", "Clause", "Query", "norm", "parse_query", "terms_of", "words",
+    "FIELDS", "MAX_TERMS", "Clause", "Query", "field_of", "matches", "norm", "parse_query",
+    "terms_of", "words",
 ]
 
 FIELDS = ("input", "output", "error", "trigger")
@@ -101,9 +108,10 @@ def _leaves(value: Any, path: str, depth: int) -> Iterator[tuple[int, str, Any]]
             return
 
 
-def terms_of(fields: Mapping[str, Any], limit: int = MAX_TERMS) -> list[str]:
+def terms_of(fields: Mapping[str, Any], limit: int | None = MAX_TERMS) -> list[str]:
     """The terms a run is indexed by for `fields` (field name to its value; a missing
-    or None field has none), at most `limit`, in the order of the module's doc."""
+    or None field has none), at most `limit` (None: every one), in the order of the
+    module's doc."""
     exact: list[tuple[int, str]] = []
     texts: list[str] = []
     for name in FIELDS:
@@ -116,6 +124,11 @@ def terms_of(fields: Mapping[str, Any], limit: int = MAX_TERMS) -> list[str]:
                 texts.extend(f"{name}~{w}" for w in words(leaf))
     ordered = [t for _, t in sorted(exact, key=lambda pair: pair[0])] + texts
     return list(dict.fromkeys(ordered))[:limit]
+
+
+def field_of(term: str) -> str:
+    """The field a term is of (`input.customer=acme`, `input~rush`: input)."""
+    return re.split(r"[.=~]", term, maxsplit=1)[0]
 
 
 @dataclass(frozen=True)
@@ -136,6 +149,19 @@ class Query:
 
     def __bool__(self) -> bool:
         return bool(self.clauses)
+
+
+def matches(query: Query, found: Collection[str], fields: Mapping[str, Any]) -> bool:
+    """Whether a run matches every clause of `query`: each has a term among `found` (the
+    run's terms an index holds) that its fields (as its row holds them now) have, of
+    all their terms (not only the MAX_TERMS an index write keeps). A term of a field not
+    in `fields`, one the caller cannot see (an output the run row does not keep), is
+    taken on the index's word. The store checks what its index found with this: an index
+    item written before a write that then lost (a debounce after its burst closed, a
+    finish that lost to a cancel) names a run that does not carry it."""
+    have = set(terms_of(fields, limit=None))
+    sure = {t for t in found if t in have or field_of(t) not in fields}
+    return all(any(t in sure for t in c.terms) for c in query.clauses)
 
 
 _TOKEN = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|\'([^\']*)\'|(!=|=|~)|([^\s=~"\']+))')
@@ -202,29 +228,50 @@ def _compare(path: str, op: str, kind: str, text: str, name: str) -> Clause | tu
     if rest:
         raise UsageError(f"{name}: {written}: ~ searches the words of a whole field:"
                          f" write {head} ~ {json.dumps(text)}")
-    found = words(text)
-    if not found:
-        raise UsageError(f"{name}: {written}: no word to search for (a word is 2 to"
-                         f" {WORD_CHARS} letters or digits)")
+    found = _searched(text, written, name)
     # Each word a clause of its own: the caller splits them (see parse_query).
     return Clause(tuple(f"{head}~{w}" for w in found), written)
 
 
+def _searched(text: str, written: str, name: str) -> list[str]:
+    """The words of `text` a search looks for; UsageError naming a word the index does
+    not keep (longer than WORD_CHARS: dropped, it would widen the search unseen), or
+    naming the text when no word of it is kept."""
+    every = _WORD.findall(text)
+    long = [w for w in every if len(w) > WORD_CHARS]
+    if long:
+        raise UsageError(f"{name}: {written}: {long[0]!r} is longer than {WORD_CHARS}"
+                         " letters or digits, which the index does not keep as a word"
+                         " (search a path with = for a whole value)")
+    found = words(text)
+    if not found:
+        short = f" ({', '.join(map(repr, every))}: too short)" if every else ""
+        raise UsageError(f"{name}: {written}: no word to search for{short} (a word is 2 to"
+                         f" {WORD_CHARS} letters or digits)")
+    return found
+
+
 def _free(token: str, name: str) -> list[Clause]:
-    """The clauses of a bare token: `key:value` (a path in any field), else its words
-    (each in any field)."""
+    """The clauses of a bare token: `key:value` (a path in any field; a key that starts
+    with a field and a dot, the path it names), else its words (each in any field)."""
     key, sep, value = token.partition(":")
     if sep and key and value:
         if not all(_KEY.match(k) for k in key.split(".")):
             raise UsageError(f"{name}: {token!r}: not a key:value (the key is keys joined"
                              " by dots)")
         v = norm(_value("w", value))
+        head, dot, _ = key.partition(".")
+        if dot and head in FIELDS:  # `input.customer:acme` as `input.customer = acme`
+            return [Clause((f"{key}={v}",), token)]
         return [Clause(tuple(f"{f}.{key}={v}" for f in FIELDS), token)]
-    found = words(token)
-    if not found:
-        raise UsageError(f"{name}: {token!r}: no word to search for (a word is 2 to"
-                         f" {WORD_CHARS} letters or digits)")
-    return [Clause(tuple(f"{f}~{w}" for f in FIELDS), token) for w in found]
+    if token.startswith("-") and len(token) > 1:
+        raise UsageError(f"{name}: {token!r}: a query has no negation (-word): the index"
+                         " holds what a run has, not what it lacks")
+    if token in ("OR", "NOT"):
+        raise UsageError(f"{name}: {token}: a query has no OR or NOT: a run must match"
+                         " every clause (search once for each alternative)")
+    return [Clause(tuple(f"{f}~{w}" for f in FIELDS), token)
+            for w in _searched(token, repr(token), name)]
 
 
 def parse_query(text: str | None, name: str = "q") -> Query:
@@ -235,6 +282,12 @@ def parse_query(text: str | None, name: str = "q") -> Query:
     tokens = _tokens(text, name)
     clauses: list[Clause] = []
     filters: dict[str, str] = {}
+
+    def narrow(key: str, value: str) -> None:
+        if filters.get(key, value) != value:
+            raise UsageError(f"{name}: {key} = {filters[key]!r} and {value!r}: a run has one")
+        filters[key] = value
+
     i = 0
     while i < len(tokens):
         kind, tok = tokens[i]
@@ -257,17 +310,17 @@ def parse_query(text: str | None, name: str = "q") -> Query:
                 else:
                     clauses.append(got)
             else:
-                key, value = got
-                if filters.get(key, value) != value:
-                    raise UsageError(f"{name}: {key} = {filters[key]!r} and {value!r}:"
-                                     " a run has one")
-                filters[key] = value
+                narrow(*got)
             i += 3
             continue
-        clauses.extend(_free(tok, name) if kind == "w" else
-                       [Clause(tuple(f"{f}~{w}" for f in FIELDS), tok) for w in words(tok)])
-        if kind == "s" and not words(tok):
-            raise UsageError(f"{name}: {tok!r}: no word to search for")
+        key, sep, value = tok.partition(":")
+        if kind == "w" and sep and key in FILTERS and value:
+            narrow(key, value)  # `status:failed` as `status = failed`
+        elif kind == "w":
+            clauses.extend(_free(tok, name))
+        else:
+            clauses.extend(Clause(tuple(f"{f}~{w}" for f in FIELDS), tok)
+                           for w in _searched(tok, repr(tok), name))
         i += 1
     if not clauses and not filters:
         raise UsageError(f"{name}: nothing to search for")

@@ -57,12 +57,12 @@ def test_five_events_in_a_burst_cause_one_reindex_on_the_last(
     env.run_until_idle()
     assert env.status(ids[0]) == "success" and env.status(other[0]) == "success"
     assert sorted(reindexed(tmp_path)) == [("acme", {"n": 5}), ("globex", {"n": 1})]
-    # Found by a search by the last event's input, as by the first's (each trigger's
-    # input is indexed before the write that takes it).
+    # Found by a search by the last event's input, the one it ran with (each trigger's
+    # input is indexed before the write that takes it), not by the inputs it replaced.
     for n in (1, 5):
         found, _ = env.rt.store.runs.find_runs(parse_query(f"input.data.n = {n}"),
                                                env.now, workflow="reindex-customer")
-        assert [r.run_id for r in found] == ([other[0]] if n == 1 else []) + [ids[0]]
+        assert [r.run_id for r in found] == ([other[0]] if n == 1 else [ids[0]])
     # The run started 2 s after the last event of its burst.
     run = env.rt.runs.get(ids[0])
     assert run.started_at == pytest.approx(run.created_at + 4 * 0.5 + 2.0, abs=0.01)
@@ -71,6 +71,25 @@ def test_five_events_in_a_burst_cause_one_reindex_on_the_last(
     env.run_until_idle()
     assert again[0] != ids[0] and env.status(again[0]) == "success"
     assert reindexed(tmp_path)[-1] == ("acme", {"n": 6})
+
+
+def test_a_trigger_after_its_burst_closed_is_found_on_its_own_run_only(
+        env: WorkflowEnv) -> None:
+    """A trigger that comes once its burst's run has started indexes its input under
+    that run before the write that finds the burst closed, then starts a run of its
+    own: a search by its input finds the new run only (the old row does not carry it),
+    and the old run is still found by its own input."""
+    first = env.emit("customer.changed", {"n": 1}, key="acme")
+    env.advance("5s")
+    env.run_until_idle()
+    assert env.status(first[0]) == "success"
+    again = env.emit("customer.changed", {"n": 2}, key="acme")
+    assert again[0] != first[0]
+    for n, runs in ((1, first), (2, again)):
+        found, _ = env.rt.store.runs.find_runs(parse_query(f"input.data.n = {n}"), env.now)
+        assert [r.run_id for r in found] == runs
+        found, _ = env.rt.store.runs.find_runs(parse_query(f"data.n:{n}"), env.now)
+        assert [r.run_id for r in found] == runs
 
 
 def test_max_wait_cuts_a_burst_that_never_pauses(env: WorkflowEnv, tmp_path: Path) -> None:

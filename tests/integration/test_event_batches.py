@@ -16,6 +16,7 @@ import pytest
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
+from orchestrator.engine.search import parse_query
 from tests.support.harness import Harness
 
 MANIFEST = """
@@ -127,6 +128,21 @@ def test_the_key_splits_batches(h: Harness) -> None:
     assert [a["run_id"] for a in answers] == [acme, globex, acme, globex]
     assert event_ids(h.wait(acme, timeout=20)) == ["k0", "k2"]
     assert event_ids(h.wait(globex, timeout=20)) == ["k1", "k3"]
+
+
+def test_a_batch_is_found_by_each_of_its_events(h: Harness) -> None:
+    """Each event that joins a batch has its terms indexed before its join (the
+    creation indexed the first event's only): a search by any event's data finds the
+    batch's run, and one by what no event carried does not."""
+    a = emit(h, "order.pair", "c1", {"round": "found", "customer": "acme"})
+    b = emit(h, "order.pair", "c2", {"round": "found", "customer": "globex"})
+    assert a["run_id"] == b["run_id"] and b["outcome"] == "batched"
+    h.wait(a["run_id"], timeout=20)
+    for q, runs in (("acme", [a["run_id"]]), ("globex", [a["run_id"]]),
+                    ("input.events.data.customer = globex", [a["run_id"]]),
+                    ("events.data.customer:globex", [a["run_id"]]), ("initech", [])):
+        found, _ = h.rt.store.runs.find_runs(parse_query(q), h.rt.clock())
+        assert [r.run_id for r in found] == runs, q
 
 
 def test_two_events_racing_for_the_last_place_make_one_full_batch_and_begin_another(

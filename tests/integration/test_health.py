@@ -17,8 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from functions.sdk.serving import BackgroundServer
 from orchestrator.adapters.store.heartbeats import MISSED_BEATS
+from orchestrator.adapters.store.stack_counts import StackCounts
 from orchestrator.api.app import create_app
 from orchestrator.services.access.apikeys import ApiKeys
+from orchestrator.services.health.heartbeat import Heartbeat
 from tests.support.harness import Harness
 from tests.support.polling import until
 
@@ -191,3 +193,38 @@ def test_the_metrics_cost_a_beats_writes_not_a_request_per_step(harness_factory:
     counts = h.rt.store.counts.read(time.time())["chain"]
     assert counts["started"] == 1 and counts["finished_success"] == 1
     assert counts["duration_count"] == 20
+
+
+SCRIPTS = """
+backends:
+  fn: { url: "${FN}" }
+  sh: { url: "${FN}", capabilities: [shell] }   # scripts' runs (no worker runs them)
+workflows:
+  hello:
+    steps:
+      one: { backend: fn, route: /echo }
+"""
+
+
+def test_ad_hoc_scripts_are_counted_under_one_label(harness_factory: Any) -> None:
+    """POST /scripts/runs names its workflow as its client likes: each name would add a
+    counters item that never expires and a label to every scrape. Their runs are counted
+    under `(ad-hoc)`, a stored script's and the manifest's under their own names, and an
+    item an older release wrote for an ad-hoc name is summed into `(ad-hoc)`."""
+    h = harness_factory(SCRIPTS)
+    with BackgroundServer(create_app(h.rt)) as server, httpx.Client(base_url=server.url) as c:
+        stored = c.put("/scripts/nightly", json={"text": "echo stored"})
+        assert stored.status_code == 200, stored.text
+        for name in ("adhoc-1", "adhoc-2", "adhoc-3", "nightly"):
+            r = c.post("/scripts/runs", json={"name": name, "text": "echo hi"})
+            assert r.status_code == 201, r.text
+        h.start("hello", {})
+        StackCounts(h.rt.store.control).add("adhoc-0", {"started": 2})  # an older release's
+        Heartbeat(h.rt.store, "test", "t1", every=3600).beat()
+        seen = samples(c.get("/metrics").text)
+    started = {dict(labels)["workflow"]: v for (name, labels), v in seen.items()
+               if name == "orchestrator_runs_started_total"}
+    assert started == {"(ad-hoc)": 5.0, "nightly": 1.0, "hello": 1.0}
+    # The items written: one for the ad-hoc scripts, none a name.
+    items = StackCounts(h.rt.store.control).read(time.time())
+    assert set(items) == {"(ad-hoc)", "adhoc-0", "nightly", "hello"}

@@ -127,6 +127,51 @@ def test_a_query_that_cannot_be_read_is_a_400_naming_what(
     assert says in r.json()["error"]["message"] and "q:" in r.json()["error"]["message"]
 
 
+def test_q_and_where_together_must_agree(api: tuple[Harness, httpx.Client]) -> None:
+    h, c = api
+    run = start_run(c, "other", {"customer": "hooli"})
+    h.wait(run)
+    r = c.get("/runs", params={"q": "hooli", "where": "acme"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"].startswith("q: 'hooli' and where: 'acme'")
+    same = c.get("/runs", params={"q": "hooli", "where": "hooli"})
+    assert [x["run_id"] for x in same.json()["runs"]] == [run]
+    # The filters in key:value form, as with =.
+    assert found(c, q="hooli status:success workflow:other") == [run]
+    assert found(c, q="hooli workflow:orders") == []
+
+
+def test_a_cursor_from_before_since_is_an_empty_page(
+        api: tuple[Harness, httpx.Client]) -> None:
+    """A cursor older than `since` (a later search's since with an earlier page's
+    cursor) leaves nothing between the two: an empty page, without a Query whose BETWEEN
+    bounds cross (DynamoDB answers those with a ValidationException, a 503 here)."""
+    h, c = api
+    runs = [start_run(c, "other", {"between": "yes", "i": i}) for i in range(2)]
+    for run in runs:
+        h.wait(run)
+    first = c.get("/runs", params={"q": "between:yes", "limit": 1}).json()
+    assert [r["run_id"] for r in first["runs"]] == runs[-1:] and first["next_cursor"]
+    queries: list[dict[str, Any]] = []
+
+    def seen(params: dict[str, Any], **_: Any) -> None:
+        queries.append(params)
+
+    events = h.rt.clients.dynamodb.meta.events
+    events.register("provide-client-params.dynamodb.Query", seen)
+    try:
+        page = c.get("/runs", params={"q": "between:yes", "cursor": first["next_cursor"],
+                                      "since": str(h.rt.clock() + 60)})
+    finally:
+        events.unregister("provide-client-params.dynamodb.Query", seen)
+    assert page.status_code == 200, page.text
+    assert page.json() == {"runs": [], "next_cursor": None}
+    crossed = [q for q in queries if "BETWEEN" in q.get("KeyConditionExpression", "")
+               and q["ExpressionAttributeValues"][":lo"]["S"]
+               > q["ExpressionAttributeValues"][":hi"]["S"]]
+    assert crossed == []
+
+
 CROSSING = """
 backends:
   fn: { url: "${FN}" }

@@ -49,6 +49,7 @@ store."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from orchestrator.adapters.store.approvals import ApprovalStore
@@ -101,6 +102,7 @@ class Store:
         blobs: Any = None,
         inline_limit: int = 32 * 1024,
         search: bool = True,
+        declared: Callable[[str], bool] | None = None,
     ) -> None:
         self.tallies = Tallies()
         shared: dict[str, Any] = {"step_retention": step_retention, "wake": wake or WakeTimes(),
@@ -122,7 +124,9 @@ class Store:
         self.versions = VersionRows(self.control, names.runs_table, names.steps_table)
         self.copies = RunCopies(dynamodb, names, **shared)
         self.heartbeats = Heartbeats(self.control)
-        self.counts = StackCounts(self.control)
+        # `declared`: whether a workflow is the stack's (not an ad-hoc script's), for
+        # the counters' labels (stack_counts.py).
+        self.counts = StackCounts(self.control, declared)
         self.hourly = HourlyCounts(self.control)
         self.bulk = BulkJobs(self.control)
         self.names = names

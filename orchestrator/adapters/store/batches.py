@@ -65,13 +65,20 @@ class BatchRows(Bursts):
         return run, 1 if count is None else int(count["N"])
 
     def join(self, run_id: str, input: Any, count: int, now: float, *, full: bool,
-             also: list[dict[str, Any]]) -> None:
+             also: list[dict[str, Any]], added: Any = None,
+             created_at: float | None = None) -> None:
         """Write the batch's input with one more event: guarded by the run being
         queued, its batch holding `count` events (as read) and its timeout not passed.
         `full`: this event fills the batch, which starts now (its start moves to now;
         the caller admits it, the sweeper if the caller dies). With `also` (an event's
         record) in one transaction. ConditionFailed if a guard fails: nothing is
-        written."""
+        written to the run (a search checks the row: run_search.py).
+
+        `added`: the input of the event alone (`{"events": [E]}`), whose terms are
+        indexed first, as a debounce's are (the whole input's first MAX_TERMS would
+        hold the first events' only), under the run's `created_at` (as read)."""
+        if added is not None:
+            self.rows.index_input(run_id, added, created_at)
         values: dict[str, Any] = {":in": {"S": dumps(input)}, ":n1": num(count + 1),
                                   ":now": num(now)}
         guard = status_guard(RUN_MOVES["batch"], values) + " AND admit_at > :now"

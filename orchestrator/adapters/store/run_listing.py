@@ -98,16 +98,20 @@ class RunListing(Tables):
                 return
             kwargs["ExclusiveStartKey"] = last
 
-    def _shown(self, run_ids: list[str]) -> dict[str, Item]:
+    def _shown(self, run_ids: list[str], also: Iterable[str] = ()) -> dict[str, Item]:
         """The rows of `run_ids` as a listing shows them (eventually consistent, like
-        the index that named them; a run gone meanwhile is left out)."""
+        the index that named them; a run gone meanwhile is left out), with the
+        attributes `also` (a search's check reads the fields it names)."""
+        more = sorted(set(also))
+        projection = _SHOWN + "".join(f", #{a}" for a in more)
+        names = {**_SHOWN_NAMES, **{f"#{a}": a for a in more}}
         found: dict[str, Item] = {}
         for i in range(0, len(run_ids), 100):
             request: dict[str, Any] = {self.runs: {
                 "Keys": [{"run_id": {"S": r}} for r in run_ids[i : i + 100]],
-                "ProjectionExpression": _SHOWN, "ExpressionAttributeNames": _SHOWN_NAMES,
+                "ProjectionExpression": projection, "ExpressionAttributeNames": names,
             }}
-            for _ in range(10):
+            for _ in self.batch_rounds():
                 with _translate("runs listed: their rows"):
                     resp = self.ddb.batch_get_item(RequestItems=request)
                 for item in resp.get("Responses", {}).get(self.runs, []):

@@ -75,25 +75,29 @@ class RunRows(RunSearch):
                 *also])
         self.tallies.run_started(run.workflow)
 
-    def _index_input(self, run_id: str, input: Any) -> None:
-        """A debounced run's new input, indexed before the write that takes it (its
-        creation time, the terms' sort key, read first: one read)."""
+    def index_input(self, run_id: str, input: Any, created_at: float | None = None) -> None:
+        """A queued run's new input (a debounce's, or what a batch's event adds to it),
+        indexed before the write that takes it. Its creation time is the terms' sort
+        key: `created_at` if the caller read it, else read first (one read)."""
         if not self.search:
             return
-        with _translate(f"run {run_id}: its creation time"):
-            item = self.ddb.get_item(TableName=self.runs, Key={"run_id": {"S": run_id}},
-                                     ProjectionExpression="created_at",
-                                     ConsistentRead=True).get("Item")
-        if item:
-            created = int(item["created_at"]["N"]) / 1000.0  # whole milliseconds (codec)
-            self.index_run(run_id, created, {"input": input}, created + self.step_retention)
+        if created_at is None:
+            with _translate(f"run {run_id}: its creation time"):
+                item = self.ddb.get_item(TableName=self.runs, Key={"run_id": {"S": run_id}},
+                                         ProjectionExpression="created_at",
+                                         ConsistentRead=True).get("Item")
+            if not item:
+                return
+            created_at = int(item["created_at"]["N"]) / 1000.0  # whole milliseconds (codec)
+        self.index_run(run_id, created_at, {"input": input},
+                       created_at + self.step_retention)
 
     def debounce(self, run_id: str, input: Any, admit_at: float, now: float) -> RunRecord:
         """A later trigger of a debounced burst: the queued run takes its input and
         starts no earlier than `admit_at`. ConditionFailed once the burst is over: the
         run has left the queue, or its start has come (it may still wait for a
         concurrency limit's place, and a trigger then begins a new burst)."""
-        self._index_input(run_id, input)
+        self.index_input(run_id, input)
         move = RUN_MOVES["debounce"]
         values: dict[str, Any] = {":in": {"S": dumps(input)}, ":at": num(admit_at),
                                   ":wk": num(admit_at + self.wake.settle), ":now": num(now)}
@@ -107,7 +111,7 @@ class RunRows(RunSearch):
         """`debounce`, together with the writes `also` in one transaction (a trigger's
         record: adapters/store/bursts.py); ConditionFailed if the run has left the queue
         or a guard of `also` fails (nothing is written)."""
-        self._index_input(run_id, input)
+        self.index_input(run_id, input)
         move = RUN_MOVES["debounce"]
         values: dict[str, Any] = {":in": {"S": dumps(input)}, ":at": num(admit_at),
                                   ":wk": num(admit_at + self.wake.settle), ":now": num(now)}
@@ -431,7 +435,7 @@ class RunRows(RunSearch):
                 "Keys": [{"run_id": {"S": r}} for r in run_ids[i : i + 100]],
                 "ConsistentRead": True,
             }}
-            for _ in range(10):
+            for _ in self.batch_rounds():
                 with _translate("read runs"):
                     resp = self.ddb.batch_get_item(RequestItems=request)
                 for item in resp.get("Responses", {}).get(self.runs, []):

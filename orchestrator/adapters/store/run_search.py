@@ -16,22 +16,29 @@ units, $1.25 a million on demand. Written before the row, so a process that dies
 between leaves a term naming a run that is not there (a query skips it), never a run
 without its terms; a creation that loses to an earlier one of the same run id (a
 trigger repeated) leaves terms under its own time, which a query skips too (the row's
-creation time is not theirs). A term a rival write left (a finish that lost to a cancel) may name
-a run whose row says otherwise: the query's answer is what the index holds.
+creation time is not theirs). A term a write that then lost left (a debounce after its
+burst closed, a finish that lost to a cancel) names a run whose row says otherwise: a
+query checks each row it reads against its clauses (engine/search.py's `matches`, on the
+row's input, error and trigger) and leaves out a run that does not carry what it asked.
+An output is not on the run row (its sinks' rows hold it): a succeeding run's output
+terms are taken on the index's word, and a run that did not succeed has none.
 
 Reads (`find_runs`): one clause drives (its terms' partitions read newest first, in
 pages, merged); each page of candidates is checked against the other clauses by
-BatchGetItem of their items' keys (a point read each), then its rows are read and the
-status and workflow filters applied, as a listing does. No read scans a table: a query
-reads the driving partitions as deep as its page needs, at most FIND_READS candidates
-a page before it answers with what it found and a cursor to go on from."""
+BatchGetItem of their items' keys (a point read each), then its rows are read (with the
+fields the query names: a projection costs the same read units as the whole row), checked
+against every clause, and the status and workflow filters applied, as a listing does.
+No read scans a table: a query reads the driving partitions as deep as its page needs,
+at most FIND_READS candidates a page before it answers with what it found and a cursor
+to go on from."""
 
 from __future__ import annotations
 
 import heapq
+import json
 import zlib
 from collections.abc import Iterator, Mapping
-from itertools import islice
+from itertools import groupby, islice
 from typing import Any
 
 from orchestrator.adapters.aws import translate_errors as _translate
@@ -40,7 +47,8 @@ from orchestrator.adapters.store.control_keys import ms_key
 from orchestrator.adapters.store.run_listing import RunListing
 from orchestrator.adapters.store.tables import Item
 from orchestrator.engine.records import RunRecord
-from orchestrator.engine.search import Clause, Query, terms_of
+from orchestrator.engine.search import Clause, Query, field_of, matches, terms_of
+from orchestrator.engine.states import RunStatus
 from orchestrator.errors import StoreError, UsageError
 
 __all__ = ["FIND_READS", "FIND_SHARDS", "RunSearch"]
@@ -63,6 +71,28 @@ def _sk(created_at: float, run_id: str) -> str:
     return f"{ms_key(created_at)}#{run_id}"
 
 
+# The fields of a run a query's check reads from its row (a trigger is read anyway:
+# a listing shows it); an output is not on the row.
+_HELD = ("input", "error")
+
+
+def _carries(query: Query, found: set[str], item: Item, held: set[str],
+             run: RunRecord) -> bool:
+    """Whether the row `item` (read with the fields `held`, those of _HELD the query
+    names) has what every clause of `query` asks, by the terms of it the index holds
+    (`found`) checked against its own fields (engine/search.py's matches)."""
+    fields: dict[str, Any] = {"trigger": _json(item, "trigger")}
+    fields.update((f, _json(item, f)) for f in held)
+    if run.status is not RunStatus.SUCCESS:
+        fields["output"] = None  # indexed only with a success (a finish that lost)
+    return matches(query, found, fields)
+
+
+def _json(item: Item, key: str) -> Any:
+    raw = item.get(key, {}).get("S")
+    return None if raw is None else json.loads(raw)
+
+
 class RunSearch(RunListing):
     """The search index's writes (with a run's creation and finish) and its query."""
 
@@ -82,7 +112,7 @@ class RunSearch(RunListing):
             {"PutRequest": {"Item": {"pk": {"S": _pk(t, shard)}, "sk": {"S": sk},
                                      "expires_at": num(expires_at)}}}
             for t in terms]}
-        for _ in range(10):
+        for _ in self.batch_rounds():
             with _translate(f"run {run_id}: search terms"):
                 resp = self.ddb.batch_write_item(RequestItems=request)
             request = resp.get("UnprocessedItems") or {}
@@ -101,6 +131,10 @@ class RunSearch(RunListing):
             yield sk, term
 
     def _partition_of(self, pk: str, below: str | None, since: float | None) -> Iterator[str]:
+        if below is not None and since is not None and below < ms_key(since):
+            # A cursor from before `since` (a page of a search with an earlier one):
+            # nothing lies between, and DynamoDB refuses a BETWEEN whose bounds cross.
+            return
         cond = "pk = :p"
         values: dict[str, Any] = {":p": {"S": pk}}
         if below is not None and since is not None:
@@ -131,30 +165,29 @@ class RunSearch(RunListing):
             kwargs["Limit"] = min(1000, kwargs["Limit"] * 2)
 
     def _candidates(self, clause: Clause, below: str | None,
-                    since: float | None) -> Iterator[str]:
+                    since: float | None) -> Iterator[tuple[str, set[str]]]:
         """The sks of the runs matching `clause` (any of its terms), newest first, each
-        once."""
+        once, with the terms of it the index holds for each."""
         merged = heapq.merge(*(self._term_entries(t, below, since) for t in clause.terms),
                              reverse=True)
-        last = None
-        for sk, _ in merged:
-            if sk != last:
-                last = sk
-                yield sk
+        for sk, group in groupby(merged, key=lambda pair: pair[0]):
+            yield sk, {term for _, term in group}
 
-    def _having(self, clause: Clause, sks: list[str]) -> set[str]:
-        """Which of `sks` match `clause`: a point read of each of its terms' items."""
+    def _having(self, clause: Clause, sks: list[str]) -> dict[str, set[str]]:
+        """Which of `sks` match `clause`, with the terms of it the index holds for each:
+        a point read of each of its terms' items."""
+        terms = {_pk(t, s): t for t in clause.terms for s in range(FIND_SHARDS)}
         keys = [{"pk": {"S": _pk(t, _shard(sk.partition("#")[2]))}, "sk": {"S": sk}}
                 for sk in sks for t in clause.terms]
-        found: set[str] = set()
+        found: dict[str, set[str]] = {}
         for i in range(0, len(keys), 100):
             request: dict[str, Any] = {self.control_table: {
-                "Keys": keys[i:i + 100], "ProjectionExpression": "sk"}}
-            for _ in range(10):
+                "Keys": keys[i:i + 100], "ProjectionExpression": "pk, sk"}}
+            for _ in self.batch_rounds():
                 with _translate("runs searched: a clause's terms"):
                     resp = self.ddb.batch_get_item(RequestItems=request)
-                found.update(it["sk"]["S"]
-                             for it in resp.get("Responses", {}).get(self.control_table, []))
+                for it in resp.get("Responses", {}).get(self.control_table, []):
+                    found.setdefault(it["sk"]["S"], set()).add(terms[it["pk"]["S"]])
                 request = resp.get("UnprocessedKeys") or {}
                 if not request:
                     break
@@ -189,6 +222,7 @@ class RunSearch(RunListing):
         # than a free word's four), the longest term among those (a rarer value).
         driver = min(query.clauses, key=lambda c: (len(c.terms), -max(map(len, c.terms))))
         others = [c for c in query.clauses if c is not driver]
+        held = {field_of(t) for c in query.clauses for t in c.terms} & set(_HELD)
         it = self._candidates(driver, below, since)
         runs: list[RunRecord] = []
         listed: set[str] = set()
@@ -201,19 +235,22 @@ class RunSearch(RunListing):
             if not page:
                 return runs, None
             looked += len(page)
-            keep = set(page)
+            # The terms the index holds of each candidate, of every clause so far.
+            hits = dict(page)
             for clause in others:
-                keep &= self._having(clause, [sk for sk in page if sk in keep])
-                if not keep:
+                having = self._having(clause, list(hits))
+                hits = {sk: found | having[sk] for sk, found in hits.items() if sk in having}
+                if not hits:
                     break
-            ids = {sk: sk.partition("#")[2] for sk in page if sk in keep}
-            rows = self._shown(sorted(set(ids.values()))) if ids else {}
-            for sk in page:
+            ids = {sk: sk.partition("#")[2] for sk in hits}
+            rows = self._shown(sorted(set(ids.values())), also=held) if ids else {}
+            for sk, _ in page:
                 last = sk
                 item = rows.get(ids.get(sk, ""))
                 if item is None:
                     continue
-                run = run_from_item(item)
+                # Shown as a listing shows it: without the fields read for the check.
+                run = run_from_item({k: v for k, v in item.items() if k not in held})
                 if run.run_id in listed or abs(
                         round(run.created_at * 1000) - int(sk.partition("#")[0])) > 1:
                     # A term of an attempt at creating this run id that lost to an
@@ -223,12 +260,14 @@ class RunSearch(RunListing):
                 listed.add(run.run_id)
                 if run.expires_at is not None and run.expires_at <= now:
                     continue
+                if not _carries(query, hits[sk], item, held, run):
+                    continue  # a term a write that lost left (see the module's doc)
                 if workflow is not None and run.workflow != workflow:
                     continue
                 if status is not None and run.shown_status != status:
                     continue
                 runs.append(run)
                 if len(runs) >= limit:
-                    more = page[-1] != sk or next(it, None) is not None
+                    more = page[-1][0] != sk or next(it, None) is not None
                     return runs, {"find": {"S": sk}} if more else None
         return runs, None if last is None else {"find": {"S": last}}

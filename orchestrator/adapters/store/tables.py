@@ -3,8 +3,10 @@ table names (`Tables`), a step row's key, and the history entry each transition 
 
 from __future__ import annotations
 
+import random
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -13,6 +15,7 @@ from orchestrator.adapters.aws import translate_errors as _translate
 from orchestrator.adapters.metering import encode
 from orchestrator.adapters.store.codec import history_entry, num
 from orchestrator.adapters.tallies import Tallies
+from orchestrator.engine.attempts import backoff
 from orchestrator.engine.states import Move
 from orchestrator.engine.wakes import WakeTimes
 from orchestrator.errors import ConditionFailed
@@ -20,13 +23,32 @@ from orchestrator.settings import ResourceNames
 from orchestrator.strict_json import dumps
 
 __all__ = [
-    "HISTORY", "Item", "Tables", "WakeKey", "history_clause", "landed", "short_error",
-    "status_guard", "status_set", "step_key", "with_requests",
+    "BATCH_TRIES", "HISTORY", "Item", "Tables", "WakeKey", "batch_rounds", "history_clause",
+    "landed", "short_error", "status_guard", "status_set", "step_key", "with_requests",
 ]
 
 Item = dict[str, Any]
 
 HISTORY = "#h = list_append(if_not_exists(#h, :nil), :h)"
+
+# What DynamoDB leaves of a batch request (UnprocessedItems, UnprocessedKeys: it lacked
+# the capacity) is sent again, up to BATCH_TRIES sendings in all, each after a pause that
+# doubles from BATCH_PAUSE up to BATCH_PAUSE_CAP, jittered: sent again at once, it meets
+# the same want of capacity (AWS asks for an exponential backoff).
+BATCH_TRIES = 10
+BATCH_PAUSE = 0.05
+BATCH_PAUSE_CAP = 1.0
+
+
+def batch_rounds(sleep: Callable[[float], object],
+                 rand: Callable[[], float] = random.random) -> Iterator[int]:
+    """The sendings of one batch request (0 to BATCH_TRIES - 1), with the pause before
+    each after the first (engine/attempts.py's backoff: half of it fixed, half random).
+    The caller breaks out when nothing is left unprocessed."""
+    for i in range(BATCH_TRIES):
+        if i:
+            sleep(backoff("exponential", BATCH_PAUSE, BATCH_PAUSE_CAP, i, rand()))
+        yield i
 
 
 def status_guard(move: Move, values: dict[str, Any], only: Any = None) -> str:
@@ -141,8 +163,11 @@ class Tables:
         blobs: Any = None,
         inline_limit: int = 32 * 1024,
         tallies: Tallies | None = None,
+        sleep: Callable[[float], object] = time.sleep,
     ) -> None:
         self.ddb = dynamodb
+        # The pause between the sendings of a batch request's unprocessed part.
+        self.sleep = sleep
         # What this process's writes did, counted for the stack's metrics (runs started
         # and finished: adapters/tallies.py), flushed by its heartbeat.
         self.tallies = tallies or Tallies()
@@ -158,6 +183,10 @@ class Tables:
         # A step row's terminal write stamps its expiry (the longest run retention) in
         # the same request, so finishing a run does not write its rows again.
         self.step_retention = step_retention
+
+    def batch_rounds(self) -> Iterator[int]:
+        """`batch_rounds` with this store's sleep."""
+        return batch_rounds(self.sleep)
 
     def landed(self, exc: ConditionFailed, move: Move, mine: Item, table: str,
                key: Item) -> Item:

@@ -96,7 +96,9 @@ class Batcher:
                     run, count = found
                     also = [] if seen is None else [rows.take(seen, run_id, now, remembered)]
                     try:
-                        rows.join(run_id, where.input, count, now, full=where.full, also=also)
+                        rows.join(run_id, where.input, count, now, full=where.full,
+                                  also=also, added=batch_input([one]),
+                                  created_at=run.created_at)
                     except ConditionFailed:
                         won = None if seen is None else rows.taken(seen, now)
                         if won is not None:

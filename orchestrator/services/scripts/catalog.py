@@ -130,6 +130,12 @@ class Catalog:
             self._stored, self._read_at = out, self._monotonic()
         return out
 
+    def declares(self, name: str) -> bool:
+        """Whether workflow `name` is the stack's: the manifest's, an activity's or a
+        stored script's; not an ad-hoc script's (`script`, named by its client)."""
+        return (name in self.manifest.workflows or name.startswith(ACTIVITY + ".")
+                or name in self.stored())
+
     def why_missing(self, name: str) -> str | None:
         """Why workflow `name` is not in the catalog, when there is more to say than
         that it is not defined: an activity no backend can run."""

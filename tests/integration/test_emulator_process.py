@@ -177,7 +177,9 @@ def test_sqs_s3_and_cloudformation_go_through_it(attached: Clients, over_http: C
 def test_a_long_poll_holds_only_its_own_connection(attached: Clients) -> None:
     table = _table(attached)
     url = attached.sqs.create_queue(QueueName=f"emu-{uuid.uuid4().hex[:8]}")["QueueUrl"]
-    wait_seconds = 2
+    # A read held behind the polls would take about their whole wait (the first starts
+    # with them); a loaded 2-core machine stalls a read for up to a second now and then.
+    wait_seconds = 4
     polls: list[float] = []
 
     def long_poll() -> None:
@@ -196,7 +198,7 @@ def test_a_long_poll_holds_only_its_own_connection(attached: Clients) -> None:
     for poller in pollers:
         poller.join()
     assert len(polls) == 3 and min(polls) >= wait_seconds - 0.1
-    assert len(latencies) >= 10 and max(latencies) < wait_seconds / 2
+    assert len(latencies) >= 10 and max(latencies) < wait_seconds * 0.6
 
 
 def test_signals_to_the_group_leave_its_end_to_the_parent() -> None:

@@ -145,10 +145,12 @@ def test_starts_are_spaced_by_the_rate(make: Callable[[str], Harness]) -> None:
     assert len(starts) == 6
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     # 0.2 s apart when their slots were taken; at the backend's side, give or take the
-    # HTTP calls' own latency (a loaded machine's included). Unlimited, they all start
+    # HTTP calls' own latency, which a loaded machine stretches for one call now and
+    # then (a late call seems close to the next: 0.08 s seen). Unlimited, they all start
     # within a few milliseconds.
-    assert min(gaps) >= 0.1, gaps
-    assert starts[-1] - starts[0] >= 5 * 0.2 - 0.1, starts
+    assert min(gaps) >= 0.05, gaps
+    assert all(a + b >= 2 * 0.2 - 0.1 for a, b in itertools.pairwise(gaps)), gaps
+    assert starts[-1] - starts[1] >= 4 * 0.2 - 0.1, starts
 
 
 def test_a_429_with_retry_after_holds_the_backend_off_for_the_time_asked(

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
 from tests.support.harness import steps_of
+from tests.support.polling import until
 from tests.support.testfns import Recorder
 
 BACKENDS = """
@@ -244,7 +244,8 @@ def test_output_over_the_hard_cap_fails_clearly(harness_factory: Any) -> None:
     assert s["attempts"] == 1
 
 
-def test_kill_lets_in_flight_land_and_skips_the_rest(harness_factory: Any) -> None:
+def test_kill_lets_in_flight_land_and_skips_the_rest(harness_factory: Any,
+                                                     recorder: Recorder) -> None:
     h = harness_factory(
         manifest("""
   long:
@@ -256,12 +257,9 @@ def test_kill_lets_in_flight_land_and_skips_the_rest(harness_factory: Any) -> No
     )
     h.start_workers()
     run_id = h.start("long")
-    # wait until `first` is running
-    for _ in range(100):
-        if steps_of(h.rt.runs.view(run_id))["first"]["status"] == "dispatched":
-            break
-
-        time.sleep(0.02)
+    # wait until `first`'s call has reached its function (in flight; a loaded machine
+    # may take seconds to get there)
+    until("first in flight", lambda: recorder.for_step(run_id, "first"))
     h.rt.runs.kill(run_id, "test says stop")
     view = h.wait(run_id)
     steps = steps_of(view)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -56,9 +57,10 @@ def _spec(action: str, where: str | None, workflow: str | None, status: str | No
     return spec
 
 
-def _follow(api: ApiClient, job_id: str, total: int) -> dict[str, Any]:
+def _follow(api: ApiClient, job_id: str, total: int,
+            sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """The job once done, its progress on stderr meanwhile (one line, redrawn on a
-    terminal)."""
+    terminal), read every FOLLOW_EVERY seconds (by `sleep`)."""
     tty = sys.stderr.isatty()
     while True:
         job: dict[str, Any] = api.bulk_job(job_id, limit=1)
@@ -69,7 +71,7 @@ def _follow(api: ApiClient, job_id: str, total: int) -> dict[str, Any]:
             if tty:
                 click.echo("", err=True)
             return job
-        time.sleep(FOLLOW_EVERY)
+        sleep(FOLLOW_EVERY)
 
 
 def _report(api: ApiClient, job_id: str) -> list[dict[str, Any]]:

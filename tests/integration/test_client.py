@@ -373,10 +373,12 @@ def test_reference_003_examples_with_the_async_client(api: tuple[Harness, str]) 
             child_run = await client.workflow.trigger(
                 "chain", [{"steps": 1}], {"parentRunId": run_id}
             )
+            deadline = time.monotonic() + 30
             while True:
                 child = await client.workflow.get_run(child_run["run_id"])
                 if child["status"] in ("success", "failed", "killed"):
                     break
+                assert time.monotonic() < deadline, child
                 await asyncio.sleep(0.1)
             assert child["trigger"]["parent_run_id"] == run_id
             # Sending Signals (one sent before the run waits for it is kept for it)

@@ -16,8 +16,10 @@ from __future__ import annotations
 import errno
 import importlib
 import inspect
+import os
 import secrets
 import shlex
+import socket
 import sys
 import threading
 import time
@@ -135,6 +137,7 @@ class LocalStack:
         self._saved_env: dict[str, str | None] = {}
         # The interpreter's switch interval before the emulator process's was set.
         self._switch: float | None = None
+        self._api_beat: Any = None  # the API's heartbeat (_beat_api), its last beat at stop
         # The embedded emulator's AWS model, and (--lambda) the Lambda limits built from it.
         self.aws_model: Any = None
         self._limits: Any = None
@@ -292,6 +295,7 @@ class LocalStack:
             for i in range(self.opts.workers):
                 self._spawn(f"worker-{i}", rt.worker().run, self.stop_event)
             self._spawn("sweeper", rt.sweeper().run, self.stop_event)
+            self._beat_api(rt)
             self.echo(
                 f"workers    {self.opts.workers} (threads: {settings.worker_threads} each); "
                 f"sweeper every {settings.sweep_interval:g}s"
@@ -449,6 +453,16 @@ class LocalStack:
                 "   # prints a signed curl delivery"
             )
 
+    def _beat_api(self, rt: Any) -> None:
+        """The API's heartbeat, as `orchestrator api` beats (the Lambda form's API beats in
+        its handler): the health page and `/metrics` list it among the stack's processes."""
+        from orchestrator.services.health.heartbeat import Heartbeat
+
+        process_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        beat = Heartbeat(rt.store, "api", process_id, every=rt.settings.heartbeat_interval)
+        self.threads.append(beat.start(self.stop_event))
+        self._api_beat = beat
+
     def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
         t = threading.Thread(target=target, args=args, name=name, daemon=True)
         t.start()
@@ -483,6 +497,9 @@ class LocalStack:
             self.reloader.stop()
         for t in self.threads:
             t.join(timeout=10)
+        if self._api_beat is not None:
+            self._api_beat.stopped()  # leaves the alive list at once
+            self._api_beat = None
         for s in reversed(self.servers):
             try:
                 s.stop()

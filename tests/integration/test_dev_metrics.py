@@ -1,6 +1,6 @@
 """`orchestrator dev` prints the address of the stack's metrics among its addresses, and
 what is scraped there (with the stack's bearer key) is the whole stack's: its worker and
-sweeper alive by their heartbeats, and a run started through its API counted once it
+sweeper and API alive by their heartbeats, and a run started through its API counted once it
 finished."""
 
 from __future__ import annotations
@@ -71,3 +71,4 @@ def test_dev_prints_the_metrics_address_and_it_serves_the_stacks_metrics(
     assert seen[("orchestrator_runs_started_total", "workflow=hello")] == 1.0
     assert seen[("orchestrator_processes_alive", "kind=worker")] >= 1.0
     assert seen[("orchestrator_processes_alive", "kind=sweeper")] == 1.0
+    assert seen[("orchestrator_processes_alive", "kind=api")] == 1.0  # the API beats too

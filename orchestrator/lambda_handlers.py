@@ -40,11 +40,8 @@ since its last beat."""
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -137,7 +134,9 @@ def api(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 def _process_id() -> str:
-    return f"lambda:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    from orchestrator.services.health.heartbeat import process_id
+
+    return f"lambda:{process_id()}"
 
 
 def _beat(kind: str) -> None:

@@ -12,12 +12,9 @@ each other's work. Every repair is a conditional write."""
 from __future__ import annotations
 
 import logging
-import os
 import random
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,7 +32,7 @@ from orchestrator.engine.wakes import WAKE_SHARDS
 from orchestrator.errors import ConditionFailed, OrchestratorError
 from orchestrator.services.execution.executor import Executor
 from orchestrator.services.execution.tally import Tally
-from orchestrator.services.health.heartbeat import Heartbeat
+from orchestrator.services.health.heartbeat import Heartbeat, process_id
 
 __all__ = ["SweepReport", "Sweeper"]
 
@@ -103,7 +100,7 @@ class Sweeper:
         self.control = control
         self.clock = clock
         self.rand = rand
-        self.id = sweeper_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.id = sweeper_id or process_id()
         self._next_full_ask = float("-inf")
         # Its passes and what they repaired since it started, told by its heartbeat.
         self.handled: dict[str, int] = {}

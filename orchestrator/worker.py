@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -38,7 +35,7 @@ from orchestrator.runners.base import Fold
 from orchestrator.services.execution.executor import Executor
 from orchestrator.services.execution.folds import Folds
 from orchestrator.services.execution.tally import Tally
-from orchestrator.services.health.heartbeat import Heartbeat
+from orchestrator.services.health.heartbeat import Heartbeat, process_id
 
 __all__ = ["BackendRef", "Worker"]
 
@@ -70,7 +67,7 @@ class Worker:
         self.invoker = invoker
         self.backends = dict(backends)
         self.clock = clock
-        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.id = worker_id or process_id()
         self._claims = itertools.count(1)
         # A deadline the attempts on this thread must end by: (when, margin). Set by
         # `handle_before` (a Lambda invocation's remaining time); none for a process.

@@ -23,13 +23,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
-import socket
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -209,14 +206,13 @@ def api(manifest_path: str, port: int, host: str) -> None:
     import uvicorn
 
     from orchestrator.api.app import create_app
-    from orchestrator.services.health.heartbeat import Heartbeat
+    from orchestrator.services.health.heartbeat import Heartbeat, process_id
 
     rt = _runtime(manifest_path)
     click.echo(f"api on http://{host}:{port}", err=True)
     # Its heartbeat: listed with the stack's processes, and what it counted (the runs
     # it started) added for /metrics.
-    beat = Heartbeat(rt.store, "api", f"{socket.gethostname()}:{os.getpid()}:"
-                     f"{uuid.uuid4().hex[:8]}", every=rt.settings.heartbeat_interval)
+    beat = Heartbeat(rt.store, "api", process_id(), every=rt.settings.heartbeat_interval)
     stop = threading.Event()
     beating = beat.start(stop)
     try:

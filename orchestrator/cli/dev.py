@@ -16,10 +16,8 @@ from __future__ import annotations
 import errno
 import importlib
 import inspect
-import os
 import secrets
 import shlex
-import socket
 import sys
 import threading
 import time
@@ -456,10 +454,9 @@ class LocalStack:
     def _beat_api(self, rt: Any) -> None:
         """The API's heartbeat, as `orchestrator api` beats (the Lambda form's API beats in
         its handler): the health page and `/metrics` list it among the stack's processes."""
-        from orchestrator.services.health.heartbeat import Heartbeat
+        from orchestrator.services.health.heartbeat import Heartbeat, process_id
 
-        process_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        beat = Heartbeat(rt.store, "api", process_id, every=rt.settings.heartbeat_interval)
+        beat = Heartbeat(rt.store, "api", process_id(), every=rt.settings.heartbeat_interval)
         self.threads.append(beat.start(self.stop_event))
         self._api_beat = beat
 
@@ -468,7 +465,8 @@ class LocalStack:
         t.start()
         self.threads.append(t)
 
-    def run_demo(self, timeout: float = 120.0) -> str:
+    def run_demo(self, timeout: float = 120.0,
+                 sleep: Callable[[float], None] = time.sleep) -> str:
         from orchestrator.cli.render import render_run
 
         rt = self.runtime
@@ -479,7 +477,7 @@ class LocalStack:
         deadline = time.monotonic() + timeout
         view = rt.runs.view(run.run_id)
         while view["status"] in ("queued", "running") and time.monotonic() < deadline:
-            time.sleep(0.1)
+            sleep(0.1)  # a poll of the run's row until it ends
             view = rt.runs.view(run.run_id)
         self.echo(render_run(view))
         status: str = view["status"]

@@ -13,8 +13,11 @@ writes a last beat saying so (`stop`), so it leaves the alive list at once."""
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 
 from orchestrator import __version__
@@ -23,11 +26,17 @@ from orchestrator.adapters.store.heartbeats import Heartbeat as Beat
 from orchestrator.adapters.tallies import Counts as Tally
 from orchestrator.errors import OrchestratorError
 
-__all__ = ["Heartbeat"]
+__all__ = ["Heartbeat", "process_id"]
 
 log = logging.getLogger("orchestrator.health")
 
 Counts = Callable[[], Mapping[str, int]]
+
+
+def process_id() -> str:
+    """A process's id in the heartbeats: `host:pid:nonce` (the nonce tells apart two
+    processes, or two beating parts of one, that share a host and pid)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _none() -> Mapping[str, int]:

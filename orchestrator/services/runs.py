@@ -6,7 +6,6 @@ any step row a crashed start left out."""
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +28,7 @@ from orchestrator.services.admission.launch import (
 )
 from orchestrator.services.admission.pipeline import Pipeline
 from orchestrator.services.execution.executor import Executor
+from orchestrator.services.reads.history import merged_history
 from orchestrator.services.reads.journal_follow import JournalFollower
 from orchestrator.services.reads.step_follow import StepFollower
 from orchestrator.services.reads.views import entry_step, render, run_view, view_json
@@ -172,14 +172,8 @@ class RunService:
     def history(self, run_id: str) -> list[dict[str, Any]]:
         """Every transition of the run and its steps, oldest first."""
         run = self.get(run_id)
-        rows = [[dict(e) for e in run.history]]
-        rows += [[{**e, "step": s.step} for e in s.history]
-                 for s in self.store.steps.query_steps(run_id)]
-        # Merged by time, each row's own entries kept in the order they were written: a
-        # write that landed late (its process stalled after reading the clock) carries
-        # an earlier time than the entry before it, and must not be shown before it.
-        return list(heapq.merge(
-            *rows, key=lambda e: (e.get("at", 0.0), _ORDER.get(e.get("type", ""), 5))))
+        return merged_history(run.history, ((s.step, s.history)
+                                            for s in self.store.steps.query_steps(run_id)))
 
     def kill(self, run_id: str, reason: str) -> dict[str, Any]:
         run = self.get(run_id)
@@ -260,11 +254,6 @@ class RunService:
             return False
         gate = self.store.approvals.get(run.run_id, step)
         return gate is not None and gate.status == "rejected"
-
-
-# Same-instant history entries read best in this order.
-_ORDER = {"run.queued": 0, "run.running": 0, "run.started": 1, "step.reused": 2,
-          "step.ready": 2, "step.started": 3}
 
 
 def _version(run: RunRecord) -> Any:

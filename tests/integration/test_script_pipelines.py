@@ -157,7 +157,8 @@ def test_enrich_throttle_spaces_acme_ten_seconds_apart_and_globex_at_once(
 # ---- on the live stack ----------------------------------------------------------------
 
 # Reference 002's "One deploy at a time" (its `sleep 4` shortened to 1: the test only
-# needs the two sections to be seen not to overlap), and manifest `script:` workflows.
+# needs the two sections to be seen not to overlap; the deploy first waits, at most 30 s,
+# for the test's gate file), and manifest `script:` workflows.
 LIVE = """
 backends:
   scripts:
@@ -169,7 +170,10 @@ workflows:
     concurrency: { group: deploy-prod, policy: queue }
     steps:
       deploy:
-        run: 'echo "deploy started $(date +%T)"; sleep 1; echo "deploy done $(date +%T)"'
+        run: >-
+          echo "deploy started $(date +%T)";
+          for i in $(seq 600); do [ -e "@GATE@" ] && break; sleep 0.05; done;
+          sleep 1; echo "deploy done $(date +%T)"
   greet:
     script: greet.sh
     on: { event: greet }
@@ -195,7 +199,8 @@ echo "end $(date +%s.%N)"
 def live(build_harness: BuildHarness, tmp_path: Path) -> Iterator[ScriptStack]:
     (tmp_path / "greet.sh").write_text(GREET)
     (tmp_path / "serial.sh").write_text(SERIAL)
-    with script_stack(build_harness, tmp_path, manifest=LIVE) as s:
+    manifest = LIVE.replace("@GATE@", str(tmp_path / "gate"))
+    with script_stack(build_harness, tmp_path, manifest=manifest) as s:
         yield s
 
 
@@ -222,8 +227,11 @@ def _not_overlapping(stack: ScriptStack, runs: list[dict[str, Any]]) -> None:
 def test_one_deploy_at_a_time_the_second_waits_queued(live: ScriptStack) -> None:
     first = _trigger(live, "deploy-prod")
     second = _trigger(live, "deploy-prod")
+    # The deploy holds at its gate until the test has seen the second one wait: a plain
+    # `sleep` could end before a loaded machine gets to look.
     poll("the first deploy to run", lambda: _view(live, first)["status"] == "running")
     assert _view(live, second)["status"] == "queued"
+    (live.folder / "gate").touch()
     runs = live.runs_of("deploy-prod", 2)
     assert [v["status"] for v in runs] == ["success", "success"], runs
     assert [v["run_id"] for v in runs] == [first, second]

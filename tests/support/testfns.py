@@ -42,6 +42,15 @@ class Recorder:
     flying: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     peak: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
+    # /latch: one per run, opened by the test (`latch(run_id).set()`).
+    latches: dict[str, threading.Event] = field(
+        default_factory=lambda: defaultdict(threading.Event)
+    )
+
+    def latch(self, run_id: str) -> threading.Event:
+        with self.lock:
+            return self.latches[run_id]
+
     def add(self, seen: Seen) -> int:
         with self.lock:
             self.calls.append(seen)
@@ -106,6 +115,14 @@ def create_app(rec: Recorder) -> Starlette:
         body, _ = await seen(request)
         await asyncio.sleep(float(body.get("seconds", 1.0)))
         return JSONResponse({"slept": body.get("seconds", 1.0)})
+
+    async def latch(request: Request) -> Response:
+        # Holds until the test opens the run's latch, at most `seconds`: a test that
+        # looks at a run while its step runs does not race a sleep.
+        body, _ = await seen(request)
+        opened = rec.latch(body["run"]["run_id"])
+        held = await asyncio.to_thread(opened.wait, float(body.get("seconds", 30.0)))
+        return JSONResponse({"opened": held})
 
     async def trickle(request: Request) -> Response:
         # Answers at once, then sends its body a byte every `every` seconds: each read
@@ -194,6 +211,7 @@ def create_app(rec: Recorder) -> Starlette:
             Route("/big", big, methods=["POST"]),
             Route("/gate", gate, methods=["POST"]),
             Route("/hold", hold, methods=["POST"]),
+            Route("/latch", latch, methods=["POST"]),
             Route("/rows", rows, methods=["POST"]),
             Route("/measure", measure, methods=["POST"]),
         ]

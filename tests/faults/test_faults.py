@@ -256,7 +256,7 @@ backends:
 workflows:
   victim:
     steps:
-      slow: { backend: fn, route: /slow, payload: { seconds: 2 }, timeout: 3s }
+      slow: { backend: fn, route: /latch, timeout: 3s }
       after: { backend: fn, route: /echo, dependsOn: [slow] }
 """
     h = harness_factory(text, lease_margin=1.0)
@@ -284,11 +284,14 @@ workflows:
             assert time.monotonic() < deadline, "the subprocess worker never called the step"
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)  # mid-step: the function is sleeping
+        # Mid-step: the function holds at its latch (a sleep could end before a loaded
+        # machine gets here); opened once the worker is dead, for the second attempt.
+        proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
+    recorder.latch(run_id).set()
     h.start_workers()
     h.start_sweeper()
     view = h.wait(run_id, timeout=30)
@@ -404,7 +407,7 @@ backends:
 workflows:
   slow:
     steps:
-      one: { backend: fn, route: /slow, payload: { seconds: 1.0 } }
+      one: { backend: fn, route: /latch }
 """
 
 
@@ -426,8 +429,10 @@ def test_two_threads_of_one_worker_claiming_one_message_in_one_millisecond_call_
     while not recorder.for_step(run_id, "one"):  # the first copy's call is under way
         assert time.monotonic() < deadline, "the first copy never called the function"
         time.sleep(0.02)
+    # (and stays so, held at its latch, until the second copy has been handled)
     w.handle(msg)  # the second copy: its claim fails, nothing runs
     assert len(recorder.for_step(run_id, "one")) == 1
+    recorder.latch(run_id).set()
     first.join(timeout=20)
     assert h.wait(run_id)["status"] == "success"
     assert len(recorder.for_step(run_id, "one")) == 1
@@ -506,7 +511,7 @@ backends:
 workflows:
   slow:
     steps:
-      nap: { backend: fn, route: /slow, payload: { seconds: 4 }, timeout: 30s }
+      nap: { backend: fn, route: /latch, timeout: 30s }
   quick:
     steps:
       one: { backend: fn, route: /echo }
@@ -519,7 +524,7 @@ def test_a_worker_whose_threads_are_held_up_hands_its_waiting_messages_back(
     h = harness_factory(HELD_UP)
     (busy,) = h.start_workers(threads=1)
     slow = h.start("slow")
-    h.wait_for_step(slow, "nap", ("dispatched",))  # its one thread is in the 4 s call
+    h.wait_for_step(slow, "nap", ("dispatched",))  # its one thread is in the held call
     quick = h.start("quick")
     deadline = time.monotonic() + 10
     while not busy.receipts._waiting:  # it received quick's message, which waits for a thread
@@ -529,9 +534,11 @@ def test_a_worker_whose_threads_are_held_up_hands_its_waiting_messages_back(
     done = h.wait(quick)
     assert done["status"] == "success"
     # quick ran on the idle worker while the busy one was still in its call: the message
-    # was handed back after HAND_BACK_AFTER instead of waiting out the slow call.
+    # was handed back after HAND_BACK_AFTER instead of waiting out the slow call (held
+    # at its latch until now: a 4 s sleep could end first on a loaded machine).
     assert h.rt.runs.view(slow)["status"] == "running"
     assert len(recorder.for_step(quick, "one")) == 1
+    recorder.latch(slow).set()
     assert h.wait(slow)["status"] == "success"
 
 

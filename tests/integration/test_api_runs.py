@@ -38,6 +38,10 @@ workflows:
     steps:
       nap:   { backend: fn, route: /slow, payload: { seconds: 1.5 } }
       after: { backend: fn, route: /echo, dependsOn: [nap] }
+  latched:
+    steps:
+      nap:   { backend: fn, route: /latch }
+      after: { backend: fn, route: /echo, dependsOn: [nap] }
 """
 
 
@@ -143,9 +147,10 @@ def test_rerun_reuses_successful_steps_and_runs_the_failed_ones(
     h, c = api
     old = c.post("/runs", json={"workflow": "checked", "input": {"ok": False}}).json()["run_id"]
     assert h.wait(old)["status"] == "failed"
-    busy = c.post("/runs", json={"workflow": "sleepy"}).json()["run_id"]
+    busy = c.post("/runs", json={"workflow": "latched"}).json()["run_id"]  # held: running
     refused = c.post(f"/runs/{busy}/rerun", json={})
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "run_not_finished"
+    recorder.latch(busy).set()
 
     resp = c.post(f"/runs/{old}/rerun", json={"input": {"ok": True}})
     assert resp.status_code == 201, resp.text
@@ -179,16 +184,18 @@ def test_rerun_reuses_successful_steps_and_runs_the_failed_ones(
 
 
 def test_list_runs_across_workflows_by_status_and_cancel_with_reason(
-    api: tuple[Harness, httpx.Client],
+    api: tuple[Harness, httpx.Client], recorder: Recorder,
 ) -> None:
     h, c = api
     ok = c.post("/runs", json={"workflow": "chain"}).json()["run_id"]
     bad = c.post("/runs", json={"workflow": "checked", "input": {}}).json()["run_id"]
     h.wait(ok)
     h.wait(bad)
-    slow = c.post("/runs", json={"workflow": "sleepy"}).json()["run_id"]
+    # Held at its latch until the cancel has landed: a sleep could end first.
+    slow = c.post("/runs", json={"workflow": "latched"}).json()["run_id"]
     resp = c.post(f"/runs/{slow}/cancel", json={"reason": "deploy freeze"})
     assert resp.status_code == 200
+    recorder.latch(slow).set()
     assert h.wait(slow)["status"] == "killed"
     everything = c.get("/runs").json()["runs"]
     assert [r["run_id"] for r in everything] == [slow, bad, ok]  # newest first

@@ -7,7 +7,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +20,11 @@ from click.testing import CliRunner
 from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from orchestrator.cli.commands import main
+from orchestrator.errors import NotFound
 from tests.support.cli import cli, out_json
 from tests.support.harness import Harness
+from tests.support.polling import until
+from tests.support.testfns import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,18 +39,18 @@ workflows:
   broken:
     steps:
       nope: { backend: fn, route: /status, payload: { code: 400 } }
-  sleepy:
-    steps:
-      nap: { backend: fn, route: /slow, payload: { seconds: 2 } }
-      after: { backend: fn, route: /echo, dependsOn: [nap] }
   gated:
     steps:
       prepare: { backend: fn, route: /echo }
       check: { backend: fn, route: /gate, dependsOn: [prepare] }
+  latched:
+    steps:
+      nap: { backend: fn, route: /latch }
+      after: { backend: fn, route: /echo, dependsOn: [nap] }
   solo:
     concurrency: { group: solo }
     steps:
-      hold: { backend: fn, route: /slow, payload: { seconds: 1.5 } }
+      hold: { backend: fn, route: /latch }
 """
 
 
@@ -105,13 +110,14 @@ def test_run_wait_exits_1_on_failure(api: tuple[Harness, str]) -> None:
     assert "failed" in res.output
 
 
-def test_kill(api: tuple[Harness, str]) -> None:
+def test_kill(api: tuple[Harness, str], recorder: Recorder) -> None:
     h, url = api
-    res = cli("run", "sleepy", "--url", url)
+    res = cli("run", "latched", "--url", url)
     run_id = res.output.strip()
-    h.wait_for_step(run_id, "nap", ("dispatched",))  # in flight
+    h.wait_for_step(run_id, "nap", ("dispatched",))  # in flight, held until it is killed
     res = cli("kill", run_id, "--url", url)
     assert res.exit_code == 0, res.output
+    recorder.latch(run_id).set()
     view = h.wait(run_id)
     assert view["status"] == "killed"
     assert [s["status"] for s in view["steps"]] == ["success", "skipped"]
@@ -152,8 +158,11 @@ def test_trigger_with_an_idempotency_key_twice_is_one_run(api: tuple[Harness, st
     assert a != b and run_id not in (a, b)
 
 
-def test_trigger_wait_waits_while_the_run_is_queued(api: tuple[Harness, str]) -> None:
+def test_trigger_wait_waits_while_the_run_is_queued(api: tuple[Harness, str],
+                                                    recorder: Recorder) -> None:
     h, url = api
+    # Each run holds the group until the test opens its latch: a sleep could end before
+    # a loaded machine has looked at the queue.
     first = cli("trigger", "solo", "--url", url).stdout.strip()
     second = cli("trigger", "solo", "--json", "--url", url)
     queued = out_json(second)
@@ -163,10 +172,33 @@ def test_trigger_wait_waits_while_the_run_is_queued(api: tuple[Harness, str]) ->
     text = cli("runs", "solo", "--url", url).stdout
     assert re.search(rf"^wait queued .*{queued['run_id']}\s+api$", text, re.M), text
     # a third run queues behind the second: --wait keeps polling through `queued`
-    view = out_json(cli("trigger", "solo", "--wait", "--json", "--url", url))
-    assert view["status"] == "success"
+    recorder.latch(first).set()
+    until("the second run to hold the group",
+          lambda: h.rt.runs.view(queued["run_id"])["status"] == "running")
+    third = f"solo-third-{uuid.uuid4().hex[:8]}"
+    recorder.latch(third).set()  # its turn comes once the second has ended
+    seen: list[str] = []
+
+    def once_the_third_waits() -> None:
+        seen.append(until("the third run queued", lambda: _status(h, third) == "queued"))
+        recorder.latch(queued["run_id"]).set()
+
+    opener = threading.Thread(target=once_the_third_waits, daemon=True)
+    opener.start()
+    view = out_json(cli("trigger", "solo", "--run-id", third, "--wait", "--json",
+                        "--url", url))
+    opener.join(timeout=30)
+    assert seen == [True]
+    assert view["status"] == "success" and view["run_id"] == third
     assert h.wait(first)["finished_at"] < h.wait(queued["run_id"])["finished_at"] <= view[
         "finished_at"]
+
+
+def _status(h: Harness, run_id: str) -> str | None:
+    try:
+        return str(h.rt.runs.view(run_id)["status"])
+    except NotFound:
+        return None
 
 
 def test_runs_of_every_workflow_by_status_and_page(api: tuple[Harness, str]) -> None:
@@ -196,12 +228,14 @@ def test_runs_of_every_workflow_by_status_and_page(api: tuple[Harness, str]) -> 
     assert cli("runs", "--cursor", "garbage", "--url", url).exit_code == 2
 
 
-def test_cancel_a_running_run_then_a_finished_one(api: tuple[Harness, str]) -> None:
+def test_cancel_a_running_run_then_a_finished_one(api: tuple[Harness, str],
+                                                  recorder: Recorder) -> None:
     h, url = api
-    run_id = cli("trigger", "sleepy", "--url", url).stdout.strip()
-    h.wait_for_step(run_id, "nap", ("dispatched",))  # in flight
+    run_id = cli("trigger", "latched", "--url", url).stdout.strip()
+    h.wait_for_step(run_id, "nap", ("dispatched",))  # in flight, held until cancelled
     res = cli("cancel", run_id, "--reason", "wrong input", "--url", url)
     assert res.exit_code == 0, res.output
+    recorder.latch(run_id).set()
     assert f"{run_id}: cancel requested" in res.stdout
     view = h.wait(run_id)
     assert view["status"] == "killed" and view["kill_reason"] == "wrong input"
@@ -241,11 +275,13 @@ def test_rerun_reuses_what_succeeded(api: tuple[Harness, str]) -> None:
     assert cli("rerun", "nosuch-run", "--url", url).exit_code == 4
 
 
-def test_rerun_of_a_running_run_is_refused(api: tuple[Harness, str]) -> None:
+def test_rerun_of_a_running_run_is_refused(api: tuple[Harness, str],
+                                           recorder: Recorder) -> None:
     h, url = api
-    run_id = cli("trigger", "sleepy", "--url", url).stdout.strip()
+    run_id = cli("trigger", "latched", "--url", url).stdout.strip()  # held: still running
     res = cli("rerun", run_id, "--url", url)
     assert res.exit_code == 2 and "still running" in res.stderr, res.output
+    recorder.latch(run_id).set()
     h.wait(run_id)
 
 

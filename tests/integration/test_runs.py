@@ -76,10 +76,19 @@ def test_continue_independent_runs_the_other_branch(harness_factory: Any) -> Non
     assert view["error"]["step"] == "fetch-orders"
 
 
-def test_halt_skips_everything_not_started_but_lets_in_flight_land(harness_factory: Any) -> None:
-    h = harness_factory(manifest(NIGHTLY.format(policy="halt")))
+def test_halt_skips_everything_not_started_but_lets_in_flight_land(
+        harness_factory: Any, recorder: Recorder) -> None:
+    # fetch-reviews holds at its latch until fetch-orders has failed: its 3 s sleep could
+    # end first on a loaded machine, and load-reviews would run.
+    latched = NIGHTLY.format(policy="halt").replace(
+        "route: /slow, payload: { seconds: 3 }", "route: /latch")
+    h = harness_factory(manifest(latched))
     h.start_workers()
-    view = h.wait(h.start("nightly"))
+    run_id = h.start("nightly")
+    until("fetch-orders failed",
+          lambda: steps_of(h.rt.runs.view(run_id))["fetch-orders"]["status"] == "failed")
+    recorder.latch(run_id).set()
+    view = h.wait(run_id)
     steps = steps_of(view)
     assert view["status"] == "failed"
     assert steps["fetch-orders"]["status"] == "failed"
@@ -250,7 +259,7 @@ def test_kill_lets_in_flight_land_and_skips_the_rest(harness_factory: Any,
         manifest("""
   long:
     steps:
-      first: { backend: fn, route: /slow, payload: { seconds: 1.0 } }
+      first: { backend: fn, route: /latch }
       second: { backend: fn, route: /echo, dependsOn: [first] }
       third: { backend: fn, route: /echo, dependsOn: [second] }
 """)
@@ -261,6 +270,7 @@ def test_kill_lets_in_flight_land_and_skips_the_rest(harness_factory: Any,
     # may take seconds to get there)
     until("first in flight", lambda: recorder.for_step(run_id, "first"))
     h.rt.runs.kill(run_id, "test says stop")
+    recorder.latch(run_id).set()  # held until the kill landed: a sleep could end first
     view = h.wait(run_id)
     steps = steps_of(view)
     assert view["status"] == "killed"

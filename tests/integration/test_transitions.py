@@ -28,6 +28,7 @@ from orchestrator.errors import Code
 from orchestrator.services.execution.tally import Tally
 from tests.support.durable_fns import LEDGER
 from tests.support.harness import Harness, claim_step
+from tests.support.testfns import Recorder
 
 MANIFEST = """
 backends:
@@ -50,7 +51,7 @@ workflows:
       load-reviews:  { backend: fn, route: /echo, dependsOn: [fetch-reviews] }
   sleepy:
     steps:
-      nap:   { backend: fn, route: /slow, payload: { seconds: 1 } }
+      nap:   { backend: fn, route: /latch }
       after: { backend: fn, route: /echo, dependsOn: [nap] }
   single:
     concurrency: { group: single, policy: skip }
@@ -96,7 +97,8 @@ def matches(move: Move, sources: frozenset[str], target: str | None) -> bool:
     )
 
 
-def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: Any) -> None:
+def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: Any,
+                                                             recorder: Recorder) -> None:
     h: Harness = harness_factory(MANIFEST)
     seen: list[tuple[str, frozenset[str], str | None]] = []
     steps = capture_into(h, seen)
@@ -124,8 +126,9 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
     assert h.rt.sweeper(clock=lambda: time.time() + 120).sweep().redispatched == 1
     nightly = h.start("nightly")
     sleepy = h.start("sleepy")
-    h.wait_for_step(sleepy, "nap", ("dispatched",))
+    h.wait_for_step(sleepy, "nap", ("dispatched",))  # held at its latch until killed
     h.rt.runs.kill(sleepy, "enough")
+    recorder.latch(sleepy).set()
     single = [h.start("single") for _ in range(2)]
     queued_run = h.start("queued")
     waiting = h.start("queued")

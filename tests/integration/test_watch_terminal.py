@@ -2,7 +2,9 @@
 real API over HTTP; the test reads the screen (capture-pane) and types (send-keys),
 polling under deadlines. The screen shows the glyphs as the run advances, j moves the
 selection, K then y kills the run, and the command exits by itself when the run ends,
-with `trigger --wait`'s exit code."""
+with `trigger --wait`'s exit code. The step the test looks at while it runs holds at its
+latch until the test opens it: a sleep could end before a loaded machine has started
+the watch and drawn its screen."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from functions.sdk.serving import BackgroundServer
 from orchestrator.api.app import create_app
 from tests.support.harness import Harness
 from tests.support.terminal import ORCHESTRATOR, Terminal
+from tests.support.testfns import Recorder
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
                                 reason="tmux is not installed (Debian: apt install tmux)")
@@ -27,11 +30,11 @@ workflows:
   slow:
     steps:
       first: { backend: fn, route: /echo }
-      nap:   { backend: fn, route: /slow, payload: { seconds: 8 }, dependsOn: [first] }
+      nap:   { backend: fn, route: /latch, dependsOn: [first] }
       after: { backend: fn, route: /echo, dependsOn: [nap] }
   quick:
     steps:
-      one: { backend: fn, route: /slow, payload: { seconds: 1.5 } }
+      one: { backend: fn, route: /latch }
       two: { backend: fn, route: /echo, dependsOn: [one] }
 """
 
@@ -59,7 +62,7 @@ def watch(terminals: list[Terminal], run_id: str, url: str) -> Terminal:
 
 
 def test_watch_shows_the_run_advance_and_exits_0_when_it_succeeds(
-    api: tuple[Harness, str], terminals: list[Terminal],
+    api: tuple[Harness, str], terminals: list[Terminal], recorder: Recorder,
 ) -> None:
     h, url = api
     run_id = h.start("quick")
@@ -68,13 +71,14 @@ def test_watch_shows_the_run_advance_and_exits_0_when_it_succeeds(
     t.until(lambda s: "▶ one" in s, "the first step selected, with its details")
     t.keys("j")
     t.until(lambda s: "▶ two" in s, "the selection moved to two")
+    recorder.latch(run_id).set()
     screen = t.until(lambda s: "EXIT=" in s, "the command's exit")
     assert "EXIT=0" in screen and "✔ one" in screen and "✔ two" in screen, screen
     assert "─────▸" in screen  # the line from one to two
 
 
 def test_K_then_y_kills_the_run_and_the_watch_exits_1(
-    api: tuple[Harness, str], terminals: list[Terminal],
+    api: tuple[Harness, str], terminals: list[Terminal], recorder: Recorder,
 ) -> None:
     h, url = api
     run_id = h.start("slow")
@@ -89,6 +93,7 @@ def test_K_then_y_kills_the_run_and_the_watch_exits_1(
     t.until(lambda s: f"Kill run {run_id}? y/n" in s, "the confirmation again")
     t.keys("y")
     t.until(lambda s: "kill requested" in s, "the kill requested")
+    recorder.latch(run_id).set()
     # The call in flight lands (a cancel stops what has not started), then the run ends.
     screen = t.until(lambda s: "EXIT=" in s, "the command's exit", timeout=40.0)
     assert "EXIT=1" in screen and "killed" in screen and "⊘ after" in screen, screen
@@ -96,7 +101,7 @@ def test_K_then_y_kills_the_run_and_the_watch_exits_1(
 
 
 def test_the_selected_box_is_drawn_heavy_and_its_pane_shows_what_the_step_was_sent(
-    api: tuple[Harness, str], terminals: list[Terminal],
+    api: tuple[Harness, str], terminals: list[Terminal], recorder: Recorder,
 ) -> None:
     h, url = api
     run_id = h.start("slow", {"day": "mon"})
@@ -113,5 +118,6 @@ def test_the_selected_box_is_drawn_heavy_and_its_pane_shows_what_the_step_was_se
     sent = next(line for line in t.screen(joined=True).splitlines()
                 if line.startswith("  sent: "))
     assert sent.startswith('  sent: {"input":{"day":"mon"},"steps":{"first":{'), sent
+    recorder.latch(run_id).set()
     t.keys("q")
     t.until(lambda s: "EXIT=" in s, "the command's exit")

@@ -17,6 +17,7 @@ import pytest
 
 from orchestrator.engine.admission import throttle_slot
 from tests.support.harness import Harness, steps_of
+from tests.support.polling import until
 from tests.support.testfns import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ workflows:
   deploy:
     concurrency: { group: "deploy-${{ input.tenant }}" }
     steps:
-      hold: { backend: fn, route: /hold, payload: { seconds: 0.4 } }
+      hold: { backend: fn, route: /hold, payload: { latch: true } }
   keyed:
     concurrency: { group: keyed, key: "${{ input.tenant }}" }
     steps:
@@ -36,11 +37,11 @@ workflows:
   single:
     concurrency: { group: single, key: "${{ input.tenant }}", policy: skip }
     steps:
-      hold: { backend: fn, route: /hold, payload: { seconds: 0.6 } }
+      hold: { backend: fn, route: /hold, payload: { latch: true } }
   newest:
     concurrency: { group: newest, key: "${{ input.tenant }}", policy: cancel-running }
     steps:
-      hold:  { backend: fn, route: /hold, payload: { seconds: 1.0 } }
+      hold:  { backend: fn, route: /hold, payload: { latch: true } }
       after: { backend: fn, route: /echo, dependsOn: [hold] }
   latest:
     # One at a time, the newest wins, whichever tenant it is (the keyless limit takes
@@ -49,7 +50,7 @@ workflows:
       - { limit: 1, policy: cancel-running }
       - { limit: 5, key: "${{ input.tenant }}" }
     steps:
-      hold:  { backend: fn, route: /hold, payload: { seconds: 1.0 } }
+      hold:  { backend: fn, route: /hold, payload: { latch: true } }
       after: { backend: fn, route: /echo, dependsOn: [hold] }
   enrich:
     throttle: { limit: 4, period: 2s, key: "crm-${{ input.tenant }}" }
@@ -79,7 +80,10 @@ def no_overlap(intervals: list[tuple[float, float, str]]) -> bool:
 def test_group_admits_one_run_per_key_in_arrival_order(
     harness_factory: Any, recorder: Recorder
 ) -> None:
-    h = harness_factory(MANIFEST)
+    # Each run holds its call until the test opens it: a sleep could end before a loaded
+    # machine has looked at the queue.
+    h = harness_factory(MANIFEST.replace("{ seconds: 0.4 } }\n  single:",
+                                         "{ latch: true } }\n  single:"))
     h.start_workers(threads=8)
     h.start_sweeper()
     tenant = f"acme-{time.time_ns()}"
@@ -87,6 +91,10 @@ def test_group_admits_one_run_per_key_in_arrival_order(
     ids = start_all(h, "keyed", [{"tenant": tenant}] * 4)
     rival = h.rt.runs.start("keyed", {"tenant": other})[0].run_id
     assert [h.rt.runs.get(r).status.value for r in ids[1:]] == ["queued"] * 3
+    # The other tenant's run does not wait behind the first one's queue.
+    until("the other tenant's call", lambda: recorder.for_step(rival, "hold"))
+    for r in [*ids, rival]:
+        recorder.latch(r).set()
     views = [h.wait(r, timeout=60) for r in [*ids, rival]]
     assert all(v["status"] == "success" for v in views)
     held = recorder.held[tenant]
@@ -105,20 +113,24 @@ def test_group_name_from_input_and_skip_policy(harness_factory: Any, recorder: R
     h.start_workers(threads=8)
     tenant = f"t{time.time_ns()}"
     ids = start_all(h, "single", [{"tenant": tenant}] * 3)
-    views = [h.wait(r, timeout=30) for r in ids]
+    views = [h.wait(r, timeout=30) for r in ids[1:]]  # skipped while the first holds
+    recorder.latch(ids[0]).set()
+    views.insert(0, h.wait(ids[0], timeout=30))
     assert [v["status"] for v in views] == ["success", "skipped", "skipped"]
     assert views[1]["error"]["code"] == "concurrency_busy"
     assert ids[0] in views[1]["error"]["message"]
     assert steps_of(views[1])["hold"]["attempts"] == 0
     assert len(recorder.held[tenant]) == 1
     later = h.rt.runs.start("single", {"tenant": tenant})[0].run_id
+    recorder.latch(later).set()
     assert h.wait(later)["status"] == "success"  # the group is free again
     # deploy's group is computed from the input: two tenants run side by side.
     a, b = f"a{time.time_ns()}", f"b{time.time_ns()}"
     both = start_all(h, "deploy", [{"tenant": a}, {"tenant": b}])
     assert [h.rt.runs.get(r).status.value for r in both] == ["running", "running"]
     for r in both:
-        h.wait(r)
+        recorder.latch(r).set()
+        assert h.wait(r)["status"] == "success"
 
 
 def test_cancel_running_replaces_the_holder(harness_factory: Any, recorder: Recorder) -> None:
@@ -132,6 +144,8 @@ def test_cancel_running_replaces_the_holder(harness_factory: Any, recorder: Reco
         time.sleep(0.02)
     queued = h.rt.runs.start("newest", {"tenant": tenant})[0].run_id
     newest = h.rt.runs.start("newest", {"tenant": tenant})[0].run_id
+    for r in (old, queued, newest):  # the old one's call held until both had arrived
+        recorder.latch(r).set()
     views = {r: h.wait(r, timeout=30) for r in (old, queued, newest)}
     assert views[old]["status"] == "killed"
     assert views[old]["kill_reason"] == f"replaced by run {queued}"
@@ -158,6 +172,8 @@ def test_cancel_running_replaces_the_runs_waiting_under_other_turns_keys(
     # key, the third under another's: the third replaces it too.
     queued = h.rt.runs.start("latest", {"tenant": f"y{stamp}"})[0].run_id
     newest = h.rt.runs.start("latest", {"tenant": f"z{stamp}"})[0].run_id
+    for r in (old, queued, newest):  # the old one's call held until both had arrived
+        recorder.latch(r).set()
     views = {r: h.wait(r, timeout=30) for r in (old, queued, newest)}
     assert views[old]["status"] == "killed"
     assert views[queued]["status"] == "killed", views[queued]

@@ -19,6 +19,7 @@ from orchestrator.services.bulk import BulkActions
 from tests.support.harness import Harness
 from tests.support.polling import until
 from tests.support.served import api_client, start_run
+from tests.support.testfns import Recorder
 
 MANIFEST = """
 backends:
@@ -34,8 +35,9 @@ workflows:
       after: { backend: fn, route: /echo, dependsOn: [check] }
   halting:
     steps:
-      check: { backend: fn, route: /gate, retry: { max: 0 } }
-      nap: { backend: fn, route: /slow, payload: { seconds: 8 } }
+      check: { backend: fn, route: /latch, payload: { name: check, status: 422 },
+               retry: { max: 0 } }
+      nap: { backend: fn, route: /latch }
       after: { backend: fn, route: /echo, dependsOn: [nap] }
 """
 
@@ -145,12 +147,16 @@ def test_a_page_done_again_acts_on_no_run_twice(api: tuple[Harness, httpx.Client
     assert sorted(r["rerun_of"] for r in reruns["runs"]) == sorted(failed)
 
 
-def test_a_cancel_reaches_a_halting_run(api: tuple[Harness, httpx.Client]) -> None:
+def test_a_cancel_reaches_a_halting_run(api: tuple[Harness, httpx.Client],
+                                       recorder: Recorder) -> None:
     # Its first step failed (onFailure: halt) while `nap` was in flight: the run is
-    # still running, halted, until `nap` lands (8 s: time enough to find and cancel it
-    # on a loaded machine).
+    # still running, halted, until `nap` lands (held at its latch until the cancel).
     h, c = api
     run = start_run(c, "halting", {"ok": False})
+    # `check` fails only once `nap` is in flight (a loaded machine may be slow to claim
+    # it, and a halt skips a step not yet claimed).
+    until("nap in flight", lambda: recorder.for_step(run, "nap"))
+    recorder.latch(f"{run}:check").set()
     until("the run halted with its nap in flight",
           lambda: h.rt.store.runs.get_run(run, h.rt.clock()).halted)
     assert _status(c, run) == "running"
@@ -159,6 +165,7 @@ def test_a_cancel_reaches_a_halting_run(api: tuple[Harness, httpx.Client]) -> No
     r = c.post("/bulk-actions", json={"action": "cancel", "run_ids": [run]})
     job = _done(c, r.json()["job_id"])
     assert [(o["outcome"], o["detail"]) for o in job["runs"]] == [("done", "cancelled")]
+    recorder.latch(run).set()
     # The cancel is the run's end; its step's failure stays in its steps, the step in
     # flight landed, and nothing started after it.
     view = h.wait(run)

@@ -78,13 +78,19 @@ def test_continue_independent_runs_the_other_branch(harness_factory: Any) -> Non
 
 def test_halt_skips_everything_not_started_but_lets_in_flight_land(
         harness_factory: Any, recorder: Recorder) -> None:
-    # fetch-reviews holds at its latch until fetch-orders has failed: its 3 s sleep could
-    # end first on a loaded machine, and load-reviews would run.
+    # fetch-orders fails once fetch-reviews is in flight (a loaded machine may be slow to
+    # claim it, and a halt skips a step not yet claimed), and fetch-reviews holds at its
+    # latch until fetch-orders has failed (its 3 s sleep could end first, and
+    # load-reviews would run).
     latched = NIGHTLY.format(policy="halt").replace(
-        "route: /slow, payload: { seconds: 3 }", "route: /latch")
+        "route: /slow, payload: { seconds: 3 }", "route: /latch").replace(
+        "route: /status, payload: { code: 500 }",
+        "route: /latch, payload: { name: orders, status: 500 }")
     h = harness_factory(manifest(latched))
     h.start_workers()
     run_id = h.start("nightly")
+    until("fetch-reviews in flight", lambda: recorder.for_step(run_id, "fetch-reviews"))
+    recorder.latch(f"{run_id}:orders").set()
     until("fetch-orders failed",
           lambda: steps_of(h.rt.runs.view(run_id))["fetch-orders"]["status"] == "failed")
     recorder.latch(run_id).set()

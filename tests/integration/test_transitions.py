@@ -56,11 +56,11 @@ workflows:
   single:
     concurrency: { group: single, policy: skip }
     steps:
-      hold: { backend: fn, route: /hold, payload: { seconds: 0.5 } }
+      hold: { backend: fn, route: /latch }
   queued:
     concurrency: { group: queued }
     steps:
-      hold: { backend: fn, route: /hold, payload: { seconds: 0.5 } }
+      hold: { backend: fn, route: /latch }
   held:
     steps:
       only: { backend: fn, route: /echo }
@@ -133,6 +133,10 @@ def test_every_store_write_is_a_move_of_the_transition_table(harness_factory: An
     queued_run = h.start("queued")
     waiting = h.start("queued")
     h.rt.runs.kill(waiting, "not needed")
+    # Each group's first run held it (at its latch) until now: the second `single` was
+    # skipped and `waiting` killed while queued, however slow the machine.
+    for r in [*single, queued_run]:
+        recorder.latch(r).set()
     # A step claimed, then its run cancelled before the call: the claim gives it up.
     h.rt.queues.tamper = lambda msgs: [m for m in msgs if getattr(m, "step", "") != "only"]
     held = h.start("held")

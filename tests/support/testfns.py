@@ -118,10 +118,15 @@ def create_app(rec: Recorder) -> Starlette:
 
     async def latch(request: Request) -> Response:
         # Holds until the test opens the run's latch, at most `seconds`: a test that
-        # looks at a run while its step runs does not race a sleep.
+        # looks at a run while its step runs does not race a sleep. `name`: the run's
+        # latch of that name (`latch(f"{run_id}:{name}")`); `status`: answered then, as
+        # an error (the step fails when the test says so).
         body, _ = await seen(request)
-        opened = rec.latch(body["run"]["run_id"])
-        held = await asyncio.to_thread(opened.wait, float(body.get("seconds", 30.0)))
+        key = body["run"]["run_id"] + (f":{body['name']}" if "name" in body else "")
+        held = await asyncio.to_thread(rec.latch(key).wait, float(body.get("seconds", 30.0)))
+        if "status" in body:
+            return JSONResponse({"error": "failed when the test said so"},
+                                status_code=int(body["status"]))
         return JSONResponse({"opened": held})
 
     async def trickle(request: Request) -> Response:
@@ -147,10 +152,14 @@ def create_app(rec: Recorder) -> Starlette:
         return JSONResponse({"error": "input.ok is not true"}, status_code=422)
 
     async def hold(request: Request) -> Response:
-        # Sleeps `seconds`, recording when it held `input.tenant` (one run at a time?).
+        # Sleeps `seconds` (with `latch: true`, holds until the run's latch is opened,
+        # at most 30 s), recording when it held `input.tenant` (one run at a time?).
         body, _ = await seen(request)
         start = time.time()
-        await asyncio.sleep(float(body.get("seconds", 0.5)))
+        if body.get("latch"):
+            await asyncio.to_thread(rec.latch(body["run"]["run_id"]).wait, 30.0)
+        else:
+            await asyncio.sleep(float(body.get("seconds", 0.5)))
         tenant = str((body.get("input") or {}).get("tenant", ""))
         with rec.lock:
             rec.held[tenant].append((start, time.time(), body["run"]["run_id"]))

@@ -215,7 +215,10 @@ def test_transaction_has_exactly_one_winner_per_round(clients: Clients, table: s
 
 def test_long_polls_do_not_block_other_requests(clients: Clients, table: str) -> None:
     queue_url = clients.sqs.create_queue(QueueName=f"emu-{uuid.uuid4().hex[:8]}")["QueueUrl"]
-    wait_seconds = 2
+    # A call held behind the polls would take about their whole wait (the first starts
+    # with them); a loaded 2-core machine stalls a call for up to a second now and then
+    # (as test_emulator_process.py's long-poll test says).
+    wait_seconds = 4
     polls: list[tuple[float, Any]] = []
 
     def long_poll() -> None:
@@ -240,7 +243,7 @@ def test_long_polls_do_not_block_other_requests(clients: Clients, table: str) ->
     assert len(polls) == 4
     assert all(elapsed >= wait_seconds - 0.1 and messages is None for elapsed, messages in polls)
     assert len(latencies) >= 10
-    assert max(latencies) < wait_seconds / 2
+    assert max(latencies) < wait_seconds * 0.6
 
 
 def test_stop_closes_the_port() -> None:
@@ -282,8 +285,9 @@ def test_a_client_stalled_mid_request_freezes_no_one_elses_dynamodb(
             clients.dynamodb.put_item(TableName=table, Item={"pk": {"S": f"stall-{i}"}})
             clients.dynamodb.get_item(TableName=table, Key={"pk": {"S": f"stall-{i}"}})
             worst = max(worst, time.monotonic() - t0)
-        # Before the fix these calls waited for the stalled client (60 s and more).
-        assert worst < 2.0, worst
+        # Before the fix these calls waited for the stalled client (60 s and more); a
+        # loaded machine stalls a call for a second now and then.
+        assert worst < 10.0, worst
     finally:
         stalled.close()
 
